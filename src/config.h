@@ -1,0 +1,74 @@
+/* config.h - the INI file as a validated, immutable struct config.
+ *
+ * Ownership: config_load returns a struct config owned by the caller
+ * (config_free). Each struct queue_conf inside is reference-counted: the
+ * config holds one reference; a running job takes another (queue_conf_ref)
+ * so a reload can free the old config while jobs still use their old queue
+ * settings (STYLE §4). */
+#ifndef PGJOBD_CONFIG_H
+#define PGJOBD_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#include "log.h"
+
+enum lock_mode { LOCK_TRANSACTION = 0 };
+
+struct queue_conf {
+	int refs;
+	char *name;          /* [queue.NAME] */
+	char *command;       /* required; taken verbatim (see config.c) */
+	int concurrency;     /* default 1, 1..1024 */
+	int64_t timeout_ms;  /* default 5m; 0 = no timeout */
+	int64_t kill_grace_ms; /* default 10s */
+	int max_attempts;    /* default 5, 1..1000000 */
+	int64_t backoff_ms;  /* default 10s */
+	int64_t backoff_max_ms; /* default 1h; must be >= backoff */
+	int64_t retention_ms;   /* default 7d; 0 = keep */
+	enum lock_mode lock_mode; /* only "transaction" for now */
+	int64_t max_output;  /* bytes, default 1MiB, 1KiB..1GiB */
+	char *working_dir;   /* NULL = the daemon's working directory */
+	char **env;          /* NULL-terminated "NAME=VALUE" array, never NULL */
+	size_t nenv;
+	char *user;          /* NULL = run as the daemon's user */
+	bool has_user;       /* user was set and resolved: */
+	uid_t uid;
+	gid_t gid;
+	char *user_home;     /* the user's home directory (for HOME) */
+};
+
+struct config {
+	char *path;
+	char *database;      /* default "" (libpq defaults / PG* variables) */
+	char *worker_name;   /* default "%h"; expanded by config_worker_name */
+	int64_t poll_interval_ms; /* default 2s, >= 10ms */
+	int64_t shutdown_grace_ms; /* default 30s */
+	enum log_level log_level; /* default info */
+	struct queue_conf **queues; /* sorted by name */
+	size_t nqueues;
+};
+
+/* Parse and validate the whole file. Every problem is printed to diag as
+ * "FILE:LINE: error: ..." (optionally followed by "  hint: ..."), all of
+ * them, not just the first. `need_queues`: when false (enqueue, status),
+ * [queue.*] sections are still checked but having none is not an error.
+ * Returns NULL if anything was wrong (or the file cannot be read). */
+struct config *config_load(const char *path, bool need_queues, FILE *diag);
+void config_free(struct config *c);
+
+/* Lookup by name, NULL when absent. Borrowed pointer. */
+struct queue_conf *config_find_queue(const struct config *c, const char *name);
+
+struct queue_conf *queue_conf_ref(struct queue_conf *q);
+void queue_conf_unref(struct queue_conf *q);
+
+/* worker_name with %h (short host name), %p (pid) and %% expanded. Caller frees. */
+char *config_worker_name(const struct config *c);
+
+/* True when the two queue settings would run jobs identically. */
+bool queue_conf_equal(const struct queue_conf *a, const struct queue_conf *b);
+
+#endif

@@ -1,0 +1,98 @@
+/* exec.h - running one job's command: /bin/sh -c COMMAND in its own process
+ * group, data on stdin, stdout/stderr captured (bounded) through the event
+ * loop, kill escalation. exec knows nothing of SQL or jobs' rows. */
+#ifndef PGJOBD_EXEC_H
+#define PGJOBD_EXEC_H
+
+#include <ev.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "capture.h"
+
+struct exec_proc;
+
+enum exec_status {
+	EXEC_EXITED,       /* exit_code valid */
+	EXEC_SIGNALED,     /* signal valid */
+	EXEC_SPAWN_FAILED, /* spawn_errno + spawn_what valid; no process ran */
+};
+
+struct exec_outcome {
+	enum exec_status status;
+	int exit_code;
+	int signal;
+	int spawn_errno;
+	const char *spawn_what; /* static text: "posix_spawn", "chdir", "setuid", ... */
+	struct capture *out;    /* borrowed, valid during the callback */
+	struct capture *err;
+	int64_t duration_ms;
+};
+
+/* Called exactly once per exec_start, always from the event loop (never from
+ * inside exec_start), after the shell has been reaped and both pipes reached
+ * EOF (or a short drain timer expired: grandchildren may hold the pipes). By
+ * then any process left in the job's process group has been sent SIGKILL.
+ * The callback may call exec_free(p). */
+typedef void exec_done_fn(struct exec_proc *p, const struct exec_outcome *o, void *arg);
+
+struct exec_spec {
+	const char *command;     /* passed as the single argument after sh -c */
+	const char *working_dir; /* NULL: inherit */
+	char *const *envp;       /* full environment, NULL-terminated */
+	const char *stdin_data;  /* written then closed (EOF); EPIPE is not an error */
+	size_t stdin_len;
+	bool set_user;           /* switch to uid/gid (daemon is root) */
+	uid_t uid;
+	gid_t gid;
+	size_t max_output;       /* head of stdout, tail of stderr */
+};
+
+/* Start the command. The spec is copied as needed; the caller may free it
+ * afterwards. Returns the new process handle (owned by the caller, released
+ * with exec_free) — also when the spawn failed: the failure is delivered
+ * through cb like any other outcome. Returns NULL only if the pipes cannot be
+ * created (EMFILE...), with errno set; the caller treats that as an
+ * environment problem (retry later), not as the job's outcome. */
+struct exec_proc *exec_start(struct ev_loop *loop, const struct exec_spec *spec, exec_done_fn *cb,
+			     void *arg);
+
+/* Process group id (== the shell's pid), or 0 if the spawn failed. */
+pid_t exec_pgid(const struct exec_proc *p);
+
+/* SIGTERM to the whole process group now, SIGKILL after kill_grace_ms
+ * (0: SIGKILL at once). Idempotent; a later call can only shorten the grace. */
+void exec_kill(struct exec_proc *p, int64_t kill_grace_ms);
+
+/* Stop watchers, close fds, free. If the process is still running it is sent
+ * SIGKILL (group) first. exec_free(NULL) is a no-op. */
+void exec_free(struct exec_proc *p);
+
+/* Environment for a job (SPEC §3). Pure. */
+struct exec_env_in {
+	const char *home;          /* HOME */
+	const char *lang;          /* LANG of the daemon, NULL when unset */
+	char *const *queue_env;    /* "NAME=VALUE" from the queue's env, NULL-terminated */
+	long long job_id;
+	const char *queue;
+	const char *group_id;      /* NULL: PGJOBD_GROUP_ID is set to "" */
+	int attempt;
+	int max_attempts;
+	const char *const *arg_keys; /* top-level scalars of data, as text */
+	const char *const *arg_vals;
+	size_t nargs;
+};
+/* Builds PATH=/usr/local/bin:/usr/bin:/bin, HOME, LANG (if set), then the
+ * queue env (which may override those three), then PGJOBD_JOB_ID, _QUEUE,
+ * _GROUP_ID, _ATTEMPT, _MAX_ATTEMPTS, then PGJOBD_ARG_<key> for each arg whose
+ * key matches [A-Za-z_][A-Za-z0-9_]* and whose value is at most 128 KiB and
+ * holds no NUL (others are skipped with a log_warn naming the key, never the
+ * value). Returns a malloc'd NULL-terminated array; free with exec_env_free. */
+char **exec_env_build(const struct exec_env_in *in);
+void exec_env_free(char **envp);
+
+#define EXEC_ARG_MAX (128 * 1024)
+
+#endif

@@ -1,0 +1,45 @@
+/* guard.h - the supervisor process that makes SPEC guarantee 6 hold.
+ *
+ * Nothing runs in a daemon killed by SIGKILL, so a small child process (the
+ * guard), forked at startup before any connection exists, keeps duplicates
+ * of the daemon's database sockets and knows the process groups of running
+ * commands. When the daemon dies (the guard sees EOF on its channel), the
+ * guard sends SIGKILL to every registered process group, waits until no
+ * process of those groups is alive (zombies count as dead), and only then
+ * closes its copies of the sockets, so that PostgreSQL ends the daemon's
+ * sessions (releasing the jobs' row locks) only after the commands are gone.
+ *
+ * The channel is a SOCK_SEQPACKET socketpair; messages are processed in
+ * order. All calls are non-blocking in practice (tiny messages); a failed
+ * send is logged and returns -1. */
+#ifndef PGJOBD_GUARD_H
+#define PGJOBD_GUARD_H
+
+#include <sys/types.h>
+
+struct guard;
+
+/* Fork the guard. Must be called before the event loop starts child
+ * watchers and before any database connection is opened. The guard closes
+ * every fd except its channel and stderr, ignores SIGINT/SIGTERM/SIGHUP/SIGPIPE
+ * and exits when the daemon closes the channel (after doing its kills if any
+ * process group is still registered). Returns NULL on failure (logged). */
+struct guard *guard_start(void);
+
+/* Register a connected database socket (the guard dup's it via SCM_RIGHTS).
+ * Call guard_del_fd(g, fd) BEFORE the daemon closes that fd (PQfinish). */
+int guard_add_fd(struct guard *g, int fd);
+int guard_del_fd(struct guard *g, int fd);
+
+/* Register/unregister the process group of a running command. */
+int guard_add_pgroup(struct guard *g, pid_t pgid);
+int guard_del_pgroup(struct guard *g, pid_t pgid);
+
+/* Orderly end: close the channel and reap the guard (blocking waitpid is fine
+ * here: it only runs at the very end of shutdown). guard_stop(NULL) no-op. */
+void guard_stop(struct guard *g);
+
+/* The guard's pid (for tests and logs). */
+pid_t guard_pid(const struct guard *g);
+
+#endif

@@ -1,0 +1,39 @@
+/* parse.h - pure value parsers for configuration values (no I/O, no globals).
+ * Each returns 0 on success and -1 on failure; on failure *err (if err is not
+ * NULL) points to a static English explanation such as "unknown unit 'x'
+ * (use ms, s, m, h, d)". */
+#ifndef PGJOBD_PARSE_H
+#define PGJOBD_PARSE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* "0", "500ms", "10s", "5m", "1h", "7d", also "1h30m". A bare number is an
+ * error (a unit is required, except for "0"). Result in milliseconds; values
+ * above ~100 years are rejected. */
+int parse_duration_ms(const char *s, int64_t *out, const char **err);
+
+/* "0", "512", "512B", "64KiB", "1MiB", "1GiB" (also kB/KB/MB as 1000-based? no:
+ * only B, KiB, MiB, GiB). Result in bytes; at most 1 TiB. */
+int parse_size(const char *s, int64_t *out, const char **err);
+
+/* Decimal integer within [min, max]. */
+int parse_int(const char *s, long long min, long long max, long long *out, const char **err);
+
+/* Queue name: [A-Za-z0-9_.-]{1,63}. */
+bool parse_is_queue_name(const char *s);
+
+/* Environment variable name: [A-Za-z_][A-Za-z0-9_]*. */
+bool parse_is_env_name(const char *s);
+
+/* The `env` key: whitespace-separated NAME=VALUE items. VALUE may be
+ * double-quoted ("a b", with \" and \\ escapes) or single-quoted ('a b',
+ * literal). NAME must satisfy parse_is_env_name. On success *out is a
+ * malloc'd NULL-terminated array of malloc'd "NAME=VALUE" strings (caller
+ * frees with parse_free_strv) and *n its length. A later item with the same
+ * NAME replaces the earlier one. */
+int parse_env_list(const char *s, char ***out, size_t *n, const char **err);
+void parse_free_strv(char **v);
+
+#endif
