@@ -49,8 +49,11 @@ TEST_DEPS_config := config parse
 TEST_DEPS_capture := capture
 TEST_DEPS_result := result
 TEST_DEPS_exec := exec capture
+TEST_DEPS_guard := guard
 .SECONDEXPANSION:
-$(B)/tests/test_%: tests/unit/test_%.c $$(patsubst %,$(B)/%.o,$$(TEST_DEPS_$$*) util log) | $(B)
+# addprefix/addsuffix, not patsubst: make replaces a pattern rule's % with the
+# stem before the second expansion, which broke $$(patsubst %,...).
+$(B)/tests/test_%: tests/unit/test_%.c $$(addprefix $(B)/,$$(addsuffix .o,$$(TEST_DEPS_$$*) util log)) | $(B)
 	$(CC) $(ALL_CFLAGS) -Itests/unit $(LDFLAGS) -o $@ $^ $(PKG_LIBS)
 
 check: check-unit check-integration

@@ -1,0 +1,253 @@
+-- 001_init.sql - pgjobd schema version 1: jobs, group lock rows, wake-ups,
+-- queue_stats, and the claim protocol's two functions.
+--
+-- Claim protocol (lock mode `transaction`). The status a job is given when it
+-- starts must be committed (others see `running`, `worker`, `attempts`, and a
+-- crash is counted), yet the job must stay locked while its command runs, with
+-- no instant in between at which another daemon could take it:
+--
+--   1. pgjobd.claim(queue, ...)   one statement in its own transaction.
+--      Picks the job (row locks taken with FOR UPDATE SKIP LOCKED while it
+--      looks), takes a SESSION-level advisory lock (the "bridge") on the job
+--      (ungrouped) or on its group, marks the row running/attempts+1, commits.
+--      The row locks end with that commit; the bridge survives it.
+--   2. BEGIN; pgjobd.hold()       in the same session, pipelined right behind
+--      step 1. Takes FOR UPDATE row locks on the group row and the job row,
+--      then drops the bridge. This transaction stays open while the command
+--      runs: it is the claim.
+--   3. UPDATE ... outcome; COMMIT  releases the row locks.
+--
+-- A job is claimable by another daemon only if its row (and its group's row)
+-- can be locked AND its bridge lock is free: at every instant of a live claim
+-- one of the two is held, and both vanish together with the session when a
+-- daemon dies (guarantee 4: crash detection by lock). A `running` row that
+-- passes both tests is an orphan: its daemon is gone, and it is taken over at
+-- once, counting a new attempt.
+--
+-- Group exclusivity and order: a group's jobs start only while its row in
+-- pgjobd.groups is locked by the claimer, and only the group's head (the
+-- smallest id among its queued or running jobs) may start.
+
+CREATE TABLE pgjobd.jobs (
+    id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    queue        text NOT NULL
+                 CONSTRAINT "queue must be 1 to 63 characters of A-Z a-z 0-9 _ . -"
+                 CHECK (queue ~ '^[A-Za-z0-9_.-]{1,63}$'),
+    group_id     text,
+    data         jsonb NOT NULL DEFAULT '{}',
+    priority     integer NOT NULL DEFAULT 0,
+    run_at       timestamptz NOT NULL DEFAULT now(),
+    expires_at   timestamptz,
+    max_attempts integer CONSTRAINT "max_attempts must be at least 1" CHECK (max_attempts >= 1),
+    timeout      interval CONSTRAINT "timeout must be positive" CHECK (timeout > interval '0'),
+    dedupe_key   text,
+    status       text NOT NULL DEFAULT 'queued'
+                 CONSTRAINT "status must be queued, running, succeeded, failed or cancelled"
+                 CHECK (status IN ('queued', 'running', 'succeeded', 'failed', 'cancelled')),
+    attempts     integer NOT NULL DEFAULT 0,
+    result       jsonb,
+    error        jsonb,
+    worker       text,
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    started_at   timestamptz,
+    finished_at  timestamptz,
+    updated_at   timestamptz NOT NULL DEFAULT now()
+) WITH (fillfactor = 80);
+-- fillfactor leaves room on each page so that updates of rows can stay on
+-- the same page.
+
+-- Ready jobs of a queue in start order: the claim walks this index.
+CREATE INDEX jobs_ready ON pgjobd.jobs (queue, priority, run_at, id)
+    WHERE status = 'queued';
+-- A group's unfinished jobs in id order: finds a group's head in one probe.
+CREATE INDEX jobs_group_head ON pgjobd.jobs (queue, group_id, id)
+    WHERE status IN ('queued', 'running') AND group_id IS NOT NULL;
+-- Running jobs: the orphan scan reads only these (as many as busy slots).
+CREATE INDEX jobs_running ON pgjobd.jobs (queue, id)
+    WHERE status = 'running';
+
+-- One lock row per (queue, group_id), created by the INSERT trigger, so a
+-- producer never has to know about it. Claimers lock it; producers never do.
+CREATE TABLE pgjobd.groups (
+    id       bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    queue    text NOT NULL,
+    group_id text NOT NULL,
+    UNIQUE (queue, group_id)
+);
+
+-- After each INSERT statement: create missing group rows (ON CONFLICT DO
+-- NOTHING does not wait for a group row locked by a running job), and wake
+-- the daemons once per queue per statement (NOTIFY is delivered at commit,
+-- and identical notifications of one transaction are folded into one).
+CREATE FUNCTION pgjobd.jobs_inserted() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    q text;
+BEGIN
+    INSERT INTO pgjobd.groups (queue, group_id)
+        SELECT DISTINCT n.queue, n.group_id FROM new_jobs n WHERE n.group_id IS NOT NULL
+        ON CONFLICT DO NOTHING;
+    FOR q IN SELECT DISTINCT n.queue FROM new_jobs n LOOP
+        PERFORM pg_notify('pgjobd', q);
+    END LOOP;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER jobs_inserted AFTER INSERT ON pgjobd.jobs
+    REFERENCING NEW TABLE AS new_jobs
+    FOR EACH STATEMENT EXECUTE FUNCTION pgjobd.jobs_inserted();
+
+CREATE VIEW pgjobd.queue_stats AS
+SELECT queue,
+       count(*) FILTER (WHERE status = 'queued')    AS queued,
+       count(*) FILTER (WHERE status = 'running')   AS running,
+       count(*) FILTER (WHERE status = 'succeeded') AS succeeded,
+       count(*) FILTER (WHERE status = 'failed')    AS failed,
+       count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
+       max(now() - run_at) FILTER (WHERE status = 'queued' AND run_at <= now())
+                                                    AS oldest_queued_age
+FROM pgjobd.jobs
+GROUP BY queue;
+
+-- Advisory lock keys of the bridge: (class, object) int4 pairs, a key space
+-- apart from single-bigint advisory locks an application may use.
+--   class 1886020100 ('pjb' + 4): a job id (low 32 bits)
+--   class 1886020103 ('pjb' + 7): a group row id (low 32 bits)
+CREATE FUNCTION pgjobd.bridge_key(p_job bigint, p_group bigint, OUT k1 int, OUT k2 int)
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN p_group IS NULL THEN 1886020100 ELSE 1886020103 END,
+           (coalesce(p_group, p_job) & 2147483647)::int
+$$;
+
+-- The job's text environment arguments: top-level scalars of data.
+CREATE FUNCTION pgjobd.job_args(p_data jsonb, OUT keys text[], OUT vals text[])
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT coalesce(array_agg(e.key ORDER BY e.key), '{}'),
+           coalesce(array_agg(e.value #>> '{}' ORDER BY e.key), '{}')
+    FROM jsonb_each(CASE WHEN jsonb_typeof(p_data) = 'object' THEN p_data ELSE '{}' END) e
+    WHERE jsonb_typeof(e.value) IN ('string', 'number', 'boolean')
+$$;
+
+-- Step 1 of the protocol (see the top of this file). Runs in its own
+-- transaction. Returns no row when nothing can start now. Locks, while it
+-- runs: candidate job rows and group rows, FOR UPDATE SKIP LOCKED (never
+-- waits); on success it also holds the bridge advisory lock, which outlives
+-- its transaction and is released by pgjobd.hold().
+CREATE FUNCTION pgjobd.claim(p_queue text, p_worker text, p_max_attempts int, p_scan int)
+RETURNS TABLE (job_id bigint, group_id text, attempts int, max_attempts int,
+               timeout_ms bigint, data text, arg_keys text[], arg_vals text[])
+LANGUAGE plpgsql AS $$
+DECLARE
+    r record;
+    gid bigint;
+    k record;
+    head bigint;
+    n int := 0;
+BEGIN
+    PERFORM set_config('pgjobd.claim', '', false);
+
+    -- Orphans first: running rows nobody holds (their daemon is gone).
+    FOR r IN SELECT j.id, j.group_id, j.attempts, j.max_attempts FROM pgjobd.jobs j
+             WHERE j.queue = p_queue AND j.status = 'running'
+             ORDER BY j.id FOR UPDATE SKIP LOCKED
+    LOOP
+        gid := NULL;
+        IF r.group_id IS NOT NULL THEN
+            SELECT g.id INTO gid FROM pgjobd.groups g
+             WHERE g.queue = p_queue AND g.group_id = r.group_id FOR UPDATE SKIP LOCKED;
+            CONTINUE WHEN gid IS NULL;
+        END IF;
+        k := pgjobd.bridge_key(r.id, gid);
+        CONTINUE WHEN NOT pg_try_advisory_lock(k.k1, k.k2);
+        IF r.attempts >= coalesce(r.max_attempts, p_max_attempts) THEN
+            -- Its last attempt died with its daemon: that is a failed attempt.
+            UPDATE pgjobd.jobs j SET status = 'failed', finished_at = now(), updated_at = now(),
+                   error = jsonb_build_object('reason', 'lost_lock', 'exit_code', NULL,
+                           'signal', NULL, 'stderr', NULL,
+                           'message', 'the daemon running this job lost its claim')
+             WHERE j.id = r.id;
+            PERFORM pg_advisory_unlock(k.k1, k.k2);
+            CONTINUE;
+        END IF;
+        PERFORM set_config('pgjobd.claim', r.id || ':' || coalesce(gid::text, ''), false);
+        RETURN QUERY
+            UPDATE pgjobd.jobs j SET attempts = j.attempts + 1, worker = p_worker,
+                   started_at = now(), updated_at = now()
+             WHERE j.id = r.id
+            RETURNING j.id, j.group_id, j.attempts, coalesce(j.max_attempts, p_max_attempts),
+                      (extract(epoch FROM j.timeout) * 1000)::bigint, j.data::text,
+                      (pgjobd.job_args(j.data)).keys, (pgjobd.job_args(j.data)).vals;
+        RETURN;
+    END LOOP;
+
+    -- Ready jobs in start order. The cursor takes no locks; each candidate
+    -- is locked (group row first, then job row) only when it is tried.
+    FOR r IN SELECT j.id, j.group_id FROM pgjobd.jobs j
+             WHERE j.queue = p_queue AND j.status = 'queued' AND j.run_at <= now()
+             ORDER BY j.priority, j.run_at, j.id
+    LOOP
+        n := n + 1;
+        EXIT WHEN n > p_scan;
+        gid := NULL;
+        IF r.group_id IS NOT NULL THEN
+            SELECT g.id INTO gid FROM pgjobd.groups g
+             WHERE g.queue = p_queue AND g.group_id = r.group_id FOR UPDATE SKIP LOCKED;
+            CONTINUE WHEN gid IS NULL;
+            -- Strict FIFO: only the group's head may start.
+            SELECT j.id INTO head FROM pgjobd.jobs j
+             WHERE j.queue = p_queue AND j.group_id = r.group_id
+               AND j.status IN ('queued', 'running')
+             ORDER BY j.id LIMIT 1;
+            CONTINUE WHEN head IS DISTINCT FROM r.id;
+        END IF;
+        k := pgjobd.bridge_key(r.id, gid);
+        CONTINUE WHEN NOT pg_try_advisory_lock(k.k1, k.k2);
+        PERFORM 1 FROM pgjobd.jobs j
+         WHERE j.id = r.id AND j.status = 'queued' AND j.run_at <= now()
+         FOR UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            PERFORM pg_advisory_unlock(k.k1, k.k2);
+            CONTINUE;
+        END IF;
+        PERFORM set_config('pgjobd.claim', r.id || ':' || coalesce(gid::text, ''), false);
+        RETURN QUERY
+            UPDATE pgjobd.jobs j SET status = 'running', attempts = j.attempts + 1,
+                   worker = p_worker, started_at = now(), updated_at = now(),
+                   finished_at = NULL
+             WHERE j.id = r.id
+            RETURNING j.id, j.group_id, j.attempts, coalesce(j.max_attempts, p_max_attempts),
+                      (extract(epoch FROM j.timeout) * 1000)::bigint, j.data::text,
+                      (pgjobd.job_args(j.data)).keys, (pgjobd.job_args(j.data)).vals;
+        RETURN;
+    END LOOP;
+END
+$$;
+
+-- Step 2: called in the transaction that will hold the claim while the
+-- command runs. Locks the group row, then the job row (FOR UPDATE, waiting:
+-- only SKIP LOCKED probes of other claimers can hold them, briefly), then
+-- drops the bridge. Returns the job id, or NULL when step 1 claimed nothing.
+CREATE FUNCTION pgjobd.hold() RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    c text := current_setting('pgjobd.claim', true);
+    jid bigint;
+    gid bigint;
+    k record;
+BEGIN
+    IF c IS NULL OR c = '' THEN
+        RETURN NULL;
+    END IF;
+    jid := split_part(c, ':', 1)::bigint;
+    gid := nullif(split_part(c, ':', 2), '')::bigint;
+    IF gid IS NOT NULL THEN
+        PERFORM 1 FROM pgjobd.groups g WHERE g.id = gid FOR UPDATE;
+    END IF;
+    PERFORM 1 FROM pgjobd.jobs j WHERE j.id = jid FOR UPDATE;
+    k := pgjobd.bridge_key(jid, gid);
+    PERFORM pg_advisory_unlock(k.k1, k.k2);
+    PERFORM set_config('pgjobd.claim', '', false);
+    RETURN jid;
+END
+$$;

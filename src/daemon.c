@@ -1,0 +1,587 @@
+/* daemon.c - the service: state, signals, listener, queues of slots, reload.
+ *
+ * States: STARTING (waiting for the listener session and the schema check)
+ * -> RUNNING -> DRAINING (TERM/INT: no new claims, running commands get
+ * shutdown_grace, then are terminated and their jobs re-queued) -> the loop
+ * ends when every slot has stopped.
+ *
+ * Wake-ups: a NOTIFY on channel `pgjobd` (payload: the queue), the queue's
+ * retry timer, and the poll_interval fallback each kick ONE idle slot of the
+ * queue; a slot that starts a job kicks the next idle slot, so a burst of
+ * jobs spreads over the slots without every slot querying on every NOTIFY.
+ *
+ * Ownership: struct daemon owns the config, the listener, every slot (in its
+ * queue's array, or in `retiring` while a removed slot finishes its job) and
+ * the guard. Slots that have stopped are freed from an ev_check watcher, never
+ * inside their own callbacks. */
+#include "daemon.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <ev.h>
+
+#include "db.h"
+#include "guard.h"
+#include "job.h"
+#include "log.h"
+#include "migrate.h"
+#include "notify.h"
+#include "util.h"
+
+enum daemon_state { D_STARTING, D_RUNNING, D_DRAINING };
+static const char *const dstate_names[] = {"starting", "running", "draining"};
+
+struct qstate {
+	struct daemon *d;
+	struct queue_conf *conf; /* a reference */
+	struct job **slots;
+	int nslots;
+	int next_index;
+	ev_timer wake; /* retry wake-up */
+};
+
+struct daemon {
+	struct ev_loop *loop;
+	enum daemon_state state;
+	const char *config_path;
+	struct config *cfg;
+	char *conninfo;      /* fixed at start: a change needs a restart */
+	char *worker_prefix;
+	char *home;
+	struct guard *guard;
+	struct db_conn *listener;
+	struct qstate **queues;
+	size_t nqueues;
+	struct job **retiring; /* drained slots of removed queues or lowered concurrency */
+	size_t nretiring;
+	struct job **dead;     /* stopped, to be freed by on_reap */
+	size_t ndead;
+	struct job_env env;
+	ev_signal sigterm, sigint, sighup;
+	ev_timer poll, grace, watchdog;
+	ev_child guard_child;
+	ev_check reap;
+	bool terminating; /* commands were told to stop */
+	int exit_code;
+};
+
+static void set_state(struct daemon *d, enum daemon_state s)
+{
+	if (d->state != s)
+		log_debug("msg=\"daemon state\" from=%s to=%s", dstate_names[d->state],
+			  dstate_names[s]);
+	d->state = s;
+}
+
+static struct qstate *find_queue(struct daemon *d, const char *name)
+{
+	for (size_t i = 0; i < d->nqueues; i++)
+		if (strcmp(d->queues[i]->conf->name, name) == 0)
+			return d->queues[i];
+	return NULL;
+}
+
+static void kick_queue(struct qstate *q)
+{
+	if (q->d->state != D_RUNNING)
+		return;
+	for (int i = 0; i < q->nslots; i++)
+		if (job_is_claiming(q->slots[i]))
+			return; /* that claim will chain to the next slot */
+	for (int i = 0; i < q->nslots; i++)
+		if (job_is_idle(q->slots[i]) && job_kick(q->slots[i]))
+			return;
+}
+
+static void kick_all(struct daemon *d)
+{
+	for (size_t i = 0; i < d->nqueues; i++)
+		kick_queue(d->queues[i]);
+}
+
+static void on_wake(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	kick_queue(w->data);
+}
+
+static void add_slot(struct qstate *q)
+{
+	q->slots = xrealloc(q->slots, sizeof(*q->slots) * (size_t)(q->nslots + 1));
+	q->slots[q->nslots++] = job_new(&q->d->env, q->conf, q->next_index++);
+}
+
+static struct qstate *qstate_new(struct daemon *d, struct queue_conf *conf)
+{
+	struct qstate *q = xcalloc(1, sizeof(*q));
+	q->d = d;
+	q->conf = queue_conf_ref(conf);
+	ev_init(&q->wake, on_wake);
+	q->wake.data = q;
+	for (int i = 0; i < conf->concurrency; i++)
+		add_slot(q);
+	log_info("msg=\"serving queue\" queue=%s concurrency=%d", conf->name, conf->concurrency);
+	return q;
+}
+
+static void retire(struct daemon *d, struct job *j)
+{
+	d->retiring = xrealloc(d->retiring, sizeof(*d->retiring) * (d->nretiring + 1));
+	d->retiring[d->nretiring++] = j;
+	job_drain(j);
+}
+
+/* Remove the slot at index i of q without freeing it. */
+static struct job *take_slot(struct qstate *q, int i)
+{
+	struct job *j = q->slots[i];
+	memmove(&q->slots[i], &q->slots[i + 1], sizeof(*q->slots) * (size_t)(q->nslots - i - 1));
+	q->nslots--;
+	return j;
+}
+
+static void qstate_free(struct qstate *q)
+{
+	ev_timer_stop(q->d->loop, &q->wake);
+	for (int i = 0; i < q->nslots; i++)
+		job_free(q->slots[i]);
+	free(q->slots);
+	queue_conf_unref(q->conf);
+	free(q);
+}
+
+static size_t slots_left(struct daemon *d)
+{
+	size_t n = d->nretiring;
+	for (size_t i = 0; i < d->nqueues; i++)
+		n += (size_t)d->queues[i]->nslots;
+	return n;
+}
+
+static void finish_if_stopped(struct daemon *d)
+{
+	if (d->state != D_DRAINING || slots_left(d) > 0)
+		return;
+	log_info("msg=\"all jobs stopped; exiting\"");
+	ev_break(d->loop, EVBREAK_ALL);
+}
+
+static void on_job_event(struct job *j, enum job_event ev, int64_t ms, void *arg)
+{
+	struct daemon *d = arg;
+	struct qstate *q = find_queue(d, job_conf(j)->name);
+	switch (ev) {
+	case JOB_EV_IDLE:
+		if (d->state == D_RUNNING)
+			job_kick(j);
+		break;
+	case JOB_EV_EMPTY:
+		break;
+	case JOB_EV_STARTED:
+		if (q)
+			kick_queue(q);
+		break;
+	case JOB_EV_RETRY:
+		if (q) {
+			double at = (double)ms / 1000.0 + 0.005;
+			if (!ev_is_active(&q->wake) || ev_timer_remaining(d->loop, &q->wake) > at) {
+				ev_timer_stop(d->loop, &q->wake);
+				ev_timer_set(&q->wake, at, 0.);
+				ev_timer_start(d->loop, &q->wake);
+			}
+		}
+		break;
+	case JOB_EV_STOPPED: {
+		bool found = false;
+		for (size_t i = 0; i < d->nretiring && !found; i++) {
+			if (d->retiring[i] == j) {
+				d->retiring[i] = d->retiring[--d->nretiring];
+				found = true;
+			}
+		}
+		for (size_t qi = 0; qi < d->nqueues && !found; qi++) {
+			struct qstate *qs = d->queues[qi];
+			for (int i = 0; i < qs->nslots && !found; i++) {
+				if (qs->slots[i] == j) {
+					take_slot(qs, i);
+					found = true;
+				}
+			}
+		}
+		d->dead = xrealloc(d->dead, sizeof(*d->dead) * (d->ndead + 1));
+		d->dead[d->ndead++] = j;
+		break;
+	}
+	}
+}
+
+static void on_reap(struct ev_loop *loop, ev_check *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	struct daemon *d = w->data;
+	if (!d->ndead)
+		return;
+	for (size_t i = 0; i < d->ndead; i++)
+		job_free(d->dead[i]);
+	d->ndead = 0;
+	finish_if_stopped(d);
+}
+
+static void on_poll(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	kick_all(w->data);
+}
+
+static void start_serving(struct daemon *d)
+{
+	for (size_t i = 0; i < d->cfg->nqueues; i++) {
+		d->queues = xrealloc(d->queues, sizeof(*d->queues) * (d->nqueues + 1));
+		d->queues[d->nqueues++] = qstate_new(d, d->cfg->queues[i]);
+	}
+	ev_timer_set(&d->poll, (double)d->cfg->poll_interval_ms / 1000.0,
+		     (double)d->cfg->poll_interval_ms / 1000.0);
+	ev_timer_start(d->loop, &d->poll);
+	set_state(d, D_RUNNING);
+	notify_send("READY=1\nSTATUS=serving");
+	log_info("msg=\"ready\" queues=%zu", d->nqueues);
+}
+
+static void begin_drain(struct daemon *d, bool now);
+
+static void on_version(struct db_conn *c, PGresult *const *res, int n, void *arg)
+{
+	(void)c;
+	struct daemon *d = arg;
+	if (!res)
+		return;
+	int have = db_batch_ok(res, n) && PQntuples(res[0]) == 1 ? atoi(PQgetvalue(res[0], 0, 0)) : -1;
+	if (have != migrate_latest()) {
+		if (have < 0)
+			log_error("msg=\"cannot read the schema version; run pgjobd migrate\" err=\"%s\"",
+				  db_batch_error(res, n));
+		else
+			log_error("msg=\"schema version mismatch; run pgjobd migrate\" have=%d need=%d",
+				  have, migrate_latest());
+		d->exit_code = 1;
+		begin_drain(d, true);
+		return;
+	}
+	if (d->state == D_STARTING)
+		start_serving(d);
+	else
+		kick_all(d); /* notifications may have been missed while away */
+}
+
+static void on_listener_event(struct db_conn *c, enum db_event ev, void *arg)
+{
+	struct daemon *d = arg;
+	if (ev == DB_DOWN) {
+		if (d->state != D_DRAINING)
+			db_reconnect(c);
+		return;
+	}
+	static const struct db_stmt st = {
+		.sql = "SELECT coalesce(max(version), 0) FROM pgjobd.schema_version"};
+	db_send(c, &st, 1, on_version, d);
+}
+
+static void on_notify(struct db_conn *c, const char *channel, const char *payload, void *arg)
+{
+	(void)c;
+	(void)channel;
+	struct daemon *d = arg;
+	struct qstate *q = find_queue(d, payload);
+	if (q)
+		kick_queue(q);
+}
+
+static void on_grace(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	struct daemon *d = w->data;
+	log_info("msg=\"shutdown_grace over; terminating running commands\"");
+	d->terminating = true;
+	for (size_t qi = 0; qi < d->nqueues; qi++)
+		for (int i = 0; i < d->queues[qi]->nslots; i++)
+			job_terminate(d->queues[qi]->slots[i]);
+	for (size_t i = 0; i < d->nretiring; i++)
+		job_terminate(d->retiring[i]);
+}
+
+static void begin_drain(struct daemon *d, bool now)
+{
+	if (d->state == D_DRAINING) {
+		if (now && !d->terminating)
+			on_grace(d->loop, &d->grace, 0);
+		return;
+	}
+	set_state(d, D_DRAINING);
+	notify_send("STOPPING=1");
+	ev_timer_stop(d->loop, &d->poll);
+	for (size_t i = 0; i < d->nqueues; i++)
+		ev_timer_stop(d->loop, &d->queues[i]->wake);
+	size_t busy = 0;
+	for (size_t qi = 0; qi < d->nqueues; qi++)
+		for (int i = 0; i < d->queues[qi]->nslots; i++)
+			busy += job_is_busy(d->queues[qi]->slots[i]);
+	log_info("msg=\"shutting down\" running=%zu shutdown_grace_ms=%" PRId64, busy,
+		 d->cfg->shutdown_grace_ms);
+	/* drain a copy: a slot may stop (and be unlinked) inside job_drain */
+	size_t n = 0;
+	struct job **all = xcalloc(slots_left(d) + 1, sizeof(*all));
+	for (size_t qi = 0; qi < d->nqueues; qi++)
+		for (int i = 0; i < d->queues[qi]->nslots; i++)
+			all[n++] = d->queues[qi]->slots[i];
+	for (size_t i = 0; i < d->nretiring; i++)
+		all[n++] = d->retiring[i];
+	for (size_t i = 0; i < n; i++)
+		job_drain(all[i]);
+	free(all);
+	if (now) {
+		on_grace(d->loop, &d->grace, 0);
+	} else {
+		ev_timer_set(&d->grace, (double)d->cfg->shutdown_grace_ms / 1000.0, 0.);
+		ev_timer_start(d->loop, &d->grace);
+	}
+	if (slots_left(d) == 0 && d->ndead == 0)
+		ev_break(d->loop, EVBREAK_ALL);
+}
+
+static void on_stop_signal(struct ev_loop *loop, ev_signal *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	struct daemon *d = w->data;
+	bool again = d->state == D_DRAINING;
+	log_info("msg=\"signal received\" signal=%s", w->signum == SIGTERM ? "TERM" : "INT");
+	begin_drain(d, again || d->state == D_STARTING);
+}
+
+static void apply_config(struct daemon *d, struct config *nc)
+{
+	if (strcmp(nc->database, d->cfg->database) != 0)
+		log_warn("msg=\"database changed; it takes effect at the next restart\"");
+	log_set_level(nc->log_level);
+	if (nc->poll_interval_ms != d->cfg->poll_interval_ms && d->state == D_RUNNING) {
+		ev_timer_stop(d->loop, &d->poll);
+		ev_timer_set(&d->poll, (double)nc->poll_interval_ms / 1000.0,
+			     (double)nc->poll_interval_ms / 1000.0);
+		ev_timer_start(d->loop, &d->poll);
+	}
+	if (d->state == D_RUNNING) {
+		/* queues that are gone: their slots finish their job and stop */
+		for (size_t i = 0; i < d->nqueues;) {
+			struct qstate *q = d->queues[i];
+			if (config_find_queue(nc, q->conf->name)) {
+				i++;
+				continue;
+			}
+			log_info("msg=\"queue removed\" queue=%s", q->conf->name);
+			while (q->nslots > 0)
+				retire(d, take_slot(q, q->nslots - 1));
+			qstate_free(q);
+			d->queues[i] = d->queues[--d->nqueues];
+		}
+		for (size_t i = 0; i < nc->nqueues; i++) {
+			struct queue_conf *nq = nc->queues[i];
+			struct qstate *q = find_queue(d, nq->name);
+			if (!q) {
+				d->queues = xrealloc(d->queues, sizeof(*d->queues) * (d->nqueues + 1));
+				d->queues[d->nqueues++] = qstate_new(d, nq);
+				continue;
+			}
+			if (!queue_conf_equal(q->conf, nq) ||
+			    q->conf->concurrency != nq->concurrency)
+				log_info("msg=\"queue changed\" queue=%s concurrency=%d",
+					 nq->name, nq->concurrency);
+			queue_conf_unref(q->conf);
+			q->conf = queue_conf_ref(nq);
+			for (int s = 0; s < q->nslots; s++)
+				job_set_conf(q->slots[s], nq);
+			while (q->nslots < nq->concurrency)
+				add_slot(q);
+			while (q->nslots > nq->concurrency) {
+				/* prefer retiring a slot that is not running a job */
+				int pick = q->nslots - 1;
+				for (int s = 0; s < q->nslots; s++)
+					if (!job_is_busy(q->slots[s]))
+						pick = s;
+				retire(d, take_slot(q, pick));
+			}
+		}
+	}
+	config_free(d->cfg);
+	d->cfg = nc;
+	kick_all(d);
+}
+
+static void on_sighup(struct ev_loop *loop, ev_signal *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	struct daemon *d = w->data;
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	char msg[96];
+	snprintf(msg, sizeof(msg), "RELOADING=1\nMONOTONIC_USEC=%llu",
+		 (unsigned long long)ts.tv_sec * 1000000ULL + (unsigned long long)ts.tv_nsec / 1000);
+	notify_send(msg);
+	log_info("msg=\"reloading configuration\" path=%s", d->config_path);
+	struct config *nc = config_load(d->config_path, true, stderr);
+	if (!nc) {
+		log_error("msg=\"configuration not reloaded: the file has errors; keeping the current one\" path=%s",
+			  d->config_path);
+	} else if (d->state != D_DRAINING) {
+		apply_config(d, nc);
+		log_info("msg=\"configuration reloaded\" queues=%zu", d->nqueues);
+	} else {
+		config_free(nc);
+	}
+	notify_send("READY=1");
+}
+
+static void on_guard_exit(struct ev_loop *loop, ev_child *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	struct daemon *d = w->data;
+	ev_child_stop(d->loop, w);
+	log_error("msg=\"guard process died; stopping\" status=%d", w->rstatus);
+	d->exit_code = 1;
+	begin_drain(d, true);
+}
+
+static void on_watchdog(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	(void)w;
+	notify_send("WATCHDOG=1");
+}
+
+static void on_sigpipe(int sig)
+{
+	(void)sig; /* EPIPE is handled where it happens */
+}
+
+static char *default_home(void)
+{
+	const char *h = getenv("HOME");
+	if (h && *h)
+		return xstrdup(h);
+	struct passwd *pw = getpwuid(getuid());
+	return xstrdup(pw && pw->pw_dir ? pw->pw_dir : "/");
+}
+
+int daemon_run(const char *config_path, struct config *cfg)
+{
+	struct daemon *d = xcalloc(1, sizeof(*d));
+	d->config_path = config_path;
+	d->cfg = cfg;
+	d->state = D_STARTING;
+	srandom((unsigned)getpid() ^ (unsigned)util_now_ms());
+
+	/* Not SIG_IGN: an ignored disposition would survive execve into jobs. */
+	struct sigaction sa = {.sa_handler = on_sigpipe};
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGPIPE, &sa, NULL);
+
+	/* The guard first: before any connection or child exists. */
+	d->guard = guard_start();
+	if (!d->guard) {
+		config_free(cfg);
+		free(d);
+		return 1;
+	}
+	d->loop = EV_DEFAULT;
+	d->conninfo = xstrdup(cfg->database);
+	char *wn = config_worker_name(cfg);
+	d->worker_prefix = xasprintf("%s:%d", wn, (int)getpid());
+	free(wn);
+	d->home = default_home();
+	d->env = (struct job_env){
+		.loop = d->loop,
+		.conninfo = d->conninfo,
+		.worker_prefix = d->worker_prefix,
+		.home = d->home,
+		.lang = getenv("LANG"),
+		.guard = d->guard,
+		.on_event = on_job_event,
+		.arg = d,
+	};
+	ev_signal_init(&d->sigterm, on_stop_signal, SIGTERM);
+	ev_signal_init(&d->sigint, on_stop_signal, SIGINT);
+	ev_signal_init(&d->sighup, on_sighup, SIGHUP);
+	d->sigterm.data = d->sigint.data = d->sighup.data = d;
+	ev_signal_start(d->loop, &d->sigterm);
+	ev_signal_start(d->loop, &d->sigint);
+	ev_signal_start(d->loop, &d->sighup);
+	ev_init(&d->poll, on_poll);
+	d->poll.data = d;
+	ev_init(&d->grace, on_grace);
+	d->grace.data = d;
+	ev_check_init(&d->reap, on_reap);
+	d->reap.data = d;
+	ev_check_start(d->loop, &d->reap);
+	ev_child_init(&d->guard_child, on_guard_exit, guard_pid(d->guard), 0);
+	d->guard_child.data = d;
+	ev_child_start(d->loop, &d->guard_child);
+	uint64_t wd = notify_watchdog_usec();
+	if (wd) {
+		double every = (double)wd / 2e6;
+		ev_timer_init(&d->watchdog, on_watchdog, every, every);
+		d->watchdog.data = d;
+		ev_timer_start(d->loop, &d->watchdog);
+	}
+
+	log_info("msg=\"starting\" version=%s worker=%s queues=%zu", PGJOBD_VERSION,
+		 d->worker_prefix, cfg->nqueues);
+	static const char *const setup[] = {"LISTEN pgjobd", NULL};
+	struct db_callbacks cbs = {
+		.on_event = on_listener_event, .on_notify = on_notify, .on_fd = NULL, .arg = d};
+	d->listener = db_conn_new(d->loop, d->conninfo, "pgjobd listener", setup, &cbs);
+
+	ev_run(d->loop, 0);
+
+	int code = d->exit_code;
+	db_conn_free(d->listener);
+	for (size_t i = 0; i < d->nqueues; i++)
+		qstate_free(d->queues[i]);
+	for (size_t i = 0; i < d->nretiring; i++)
+		job_free(d->retiring[i]);
+	for (size_t i = 0; i < d->ndead; i++)
+		job_free(d->dead[i]);
+	free(d->queues);
+	free(d->retiring);
+	free(d->dead);
+	ev_child_stop(d->loop, &d->guard_child);
+	ev_timer_stop(d->loop, &d->poll);
+	ev_timer_stop(d->loop, &d->grace);
+	ev_timer_stop(d->loop, &d->watchdog);
+	ev_check_stop(d->loop, &d->reap);
+	ev_signal_stop(d->loop, &d->sigterm);
+	ev_signal_stop(d->loop, &d->sigint);
+	ev_signal_stop(d->loop, &d->sighup);
+	guard_stop(d->guard);
+	config_free(d->cfg);
+	free(d->conninfo);
+	free(d->worker_prefix);
+	free(d->home);
+	free(d);
+	ev_loop_destroy(EV_DEFAULT);
+	log_info("msg=\"stopped\" exit_code=%d", code);
+	return code;
+}

@@ -1,0 +1,12 @@
+/* daemon.h - the running service: one libev default loop, the listener
+ * session, the job slots of every queue, signals, reload and shutdown. */
+#ifndef PGJOBD_DAEMON_H
+#define PGJOBD_DAEMON_H
+
+#include "config.h"
+
+/* Run until SIGTERM/SIGINT (exit status 0) or a fatal condition (1). Takes
+ * ownership of cfg (loaded and validated by the caller from config_path). */
+int daemon_run(const char *config_path, struct config *cfg);
+
+#endif

@@ -1,0 +1,480 @@
+/* db.c - one asynchronous libpq connection (see db.h).
+ *
+ * State machine (db_step is the one place that moves between states):
+ *   WAIT     backoff timer running, no PGconn
+ *   CONNECT  PQconnectPoll driven by the socket watcher and a connect timer
+ *   SETUP    pipeline mode entered, setup batch in flight
+ *   IDLE     ready for a batch
+ *   BUSY     a batch in flight
+ *   BROKEN   the connection failed; socket kept open until db_reconnect()
+ * The loop never blocks: the socket is non-blocking, output that does not fit
+ * is flushed when the socket turns writable, and results are read only while
+ * PQisBusy() says they are complete. */
+#include "db.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "util.h"
+
+enum db_state { DB_WAIT, DB_CONNECT, DB_SETUP, DB_IDLE, DB_BUSY, DB_BROKEN };
+
+static const char *const state_names[] = {"wait", "connect", "setup", "idle", "busy", "broken"};
+
+#define BACKOFF_MIN_MS 100
+#define BACKOFF_MAX_MS 10000
+#define CONNECT_TIMEOUT_MS 15000
+
+struct db_conn {
+	struct ev_loop *loop;
+	enum db_state state;
+	PGconn *pg;
+	int fd;          /* socket being watched, -1 when none */
+	bool fd_hooked;  /* on_fd(opened) was called for fd */
+	ev_io io;
+	ev_timer timer;  /* backoff in WAIT, timeout in CONNECT */
+	int64_t backoff_ms;
+	char *conninfo;
+	char *appname;
+	char **setup;
+	int nsetup;
+	struct db_callbacks cbs;
+	/* the batch in flight */
+	db_result_fn *cb;
+	void *cb_arg;
+	int nstmts;
+	int nsyncs;       /* Syncs sent with the batch (the last one included) */
+	int syncs_seen;
+	int nulls;        /* consecutive NULLs from PQgetResult */
+	int cur;          /* index of the statement whose results are being read */
+	bool cur_has;     /* a result for `cur` was stored */
+	PGresult *res[DB_MAX_STMTS + 1];
+	char err[256];
+};
+
+static void db_start_connect(struct db_conn *c);
+static void on_io(struct ev_loop *loop, ev_io *w, int revents);
+
+static void set_state(struct db_conn *c, enum db_state s)
+{
+	if (c->state != s)
+		log_debug("msg=\"db state\" app=%s from=%s to=%s", c->appname, state_names[c->state],
+			  state_names[s]);
+	c->state = s;
+}
+
+static void save_error(struct db_conn *c, const char *msg)
+{
+	if (!msg || !*msg)
+		msg = "unknown error";
+	snprintf(c->err, sizeof(c->err), "%s", msg);
+	size_t n = strlen(c->err);
+	while (n && (c->err[n - 1] == '\n' || c->err[n - 1] == ' '))
+		c->err[--n] = '\0';
+}
+
+static void watch(struct db_conn *c, int fd, int events)
+{
+	if (ev_is_active(&c->io) && (c->io.fd != fd || (c->io.events & (EV_READ | EV_WRITE)) != events))
+		ev_io_stop(c->loop, &c->io);
+	if (fd < 0 || events == 0)
+		return;
+	if (!ev_is_active(&c->io)) {
+		ev_io_set(&c->io, fd, events);
+		ev_io_start(c->loop, &c->io);
+	}
+}
+
+static void clear_results(struct db_conn *c)
+{
+	for (int i = 0; i <= DB_MAX_STMTS; i++) {
+		if (c->res[i])
+			PQclear(c->res[i]);
+		c->res[i] = NULL;
+	}
+}
+
+static void close_pg(struct db_conn *c)
+{
+	if (ev_is_active(&c->io))
+		ev_io_stop(c->loop, &c->io);
+	if (c->pg) {
+		if (c->fd_hooked && c->cbs.on_fd)
+			c->cbs.on_fd(c->fd, false, c->cbs.arg);
+		PQfinish(c->pg);
+	}
+	c->pg = NULL;
+	c->fd = -1;
+	c->fd_hooked = false;
+}
+
+static void schedule_connect(struct db_conn *c)
+{
+	close_pg(c);
+	set_state(c, DB_WAIT);
+	/* full jitter between half and all of the current backoff */
+	int64_t ms = c->backoff_ms / 2 + (int64_t)(random() % (c->backoff_ms / 2 + 1));
+	c->backoff_ms = c->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : c->backoff_ms * 2;
+	ev_timer_stop(c->loop, &c->timer);
+	ev_timer_set(&c->timer, (double)ms / 1000.0, 0.);
+	ev_timer_start(c->loop, &c->timer);
+}
+
+/* The batch in flight (or the setup batch) is over: hand results over. */
+static void finish_batch(struct db_conn *c, bool failed)
+{
+	db_result_fn *cb = c->cb;
+	void *arg = c->cb_arg;
+	int n = c->nstmts;
+	c->cb = NULL;
+	c->cb_arg = NULL;
+	c->nstmts = 0;
+	if (cb)
+		cb(c, failed ? NULL : c->res, n, arg);
+	clear_results(c);
+}
+
+/* Connection lost: fail the batch, tell the owner, wait for db_reconnect. */
+static void fail(struct db_conn *c, const char *why)
+{
+	save_error(c, why);
+	enum db_state was = c->state;
+	if (ev_is_active(&c->io))
+		ev_io_stop(c->loop, &c->io);
+	ev_timer_stop(c->loop, &c->timer);
+	if (was == DB_CONNECT || was == DB_WAIT) {
+		log_warn("msg=\"cannot connect to database\" app=%s err=\"%s\"", c->appname, c->err);
+		schedule_connect(c);
+		return;
+	}
+	log_warn("msg=\"database connection lost\" app=%s err=\"%s\"", c->appname, c->err);
+	set_state(c, DB_BROKEN);
+	if (was == DB_BUSY)
+		finish_batch(c, true);
+	else if (was == DB_SETUP) {
+		clear_results(c);
+		c->cb = NULL;
+		/* never came up: nobody to tell; try again */
+		schedule_connect(c);
+		return;
+	}
+	if (c->cbs.on_event)
+		c->cbs.on_event(c, DB_DOWN, c->cbs.arg);
+}
+
+static int send_batch(struct db_conn *c, const struct db_stmt *stmts, int n)
+{
+	c->nsyncs = 1;
+	for (int i = 0; i < n; i++) {
+		if (!PQsendQueryParams(c->pg, stmts[i].sql, stmts[i].nparams, NULL,
+				       stmts[i].params, NULL, NULL, 0))
+			return -1;
+		if (stmts[i].sync && i + 1 < n) {
+			if (!PQpipelineSync(c->pg))
+				return -1;
+			c->nsyncs++;
+		}
+	}
+	if (!PQpipelineSync(c->pg))
+		return -1;
+	c->syncs_seen = 0;
+	c->nulls = 0;
+	c->nstmts = n;
+	c->cur = 0;
+	c->cur_has = false;
+	int f = PQflush(c->pg);
+	if (f < 0)
+		return -1;
+	watch(c, c->fd, EV_READ | (f == 1 ? EV_WRITE : 0));
+	return 0;
+}
+
+static void setup_done(struct db_conn *c, PGresult *const *res, int n, void *arg)
+{
+	(void)arg;
+	if (!res)
+		return; /* fail() already handled it */
+	if (!db_batch_ok(res, n)) {
+		log_error("msg=\"connection setup failed\" app=%s err=\"%s\"", c->appname,
+			  db_batch_error(res, n));
+		/* e.g. the schema is missing: retry later rather than spin */
+		c->state = DB_BROKEN;
+		schedule_connect(c);
+		return;
+	}
+	c->backoff_ms = BACKOFF_MIN_MS;
+	set_state(c, DB_IDLE);
+	log_debug("msg=\"database connected\" app=%s", c->appname);
+	if (c->cbs.on_event)
+		c->cbs.on_event(c, DB_UP, c->cbs.arg);
+}
+
+static void start_setup(struct db_conn *c)
+{
+	if (PQsetnonblocking(c->pg, 1) != 0 || !PQenterPipelineMode(c->pg)) {
+		fail(c, PQerrorMessage(c->pg));
+		return;
+	}
+	if (c->cbs.on_fd) {
+		c->cbs.on_fd(c->fd, true, c->cbs.arg);
+		c->fd_hooked = true;
+	}
+	set_state(c, DB_SETUP);
+	struct db_stmt st[DB_MAX_STMTS];
+	int n = c->nsetup < DB_MAX_STMTS ? c->nsetup : DB_MAX_STMTS;
+	for (int i = 0; i < n; i++) {
+		memset(&st[i], 0, sizeof(st[i]));
+		st[i].sql = c->setup[i];
+	}
+	if (n == 0) {
+		st[0].sql = "SELECT 1";
+		n = 1;
+	}
+	c->cb = setup_done;
+	c->cb_arg = NULL;
+	if (send_batch(c, st, n) < 0)
+		fail(c, PQerrorMessage(c->pg));
+}
+
+static void poll_connect(struct db_conn *c)
+{
+	PostgresPollingStatusType st = PQconnectPoll(c->pg);
+	/* the socket can change during the handshake (several hosts, SSL retry) */
+	c->fd = PQsocket(c->pg);
+	switch (st) {
+	case PGRES_POLLING_READING:
+		watch(c, c->fd, EV_READ);
+		break;
+	case PGRES_POLLING_WRITING:
+		watch(c, c->fd, EV_WRITE);
+		break;
+	case PGRES_POLLING_OK:
+		ev_timer_stop(c->loop, &c->timer);
+		watch(c, -1, 0);
+		start_setup(c);
+		break;
+	case PGRES_POLLING_FAILED:
+	default:
+		fail(c, PQerrorMessage(c->pg));
+		break;
+	}
+}
+
+static void on_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	struct db_conn *c = w->data;
+	if (c->state == DB_WAIT)
+		db_start_connect(c);
+	else if (c->state == DB_CONNECT)
+		fail(c, "connect timed out");
+}
+
+static void db_start_connect(struct db_conn *c)
+{
+	const char *keys[] = {"dbname", "application_name", "fallback_application_name", NULL};
+	const char *vals[] = {c->conninfo, c->appname, "pgjobd", NULL};
+	set_state(c, DB_CONNECT);
+	c->pg = PQconnectStartParams(keys, vals, 1);
+	if (!c->pg || PQstatus(c->pg) == CONNECTION_BAD) {
+		fail(c, c->pg ? PQerrorMessage(c->pg) : "out of memory");
+		return;
+	}
+	ev_timer_stop(c->loop, &c->timer);
+	ev_timer_set(&c->timer, CONNECT_TIMEOUT_MS / 1000.0, 0.);
+	ev_timer_start(c->loop, &c->timer);
+	poll_connect(c);
+}
+
+static void drain_notifies(struct db_conn *c)
+{
+	PGnotify *nt;
+	while ((nt = PQnotifies(c->pg)) != NULL) {
+		if (c->cbs.on_notify)
+			c->cbs.on_notify(c, nt->relname, nt->extra, c->cbs.arg);
+		PQfreemem(nt);
+	}
+}
+
+/* Read whatever complete results are available. */
+static void read_results(struct db_conn *c)
+{
+	while (c->pg && (c->state == DB_BUSY || c->state == DB_SETUP) && !PQisBusy(c->pg)) {
+		PGresult *r = PQgetResult(c->pg);
+		if (!r) {
+			/* NULL ends one statement's results; two in a row: nothing more */
+			if (c->cur_has) {
+				c->cur++;
+				c->cur_has = false;
+			}
+			if (++c->nulls > 1)
+				break;
+			continue;
+		}
+		c->nulls = 0;
+		ExecStatusType st = PQresultStatus(r);
+		if (st == PGRES_PIPELINE_SYNC) {
+			PQclear(r);
+			if (c->cur_has) {
+				c->cur++;
+				c->cur_has = false;
+			}
+			if (++c->syncs_seen < c->nsyncs)
+				continue;
+			if (c->state == DB_SETUP) {
+				finish_batch(c, false);
+			} else {
+				set_state(c, DB_IDLE);
+				finish_batch(c, false);
+			}
+			return;
+		}
+		if (c->cur < c->nstmts && !c->cur_has) {
+			c->res[c->cur] = r;
+			c->cur_has = true;
+		} else {
+			PQclear(r);
+		}
+	}
+}
+
+static void on_io(struct ev_loop *loop, ev_io *w, int revents)
+{
+	(void)loop;
+	struct db_conn *c = w->data;
+	if (c->state == DB_CONNECT) {
+		poll_connect(c);
+		return;
+	}
+	if (!c->pg)
+		return;
+	if (revents & EV_WRITE) {
+		int f = PQflush(c->pg);
+		if (f < 0) {
+			fail(c, PQerrorMessage(c->pg));
+			return;
+		}
+		if (f == 0)
+			watch(c, c->fd, EV_READ);
+	}
+	if (revents & EV_READ) {
+		if (!PQconsumeInput(c->pg)) {
+			fail(c, PQerrorMessage(c->pg));
+			return;
+		}
+		drain_notifies(c);
+		read_results(c);
+		if (c->pg && PQstatus(c->pg) == CONNECTION_BAD && c->state != DB_BROKEN &&
+		    c->state != DB_WAIT)
+			fail(c, PQerrorMessage(c->pg));
+	}
+}
+
+struct db_conn *db_conn_new(struct ev_loop *loop, const char *conninfo, const char *appname,
+			    const char *const *setup, const struct db_callbacks *cbs)
+{
+	struct db_conn *c = xcalloc(1, sizeof(*c));
+	c->loop = loop;
+	c->fd = -1;
+	c->conninfo = xstrdup(conninfo ? conninfo : "");
+	c->appname = xstrdup(appname);
+	for (c->nsetup = 0; setup && setup[c->nsetup]; c->nsetup++)
+		;
+	if (c->nsetup > DB_MAX_STMTS)
+		c->nsetup = DB_MAX_STMTS;
+	c->setup = xcalloc((size_t)c->nsetup + 1, sizeof(char *));
+	for (int i = 0; i < c->nsetup; i++)
+		c->setup[i] = xstrdup(setup[i]);
+	c->cbs = *cbs;
+	c->backoff_ms = BACKOFF_MIN_MS;
+	ev_init(&c->io, on_io);
+	c->io.data = c;
+	ev_init(&c->timer, on_timer);
+	c->timer.data = c;
+	db_start_connect(c);
+	return c;
+}
+
+void db_conn_free(struct db_conn *c)
+{
+	if (!c)
+		return;
+	ev_timer_stop(c->loop, &c->timer);
+	close_pg(c);
+	clear_results(c);
+	for (int i = 0; i < c->nsetup; i++)
+		free(c->setup[i]);
+	free(c->setup);
+	free(c->conninfo);
+	free(c->appname);
+	free(c);
+}
+
+bool db_is_ready(const struct db_conn *c)
+{
+	return c->state == DB_IDLE;
+}
+
+bool db_is_up(const struct db_conn *c)
+{
+	return c->state == DB_IDLE || c->state == DB_BUSY;
+}
+
+int db_send(struct db_conn *c, const struct db_stmt *stmts, int n, db_result_fn *cb, void *arg)
+{
+	if (c->state != DB_IDLE || n < 1 || n > DB_MAX_STMTS)
+		return -1;
+	set_state(c, DB_BUSY);
+	c->cb = cb;
+	c->cb_arg = arg;
+	if (send_batch(c, stmts, n) < 0) {
+		fail(c, PQerrorMessage(c->pg));
+		return 0; /* the callback has been called with NULL */
+	}
+	return 0;
+}
+
+void db_reconnect(struct db_conn *c)
+{
+	if (c->state == DB_WAIT || c->state == DB_CONNECT)
+		return;
+	ev_timer_stop(c->loop, &c->timer);
+	schedule_connect(c);
+}
+
+bool db_batch_ok(PGresult *const *res, int n)
+{
+	if (!res)
+		return false;
+	for (int i = 0; i < n; i++) {
+		if (!res[i])
+			return false;
+		ExecStatusType st = PQresultStatus(res[i]);
+		if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK)
+			return false;
+	}
+	return true;
+}
+
+const char *db_batch_error(PGresult *const *res, int n)
+{
+	if (!res)
+		return "connection lost";
+	for (int i = 0; i < n; i++) {
+		if (!res[i])
+			return "no result";
+		ExecStatusType st = PQresultStatus(res[i]);
+		if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+			const char *m = PQresultErrorField(res[i], PG_DIAG_MESSAGE_PRIMARY);
+			return m ? m : PQresStatus(st);
+		}
+	}
+	return "no error";
+}
+
+const char *db_error(const struct db_conn *c)
+{
+	return c->err;
+}

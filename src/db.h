@@ -1,0 +1,78 @@
+/* db.h - one asynchronous libpq connection driven by the libev loop.
+ *
+ * A connection is always in pipeline mode: a request is a batch of up to
+ * DB_MAX_STMTS statements sent together and closed by one Sync, so a batch
+ * costs one round trip. Statements without an explicit BEGIN run in the
+ * batch's implicit transaction; an explicit BEGIN leaves a transaction open
+ * after the Sync. Each connection has at most one batch in flight: its owner
+ * (a job slot or the listener) is a state machine that never needs more.
+ *
+ * Connection loss: the in-flight batch's callback gets res == NULL, then the
+ * event callback gets DB_DOWN. The connection then stays BROKEN, socket still
+ * open, until the owner calls db_reconnect(): a slot whose command still runs
+ * keeps its socket (and so, through the guard, the PostgreSQL session) until
+ * the command is dead. Reconnects back off exponentially with jitter. */
+#ifndef PGJOBD_DB_H
+#define PGJOBD_DB_H
+
+#include <ev.h>
+#include <libpq-fe.h>
+#include <stdbool.h>
+
+#define DB_MAX_STMTS 4
+#define DB_MAX_PARAMS 8
+
+struct db_conn;
+
+enum db_event { DB_UP, DB_DOWN };
+
+/* res[i] is the result of statement i (owned by db: cleared after the
+ * callback returns), or NULL for the whole batch when the connection failed.
+ * Use db_batch_ok() to check that every statement succeeded. */
+typedef void db_result_fn(struct db_conn *c, PGresult *const *res, int n, void *arg);
+typedef void db_event_fn(struct db_conn *c, enum db_event ev, void *arg);
+typedef void db_notify_fn(struct db_conn *c, const char *channel, const char *payload, void *arg);
+/* Socket lifecycle hooks (the guard): opened once CONNECTION_OK, closing
+ * right before the socket is closed. */
+typedef void db_fd_fn(int fd, bool opened, void *arg);
+
+struct db_stmt {
+	const char *sql;
+	bool sync; /* send a Sync after this statement: ends (commits) its implicit transaction */
+	int nparams;
+	const char *params[DB_MAX_PARAMS]; /* text format; NULL = SQL NULL; copied by libpq on send */
+};
+
+struct db_callbacks {
+	db_event_fn *on_event;
+	db_notify_fn *on_notify; /* may be NULL */
+	db_fd_fn *on_fd;         /* may be NULL */
+	void *arg;
+};
+
+/* Create and start connecting. conninfo is the `database` setting (URI or
+ * key=value), expanded by libpq; application_name is set to `appname`.
+ * setup: NULL-terminated statements run (one batch) after every connect,
+ * before DB_UP (e.g. LISTEN). All strings are copied. Owned by the caller. */
+struct db_conn *db_conn_new(struct ev_loop *loop, const char *conninfo, const char *appname,
+			    const char *const *setup, const struct db_callbacks *cbs);
+/* Close (hook on_fd first) and free; pending callbacks are not called. */
+void db_conn_free(struct db_conn *c);
+
+bool db_is_ready(const struct db_conn *c); /* connected, setup done, nothing in flight */
+bool db_is_up(const struct db_conn *c);    /* connected and setup done */
+
+/* Send a batch. Returns -1 (and sends nothing) unless db_is_ready(). */
+int db_send(struct db_conn *c, const struct db_stmt *stmts, int n, db_result_fn *cb, void *arg);
+
+/* Drop a BROKEN (or live) connection and connect again after the backoff. */
+void db_reconnect(struct db_conn *c);
+
+/* True when every result is non-NULL and OK (COMMAND_OK or TUPLES_OK). */
+bool db_batch_ok(PGresult *const *res, int n);
+/* First error message of a batch (static text when res is NULL). */
+const char *db_batch_error(PGresult *const *res, int n);
+/* Last connection-level error (for logs). */
+const char *db_error(const struct db_conn *c);
+
+#endif

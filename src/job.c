@@ -1,0 +1,481 @@
+/* job.c - a job slot's state machine (see job.h).
+ *
+ *   CONNECTING --DB_UP--> IDLE --kick--> CLAIMING --job--> RUNNING
+ *        ^                 ^  \             |  nothing        | command ends
+ *        |                 |   \            v                 v
+ *        |                 +--- ENDING_TX <-+            FINISHING --ok--> IDLE
+ *        |                                                    |
+ *        +---- (reconnect) <-- LOST <-- DB_DOWN while RUNNING -+-- failure
+ *   any --drain, when not busy--> STOPPED
+ *
+ * job_step() is the single place where the state changes; every transition
+ * is logged at debug level. A command whose session is lost (LOST) is killed
+ * at once with SIGKILL: its lock is gone, so another daemon may take the job
+ * over, and guarantee 1 (never two commands of one group) must hold. The
+ * socket of a lost session is kept open until the command is dead, so that
+ * when the loss was only seen by us, PostgreSQL keeps the lock until then.
+ *
+ * A running job holds a reference on the queue_conf it started with, so a
+ * reload never changes a running job's timeout or output limits. */
+#include "job.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "claim.h"
+#include "db.h"
+#include "exec.h"
+#include "guard.h"
+#include "log.h"
+#include "result.h"
+#include "util.h"
+
+enum job_state {
+	J_CONNECTING,
+	J_IDLE,
+	J_CLAIMING,
+	J_ENDING_TX,
+	J_RUNNING,
+	J_FINISHING,
+	J_LOST,
+	J_STOPPED,
+};
+
+static const char *const state_names[] = {"connecting", "idle",      "claiming", "ending_tx",
+					  "running",    "finishing", "lost",     "stopped"};
+
+struct job {
+	const struct job_env *env;
+	struct queue_conf *q;   /* configuration for the next claim (a reference) */
+	struct queue_conf *run_q; /* configuration of the running job (a reference) */
+	int index;
+	enum job_state state;
+	bool draining;
+	struct db_conn *db;
+	char worker[256];
+	struct claim_job cj;
+	struct exec_proc *proc;
+	pid_t pgid;
+	ev_timer timeout;
+	const char *kill_reason; /* why we are terminating the command, NULL if not */
+	int64_t started_ms;
+	struct claim_params cparams;
+	struct finish_params fparams;
+	char *result;            /* JSON of the outcome being written */
+	char *error;
+};
+
+#define log_job(level, j, fmt, ...)                                                              \
+	log_msg(level, fmt " job=%lld queue=%s attempt=%d", ##__VA_ARGS__, (j)->cj.id,            \
+		(j)->q->name, (j)->cj.attempts)
+
+static void job_step(struct job *j, enum job_state to)
+{
+	if (j->state != to)
+		log_debug("msg=\"slot state\" queue=%s slot=%d from=%s to=%s", j->q->name, j->index,
+			  state_names[j->state], state_names[to]);
+	j->state = to;
+}
+
+static void emit(struct job *j, enum job_event ev, int64_t ms)
+{
+	j->env->on_event(j, ev, ms, j->env->arg);
+}
+
+static void clear_run(struct job *j)
+{
+	ev_timer_stop(j->env->loop, &j->timeout);
+	claim_job_free(&j->cj);
+	free(j->result);
+	free(j->error);
+	j->result = NULL;
+	j->error = NULL;
+	j->kill_reason = NULL;
+	if (j->run_q) {
+		queue_conf_unref(j->run_q);
+		j->run_q = NULL;
+	}
+}
+
+/* Nothing running and told to drain: close the session and report. */
+static bool maybe_stop(struct job *j)
+{
+	if (!j->draining || j->state == J_RUNNING || j->state == J_FINISHING ||
+	    j->state == J_LOST || j->state == J_CLAIMING || j->state == J_ENDING_TX ||
+	    j->state == J_STOPPED)
+		return false;
+	db_conn_free(j->db);
+	j->db = NULL;
+	job_step(j, J_STOPPED);
+	emit(j, JOB_EV_STOPPED, 0);
+	return true;
+}
+
+static void on_finished(struct db_conn *c, PGresult *const *res, int n, void *arg)
+{
+	(void)c;
+	struct job *j = arg;
+	if (!res)
+		return; /* the connection is gone; on_db_event reconnects */
+	if (!db_batch_ok(res, n)) {
+		/* The row stays `running` with its lock gone once the session
+		 * ends: it is run again (at-least-once). */
+		log_job(LOG_ERROR, j, "msg=\"cannot record outcome\" err=\"%s\"",
+			db_batch_error(res, n));
+		clear_run(j);
+		job_step(j, J_CONNECTING);
+		db_reconnect(j->db);
+		return;
+	}
+	clear_run(j);
+	job_step(j, J_IDLE);
+	if (!maybe_stop(j))
+		emit(j, JOB_EV_IDLE, 0);
+}
+
+/* Delay before retry number `attempt` + 1: backoff doubling per attempt,
+ * capped at backoff_max, with "equal jitter" (half fixed, half random) so
+ * that jobs failing together do not retry together. */
+static int64_t retry_delay(const struct queue_conf *q, int attempt)
+{
+	int64_t d = q->backoff_ms;
+	for (int i = 1; i < attempt && d < q->backoff_max_ms; i++)
+		d *= 2;
+	if (d > q->backoff_max_ms)
+		d = q->backoff_max_ms;
+	if (d <= 1)
+		return d;
+	return d / 2 + (int64_t)(random() % (d / 2 + 1));
+}
+
+static void write_outcome(struct job *j, const struct exec_outcome *o)
+{
+	struct claim_outcome out = {0};
+	const struct queue_conf *q = j->run_q;
+	const char *reason = j->kill_reason;
+	char msg[256] = "";
+	if (!reason) {
+		if (o->status == EXEC_SPAWN_FAILED) {
+			reason = "spawn";
+			snprintf(msg, sizeof(msg), "%s: %s", o->spawn_what, strerror(o->spawn_errno));
+		} else if (o->status == EXEC_SIGNALED) {
+			reason = "signal";
+		} else if (o->exit_code != 0) {
+			reason = "exit";
+		}
+	}
+	if (!reason) {
+		size_t len;
+		const char *data = capture_data(o->out, &len);
+		j->result = result_from_stdout(data, len, capture_truncated(o->out));
+		out.status = "succeeded";
+		out.result = j->result;
+	} else {
+		size_t len = 0;
+		const char *err = o->err ? capture_data(o->err, &len) : "";
+		j->error = result_error_json(reason, o->status == EXEC_EXITED ? o->exit_code : -1,
+					     o->status == EXEC_SIGNALED ? o->signal : 0,
+					     msg[0] ? msg : NULL, err, len,
+					     o->err ? capture_truncated(o->err) : false);
+		out.error = j->error;
+		if (strcmp(reason, "shutdown") == 0) {
+			out.status = "queued";
+			out.give_back = true;
+		} else if (j->cj.attempts < j->cj.max_attempts) {
+			out.status = "queued";
+			out.retry_in_ms = retry_delay(q, j->cj.attempts);
+		} else {
+			out.status = "failed";
+		}
+	}
+	int64_t ms = util_now_ms() - j->started_ms;
+	log_job(LOG_INFO, j, "msg=\"job finished\" status=%s reason=%s exit_code=%d signal=%d ms=%" PRId64,
+		out.status, reason ? reason : "none",
+		o->status == EXEC_EXITED ? o->exit_code : -1,
+		o->status == EXEC_SIGNALED ? o->signal : 0, ms);
+	if (strcmp(out.status, "queued") == 0 && !out.give_back)
+		emit(j, JOB_EV_RETRY, out.retry_in_ms);
+	struct db_stmt st[2];
+	int n = claim_build_finish(st, &j->fparams, j->cj.id, &out);
+	job_step(j, J_FINISHING);
+	if (db_send(j->db, st, n, on_finished, j) < 0) {
+		log_job(LOG_ERROR, j, "msg=\"cannot send outcome\"");
+		clear_run(j);
+		job_step(j, J_CONNECTING);
+		db_reconnect(j->db);
+	}
+}
+
+static void on_exec_done(struct exec_proc *p, const struct exec_outcome *o, void *arg)
+{
+	struct job *j = arg;
+	if (j->pgid > 0 && j->env->guard)
+		guard_del_pgroup(j->env->guard, j->pgid);
+	j->pgid = 0;
+	ev_timer_stop(j->env->loop, &j->timeout);
+	if (j->state == J_LOST) {
+		log_job(LOG_WARN, j, "msg=\"command ended after its claim was lost\" reason=lost_lock");
+		exec_free(p);
+		j->proc = NULL;
+		clear_run(j);
+		job_step(j, J_CONNECTING);
+		db_reconnect(j->db);
+		return;
+	}
+	write_outcome(j, o);
+	exec_free(p);
+	j->proc = NULL;
+}
+
+static void on_timeout(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	struct job *j = w->data;
+	if (j->state != J_RUNNING || !j->proc)
+		return;
+	log_job(LOG_WARN, j, "msg=\"job timed out; terminating\"");
+	j->kill_reason = "timeout";
+	exec_kill(j->proc, j->run_q->kill_grace_ms);
+}
+
+static void start_command(struct job *j)
+{
+	const struct queue_conf *q = j->run_q;
+	struct exec_env_in in = {
+		.home = q->has_user ? q->user_home : j->env->home,
+		.lang = j->env->lang,
+		.queue_env = q->env,
+		.job_id = j->cj.id,
+		.queue = q->name,
+		.group_id = j->cj.group_id,
+		.attempt = j->cj.attempts,
+		.max_attempts = j->cj.max_attempts,
+		.arg_keys = (const char *const *)j->cj.arg_keys,
+		.arg_vals = (const char *const *)j->cj.arg_vals,
+		.nargs = j->cj.nargs,
+	};
+	char **envp = exec_env_build(&in);
+	struct exec_spec spec = {
+		.command = q->command,
+		.working_dir = q->working_dir,
+		.envp = envp,
+		.stdin_data = j->cj.data,
+		.stdin_len = strlen(j->cj.data),
+		.set_user = q->has_user,
+		.uid = q->uid,
+		.gid = q->gid,
+		.max_output = (size_t)q->max_output,
+	};
+	j->started_ms = util_now_ms();
+	j->proc = exec_start(j->env->loop, &spec, on_exec_done, j);
+	exec_env_free(envp);
+	if (!j->proc) {
+		/* EMFILE and the like: the environment, not the job. Give the
+		 * attempt back and let the job be claimed again later. */
+		log_job(LOG_ERROR, j, "msg=\"cannot start command\" err=\"%s\"", strerror(errno));
+		struct exec_outcome o = {.status = EXEC_SPAWN_FAILED, .spawn_errno = errno,
+					 .spawn_what = "pipe"};
+		j->kill_reason = "shutdown";
+		write_outcome(j, &o);
+		return;
+	}
+	j->pgid = exec_pgid(j->proc);
+	if (j->pgid > 0 && j->env->guard)
+		guard_add_pgroup(j->env->guard, j->pgid);
+	int64_t tmo = j->cj.timeout_ms >= 0 ? j->cj.timeout_ms : q->timeout_ms;
+	if (tmo > 0) {
+		ev_timer_set(&j->timeout, (double)tmo / 1000.0, 0.);
+		ev_timer_start(j->env->loop, &j->timeout);
+	}
+	log_job(LOG_INFO, j, "msg=\"job started\" group=%s pgid=%d",
+		j->cj.group_id ? j->cj.group_id : "", (int)j->pgid);
+}
+
+static void on_tx_ended(struct db_conn *c, PGresult *const *res, int n, void *arg)
+{
+	(void)c;
+	struct job *j = arg;
+	if (!res)
+		return;
+	if (!db_batch_ok(res, n)) {
+		log_warn("msg=\"cannot end claim transaction\" queue=%s err=\"%s\"", j->q->name,
+			 db_batch_error(res, n));
+		job_step(j, J_CONNECTING);
+		db_reconnect(j->db);
+		return;
+	}
+	job_step(j, J_IDLE);
+	if (!maybe_stop(j))
+		emit(j, JOB_EV_EMPTY, 0);
+}
+
+static void on_claimed(struct db_conn *c, PGresult *const *res, int n, void *arg)
+{
+	(void)c;
+	struct job *j = arg;
+	if (!res)
+		return;
+	int r = claim_decode(res, n, &j->cj);
+	if (r < 0) {
+		/* a bridge lock may be held: only ending the session frees it */
+		job_step(j, J_CONNECTING);
+		db_reconnect(j->db);
+		return;
+	}
+	if (r == 0) {
+		struct db_stmt st = {.sql = claim_sql_commit};
+		job_step(j, J_ENDING_TX);
+		if (db_send(j->db, &st, 1, on_tx_ended, j) < 0) {
+			job_step(j, J_CONNECTING);
+			db_reconnect(j->db);
+		}
+		return;
+	}
+	j->run_q = queue_conf_ref(j->q);
+	job_step(j, J_RUNNING);
+	emit(j, JOB_EV_STARTED, 0);
+	start_command(j);
+}
+
+bool job_kick(struct job *j)
+{
+	if (j->state != J_IDLE || j->draining || !db_is_ready(j->db))
+		return false;
+	struct db_stmt st[3];
+	int n = claim_build(st, &j->cparams, j->q->name, j->worker, j->q->max_attempts);
+	job_step(j, J_CLAIMING);
+	if (db_send(j->db, st, n, on_claimed, j) < 0) {
+		job_step(j, J_CONNECTING);
+		db_reconnect(j->db);
+		return false;
+	}
+	return true;
+}
+
+static void on_db_event(struct db_conn *c, enum db_event ev, void *arg)
+{
+	(void)c;
+	struct job *j = arg;
+	if (ev == DB_UP) {
+		if (j->state == J_CONNECTING) {
+			job_step(j, J_IDLE);
+			if (!maybe_stop(j))
+				emit(j, JOB_EV_IDLE, 0);
+		}
+		return;
+	}
+	/* DB_DOWN */
+	if (j->state == J_RUNNING && j->proc) {
+		log_job(LOG_ERROR, j, "msg=\"lost the database session holding the job; killing its command\"");
+		job_step(j, J_LOST);
+		exec_kill(j->proc, 0);
+		return; /* reconnect once the command is dead (on_exec_done) */
+	}
+	if (j->state == J_FINISHING)
+		log_job(LOG_WARN, j, "msg=\"connection lost while recording the outcome; the job will run again\"");
+	if (j->state == J_RUNNING || j->state == J_FINISHING)
+		clear_run(j);
+	job_step(j, J_CONNECTING);
+	if (j->draining) {
+		maybe_stop(j);
+		return;
+	}
+	db_reconnect(j->db);
+}
+
+static void on_guard_fd(int fd, bool opened, void *arg)
+{
+	struct job *j = arg;
+	if (!j->env->guard)
+		return;
+	if (opened)
+		guard_add_fd(j->env->guard, fd);
+	else
+		guard_del_fd(j->env->guard, fd);
+}
+
+struct job *job_new(const struct job_env *env, struct queue_conf *q, int index)
+{
+	struct job *j = xcalloc(1, sizeof(*j));
+	j->env = env;
+	j->q = queue_conf_ref(q);
+	j->index = index;
+	snprintf(j->worker, sizeof(j->worker), "%s:%s.%d", env->worker_prefix, q->name, index);
+	ev_init(&j->timeout, on_timeout);
+	j->timeout.data = j;
+	char app[64];
+	snprintf(app, sizeof(app), "pgjobd %s.%d", q->name, index);
+	static const char *const setup[] = {
+		/* the claim transaction is idle while the command runs */
+		"SET idle_in_transaction_session_timeout = 0",
+		NULL,
+	};
+	struct db_callbacks cbs = {
+		.on_event = on_db_event, .on_notify = NULL, .on_fd = on_guard_fd, .arg = j};
+	job_step(j, J_CONNECTING);
+	j->db = db_conn_new(env->loop, env->conninfo, app, setup, &cbs);
+	return j;
+}
+
+void job_free(struct job *j)
+{
+	if (!j)
+		return;
+	if (j->proc) {
+		exec_free(j->proc);
+		if (j->pgid > 0 && j->env->guard)
+			guard_del_pgroup(j->env->guard, j->pgid);
+	}
+	clear_run(j);
+	db_conn_free(j->db);
+	queue_conf_unref(j->q);
+	free(j);
+}
+
+bool job_is_idle(const struct job *j)
+{
+	return j->state == J_IDLE;
+}
+
+bool job_is_claiming(const struct job *j)
+{
+	return j->state == J_CLAIMING || j->state == J_ENDING_TX;
+}
+
+bool job_is_busy(const struct job *j)
+{
+	return j->state == J_RUNNING || j->state == J_FINISHING || j->state == J_LOST;
+}
+
+void job_drain(struct job *j)
+{
+	j->draining = true;
+	maybe_stop(j);
+}
+
+void job_terminate(struct job *j)
+{
+	if (j->state != J_RUNNING || !j->proc)
+		return;
+	if (!j->kill_reason)
+		j->kill_reason = "shutdown";
+	log_job(LOG_INFO, j, "msg=\"terminating command for shutdown\"");
+	exec_kill(j->proc, j->run_q->kill_grace_ms);
+}
+
+void job_set_conf(struct job *j, struct queue_conf *q)
+{
+	struct queue_conf *old = j->q;
+	j->q = queue_conf_ref(q);
+	queue_conf_unref(old);
+}
+
+const struct queue_conf *job_conf(const struct job *j)
+{
+	return j->q;
+}

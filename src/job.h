@@ -1,0 +1,65 @@
+/* job.h - a job slot: one PostgreSQL session that claims a job of its queue,
+ * runs its command, writes the outcome, and starts over. A daemon has
+ * `concurrency` slots per queue. The slot's state machine lives in job.c; the
+ * daemon drives it with job_kick/job_drain/job_terminate and learns what
+ * happened through one event callback. */
+#ifndef PGJOBD_JOB_H
+#define PGJOBD_JOB_H
+
+#include <ev.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "config.h"
+
+struct job;
+struct guard;
+
+enum job_event {
+	JOB_EV_IDLE,     /* connected and idle (after connect or a finished job) */
+	JOB_EV_EMPTY,    /* a claim found nothing to run */
+	JOB_EV_STARTED,  /* a claim started a job: there may be more to claim */
+	JOB_EV_RETRY,    /* a job of the queue was re-queued; arg_ms: its delay */
+	JOB_EV_STOPPED,  /* drained: no job, connection closed; may be freed */
+};
+typedef void job_event_fn(struct job *j, enum job_event ev, int64_t arg_ms, void *arg);
+
+/* What every slot of a daemon shares; owned by the daemon, outlives slots. */
+struct job_env {
+	struct ev_loop *loop;
+	const char *conninfo;
+	const char *worker_prefix; /* "host:pid" */
+	const char *home;          /* HOME for commands of queues without `user` */
+	const char *lang;          /* the daemon's LANG, NULL if unset */
+	struct guard *guard;
+	job_event_fn *on_event;
+	void *arg;
+};
+
+/* New slot number `index` of queue q (takes a reference on q); starts
+ * connecting at once. Owned by the daemon: job_free. */
+struct job *job_new(const struct job_env *env, struct queue_conf *q, int index);
+/* Stops watchers, kills a running command (SIGKILL), closes the session. */
+void job_free(struct job *j);
+
+/* Try to claim now if idle and not draining. Returns true if a claim was sent. */
+bool job_kick(struct job *j);
+/* True when idle (connected, no claim in flight, nothing running). */
+bool job_is_idle(const struct job *j);
+/* True while a claim is in flight. */
+bool job_is_claiming(const struct job *j);
+/* True while a command runs or its outcome is being written. */
+bool job_is_busy(const struct job *j);
+
+/* Stop claiming; let a running job finish; then close the session and emit
+ * JOB_EV_STOPPED. */
+void job_drain(struct job *j);
+/* Terminate the running command (SIGTERM, SIGKILL after kill_grace); its job
+ * returns to `queued` without counting the attempt (shutdown). */
+void job_terminate(struct job *j);
+
+/* Use this queue configuration for the next jobs (reload). */
+void job_set_conf(struct job *j, struct queue_conf *q);
+const struct queue_conf *job_conf(const struct job *j);
+
+#endif

@@ -1,0 +1,111 @@
+/* migrate.c - applies the embedded sql/NNN_*.sql migrations.
+ *
+ * pgjobd.schema_version records each applied version. The whole upgrade is
+ * one transaction: a failed migration leaves the schema as it was. Two
+ * `pgjobd migrate` run at once are serialised by a transaction-level advisory
+ * lock, so the second one finds the work done. */
+#include "migrate.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+int migrate_latest(void)
+{
+	return migrations_count ? migrations[migrations_count - 1].version : 0;
+}
+
+static int exec_ok(PGconn *pg, const char *sql)
+{
+	PGresult *r = PQexec(pg, sql);
+	ExecStatusType st = PQresultStatus(r);
+	int ok = st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK;
+	if (!ok)
+		fprintf(stderr, "pgjobd: migrate: %s", PQerrorMessage(pg));
+	PQclear(r);
+	return ok ? 0 : -1;
+}
+
+int migrate_current(PGconn *pg)
+{
+	PGresult *r = PQexec(pg, "SELECT to_regclass('pgjobd.schema_version') IS NOT NULL");
+	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+		fprintf(stderr, "pgjobd: %s", PQerrorMessage(pg));
+		PQclear(r);
+		return -1;
+	}
+	int exists = PQgetvalue(r, 0, 0)[0] == 't';
+	PQclear(r);
+	if (!exists)
+		return 0;
+	r = PQexec(pg, "SELECT coalesce(max(version), 0) FROM pgjobd.schema_version");
+	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+		fprintf(stderr, "pgjobd: %s", PQerrorMessage(pg));
+		PQclear(r);
+		return -1;
+	}
+	int v = atoi(PQgetvalue(r, 0, 0));
+	PQclear(r);
+	return v;
+}
+
+int migrate_apply(PGconn *pg)
+{
+	if (exec_ok(pg, "BEGIN") < 0)
+		return -1;
+	/* quiet "already exists" notices of IF NOT EXISTS */
+	if (exec_ok(pg, "SET LOCAL client_min_messages = warning") < 0 ||
+	    exec_ok(pg, "SELECT pg_advisory_xact_lock(1886020101, 0)") < 0 ||
+	    exec_ok(pg, "CREATE SCHEMA IF NOT EXISTS pgjobd") < 0 ||
+	    exec_ok(pg, "CREATE TABLE IF NOT EXISTS pgjobd.schema_version ("
+			"version integer PRIMARY KEY, name text NOT NULL, "
+			"applied_at timestamptz NOT NULL DEFAULT now())") < 0)
+		goto fail;
+	int cur = migrate_current(pg);
+	if (cur < 0)
+		goto fail;
+	if (cur > migrate_latest()) {
+		fprintf(stderr,
+			"pgjobd: migrate: the database has schema version %d, newer than this "
+			"pgjobd (%d); upgrade pgjobd\n",
+			cur, migrate_latest());
+		goto fail;
+	}
+	int applied = 0;
+	for (int i = 0; i < migrations_count; i++) {
+		const struct migration *m = &migrations[i];
+		if (m->version <= cur)
+			continue;
+		if (exec_ok(pg, m->sql) < 0) {
+			fprintf(stderr, "pgjobd: migrate: migration %s failed; nothing was changed\n",
+				m->name);
+			goto fail;
+		}
+		const char *vals[2];
+		char vbuf[16];
+		snprintf(vbuf, sizeof(vbuf), "%d", m->version);
+		vals[0] = vbuf;
+		vals[1] = m->name;
+		PGresult *r = PQexecParams(pg,
+					   "INSERT INTO pgjobd.schema_version (version, name) "
+					   "VALUES ($1::int, $2)",
+					   2, NULL, vals, NULL, NULL, 0);
+		if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+			fprintf(stderr, "pgjobd: migrate: %s", PQerrorMessage(pg));
+			PQclear(r);
+			goto fail;
+		}
+		PQclear(r);
+		printf("applied %s\n", m->name);
+		applied++;
+	}
+	if (exec_ok(pg, "COMMIT") < 0)
+		return -1;
+	if (!applied)
+		printf("schema pgjobd is up to date (version %d)\n", migrate_latest());
+	else
+		printf("schema pgjobd is at version %d\n", migrate_latest());
+	return 0;
+fail:
+	PQclear(PQexec(pg, "ROLLBACK"));
+	return -1;
+}

@@ -1,0 +1,29 @@
+/* migrate.h - the SQL migrations compiled into the binary (build/sql_embed.c,
+ * generated from sql/NNN_*.sql) and the blocking code that applies them.
+ * Used by the CLI subcommands only, never by the running daemon's loop. */
+#ifndef PGJOBD_MIGRATE_H
+#define PGJOBD_MIGRATE_H
+
+#include <libpq-fe.h>
+
+struct migration {
+	int version;
+	const char *name;
+	const char *sql;
+};
+extern const struct migration migrations[];
+extern const int migrations_count;
+
+/* The schema version this binary needs (the newest migration). */
+int migrate_latest(void);
+
+/* Create or upgrade schema pgjobd in one transaction, serialised against
+ * concurrent runs by an advisory lock; idempotent. Prints what it did to
+ * stdout. Returns 0, or -1 after printing PostgreSQL's error to stderr. */
+int migrate_apply(PGconn *pg);
+
+/* The installed schema version: 0 when pgjobd is not installed, -1 on error
+ * (printed). */
+int migrate_current(PGconn *pg);
+
+#endif

@@ -1,0 +1,14 @@
+/* notify.h - the systemd notify protocol over $NOTIFY_SOCKET (sd_notify(3)
+ * without libsystemd). All calls are no-ops when NOTIFY_SOCKET is unset. */
+#ifndef PGJOBD_NOTIFY_H
+#define PGJOBD_NOTIFY_H
+
+#include <stdint.h>
+
+/* Send one datagram of newline-separated assignments, e.g. "READY=1".
+ * Returns 0, or -1 (logged at debug) when it could not be sent. */
+int notify_send(const char *state);
+/* WATCHDOG_USEC for this process in microseconds, 0 when not set. */
+uint64_t notify_watchdog_usec(void);
+
+#endif
