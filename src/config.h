@@ -71,4 +71,10 @@ char *config_worker_name(const struct config *c);
 /* True when the two queue settings would run jobs identically. */
 bool queue_conf_equal(const struct queue_conf *a, const struct queue_conf *b);
 
+/* For a reload: the name of the first key that differs between old and cur
+ * but cannot change without a restart (database, worker_name; the table in
+ * config.c marks them), or NULL when cur can simply be swapped in. The
+ * result is a static string. */
+const char *config_restart_key(const struct config *old, const struct config *cur);
+
 #endif

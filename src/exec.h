@@ -87,12 +87,15 @@ struct exec_env_in {
 /* Builds PATH=/usr/local/bin:/usr/bin:/bin, HOME, LANG (if set), then the
  * queue env (which may override those three), then PGJOBD_JOB_ID, _QUEUE,
  * _GROUP_ID, _ATTEMPT, _MAX_ATTEMPTS, then PGJOBD_ARG_<key> for each arg whose
- * key matches [A-Za-z_][A-Za-z0-9_]* and whose value is at most 128 KiB and
- * holds no NUL (others are skipped with a log_warn naming the key, never the
- * value). Returns a malloc'd NULL-terminated array; free with exec_env_free. */
+ * key matches [A-Za-z_][A-Za-z0-9_]* and whose whole "PGJOBD_ARG_key=value"
+ * entry (with its NUL) fits in EXEC_ARG_MAX, the kernel's per-string limit,
+ * while all such entries stay within EXEC_ARGS_TOTAL_MAX (others are skipped
+ * with a log_warn naming the key, never the value). Returns a malloc'd
+ * NULL-terminated array; free with exec_env_free. */
 char **exec_env_build(const struct exec_env_in *in);
 void exec_env_free(char **envp);
 
-#define EXEC_ARG_MAX (128 * 1024)
+#define EXEC_ARG_MAX (128 * 1024)        /* MAX_ARG_STRLEN */
+#define EXEC_ARGS_TOTAL_MAX (1024 * 1024) /* well under ARG_MAX (usually 2 MiB) */
 
 #endif

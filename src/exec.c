@@ -1,0 +1,757 @@
+/* exec.c - running one job's command (SPEC §3, STYLE §7).
+ *
+ * Owns: one struct exec_proc per started command, with its child process
+ * (/bin/sh -c COMMAND, leader of its own process group), the parent ends of
+ * its three pipes, two bounded captures (stdout head, stderr tail) and the
+ * libev watchers that drive them: ev_io for stdin/stdout/stderr, ev_child for
+ * the shell, a drain timer, a kill-escalation timer and a zero-delay timer
+ * that reports a spawn failure from the loop.
+ *
+ * Life of a command:
+ *   exec_start -> posix_spawn (or fork+exec when switching user) -> ev_child
+ *   started before we return to the loop, so libev cannot reap the shell
+ *   before a watcher exists for it.
+ *   The shell is reaped -> the whole group gets SIGKILL right away (the job
+ *   is over when its shell is; no process of it may outlive it), and a drain
+ *   timer starts. Both pipes at EOF, or the drain timer fires (a process that
+ *   left the group may hold a pipe) -> finish: every watcher is stopped,
+ *   every fd closed, then the callback runs exactly once.
+ *
+ * Invariants:
+ *   - p->done is set right before the callback; after the callback returns
+ *     nothing of p is touched, because the callback may exec_free(p).
+ *   - Only libev reaps (no waitpid here): its SIGCHLD handler reaps every
+ *     child with waitpid(-1), so a waitpid of ours would race it.
+ *   - Every fd is O_CLOEXEC in the daemon; the child gets fds 0-2 and nothing
+ *     else (closefrom(3)), an empty signal mask and default dispositions.
+ *   - Output memory is bounded by the captures; pipes are read to EOF even
+ *     when the captures are full so the command never blocks on a full pipe.
+ *
+ * exec knows nothing of jobs or SQL: it reports upward through exec_done_fn.
+ * exec_env_build (bottom of the file) is pure and builds the environment. */
+#include "exec.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "util.h"
+
+/* How long to wait for the pipes to reach EOF once the shell is reaped. */
+#define EXEC_DRAIN_S 0.2
+/* Bytes read per read(2); several reads per wakeup, bounded for fairness. */
+#define EXEC_READ_CHUNK 65536
+#define EXEC_READS_PER_WAKEUP 16
+
+struct exec_proc {
+	struct ev_loop *loop;
+	exec_done_fn *cb;
+	void *arg;
+
+	pid_t pid;   /* shell pid == pgid; 0 when no process was created */
+	bool reaped; /* ev_child reported the shell's exit */
+	int wstatus;
+	bool done; /* callback invoked (or about to be) */
+	bool spawn_failed;
+	int spawn_errno;
+	const char *spawn_what;
+
+	int in_fd, out_fd, err_fd; /* parent ends, -1 once closed */
+	char *stdin_data;	   /* our copy, freed once written */
+	size_t stdin_len, stdin_off;
+
+	ev_io w_in, w_out, w_err;
+	ev_child w_child;
+	ev_timer w_drain;
+	ev_timer w_kill;
+	ev_timer w_fail;   /* 0 s: reports a spawn failure from the loop */
+	bool kill_sent;	   /* SIGTERM already sent by exec_kill */
+	ev_tstamp kill_at; /* ev_now() time of the scheduled SIGKILL */
+
+	struct capture out, err;
+	int64_t start_ms, end_ms;
+};
+
+/* kill(-pgid, sig), ignoring ESRCH (the group is already gone). */
+static void signal_group(pid_t pgid, int sig)
+{
+	if (pgid <= 0)
+		return;
+	if (kill(-pgid, sig) < 0 && errno != ESRCH)
+		log_warn("msg=\"cannot signal process group\" pgid=%d signal=%d err=\"%s\"",
+			 (int)pgid, sig, strerror(errno));
+}
+
+static void close_fd(int *fd)
+{
+	if (*fd >= 0) {
+		close(*fd);
+		*fd = -1;
+	}
+}
+
+/* Stop every watcher and close every fd; leaves the captures alone (they
+ * must stay valid during the callback). Safe to call more than once. */
+static void release_io(struct exec_proc *p)
+{
+	ev_io_stop(p->loop, &p->w_in);
+	ev_io_stop(p->loop, &p->w_out);
+	ev_io_stop(p->loop, &p->w_err);
+	ev_child_stop(p->loop, &p->w_child);
+	ev_timer_stop(p->loop, &p->w_drain);
+	ev_timer_stop(p->loop, &p->w_kill);
+	ev_timer_stop(p->loop, &p->w_fail);
+	close_fd(&p->in_fd);
+	close_fd(&p->out_fd);
+	close_fd(&p->err_fd);
+	free(p->stdin_data);
+	p->stdin_data = NULL;
+}
+
+/* The single place that invokes the callback. */
+static void finish(struct exec_proc *p)
+{
+	assert(!p->done);
+	p->done = true;
+	release_io(p);
+
+	struct exec_outcome o = {0};
+	o.out = &p->out;
+	o.err = &p->err;
+	if (p->end_ms == 0)
+		p->end_ms = util_now_ms();
+	o.duration_ms = p->end_ms - p->start_ms;
+	if (p->spawn_failed) {
+		o.status = EXEC_SPAWN_FAILED;
+		o.spawn_errno = p->spawn_errno;
+		o.spawn_what = p->spawn_what;
+	} else if (WIFSIGNALED(p->wstatus)) {
+		o.status = EXEC_SIGNALED;
+		o.signal = WTERMSIG(p->wstatus);
+	} else {
+		o.status = EXEC_EXITED;
+		o.exit_code = WEXITSTATUS(p->wstatus);
+	}
+	/* The callback may free p: nothing of p is touched after this call. */
+	p->cb(p, &o, p->arg);
+}
+
+static void maybe_finish(struct exec_proc *p)
+{
+	if (!p->done && p->reaped && p->out_fd < 0 && p->err_fd < 0)
+		finish(p);
+}
+
+static void on_stdin_writable(struct ev_loop *loop, ev_io *w, int revents)
+{
+	(void)revents;
+	struct exec_proc *p = w->data;
+	while (p->stdin_off < p->stdin_len) {
+		ssize_t n =
+		    write(p->in_fd, p->stdin_data + p->stdin_off, p->stdin_len - p->stdin_off);
+		if (n > 0) {
+			p->stdin_off += (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return; /* pipe full: wait for the next writable event */
+		/* EPIPE: the command does not read its stdin; not an error. */
+		if (n < 0 && errno != EPIPE)
+			log_warn("msg=\"cannot write command stdin\" pid=%d err=\"%s\"",
+				 (int)p->pid, strerror(errno));
+		break;
+	}
+	/* Everything written (or the reader is gone): close for EOF. */
+	ev_io_stop(loop, &p->w_in);
+	close_fd(&p->in_fd);
+	free(p->stdin_data);
+	p->stdin_data = NULL;
+}
+
+/* Read what is available into cap; on EOF or error, stop and close. */
+static void drain_pipe(struct exec_proc *p, ev_io *w, int *fd, struct capture *cap)
+{
+	char buf[EXEC_READ_CHUNK];
+	for (int i = 0; i < EXEC_READS_PER_WAKEUP; i++) {
+		ssize_t n = read(*fd, buf, sizeof(buf));
+		if (n > 0) {
+			/* capture keeps at most max bytes; the rest is discarded. */
+			capture_append(cap, buf, (size_t)n);
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return;
+		if (n < 0)
+			log_warn("msg=\"cannot read command output\" pid=%d err=\"%s\"",
+				 (int)p->pid, strerror(errno));
+		ev_io_stop(p->loop, w);
+		close_fd(fd);
+		maybe_finish(p);
+		return;
+	}
+}
+
+static void on_stdout_readable(struct ev_loop *loop, ev_io *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	struct exec_proc *p = w->data;
+	drain_pipe(p, w, &p->out_fd, &p->out);
+}
+
+static void on_stderr_readable(struct ev_loop *loop, ev_io *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	struct exec_proc *p = w->data;
+	drain_pipe(p, w, &p->err_fd, &p->err);
+}
+
+static void on_child_exit(struct ev_loop *loop, ev_child *w, int revents)
+{
+	(void)revents;
+	struct exec_proc *p = w->data;
+	ev_child_stop(loop, w);
+	p->reaped = true;
+	p->wstatus = w->rstatus;
+	p->end_ms = util_now_ms();
+	ev_timer_stop(loop, &p->w_kill);
+	/* The job ends with its shell. Kill what is left of the group now,
+	 * while the group still exists or has only just emptied, so that the
+	 * pgid cannot have been reused by an unrelated process; this also lets
+	 * the pipes reach EOF instead of waiting for background processes. */
+	if (!p->spawn_failed)
+		signal_group(p->pid, SIGKILL);
+	/* The child is gone: a pending stdin write can only fail now. */
+	ev_io_stop(loop, &p->w_in);
+	close_fd(&p->in_fd);
+	ev_timer_start(loop, &p->w_drain);
+	maybe_finish(p);
+}
+
+static void on_drain_timeout(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	struct exec_proc *p = w->data;
+	/* Something outside the process group (setsid) holds a pipe open. */
+	log_debug("msg=\"output pipes still open after exit, not waiting\" pid=%d", (int)p->pid);
+	finish(p);
+}
+
+static void on_kill_timeout(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	struct exec_proc *p = w->data;
+	log_debug("msg=\"kill grace over, sending SIGKILL\" pgid=%d", (int)p->pid);
+	signal_group(p->pid, SIGKILL);
+}
+
+static void on_spawn_failed(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	finish(w->data);
+}
+
+/* Is dir a directory this process may enter? Used only to name the failed
+ * step after posix_spawn failed: posix_spawn reports one errno for its file
+ * actions and the exec alike, so this check is what tells them apart. */
+static bool is_enterable_dir(const char *dir)
+{
+	struct stat st;
+	if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
+		return false;
+	return faccessat(AT_FDCWD, dir, X_OK, AT_EACCESS) == 0;
+}
+
+/* Make sure fd is >= 3 so that dup2 onto 0-2 in the child cannot clobber
+ * another pipe end (possible only if the daemon runs with 0-2 closed). */
+static int fd_above_stdio(int fd)
+{
+	if (fd > 2)
+		return fd;
+	int nfd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+	int saved = errno;
+	close(fd);
+	errno = saved;
+	return nfd;
+}
+
+/* pipe2(O_CLOEXEC) with both ends >= 3. */
+static int make_pipe(int fds[2])
+{
+	if (pipe2(fds, O_CLOEXEC) < 0)
+		return -1;
+	fds[0] = fd_above_stdio(fds[0]);
+	fds[1] = fd_above_stdio(fds[1]);
+	if (fds[0] < 0 || fds[1] < 0) {
+		int saved = errno;
+		if (fds[0] >= 0)
+			close(fds[0]);
+		if (fds[1] >= 0)
+			close(fds[1]);
+		errno = saved;
+		return -1;
+	}
+	return 0;
+}
+
+/* Returns 0 (the process runs) or a positive errno with *what set. */
+static int spawn_posix(const struct exec_spec *spec, char *const argv[], const int child_fd[3],
+		       pid_t *pid, const char **what)
+{
+	posix_spawnattr_t attr;
+	posix_spawn_file_actions_t fa;
+	sigset_t empty, all;
+	int rc;
+
+	*what = "posix_spawn";
+	if ((rc = posix_spawnattr_init(&attr)) != 0)
+		return rc;
+	if ((rc = posix_spawn_file_actions_init(&fa)) != 0) {
+		posix_spawnattr_destroy(&attr);
+		return rc;
+	}
+	sigemptyset(&empty);
+	sigfillset(&all);
+	/* Own process group (so the whole command can be killed at once),
+	 * empty mask and default dispositions (our handlers and any ignored
+	 * signal must not reach the job). */
+	if ((rc = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
+						      POSIX_SPAWN_SETSIGDEF)) != 0 ||
+	    (rc = posix_spawnattr_setpgroup(&attr, 0)) != 0 ||
+	    (rc = posix_spawnattr_setsigmask(&attr, &empty)) != 0 ||
+	    (rc = posix_spawnattr_setsigdefault(&attr, &all)) != 0)
+		goto out;
+	for (int i = 0; i < 3; i++)
+		if ((rc = posix_spawn_file_actions_adddup2(&fa, child_fd[i], i)) != 0)
+			goto out;
+	if (spec->working_dir &&
+	    (rc = posix_spawn_file_actions_addchdir_np(&fa, spec->working_dir)) != 0)
+		goto out;
+	if ((rc = posix_spawn_file_actions_addclosefrom_np(&fa, 3)) != 0)
+		goto out;
+	rc = posix_spawn(pid, "/bin/sh", &fa, &attr, argv, spec->envp);
+	if (rc != 0 && spec->working_dir && !is_enterable_dir(spec->working_dir))
+		*what = "chdir";
+out:
+	posix_spawn_file_actions_destroy(&fa);
+	posix_spawnattr_destroy(&attr);
+	return rc;
+}
+
+/* What the fork+exec child reports through its close-on-exec pipe. */
+enum fork_stage {
+	STAGE_SETPGID,
+	STAGE_DUP2,
+	STAGE_SETGROUPS,
+	STAGE_SETGID,
+	STAGE_SETUID,
+	STAGE_CHDIR,
+	STAGE_CLOSE,
+	STAGE_EXECVE,
+	STAGE_N
+};
+static const char *const stage_names[STAGE_N] = {
+    "setpgid", "dup2", "setgroups", "setgid", "setuid", "chdir", "close_range", "execve",
+};
+struct fork_report {
+	int stage;
+	int err;
+};
+
+/* In the forked child: async-signal-safe calls only (the parent may have
+ * held locks at fork time). Never returns. */
+static void __attribute__((noreturn))
+fork_child(const struct exec_spec *spec, char *const argv[], const int child_fd[3], int report_fd)
+{
+	struct fork_report r;
+	struct sigaction sa;
+	sigset_t empty;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = SIG_DFL;
+	sigemptyset(&sa.sa_mask);
+	/* Dispositions first, while every signal is still blocked. */
+	for (int sig = 1; sig < NSIG; sig++)
+		sigaction(sig, &sa, NULL); /* EINVAL for KILL/STOP/RT internals: fine */
+	if (setpgid(0, 0) < 0) {
+		r.stage = STAGE_SETPGID;
+		goto fail;
+	}
+	for (int i = 0; i < 3; i++) {
+		if (dup2(child_fd[i], i) < 0) {
+			r.stage = STAGE_DUP2;
+			goto fail;
+		}
+	}
+	/* Drop privileges before chdir so the directory is entered with the
+	 * job's own permissions. Supplementary groups: just the job's gid. */
+	if (setgroups(1, &spec->gid) < 0) {
+		r.stage = STAGE_SETGROUPS;
+		goto fail;
+	}
+	if (setgid(spec->gid) < 0) {
+		r.stage = STAGE_SETGID;
+		goto fail;
+	}
+	if (setuid(spec->uid) < 0) {
+		r.stage = STAGE_SETUID;
+		goto fail;
+	}
+	if (spec->working_dir && chdir(spec->working_dir) < 0) {
+		r.stage = STAGE_CHDIR;
+		goto fail;
+	}
+	/* Close everything >= 3 except the report pipe (close-on-exec). */
+	if ((report_fd > 3 && close_range(3, (unsigned)report_fd - 1, 0) < 0) ||
+	    close_range((unsigned)report_fd + 1, ~0U, 0) < 0) {
+		r.stage = STAGE_CLOSE;
+		goto fail;
+	}
+	sigemptyset(&empty);
+	sigprocmask(SIG_SETMASK, &empty, NULL);
+	execve("/bin/sh", argv, spec->envp);
+	r.stage = STAGE_EXECVE;
+fail:
+	r.err = errno;
+	{
+		ssize_t w = write(report_fd, &r, sizeof(r));
+		(void)w;
+	}
+	_exit(127);
+}
+
+/* fork+exec, needed only to switch user (posix_spawn cannot). Returns 0 when
+ * a process exists (*pid set; it may still have failed before exec, then
+ * spawn_err and what are set and it exits 127 by itself), else a positive
+ * errno (no process). */
+static int spawn_fork(const struct exec_spec *spec, char *const argv[], const int child_fd[3],
+		      pid_t *pid, int *spawn_err, const char **what)
+{
+	int rp[2];
+	sigset_t all, old;
+
+	*spawn_err = 0;
+	*what = "fork";
+	if (pipe2(rp, O_CLOEXEC) < 0)
+		return errno;
+	/* Block every signal across fork so no daemon handler runs in the
+	 * child before its dispositions are reset. */
+	sigfillset(&all);
+	sigprocmask(SIG_SETMASK, &all, &old);
+	pid_t c = fork();
+	if (c == 0) {
+		close(rp[0]);
+		fork_child(spec, argv, child_fd, rp[1]);
+	}
+	int saved = errno;
+	sigprocmask(SIG_SETMASK, &old, NULL);
+	close(rp[1]);
+	if (c < 0) {
+		close(rp[0]);
+		return saved;
+	}
+	/* A few bytes at most: read returns at exec (EOF) or at failure. */
+	struct fork_report r;
+	ssize_t n;
+	do
+		n = read(rp[0], &r, sizeof(r));
+	while (n < 0 && errno == EINTR);
+	close(rp[0]);
+	*pid = c;
+	if (n == (ssize_t)sizeof(r) && r.stage >= 0 && r.stage < STAGE_N) {
+		*spawn_err = r.err;
+		*what = stage_names[r.stage];
+	} else if (n != 0) {
+		*spawn_err = n < 0 ? errno : EIO;
+		*what = "fork";
+	}
+	return 0;
+}
+
+struct exec_proc *exec_start(struct ev_loop *loop, const struct exec_spec *spec, exec_done_fn *cb,
+			     void *arg)
+{
+	int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
+	struct exec_proc *p = NULL;
+	char *data = NULL;
+
+	assert(spec->command && spec->envp && cb);
+	if (spec->stdin_len > 0) {
+		/* Sized by the job's data: checked, not x-alloc'd (STYLE §4). */
+		data = malloc(spec->stdin_len);
+		if (!data)
+			return NULL; /* errno ENOMEM: an environment problem */
+		memcpy(data, spec->stdin_data, spec->stdin_len);
+	}
+	if (make_pipe(in) < 0 || make_pipe(out) < 0 || make_pipe(err) < 0)
+		goto fail;
+	if (util_set_nonblock(in[1]) < 0 || util_set_nonblock(out[0]) < 0 ||
+	    util_set_nonblock(err[0]) < 0)
+		goto fail;
+
+	p = xcalloc(1, sizeof(*p));
+	p->loop = loop;
+	p->cb = cb;
+	p->arg = arg;
+	p->in_fd = in[1];
+	p->out_fd = out[0];
+	p->err_fd = err[0];
+	p->stdin_data = data;
+	p->stdin_len = spec->stdin_len;
+	p->start_ms = util_now_ms();
+	capture_init(&p->out, CAPTURE_HEAD, spec->max_output);
+	capture_init(&p->err, CAPTURE_TAIL, spec->max_output);
+	ev_io_init(&p->w_in, on_stdin_writable, p->in_fd, EV_WRITE);
+	ev_io_init(&p->w_out, on_stdout_readable, p->out_fd, EV_READ);
+	ev_io_init(&p->w_err, on_stderr_readable, p->err_fd, EV_READ);
+	ev_timer_init(&p->w_drain, on_drain_timeout, EXEC_DRAIN_S, 0.);
+	ev_timer_init(&p->w_kill, on_kill_timeout, 0., 0.);
+	ev_timer_init(&p->w_fail, on_spawn_failed, 0., 0.);
+	p->w_in.data = p->w_out.data = p->w_err.data = p;
+	p->w_drain.data = p->w_kill.data = p->w_fail.data = p;
+
+	/* argv strings are not modified by exec; the casts only satisfy the
+	 * historical char *const[] prototype. */
+	char *argv[] = {"sh", "-c", (char *)spec->command, NULL};
+	int child_fd[3] = {in[0], out[1], err[1]};
+	int rc, spawn_err = 0;
+	const char *what;
+	pid_t pid = 0;
+	if (spec->set_user) {
+		rc = spawn_fork(spec, argv, child_fd, &pid, &spawn_err, &what);
+	} else {
+		rc = spawn_posix(spec, argv, child_fd, &pid, &what);
+	}
+	/* The child has its copies (or there is no child): close ours so EOF
+	 * on stdout/stderr means the command closed them. */
+	close_fd(&in[0]);
+	close_fd(&out[1]);
+	close_fd(&err[1]);
+
+	if (rc != 0) {
+		/* No process: report from the loop, never from here. */
+		p->spawn_failed = true;
+		p->spawn_errno = rc;
+		p->spawn_what = what;
+		log_debug("msg=\"cannot start command\" step=%s err=\"%s\"", what, strerror(rc));
+		release_io(p);
+		ev_timer_start(loop, &p->w_fail);
+		return p;
+	}
+	p->pid = pid;
+	/* Before returning to the loop: libev reaps in the loop, and a child
+	 * reaped without a watcher would lose its status. */
+	ev_child_init(&p->w_child, on_child_exit, pid, 0);
+	p->w_child.data = p;
+	ev_child_start(loop, &p->w_child);
+	if (spawn_err != 0) {
+		/* The forked child failed before exec and exits 127 by itself;
+		 * its exit is awaited like any other, then reported as spawn. */
+		p->spawn_failed = true;
+		p->spawn_errno = spawn_err;
+		p->spawn_what = what;
+		log_debug("msg=\"cannot start command\" step=%s err=\"%s\"", what,
+			  strerror(spawn_err));
+	}
+	ev_io_start(loop, &p->w_out);
+	ev_io_start(loop, &p->w_err);
+	if (p->stdin_len > 0 && !p->spawn_failed) {
+		ev_io_start(loop, &p->w_in);
+	} else {
+		close_fd(&p->in_fd); /* nothing to write: EOF at once */
+		free(p->stdin_data);
+		p->stdin_data = NULL;
+	}
+	return p;
+
+fail:;
+	int saved = errno;
+	for (int i = 0; i < 2; i++) {
+		close_fd(&in[i]);
+		close_fd(&out[i]);
+		close_fd(&err[i]);
+	}
+	if (p) {
+		capture_fini(&p->out);
+		capture_fini(&p->err);
+		free(p);
+	}
+	free(data);
+	errno = saved;
+	return NULL;
+}
+
+pid_t exec_pgid(const struct exec_proc *p)
+{
+	return p->spawn_failed ? 0 : p->pid;
+}
+
+void exec_kill(struct exec_proc *p, int64_t kill_grace_ms)
+{
+	/* Nothing to kill: no process, or the shell is reaped (the group got
+	 * SIGKILL then), or already reported. */
+	if (p->done || p->reaped || p->spawn_failed || p->pid <= 0)
+		return;
+	if (kill_grace_ms < 0)
+		kill_grace_ms = 0;
+	/* ev_now() is the start of this loop iteration and may be stale by
+	 * the time we get here: refresh it so the grace is never shorter than
+	 * asked (timers are relative to ev_now). */
+	ev_now_update(p->loop);
+	ev_tstamp at = ev_now(p->loop) + (double)kill_grace_ms / 1000.;
+	if (!p->kill_sent) {
+		p->kill_sent = true;
+		log_debug("msg=\"terminating command\" pgid=%d kill_grace_ms=%lld", (int)p->pid,
+			  (long long)kill_grace_ms);
+		signal_group(p->pid, SIGTERM);
+		/* A stopped process would not act on SIGTERM until continued. */
+		signal_group(p->pid, SIGCONT);
+	} else if (at >= p->kill_at) {
+		return; /* a later call never lengthens the grace */
+	}
+	p->kill_at = at;
+	ev_timer_stop(p->loop, &p->w_kill);
+	if (kill_grace_ms == 0) {
+		signal_group(p->pid, SIGKILL);
+		return;
+	}
+	ev_timer_set(&p->w_kill, (double)kill_grace_ms / 1000., 0.);
+	ev_timer_start(p->loop, &p->w_kill);
+}
+
+void exec_free(struct exec_proc *p)
+{
+	if (!p)
+		return;
+	/* Freed before the outcome: the owner gave up on the command. */
+	if (!p->done && !p->reaped && !p->spawn_failed && p->pid > 0)
+		signal_group(p->pid, SIGKILL);
+	release_io(p);
+	capture_fini(&p->out);
+	capture_fini(&p->err);
+	free(p);
+}
+
+/* ---- environment ---------------------------------------------------- */
+
+static bool is_env_name(const char *s, size_t n)
+{
+	if (n == 0 ||
+	    !(s[0] == '_' || (s[0] >= 'A' && s[0] <= 'Z') || (s[0] >= 'a' && s[0] <= 'z')))
+		return false;
+	for (size_t i = 1; i < n; i++) {
+		char c = s[i];
+		if (!(c == '_' || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+		      (c >= '0' && c <= '9')))
+			return false;
+	}
+	return true;
+}
+
+struct env_list {
+	char **v;
+	size_t n, cap;
+};
+
+/* Add "NAME=VALUE" (owned, malloc'd). A variable already present keeps its
+ * position and gets the new value, so later sources override earlier ones
+ * and no name appears twice. */
+static void env_set(struct env_list *e, char *entry)
+{
+	size_t nl = (size_t)(strchr(entry, '=') - entry);
+	for (size_t i = 0; i < e->n; i++) {
+		if (strncmp(e->v[i], entry, nl + 1) == 0) {
+			free(e->v[i]);
+			e->v[i] = entry;
+			return;
+		}
+	}
+	if (e->n + 2 > e->cap) {
+		e->cap = e->cap ? e->cap * 2 : 16;
+		e->v = xrealloc(e->v, e->cap * sizeof(*e->v));
+	}
+	e->v[e->n++] = entry;
+	e->v[e->n] = NULL;
+}
+
+char **exec_env_build(const struct exec_env_in *in)
+{
+	struct env_list e = {0};
+	char namebuf[128];
+
+	env_set(&e, xstrdup("PATH=/usr/local/bin:/usr/bin:/bin"));
+	if (in->home)
+		env_set(&e, xasprintf("HOME=%s", in->home));
+	if (in->lang)
+		env_set(&e, xasprintf("LANG=%s", in->lang));
+	for (char *const *q = in->queue_env; q && *q; q++) {
+		const char *eq = strchr(*q, '=');
+		if (!eq || !is_env_name(*q, (size_t)(eq - *q))) {
+			/* config validates env; this only guards the invariant
+			 * that every entry has a valid NAME= prefix. */
+			log_warn("msg=\"skipping malformed queue env entry\" entry=%s",
+				 log_quote(namebuf, sizeof(namebuf), *q));
+			continue;
+		}
+		env_set(&e, xstrdup(*q));
+	}
+	env_set(&e, xasprintf("PGJOBD_JOB_ID=%lld", in->job_id));
+	env_set(&e, xasprintf("PGJOBD_QUEUE=%s", in->queue ? in->queue : ""));
+	env_set(&e, xasprintf("PGJOBD_GROUP_ID=%s", in->group_id ? in->group_id : ""));
+	env_set(&e, xasprintf("PGJOBD_ATTEMPT=%d", in->attempt));
+	env_set(&e, xasprintf("PGJOBD_MAX_ATTEMPTS=%d", in->max_attempts));
+	size_t args_total = 0;
+	for (size_t i = 0; i < in->nargs; i++) {
+		const char *k = in->arg_keys[i], *v = in->arg_vals[i];
+		if (!k || !is_env_name(k, strlen(k))) {
+			log_warn(
+			    "msg=\"data key is not a valid variable name, not exported\" key=%s",
+			    log_quote(namebuf, sizeof(namebuf), k ? k : ""));
+			continue;
+		}
+		if (!v)
+			continue; /* a NULL value means "no scalar": nothing to export */
+		/* Linux refuses any single "NAME=VALUE" string longer than
+		 * MAX_ARG_STRLEN (128 KiB including the NUL) with E2BIG, so the
+		 * bound applies to the whole entry: a job whose value cannot be
+		 * exported still runs (stdin carries all of data). The sum has a
+		 * budget too, below the kernel's total limit (ARG_MAX). Never
+		 * log the value: it is job data. */
+		size_t entry = strlen("PGJOBD_ARG_") + strlen(k) + 1 + strlen(v) + 1;
+		if (entry > EXEC_ARG_MAX || args_total + entry > EXEC_ARGS_TOTAL_MAX) {
+			log_warn("msg=\"data value too large for the environment, not exported\" "
+				 "key=%s bytes=%zu",
+				 log_quote(namebuf, sizeof(namebuf), k), strlen(v));
+			continue;
+		}
+		args_total += entry;
+		env_set(&e, xasprintf("PGJOBD_ARG_%s=%s", k, v));
+	}
+	return e.v;
+}
+
+void exec_env_free(char **envp)
+{
+	if (!envp)
+		return;
+	for (char **q = envp; *q; q++)
+		free(*q);
+	free(envp);
+}

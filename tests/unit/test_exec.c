@@ -1,0 +1,656 @@
+/* test_exec.c - exec module against real processes and the real libev loop.
+ *
+ * No mocks: every test spawns /bin/sh through exec_start and runs the
+ * default loop until the callback fires (with a safety timer). The test
+ * process makes itself a child subreaper so that orphaned grandchildren are
+ * reparented to it (and reaped by libev's SIGCHLD handler) instead of to a
+ * PID 1 that may never reap them; a process is "dead" when kill(pid, 0)
+ * fails with ESRCH or /proc says it is a zombie. Waits are polls with a
+ * deadline, never a fixed sleep that is assumed long enough. */
+#include "exec.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "tap.h"
+#include "util.h"
+
+static struct ev_loop *loop;
+static char tmpdir[] = "/tmp/test_exec.XXXXXX";
+
+/* A copy of everything the callback saw. */
+struct res {
+	bool done;
+	int calls;
+	struct exec_outcome o;
+	char *out, *err;
+	size_t out_len, err_len;
+	bool out_trunc, err_trunc;
+	size_t out_cap, err_cap;
+	int64_t at_ms;
+};
+
+static void on_done(struct exec_proc *p, const struct exec_outcome *o, void *arg)
+{
+	struct res *r = arg;
+	r->calls++;
+	r->done = true;
+	r->o = *o;
+	const char *d = capture_data(o->out, &r->out_len);
+	r->out = xstrndup(d, r->out_len);
+	d = capture_data(o->err, &r->err_len);
+	r->err = xstrndup(d, r->err_len);
+	r->out_trunc = capture_truncated(o->out);
+	r->err_trunc = capture_truncated(o->err);
+	r->out_cap = o->out->cap;
+	r->err_cap = o->err->cap;
+	r->at_ms = util_now_ms();
+	/* The documented way to use the API: free from inside the callback. */
+	exec_free(p);
+}
+
+static void res_fini(struct res *r)
+{
+	free(r->out);
+	free(r->err);
+	memset(r, 0, sizeof(*r));
+}
+
+static void on_tick(struct ev_loop *l, ev_timer *w, int revents)
+{
+	(void)l;
+	(void)w;
+	(void)revents;
+}
+
+/* Run the loop until cond(arg) or timeout_ms; returns cond's last value. */
+static bool loop_until(bool (*cond)(void *), void *arg, int64_t timeout_ms)
+{
+	ev_timer tick;
+	ev_timer_init(&tick, on_tick, 0.01, 0.01);
+	ev_timer_start(loop, &tick);
+	int64_t end = util_now_ms() + timeout_ms;
+	bool c;
+	while (!(c = cond(arg)) && util_now_ms() < end)
+		ev_run(loop, EVRUN_ONCE);
+	ev_timer_stop(loop, &tick);
+	return c;
+}
+
+static bool res_done(void *arg)
+{
+	return ((struct res *)arg)->done;
+}
+
+static bool pid_dead(pid_t pid)
+{
+	if (kill(pid, 0) < 0 && errno == ESRCH)
+		return true;
+	char path[64], buf[512];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return true;
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	char *rp = strrchr(buf, ')');
+	return rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X');
+}
+
+static bool pid_dead_cb(void *arg)
+{
+	return pid_dead(*(pid_t *)arg);
+}
+
+static bool file_exists_cb(void *arg)
+{
+	return access(arg, F_OK) == 0;
+}
+
+static char **default_env(void)
+{
+	struct exec_env_in in = {0};
+	in.home = "/nonexistent";
+	in.job_id = 1;
+	in.queue = "q";
+	in.attempt = 1;
+	in.max_attempts = 3;
+	return exec_env_build(&in);
+}
+
+/* Start a command and run the loop until its callback. */
+static struct exec_proc *start(struct exec_spec *spec, struct res *r)
+{
+	memset(r, 0, sizeof(*r));
+	struct exec_proc *p = exec_start(loop, spec, on_done, r);
+	ok(p != NULL, "exec_start returns a handle for '%.40s'", spec->command);
+	ok(!r->done, "callback not called from inside exec_start");
+	return p;
+}
+
+static void run(struct exec_spec *spec, struct res *r)
+{
+	if (!start(spec, r))
+		return;
+	ok(loop_until(res_done, r, 20000), "'%.40s' finishes", spec->command);
+}
+
+static struct exec_spec mkspec(const char *cmd, char **envp)
+{
+	struct exec_spec s = {0};
+	s.command = cmd;
+	s.envp = envp;
+	s.max_output = 1 << 20;
+	return s;
+}
+
+static void test_env_build(void)
+{
+	char *qenv[] = {"TZ=UTC",     "LANG=C.UTF-8", "PATH=/opt/bin",
+			"bad-name=1", "noequals",     "PGJOBD_ARG_d=default",
+			NULL};
+	/* "PGJOBD_ARG_exact=" + value + NUL is exactly the kernel's 128 KiB
+	 * per-string limit; one more byte (big) no longer fits. */
+	size_t fit = EXEC_ARG_MAX - strlen("PGJOBD_ARG_exact=") - 1;
+	size_t over = EXEC_ARG_MAX - strlen("PGJOBD_ARG_big=") - 1 + 1;
+	char *big = xmalloc(over + 1);
+	memset(big, 'x', over);
+	big[over] = '\0';
+	char *exact = xmalloc(fit + 1);
+	memset(exact, 'y', fit);
+	exact[fit] = '\0';
+	const char *keys[] = {"path", "1bad", "has-dash", "", "big", "exact", "_u9", "d", "path"};
+	const char *vals[] = {"/srv/a.png", "v", "v", "v", big, exact, "'; rm -rf / #", "7", "/b"};
+	struct exec_env_in in = {0};
+	in.home = "/var/lib/pgjobd";
+	in.lang = "en_US.UTF-8";
+	in.queue_env = qenv;
+	in.job_id = 42;
+	in.queue = "thumbs";
+	in.group_id = NULL;
+	in.attempt = 2;
+	in.max_attempts = 5;
+	in.arg_keys = keys;
+	in.arg_vals = vals;
+	in.nargs = sizeof(keys) / sizeof(keys[0]);
+
+	log_set_level(LOG_ERROR); /* the skips warn; keep TAP output clean */
+	char **e = exec_env_build(&in);
+	log_set_level(LOG_INFO);
+	const char *want[] = {
+	    "PATH=/opt/bin", /* overridden in place by the queue env */
+	    "HOME=/var/lib/pgjobd",
+	    "LANG=C.UTF-8",
+	    "TZ=UTC",
+	    "PGJOBD_ARG_d=7", /* data overrides a queue-env default, in place */
+	    "PGJOBD_JOB_ID=42",
+	    "PGJOBD_QUEUE=thumbs",
+	    "PGJOBD_GROUP_ID=",
+	    "PGJOBD_ATTEMPT=2",
+	    "PGJOBD_MAX_ATTEMPTS=5",
+	    "PGJOBD_ARG_path=/b", /* a duplicate key: the last value wins */
+	    NULL,		  /* exact and _u9 are checked below */
+	};
+	size_t n = 0;
+	while (e[n])
+		n++;
+	is_int(n, 13, "env has 13 entries");
+	for (size_t i = 0; want[i] && i < n; i++)
+		is_str(e[i], want[i], "env[%zu]", i);
+	ok(n > 12 && strncmp(e[11], "PGJOBD_ARG_exact=", 17) == 0 &&
+	       strlen(e[11]) + 1 == EXEC_ARG_MAX,
+	   "an entry of exactly 128 KiB with its NUL is kept");
+	is_str(n > 12 ? e[12] : NULL, "PGJOBD_ARG__u9='; rm -rf / #", "data kept verbatim");
+	bool bad = false;
+	for (size_t i = 0; i < n; i++)
+		if (strstr(e[i], "bad") || strstr(e[i], "noequals") || strstr(e[i], "has-dash") ||
+		    strncmp(e[i], "PGJOBD_ARG_big=", 15) == 0 ||
+		    strncmp(e[i], "PGJOBD_ARG_=", 12) == 0)
+			bad = true;
+	ok(!bad, "bad names, empty key and an entry one byte over 128 KiB are skipped");
+	exec_env_free(e);
+
+	/* Minimal input: no LANG, no queue env, a group id. */
+	struct exec_env_in m = {0};
+	m.home = "/h";
+	m.job_id = 9000000000LL;
+	m.queue = "q";
+	m.group_id = "customer-42";
+	m.attempt = 1;
+	m.max_attempts = 1;
+	e = exec_env_build(&m);
+	const char *want2[] = {"PATH=/usr/local/bin:/usr/bin:/bin",
+			       "HOME=/h",
+			       "PGJOBD_JOB_ID=9000000000",
+			       "PGJOBD_QUEUE=q",
+			       "PGJOBD_GROUP_ID=customer-42",
+			       "PGJOBD_ATTEMPT=1",
+			       "PGJOBD_MAX_ATTEMPTS=1",
+			       NULL};
+	size_t i;
+	for (i = 0; want2[i] && e[i]; i++)
+		is_str(e[i], want2[i], "minimal env[%zu]", i);
+	ok(want2[i] == NULL && e[i] == NULL, "minimal env: no LANG, nothing else");
+	exec_env_free(e);
+	exec_env_free(NULL);
+	free(big);
+	free(exact);
+}
+
+static void test_basic(char **env)
+{
+	struct res r;
+	struct exec_spec s = mkspec("echo hello; echo oops >&2", env);
+	run(&s, &r);
+	is_int(r.o.status, EXEC_EXITED, "echo: exited");
+	is_int(r.o.exit_code, 0, "echo: exit 0");
+	is_str(r.out, "hello\n", "stdout captured");
+	is_str(r.err, "oops\n", "stderr captured");
+	ok(!r.out_trunc && !r.err_trunc, "nothing truncated");
+	is_int(r.calls, 1, "callback called once");
+	ok(r.o.duration_ms >= 0 && r.o.duration_ms < 10000, "duration %lld ms",
+	   (long long)r.o.duration_ms);
+	res_fini(&r);
+
+	s = mkspec("exit 3", env);
+	run(&s, &r);
+	ok(r.o.status == EXEC_EXITED && r.o.exit_code == 3, "exit 3 reported");
+	res_fini(&r);
+
+	s = mkspec("no-such-program-xyz", env);
+	run(&s, &r);
+	ok(r.o.status == EXEC_EXITED && r.o.exit_code == 127, "missing program: shell's 127");
+	ok(strstr(r.err, "not found") != NULL, "missing program: shell says so on stderr");
+	res_fini(&r);
+
+	s = mkspec("kill -TERM $$", env);
+	run(&s, &r);
+	ok(r.o.status == EXEC_SIGNALED && r.o.signal == SIGTERM, "killed by SIGTERM reported");
+	res_fini(&r);
+
+	s = mkspec("kill -KILL $$", env);
+	run(&s, &r);
+	ok(r.o.status == EXEC_SIGNALED && r.o.signal == SIGKILL, "killed by SIGKILL reported");
+	res_fini(&r);
+}
+
+static void test_stdin(char **env)
+{
+	struct res r;
+	size_t n = 1 << 20;
+	char *data = xmalloc(n);
+	for (size_t i = 0; i < n; i++)
+		data[i] = (char)('a' + i % 26);
+	struct exec_spec s = mkspec("wc -c", env);
+	s.stdin_data = data;
+	s.stdin_len = n;
+	struct exec_proc *p = start(&s, &r);
+	/* The spec's data is copied: scribbling over it must not matter. */
+	memset(data, 0, n);
+	free(data);
+	if (p)
+		loop_until(res_done, &r, 20000);
+	ok(r.done && r.o.status == EXEC_EXITED && r.o.exit_code == 0, "wc -c exits 0");
+	is_int(strtoll(r.out, NULL, 10), 1 << 20, "1 MiB of stdin delivered whole");
+	res_fini(&r);
+
+	/* The command does not read stdin at all: EPIPE is not an error. */
+	data = xcalloc(1, n);
+	s = mkspec("exec 0<&-; exit 0", env);
+	s.stdin_data = data;
+	s.stdin_len = n;
+	run(&s, &r);
+	ok(r.o.status == EXEC_EXITED && r.o.exit_code == 0, "stdin not read: exits 0, no hang");
+	res_fini(&r);
+	free(data);
+
+	/* No data: stdin is at EOF at once. */
+	s = mkspec("cat; echo end", env);
+	run(&s, &r);
+	is_str(r.out, "end\n", "empty stdin is EOF");
+	res_fini(&r);
+
+	s = mkspec("cat", env);
+	s.stdin_data = "{\"a\": 1}";
+	s.stdin_len = 8;
+	run(&s, &r);
+	is_str(r.out, "{\"a\": 1}", "small stdin echoed back");
+	res_fini(&r);
+}
+
+static void test_output_bounds(char **env)
+{
+	struct res r;
+	/* 3 MB on stdout, ~1.3 MB on stderr, only 1000 bytes kept of each. */
+	struct exec_spec s = mkspec("head -c 3000000 /dev/zero | tr '\\0' a; echo; "
+				    "echo first >&2; seq 1 200000 >&2",
+				    env);
+	s.max_output = 1000;
+	run(&s, &r);
+	ok(r.o.status == EXEC_EXITED && r.o.exit_code == 0, "big output: exit 0 (no block)");
+	is_int(r.out_len, 1000, "stdout: max_output bytes kept");
+	ok(r.out_len == 1000 && strspn(r.out, "a") == 1000, "stdout: the head is kept");
+	ok(r.out_trunc, "stdout: truncated");
+	is_int(r.err_len, 1000, "stderr: max_output bytes kept");
+	ok(r.err_len >= 7 && strcmp(r.err + r.err_len - 7, "200000\n") == 0,
+	   "stderr: the tail is kept");
+	ok(strstr(r.err, "first") == NULL, "stderr: the head was dropped");
+	ok(r.err_trunc, "stderr: truncated");
+	ok(r.out_cap <= 1001 && r.err_cap <= 1001, "memory bounded (cap %zu/%zu)", r.out_cap,
+	   r.err_cap);
+	res_fini(&r);
+}
+
+static void test_working_dir(char **env)
+{
+	struct res r;
+	struct exec_spec s = mkspec("pwd", env);
+	s.working_dir = tmpdir;
+	run(&s, &r);
+	ok(r.o.status == EXEC_EXITED && r.o.exit_code == 0, "working_dir: exit 0");
+	ok(strncmp(r.out, tmpdir, strlen(tmpdir)) == 0 && strlen(r.out) == strlen(tmpdir) + 1,
+	   "working_dir entered");
+	res_fini(&r);
+
+	s = mkspec("echo never", env);
+	s.working_dir = "/nonexistent/dir";
+	s.stdin_data = "x";
+	s.stdin_len = 1;
+	run(&s, &r);
+	is_int(r.o.status, EXEC_SPAWN_FAILED, "missing working_dir: spawn failed");
+	is_int(r.o.spawn_errno, ENOENT, "missing working_dir: ENOENT");
+	is_str(r.o.spawn_what, "chdir", "missing working_dir: names chdir");
+	is_str(r.out, "", "missing working_dir: nothing ran");
+	is_int(r.calls, 1, "missing working_dir: callback once");
+	res_fini(&r);
+}
+
+static void test_env_exact(char **env)
+{
+	struct res r;
+	setenv("PGJOBD_TEST_SECRET", "password=hunter2", 1);
+	struct exec_spec s = mkspec("env", env);
+	run(&s, &r);
+	ok(r.o.status == EXEC_EXITED && r.o.exit_code == 0, "env: exit 0");
+	ok(strstr(r.out, "hunter2") == NULL, "daemon environment does not leak");
+	/* Every line is one of ours, except PWD which dash itself exports. */
+	size_t ours = 0, lines = 0;
+	bool all_known = true;
+	char *save = NULL;
+	for (char *l = strtok_r(r.out, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+		if (strncmp(l, "PWD=", 4) == 0)
+			continue;
+		lines++;
+		bool known = false;
+		for (char **e = env; *e; e++)
+			if (strcmp(*e, l) == 0)
+				known = true;
+		if (!known) {
+			all_known = false;
+			printf("# unexpected: %s\n", l);
+		}
+	}
+	for (char **e = env; *e; e++)
+		ours++;
+	ok(all_known && lines == ours, "command environment is exactly the built one (%zu vars)",
+	   lines);
+	res_fini(&r);
+	unsetenv("PGJOBD_TEST_SECRET");
+}
+
+static void test_fds_and_signals(char **env, bool set_user)
+{
+	struct res r;
+	const char *how = set_user ? "fork path" : "posix_spawn";
+	/* An fd without O_CLOEXEC, as a careless library would leave. */
+	int leak = open("/dev/null", O_RDONLY);
+	int leak2 = dup2(leak, 42);
+	struct exec_spec s = mkspec("ls /proc/self/fd | tr '\\n' ' '", env);
+	s.set_user = set_user;
+	s.uid = 65534;
+	s.gid = 65534;
+	run(&s, &r);
+	/* ls itself has the directory open as fd 3. */
+	is_str(r.out, "0 1 2 3 ", "%s: the command gets fds 0-2 only", how);
+	res_fini(&r);
+	close(leak);
+	close(leak2);
+
+	/* Ignored and blocked signals of the daemon never reach the job. */
+	struct sigaction sa = {0}, old_int;
+	sa.sa_handler = SIG_IGN;
+	sigaction(SIGINT, &sa, &old_int);
+	sigset_t set, old_mask;
+	sigemptyset(&set);
+	sigaddset(&set, SIGUSR1);
+	sigprocmask(SIG_BLOCK, &set, &old_mask);
+	s = mkspec("grep -E '^Sig(Ign|Blk)' /proc/self/status | tr -s '\\t\\n' '  '", env);
+	s.set_user = set_user;
+	s.uid = 65534;
+	s.gid = 65534;
+	run(&s, &r);
+	unsigned long long blk = 1, ign = 1;
+	int got = sscanf(r.out, "SigBlk: %llx SigIgn: %llx", &blk, &ign);
+	/* glibc's posix_spawn sets its two internal signals (32 SIGCANCEL,
+	 * 33 SIGSETXID) to SIG_IGN in the child, outside our control; they are
+	 * not the daemon's dispositions, so they are masked out here. */
+	ign &= ~((1ULL << 31) | (1ULL << 32));
+	ok(got == 2 && blk == 0 && ign == 0, "%s: empty mask, default dispositions (%s)", how,
+	   r.out);
+	res_fini(&r);
+	sigprocmask(SIG_SETMASK, &old_mask, NULL);
+	sigaction(SIGINT, &old_int, NULL);
+
+	/* Own process group, led by the shell. */
+	s = mkspec("echo $$ $(cut -d' ' -f5 /proc/$$/stat)", env);
+	s.set_user = set_user;
+	s.uid = 65534;
+	s.gid = 65534;
+	struct exec_proc *p = start(&s, &r);
+	pid_t pg = p ? exec_pgid(p) : 0;
+	loop_until(res_done, &r, 20000);
+	char want[64];
+	snprintf(want, sizeof(want), "%d %d\n", (int)pg, (int)pg);
+	ok(pg > 0, "%s: exec_pgid > 0", how);
+	is_str(r.out, want, "%s: shell leads its own process group", how);
+	res_fini(&r);
+}
+
+static void test_set_user(char **env)
+{
+	if (geteuid() != 0) {
+		ok(1, "# SKIP set_user tests need root");
+		return;
+	}
+	struct res r;
+	struct exec_spec s = mkspec("id -u; id -g; id -G", env);
+	s.set_user = true;
+	s.uid = 65534;
+	s.gid = 65534;
+	run(&s, &r);
+	is_str(r.out, "65534\n65534\n65534\n", "set_user: uid, gid and groups switched");
+	res_fini(&r);
+
+	s = mkspec("echo never", env);
+	s.set_user = true;
+	s.uid = 65534;
+	s.gid = 65534;
+	s.working_dir = "/nonexistent/dir";
+	run(&s, &r);
+	is_int(r.o.status, EXEC_SPAWN_FAILED, "set_user, missing dir: spawn failed");
+	is_str(r.o.spawn_what, "chdir", "set_user, missing dir: names chdir");
+	is_int(r.o.spawn_errno, ENOENT, "set_user, missing dir: ENOENT");
+	is_str(r.out, "", "set_user, missing dir: nothing ran");
+	res_fini(&r);
+
+	/* A directory only root may enter: entered with the job's rights. */
+	char priv[256];
+	snprintf(priv, sizeof(priv), "%s/private", tmpdir);
+	mkdir(priv, 0700);
+	s = mkspec("echo never", env);
+	s.set_user = true;
+	s.uid = 65534;
+	s.gid = 65534;
+	s.working_dir = priv;
+	run(&s, &r);
+	ok(r.o.status == EXEC_SPAWN_FAILED && r.o.spawn_errno == EACCES &&
+	       strcmp(r.o.spawn_what, "chdir") == 0,
+	   "set_user: working_dir entered as the job's user (EACCES)");
+	res_fini(&r);
+	rmdir(priv);
+}
+
+static void test_kill(char **env)
+{
+	struct res r;
+	struct exec_spec s = mkspec("sleep 30", env);
+	struct exec_proc *p = start(&s, &r);
+	if (p) {
+		exec_kill(p, 5000);
+		loop_until(res_done, &r, 20000);
+	}
+	ok(r.done && r.o.status == EXEC_SIGNALED && r.o.signal == SIGTERM,
+	   "exec_kill: SIGTERM ends a plain command");
+	res_fini(&r);
+
+	/* The shell ignores TERM (and so does its sleep, which inherits it). */
+	char ready[256], cmd[512];
+	snprintf(ready, sizeof(ready), "%s/ready", tmpdir);
+	snprintf(cmd, sizeof(cmd), "trap '' TERM; touch %s; sleep 30", ready);
+	unlink(ready);
+	s = mkspec(cmd, env);
+	p = start(&s, &r);
+	ok(p && loop_until(file_exists_cb, ready, 10000), "TERM-ignoring command is ready");
+	int64_t t0 = util_now_ms();
+	if (p) {
+		exec_kill(p, 300);
+		exec_kill(p, 100000); /* must not lengthen the grace */
+		loop_until(res_done, &r, 20000);
+	}
+	int64_t dt = r.at_ms - t0;
+	ok(r.done && r.o.status == EXEC_SIGNALED && r.o.signal == SIGKILL,
+	   "exec_kill escalates to SIGKILL");
+	ok(dt >= 290 && dt < 5000, "SIGKILL after the grace (%lld ms)", (long long)dt);
+	res_fini(&r);
+
+	unlink(ready);
+	s = mkspec(cmd, env);
+	p = start(&s, &r);
+	ok(p && loop_until(file_exists_cb, ready, 10000), "second TERM-ignoring command ready");
+	t0 = util_now_ms();
+	if (p) {
+		exec_kill(p, 100000);
+		exec_kill(p, 50); /* shortens */
+		loop_until(res_done, &r, 20000);
+	}
+	dt = r.at_ms - t0;
+	ok(r.done && r.o.signal == SIGKILL && dt < 5000, "a later exec_kill shortens the grace");
+	res_fini(&r);
+
+	unlink(ready);
+	s = mkspec(cmd, env);
+	p = start(&s, &r);
+	ok(p && loop_until(file_exists_cb, ready, 10000), "third TERM-ignoring command ready");
+	if (p) {
+		exec_kill(p, 0);
+		loop_until(res_done, &r, 20000);
+	}
+	ok(r.done && r.o.signal == SIGKILL, "exec_kill(0): SIGKILL at once");
+	res_fini(&r);
+	unlink(ready);
+}
+
+static void test_grandchildren(char **env)
+{
+	struct res r;
+	struct exec_spec s = mkspec("sleep 300 & echo $!", env);
+	run(&s, &r);
+	pid_t gc = (pid_t)strtol(r.out, NULL, 10);
+	ok(r.o.status == EXEC_EXITED && r.o.exit_code == 0 && gc > 0,
+	   "background grandchild started (%d)", (int)gc);
+	ok(r.o.duration_ms < 5000, "job with a background grandchild ends promptly");
+	ok(gc > 0 && loop_until(pid_dead_cb, &gc, 5000), "grandchild dead after the job ended");
+	res_fini(&r);
+
+	/* Escapes the group (setsid) and keeps stdout open: the drain timer
+	 * ends the job anyway. */
+	s = mkspec("setsid sleep 300 & echo $!", env);
+	int64_t t0 = util_now_ms();
+	run(&s, &r);
+	int64_t dt = r.at_ms - t0;
+	gc = (pid_t)strtol(r.out, NULL, 10);
+	ok(r.o.status == EXEC_EXITED && r.o.exit_code == 0, "setsid grandchild: exit 0");
+	ok(dt < 3000, "a pipe held open does not hang the job (%lld ms)", (long long)dt);
+	ok(gc > 0, "output before the drain is kept");
+	if (gc > 0) {
+		kill(gc, SIGKILL);
+		ok(loop_until(pid_dead_cb, &gc, 5000), "cleanup of the escaped process");
+	}
+	res_fini(&r);
+}
+
+static void test_free_running(char **env)
+{
+	struct res r;
+	memset(&r, 0, sizeof(r));
+	struct exec_spec s = mkspec("sleep 300 & sleep 300", env);
+	struct exec_proc *p = exec_start(loop, &s, on_done, &r);
+	ok(p != NULL, "started a command to abandon");
+	pid_t pg = p ? exec_pgid(p) : 0;
+	exec_free(p);
+	ok(pg > 0 && loop_until(pid_dead_cb, &pg, 5000), "exec_free kills a running command");
+	/* Let libev reap; the callback must never come. */
+	ev_run(loop, EVRUN_NOWAIT);
+	is_int(r.calls, 0, "no callback after exec_free");
+	exec_free(NULL);
+}
+
+static void on_sigpipe(int sig)
+{
+	(void)sig;
+}
+
+int main(void)
+{
+	log_init(LOG_INFO);
+	/* Like the daemon: a no-op SIGPIPE handler, never SIG_IGN. */
+	struct sigaction sa = {0};
+	sa.sa_handler = on_sigpipe;
+	sigaction(SIGPIPE, &sa, NULL);
+	/* Orphans come to us (and libev reaps them), not to a PID 1 that might
+	 * leave them as zombies forever. */
+	prctl(PR_SET_CHILD_SUBREAPER, 1);
+	loop = EV_DEFAULT;
+	if (!mkdtemp(tmpdir)) {
+		perror("mkdtemp");
+		return 1;
+	}
+	chmod(tmpdir, 0755);
+
+	test_env_build();
+	char **env = default_env();
+	test_basic(env);
+	test_stdin(env);
+	test_output_bounds(env);
+	test_working_dir(env);
+	test_env_exact(env);
+	test_fds_and_signals(env, false);
+	if (geteuid() == 0)
+		test_fds_and_signals(env, true);
+	test_set_user(env);
+	test_kill(env);
+	test_grandchildren(env);
+	test_free_running(env);
+	exec_env_free(env);
+	rmdir(tmpdir);
+	return tap_done();
+}

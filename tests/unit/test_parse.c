@@ -1,0 +1,291 @@
+/* test_parse.c - unit tests for parse.c: every value grammar and its edges. */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "parse.h"
+#include "tap.h"
+
+static void dur_ok(const char *s, int64_t want)
+{
+	int64_t got = -12345;
+	const char *err = NULL;
+	int rc = parse_duration_ms(s, &got, &err);
+	ok(rc == 0 && got == want, "duration '%s' = %lld ms", s, (long long)want);
+	if (rc != 0)
+		printf("#   err: %s\n", err ? err : "(null)");
+	else if (got != want)
+		printf("#   got %lld\n", (long long)got);
+}
+
+/* Fails, leaves the output alone, and the reason contains `needle`. */
+static void dur_bad(const char *s, const char *needle)
+{
+	int64_t got = -12345;
+	const char *err = NULL;
+	int rc = parse_duration_ms(s, &got, &err);
+	if (!ok(rc == -1 && got == -12345 && err && strstr(err, needle),
+		"duration '%s' rejected (%s)", s, needle))
+		printf("#   err: %s\n", err ? err : "(null)");
+}
+
+static void size_ok(const char *s, int64_t want)
+{
+	int64_t got = -1;
+	const char *err = NULL;
+	int rc = parse_size(s, &got, &err);
+	ok(rc == 0 && got == want, "size '%s' = %lld", s, (long long)want);
+	if (rc != 0)
+		printf("#   err: %s\n", err ? err : "(null)");
+}
+
+static void size_bad(const char *s, const char *needle)
+{
+	int64_t got = -12345;
+	const char *err = NULL;
+	int rc = parse_size(s, &got, &err);
+	if (!ok(rc == -1 && got == -12345 && err && strstr(err, needle), "size '%s' rejected (%s)",
+		s, needle))
+		printf("#   err: %s\n", err ? err : "(null)");
+}
+
+static void test_durations(void)
+{
+	dur_ok("0", 0);
+	dur_ok("00", 0);
+	dur_ok("0s", 0);
+	dur_ok("0ms", 0);
+	dur_ok("1ms", 1);
+	dur_ok("500ms", 500);
+	dur_ok("10s", 10000);
+	dur_ok("5m", 300000);
+	dur_ok("1h", 3600000);
+	dur_ok("7d", 7LL * 86400000);
+	dur_ok("1h30m", 5400000);
+	dur_ok("1d2h3m4s5ms", 86400000LL + 2 * 3600000 + 3 * 60000 + 4000 + 5);
+	dur_ok("90m", 5400000);
+	dur_ok("1m30s", 90000);
+	dur_ok("2s500ms", 2500);
+	dur_ok("010s", 10000);
+	dur_ok("36500d", 36500LL * 86400000);
+
+	dur_bad("", "empty");
+	dur_bad("10", "missing unit (use ms, s, m, h, d)");
+	dur_bad("1h30", "missing unit");
+	dur_bad("-1s", "negative");
+	dur_bad("-0", "negative");
+	dur_bad("+5s", "'+'");
+	dur_bad("5x", "unknown unit (use ms, s, m, h, d)");
+	dur_bad("5sec", "unknown unit");
+	dur_bad("5S", "unknown unit");
+	dur_bad("5 s", "whitespace");
+	dur_bad(" 5s", "whitespace");
+	dur_bad("5s ", "whitespace");
+	dur_bad("1h 30m", "whitespace");
+	dur_bad("1.5h", "fractions");
+	dur_bad("s", "missing number");
+	dur_bad("ms", "missing number");
+	dur_bad("30m1h", "largest to smallest");
+	dur_bad("1h1h", "largest to smallest");
+	dur_bad("1s1s", "largest to smallest");
+	dur_bad("36501d", "too large");
+	dur_bad("99999999999999999999999s", "too large");
+	dur_bad("9223372036854775807ms", "too large");
+	dur_bad("3153600000001ms", "too large");
+	dur_bad("36500d1ms", "too large");
+	dur_bad("ten", "missing number");
+	dur_bad("1h-5m", "negative");
+	dur_bad("5s;", "expected a number");
+
+	int64_t v = 0;
+	ok(parse_duration_ms("bogus", &v, NULL) == -1, "duration: NULL err pointer is allowed");
+	ok(parse_duration_ms(NULL, &v, NULL) == -1, "duration: NULL string rejected");
+}
+
+static void test_sizes(void)
+{
+	size_ok("0", 0);
+	size_ok("512", 512);
+	size_ok("512B", 512);
+	size_ok("0B", 0);
+	size_ok("1KiB", 1024);
+	size_ok("64KiB", 65536);
+	size_ok("1MiB", 1048576);
+	size_ok("1GiB", 1073741824LL);
+	size_ok("1024GiB", 1LL << 40);
+	size_ok("1099511627776", 1LL << 40);
+
+	size_bad("", "empty");
+	size_bad("-1", "negative");
+	size_bad("-1KiB", "negative");
+	size_bad("+1KiB", "'+'");
+	size_bad("1kB", "use KiB or MiB");
+	size_bad("1KB", "use KiB or MiB");
+	size_bad("1MB", "use KiB or MiB");
+	size_bad("1GB", "use KiB or MiB");
+	size_bad("1k", "use KiB or MiB");
+	size_bad("1M", "use KiB or MiB");
+	size_bad("1kib", "unknown unit");
+	size_bad("1mib", "unknown unit");
+	size_bad("1KIB", "unknown unit");
+	size_bad("1TiB", "unknown unit");
+	size_bad("1b", "unknown unit");
+	size_bad("1 KiB", "whitespace");
+	size_bad("1.5MiB", "fractions");
+	size_bad("KiB", "missing number");
+	size_bad("1025GiB", "too large");
+	size_bad("1099511627777", "too large");
+	size_bad("99999999999999999999999", "too large");
+	size_bad("1KiB1B", "unknown unit");
+}
+
+static void int_ok(const char *s, long long min, long long max, long long want)
+{
+	long long got = -1;
+	const char *err = NULL;
+	int rc = parse_int(s, min, max, &got, &err);
+	ok(rc == 0 && got == want, "int '%s' in [%lld, %lld] = %lld", s, min, max, want);
+	if (rc != 0)
+		printf("#   err: %s\n", err ? err : "(null)");
+}
+
+static void int_bad(const char *s, long long min, long long max, const char *needle)
+{
+	long long got = 777;
+	const char *err = NULL;
+	int rc = parse_int(s, min, max, &got, &err);
+	if (!ok(rc == -1 && got == 777 && err && strstr(err, needle), "int '%s' rejected (%s)", s,
+		needle))
+		printf("#   err: %s\n", err ? err : "(null)");
+}
+
+static void test_ints(void)
+{
+	int_ok("0", 0, 10, 0);
+	int_ok("10", 0, 10, 10);
+	int_ok("007", 0, 10, 7);
+	int_ok("-5", -10, 10, -5);
+	int_ok("9223372036854775807", LLONG_MIN, LLONG_MAX, LLONG_MAX);
+	int_ok("-9223372036854775808", LLONG_MIN, LLONG_MAX, LLONG_MIN);
+
+	int_bad("", 0, 10, "empty");
+	int_bad("11", 0, 10, "out of range");
+	int_bad("0", 1, 10, "out of range");
+	int_bad("-1", 0, 10, "negative");
+	int_bad("9223372036854775808", LLONG_MIN, LLONG_MAX, "out of range");
+	int_bad("-9223372036854775809", LLONG_MIN, LLONG_MAX, "out of range");
+	int_bad("99999999999999999999999", LLONG_MIN, LLONG_MAX, "out of range");
+	int_bad("ten", 0, 10, "not an integer");
+	int_bad("1.5", 0, 10, "fractions");
+	int_bad("5x", 0, 10, "not an integer");
+	int_bad(" 5", 0, 10, "not an integer");
+	int_bad("5 ", 0, 10, "not an integer");
+	int_bad("+5", 0, 10, "not an integer");
+	int_bad("-", -10, 10, "not an integer");
+	int_bad("0x10", 0, 100, "not an integer");
+}
+
+static void test_names(void)
+{
+	ok(parse_is_queue_name("thumbnails"), "queue name: plain");
+	ok(parse_is_queue_name("a"), "queue name: 1 char");
+	ok(parse_is_queue_name("A-z_0.9"), "queue name: all classes");
+	char n63[64], n64[65];
+	memset(n63, 'q', 63);
+	n63[63] = '\0';
+	memset(n64, 'q', 64);
+	n64[64] = '\0';
+	ok(parse_is_queue_name(n63), "queue name: 63 chars");
+	ok(!parse_is_queue_name(n64), "queue name: 64 chars rejected");
+	ok(!parse_is_queue_name(""), "queue name: empty rejected");
+	ok(!parse_is_queue_name(NULL), "queue name: NULL rejected");
+	ok(!parse_is_queue_name("a b"), "queue name: space rejected");
+	ok(!parse_is_queue_name("a/b"), "queue name: slash rejected");
+	ok(!parse_is_queue_name("caf\xc3\xa9"), "queue name: non-ASCII rejected");
+
+	ok(parse_is_env_name("PATH"), "env name: PATH");
+	ok(parse_is_env_name("_x1"), "env name: leading underscore");
+	ok(parse_is_env_name("a"), "env name: one letter");
+	ok(!parse_is_env_name("1A"), "env name: leading digit rejected");
+	ok(!parse_is_env_name(""), "env name: empty rejected");
+	ok(!parse_is_env_name(NULL), "env name: NULL rejected");
+	ok(!parse_is_env_name("A-B"), "env name: dash rejected");
+	ok(!parse_is_env_name("A.B"), "env name: dot rejected");
+}
+
+/* Parse `s` and compare with the expected items joined by '|'. */
+static void env_ok(const char *s, const char *want_joined, size_t want_n)
+{
+	char **v = NULL;
+	size_t n = 99;
+	const char *err = NULL;
+	int rc = parse_env_list(s, &v, &n, &err);
+	char joined[512] = "";
+	if (rc == 0) {
+		for (size_t i = 0; v[i]; i++) {
+			if (i)
+				strcat(joined, "|");
+			strncat(joined, v[i], sizeof(joined) - strlen(joined) - 1);
+		}
+	}
+	ok(rc == 0 && n == want_n && v && v[n] == NULL && strcmp(joined, want_joined) == 0,
+	   "env [%s] -> [%s]", s, want_joined);
+	if (rc != 0)
+		printf("#   err: %s\n", err ? err : "(null)");
+	else if (strcmp(joined, want_joined) != 0 || n != want_n)
+		printf("#   got: [%s] n=%zu\n", joined, n);
+	parse_free_strv(v);
+}
+
+static void env_bad(const char *s, const char *needle)
+{
+	char **v = (char **)1;
+	size_t n = 99;
+	const char *err = NULL;
+	int rc = parse_env_list(s, &v, &n, &err);
+	if (!ok(rc == -1 && v == (char **)1 && n == 99 && err && strstr(err, needle),
+		"env [%s] rejected (%s)", s, needle))
+		printf("#   err: %s\n", err ? err : "(null)");
+}
+
+static void test_env(void)
+{
+	env_ok("", "", 0);
+	env_ok("   ", "", 0);
+	env_ok("A=1", "A=1", 1);
+	env_ok("LANG=C.UTF-8 TZ=UTC", "LANG=C.UTF-8|TZ=UTC", 2);
+	env_ok("  A=1\t B=2  ", "A=1|B=2", 2);
+	env_ok("A=", "A=", 1);
+	env_ok("A=b=c", "A=b=c", 1);
+	env_ok("MSG=\"hello world\"", "MSG=hello world", 1);
+	env_ok("MSG='hello world'", "MSG=hello world", 1);
+	env_ok("Q=\"say \\\"hi\\\"\"", "Q=say \"hi\"", 1);
+	env_ok("B=\"back\\\\slash\"", "B=back\\slash", 1);
+	env_ok("N=\"a\\nb\"", "N=a\\nb", 1);
+	env_ok("S='it\"s $HOME \\'", "S=it\"s $HOME \\", 1);
+	env_ok("X=a\"b c\"d", "X=ab cd", 1);
+	env_ok("E=\"\" F=''", "E=|F=", 2);
+	env_ok("SEMI=\"a ; b\"", "SEMI=a ; b", 1);
+	env_ok("A=1 B=2 A=3", "A=3|B=2", 2);
+	env_ok("P=C:\\dir", "P=C:\\dir", 1);
+
+	env_bad("A", "NAME=VALUE");
+	env_bad("A=1 B", "NAME=VALUE");
+	env_bad("=1", "bad variable name");
+	env_bad("1A=1", "bad variable name");
+	env_bad("A-B=1", "bad variable name");
+	env_bad("\"A\"=1", "bad variable name");
+	env_bad("A=\"open", "unterminated \"");
+	env_bad("A='open", "unterminated '");
+	env_bad("A=\"x\\\"", "unterminated \"");
+}
+
+int main(void)
+{
+	test_durations();
+	test_sizes();
+	test_ints();
+	test_names();
+	test_env();
+	return tap_done();
+}
