@@ -13,7 +13,9 @@
  * Ownership: struct daemon owns the config, the listener, every slot (in its
  * queue's array, or in `retiring` while a removed slot finishes its job) and
  * the guard. Slots that have stopped are freed from an ev_check watcher, never
- * inside their own callbacks. */
+ * inside their own callbacks: an ev_idle watcher frees them as soon as the
+ * callbacks have returned (an ev_check would wait for the next event, and
+ * shutdown would hang until then). */
 #include "daemon.h"
 
 #include <errno.h>
@@ -68,7 +70,7 @@ struct daemon {
 	ev_signal sigterm, sigint, sighup;
 	ev_timer poll, grace, watchdog;
 	ev_child guard_child;
-	ev_check reap;
+	ev_idle reap; /* started while `dead` is not empty */
 	bool terminating; /* commands were told to stop */
 	int exit_code;
 };
@@ -219,18 +221,17 @@ static void on_job_event(struct job *j, enum job_event ev, int64_t ms, void *arg
 		}
 		d->dead = xrealloc(d->dead, sizeof(*d->dead) * (d->ndead + 1));
 		d->dead[d->ndead++] = j;
+		ev_idle_start(d->loop, &d->reap);
 		break;
 	}
 	}
 }
 
-static void on_reap(struct ev_loop *loop, ev_check *w, int revents)
+static void on_reap(struct ev_loop *loop, ev_idle *w, int revents)
 {
-	(void)loop;
 	(void)revents;
 	struct daemon *d = w->data;
-	if (!d->ndead)
-		return;
+	ev_idle_stop(loop, w);
 	for (size_t i = 0; i < d->ndead; i++)
 		job_free(d->dead[i]);
 	d->ndead = 0;
@@ -372,8 +373,9 @@ static void on_stop_signal(struct ev_loop *loop, ev_signal *w, int revents)
 
 static void apply_config(struct daemon *d, struct config *nc)
 {
-	if (strcmp(nc->database, d->cfg->database) != 0)
-		log_warn("msg=\"database changed; it takes effect at the next restart\"");
+	const char *key = config_restart_key(d->cfg, nc);
+	if (key)
+		log_warn("msg=\"setting changed; it takes effect at the next restart\" key=%s", key);
 	log_set_level(nc->log_level);
 	if (nc->poll_interval_ms != d->cfg->poll_interval_ms && d->state == D_RUNNING) {
 		ev_timer_stop(d->loop, &d->poll);
@@ -533,9 +535,8 @@ int daemon_run(const char *config_path, struct config *cfg)
 	d->poll.data = d;
 	ev_init(&d->grace, on_grace);
 	d->grace.data = d;
-	ev_check_init(&d->reap, on_reap);
+	ev_idle_init(&d->reap, on_reap);
 	d->reap.data = d;
-	ev_check_start(d->loop, &d->reap);
 	ev_child_init(&d->guard_child, on_guard_exit, guard_pid(d->guard), 0);
 	d->guard_child.data = d;
 	ev_child_start(d->loop, &d->guard_child);
@@ -571,7 +572,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 	ev_timer_stop(d->loop, &d->poll);
 	ev_timer_stop(d->loop, &d->grace);
 	ev_timer_stop(d->loop, &d->watchdog);
-	ev_check_stop(d->loop, &d->reap);
+	ev_idle_stop(d->loop, &d->reap);
 	ev_signal_stop(d->loop, &d->sigterm);
 	ev_signal_stop(d->loop, &d->sigint);
 	ev_signal_stop(d->loop, &d->sighup);

@@ -58,7 +58,9 @@ static void on_io(struct ev_loop *loop, ev_io *w, int revents);
 
 static void set_state(struct db_conn *c, enum db_state s)
 {
-	if (c->state != s)
+	/* idle <-> busy happens twice per job: not worth a log line */
+	bool routine = (c->state == DB_IDLE && s == DB_BUSY) || (c->state == DB_BUSY && s == DB_IDLE);
+	if (c->state != s && !routine)
 		log_debug("msg=\"db state\" app=%s from=%s to=%s", c->appname, state_names[c->state],
 			  state_names[s]);
 	c->state = s;
