@@ -70,10 +70,23 @@ static void save_error(struct db_conn *c, const char *msg)
 {
 	if (!msg || !*msg)
 		msg = "unknown error";
-	snprintf(c->err, sizeof(c->err), "%s", msg);
-	size_t n = strlen(c->err);
-	while (n && (c->err[n - 1] == '\n' || c->err[n - 1] == ' '))
-		c->err[--n] = '\0';
+	/* libpq's messages span lines; a log line must not, and it is quoted
+	 * with "" by the callers, so whitespace runs become one space and
+	 * double quotes become single ones. */
+	size_t o = 0;
+	for (const char *p = msg; *p && o + 1 < sizeof(c->err); p++) {
+		char ch = *p;
+		if (ch == '\n' || ch == '\t' || ch == '\r')
+			ch = ' ';
+		if (ch == '"')
+			ch = '\'';
+		if (ch == ' ' && (o == 0 || c->err[o - 1] == ' '))
+			continue;
+		c->err[o++] = ch;
+	}
+	while (o && c->err[o - 1] == ' ')
+		o--;
+	c->err[o] = '\0';
 }
 
 static void watch(struct db_conn *c, int fd, int events)
