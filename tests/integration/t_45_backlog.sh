@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The claim must not slow down as the backlog grows: with 1,000,000 queued
+# jobs in 100,000 groups, one claim touches about as many buffers as with
+# 1,000 queued, and its statements use index scans (no sort over the backlog).
+# Buffers, not time: the count is deterministic on a quiet test cluster.
+. "$(dirname "$0")/lib.sh"
+require_pgjobd
+
+pg_start
+conf=$T/backlog.ini
+write_conf "$conf" <<EOF
+$(conf_header)
+
+[queue.small]
+command = true
+EOF
+pgjobd_migrate "$conf" >"$T/migrate.log" 2>&1
+ok $? "pgjobd migrate"
+
+psql_q "INSERT INTO pgjobd.jobs (queue, group_id) SELECT 'small', 'g' || (i % 100) FROM generate_series(1, 1000) i"
+psql_q "INSERT INTO pgjobd.jobs (queue, group_id) SELECT 'big', 'g' || (i % 100000) FROM generate_series(1, 1000000) i"
+psql_q "INSERT INTO pgjobd.jobs (queue) SELECT 'bigfree' FROM generate_series(1, 1000000) i"
+psql_q "VACUUM ANALYZE pgjobd.jobs" >/dev/null
+psql_q "VACUUM ANALYZE pgjobd.groups" >/dev/null
+is "$(count_jobs "queue = 'big' AND status = 'queued'")" 1000000 "1,000,000 queued jobs in the big queue"
+is "$(psql_q "SELECT count(*) FROM pgjobd.groups WHERE queue = 'big'")" 100000 "in 100,000 groups"
+
+# The ready scan the claim's cursor runs: an index scan in start order.
+p=$(psql_q "EXPLAIN SELECT j.id, j.group_id FROM pgjobd.jobs j
+	WHERE j.queue = 'big' AND j.status = 'queued' AND j.run_at <= now()
+	ORDER BY j.priority, j.run_at, j.id")
+like "$p" "Index Scan using jobs_ready" "ready scan uses the jobs_ready index"
+unlike "$p" "Sort|Seq Scan" "ready scan neither sorts nor scans the table"
+p=$(psql_q "EXPLAIN SELECT j.id FROM pgjobd.jobs j WHERE j.queue = 'big' AND j.group_id = 'g7'
+	AND j.status IN ('queued', 'running') ORDER BY j.id LIMIT 1")
+like "$p" "Index (Only )?Scan using jobs_group_head" "group head probe uses jobs_group_head"
+
+# Shared buffers touched by one claim, measured in one warm session (a new
+# session's first call compiles the function and reads the catalogs), each
+# claim followed by hold + finish as a slot does.
+claim_buffers() { # QUEUE -> median buffers (hit + read) of 9 claims
+	local sql="" i
+	for i in $(seq 12); do
+		sql+="EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF) SELECT * FROM pgjobd.claim('$1', 'test', 5, 1000);
+BEGIN; SELECT pgjobd.hold() IS NOT NULL;
+UPDATE pgjobd.jobs SET status = 'succeeded', finished_at = now() WHERE worker = 'test' AND status = 'running';
+COMMIT;
+"
+	done
+	psql -X -qAt -v ON_ERROR_STOP=1 -c "$sql" >"$T/buffers.$1" 2>&1 ||
+		psql -X -qAt -v ON_ERROR_STOP=1 >"$T/buffers.$1" 2>&1 <<<"$sql"
+	grep 'Buffers: shared' "$T/buffers.$1" | tail -n 9 |
+		sed 's/.*Buffers: shared//' |
+		awk '{n = 0; for (f = 1; f <= NF; f++) { split($f, kv, "="); if (kv[1] == "hit" || kv[1] == "read") n += kv[2] } print n}' |
+		sort -n | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'
+}
+small=$(claim_buffers small)
+big=$(claim_buffers big)
+bigfree=$(claim_buffers bigfree)
+note "buffers per claim: 1,000 queued in 100 groups: $small; 1,000,000 in 100,000 groups: $big; 1,000,000 ungrouped: $bigfree"
+cmp_ok "${small:-0}" -gt 0 "the claim's buffers are measured"
+cmp_ok "${big:-999999}" -le $((small * 2 + 20)) "grouped: a claim with 1,000,000 queued costs about what it costs with 1,000"
+cmp_ok "${bigfree:-999999}" -le $((small * 2 + 20)) "ungrouped: a claim with 1,000,000 queued costs about what it costs with 1,000"
+is "$(count_jobs "worker = 'test' AND status = 'succeeded'")" 36 "each measured claim claimed a job"
+is "$(count_jobs "status = 'running'")" 0 "and finished it"
+
+done_testing
