@@ -46,12 +46,15 @@ const char claim_sql_commit[] = "COMMIT";
 
 /* Step 3, in the held transaction: the outcome. `queued` (retry or shutdown)
  * moves run_at; a shutdown gives the attempt back. */
+/* clock_timestamp(), not now(): this transaction began when the job was
+ * claimed, so now() is the start time, and a retry's delay must count from
+ * the end of the attempt. */
 static const char sql_finish[] =
 	"UPDATE pgjobd.jobs SET status = $2, result = $3::jsonb, error = $4::jsonb, "
-	"run_at = CASE WHEN $2 = 'queued' THEN now() + $5::bigint * interval '1 millisecond' "
-	"ELSE run_at END, "
-	"finished_at = CASE WHEN $2 = 'queued' THEN NULL ELSE now() END, "
-	"attempts = attempts - $6::int, updated_at = now() "
+	"run_at = CASE WHEN $2 = 'queued' "
+	"THEN clock_timestamp() + $5::bigint * interval '1 millisecond' ELSE run_at END, "
+	"finished_at = CASE WHEN $2 = 'queued' THEN NULL ELSE clock_timestamp() END, "
+	"attempts = attempts - $6::int, updated_at = clock_timestamp() "
 	"WHERE id = $1::bigint";
 
 #define CLAIM_SCAN 1000
