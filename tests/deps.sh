@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# tests/deps.sh - install the Debian packages pgjobd needs to build, run and test, only
+# when one is missing (apt-get update + install --no-install-recommends; sudo when not root).
+set -euo pipefail
+
+packages=(
+	build-essential pkg-config libpq-dev libev-dev libinih-dev libyaml-dev
+	postgresql postgresql-client
+	perl      # prove
+	procps    # pgrep/pkill
+	psmisc
+	util-linux # flock, runuser
+)
+
+missing=()
+for p in "${packages[@]}"; do
+	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+		missing+=("$p")
+	fi
+done
+if [ ${#missing[@]} -eq 0 ]; then
+	exit 0
+fi
+
+sudo=
+if [ "$(id -u)" != 0 ]; then
+	sudo=sudo
+fi
+echo "deps.sh: installing ${missing[*]}" >&2
+$sudo apt-get update
+$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"

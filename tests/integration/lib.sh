@@ -1,0 +1,521 @@
+# tests/integration/lib.sh - harness for pgjobd's integration tests (bash; sourced).
+#
+# Each test file is a standalone TAP producer:
+#
+#     #!/usr/bin/env bash
+#     . "$(dirname "$0")/lib.sh"
+#     plan 3                        # or call done_testing at the end
+#     pg_start                      # throwaway PostgreSQL in $T
+#     is "$(psql_q 'select 1')" 1 "psql works"
+#     ...
+#
+# What it provides:
+#   TAP         plan N | done_testing | ok STATUS NAME (0 = pass, like an exit status)
+#               ok_cmd NAME CMD... | is GOT WANT NAME | isnt | like GOT ERE NAME | unlike
+#               cmp_ok A OP B NAME (numeric: -lt -le -eq -ne -ge -gt) | pass | fail
+#               diag MSG (stderr) | note MSG (stdout) | bail_out MSG
+#   PostgreSQL  pg_start | pg_restart | pg_stop | psql_q SQL | sql_lit STRING
+#               PGHOST/PGPORT/PGUSER/PGDATABASE are exported for psql only; the daemon
+#               gets an explicit conninfo in its config ($DB_CONNINFO, see conf_header).
+#   Daemon      conf_header [key=value...] | write_conf FILE <<EOF | pgjobd_migrate CONF
+#               start_daemon NAME CONF [VAR=VALUE...]  (sets $DAEMON_PID; never call it
+#               inside $(...): the pid must stay a child of the test shell)
+#               stop_daemon PID [TIMEOUT]  (SIGTERM, wait; returns the daemon's exit status)
+#               pid_alive PID (false for zombies) | require_pgjobd
+#   Waiting     wait_until SECONDS 'shell condition'  (polls every 50 ms; 1 on timeout)
+#   Jobs        job_field ID EXPR | count_jobs WHERE | make_mark_script FILE LOG
+#               check_markers [--lenient] LOG | max_parallel LOG
+#
+# Cleanup (trap on EXIT): SIGKILL every daemon it started, stop PostgreSQL, kill leftovers
+# whose command line mentions $T and every pid listed in $T/*.pid and $T/*.pids; if anything failed,
+# print the last 80 lines of every log in $T; remove $T (kept when PGJOBD_KEEP_TMP=1).
+#
+# PGJOBD_LIB_MODE=quiet (set before sourcing) turns the TAP part off: no plan, no summary,
+# the exit status is left alone (tests/demo.sh uses it).
+#
+# PostgreSQL refuses to run as root: under root the server runs as $PG_USER (default
+# `postgres`, else `nobody`) through runuser, and $T is made traversable for it.
+
+LIB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO_ROOT=$(cd "$LIB_DIR/../.." && pwd)
+PGJOBD=${PGJOBD:-$REPO_ROOT/build/pgjobd}
+case $PGJOBD in /*) ;; *) PGJOBD=$PWD/$PGJOBD ;; esac
+export PGJOBD
+LIB_MODE=${PGJOBD_LIB_MODE:-tap}
+
+T=
+DB_CONNINFO=
+PG_BINDIR=${PG_BINDIR:-}
+PG_PORT=5432
+PG_RUNNING=0
+DAEMON_PIDS=()
+DAEMON_PID=
+TAP_N=0
+TAP_FAILED=0
+TAP_PLANNED=
+TAP_DONE=0
+
+# Never let a test's daemons talk to a real systemd.
+unset NOTIFY_SOCKET WATCHDOG_USEC WATCHDOG_PID LISTEN_FDS LISTEN_PID
+
+# ---------------------------------------------------------------- TAP
+
+plan() {
+	TAP_PLANNED=$1
+	[ "$LIB_MODE" = tap ] && echo "1..$1"
+	return 0
+}
+
+done_testing() {
+	if [ -z "$TAP_PLANNED" ]; then
+		TAP_PLANNED=$TAP_N
+		echo "1..$TAP_N"
+	fi
+	TAP_DONE=1
+}
+
+# diag MSG...: each argument (and each line in it) as a "# " comment on stderr.
+diag() {
+	local arg line
+	for arg in "$@"; do
+		while IFS= read -r line; do printf '# %s\n' "$line" >&2; done <<<"$arg"
+	done
+}
+
+note() {
+	local line
+	while IFS= read -r line; do printf '# %s\n' "$line"; done <<<"$*"
+}
+
+# ok STATUS NAME: passes when STATUS is 0 (an exit status), e.g. `[ -e f ]; ok $? "f exists"`.
+ok() {
+	local status=$1 name=${2:-}
+	TAP_N=$((TAP_N + 1))
+	if [ "$status" = 0 ]; then
+		echo "ok $TAP_N - $name"
+		return 0
+	fi
+	TAP_FAILED=$((TAP_FAILED + 1))
+	echo "not ok $TAP_N - $name"
+	local i=1
+	while [ "${BASH_SOURCE[$i]:-}" = "${BASH_SOURCE[0]}" ]; do i=$((i + 1)); done
+	diag "  Failed test '$name' at ${BASH_SOURCE[$i]:-?} line ${BASH_LINENO[$((i - 1))]:-?}"
+	return 1
+}
+
+pass() { ok 0 "$1"; }
+fail() { ok 1 "$1"; }
+
+# ok_cmd NAME CMD...: runs CMD; passes when it exits 0 (its output is shown on failure).
+ok_cmd() {
+	local name=$1 out status
+	shift
+	out=$("$@" 2>&1)
+	status=$?
+	ok "$status" "$name" || diag "  command: $*" "  exit status: $status" "  output: $out"
+	return "$status"
+}
+
+is() {
+	local got=$1 want=$2 name=${3:-}
+	[ "$got" = "$want" ]
+	ok $? "$name" || diag "       got: '$got'
+  expected: '$want'"
+}
+
+isnt() {
+	local got=$1 bad=$2 name=${3:-}
+	[ "$got" != "$bad" ]
+	ok $? "$name" || diag "       got: '$got'
+  expected anything else"
+}
+
+# like GOT ERE NAME: GOT matches the extended regular expression ERE (bash =~).
+like() {
+	local got=$1 re=$2 name=${3:-}
+	[[ $got =~ $re ]]
+	ok $? "$name" || diag "                  '$got'
+    doesn't match '$re'"
+}
+
+unlike() {
+	local got=$1 re=$2 name=${3:-}
+	! [[ $got =~ $re ]]
+	ok $? "$name" || diag "                  '$got'
+          matches '$re'"
+}
+
+# cmp_ok A OP B NAME, OP one of -lt -le -eq -ne -ge -gt (integers).
+cmp_ok() {
+	local a=$1 op=$2 b=$3 name=${4:-}
+	[ "$a" "$op" "$b" ] 2>/dev/null
+	ok $? "$name" || diag "  '$a' $op '$b' is false"
+}
+
+bail_out() {
+	echo "Bail out! $*"
+	TAP_FAILED=$((TAP_FAILED + 1))
+	exit 255
+}
+
+# ---------------------------------------------------------------- time, processes
+
+now_ms() {
+	local t=${EPOCHREALTIME/./}
+	echo $((10#$t / 1000))
+}
+
+# seconds (integer or decimal, e.g. 0.5) -> milliseconds
+secs_to_ms() {
+	local s=$1 int frac
+	int=${s%%.*}
+	frac=
+	[ "$int" != "$s" ] && frac=${s#*.}
+	frac=${frac}000
+	frac=${frac:0:3}
+	echo $((10#${int:-0} * 1000 + 10#$frac))
+}
+
+# wait_until SECONDS 'shell condition': evaluate the condition every 50 ms until it
+# succeeds (returns 0) or SECONDS have passed (returns 1, with a diagnostic).
+wait_until() {
+	local secs=$1 cond=$2 deadline
+	deadline=$(($(now_ms) + $(secs_to_ms "$secs")))
+	while :; do
+		if eval "$cond"; then
+			return 0
+		fi
+		if [ "$(now_ms)" -ge "$deadline" ]; then
+			[ "$LIB_MODE" = tap ] && diag "wait_until: timed out after ${secs}s waiting for: $cond"
+			return 1
+		fi
+		sleep 0.05
+	done
+}
+
+# pid_alive PID: the process exists and is not a zombie (PID 1 may not reap quickly).
+pid_alive() {
+	local pid=$1 line state
+	[ -n "$pid" ] || return 1
+	IFS= read -r line 2>/dev/null </proc/"$pid"/stat || return 1
+	state=${line##*) }
+	state=${state%% *}
+	[ "$state" != Z ] && [ "$state" != X ]
+}
+
+# ---------------------------------------------------------------- PostgreSQL
+
+find_pg_bindir() {
+	local d
+	if [ -n "$PG_BINDIR" ] && [ -x "$PG_BINDIR/initdb" ]; then
+		echo "$PG_BINDIR"
+		return 0
+	fi
+	for d in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V -r) \
+		"$(pg_config --bindir 2>/dev/null)" \
+		"$(dirname "$(command -v initdb 2>/dev/null || echo /nonexistent/x)")" \
+		/usr/local/pgsql/bin /usr/pgsql-*/bin; do
+		if [ -n "$d" ] && [ -x "$d/initdb" ] && [ -x "$d/pg_ctl" ]; then
+			echo "$d"
+			return 0
+		fi
+	done
+	return 1
+}
+
+# Runs a PostgreSQL server program as the unprivileged user when we are root.
+as_pg() {
+	if [ "$(id -u)" = 0 ]; then
+		runuser -u "$PG_USER" -- "$@"
+	else
+		"$@"
+	fi
+}
+
+pg_opts() {
+	echo "-c listen_addresses='' -c unix_socket_directories=$T/sock -c fsync=off -c max_connections=200 -c port=$PG_PORT"
+}
+
+make_tmp() {
+	[ -n "$T" ] && return 0
+	T=$(mktemp -d "${PGJOBD_TEST_TMPDIR:-/tmp}/pgjobd-test.XXXXXX") || bail_out "mktemp failed"
+	export T
+	chmod 755 "$T"
+}
+
+pg_start() {
+	make_tmp
+	PG_BINDIR=$(find_pg_bindir) || bail_out "initdb/pg_ctl not found (install postgresql, or set PG_BINDIR)"
+	if [ "$(id -u)" = 0 ]; then
+		PG_USER=${PG_USER:-postgres}
+		id -u "$PG_USER" >/dev/null 2>&1 || PG_USER=nobody
+		# $T must be traversable by the server's user (mktemp makes it 0700).
+		as_pg test -x "$T" || bail_out "$T is not reachable by user $PG_USER (set PGJOBD_TEST_TMPDIR)"
+	fi
+	mkdir -p "$T/pg" "$T/sock"
+	: >"$T/pg.log"
+	if [ "$(id -u)" = 0 ]; then
+		chown "$PG_USER" "$T/pg" "$T/sock" "$T/pg.log"
+	fi
+	chmod 700 "$T/pg"
+	if ! as_pg "$PG_BINDIR/initdb" -D "$T/pg" -U postgres --auth=trust -E UTF8 --locale=C \
+		>"$T/initdb.log" 2>&1; then
+		cat "$T/initdb.log" >&2
+		bail_out "initdb failed"
+	fi
+	as_pg "$PG_BINDIR/pg_ctl" -w -t 60 -D "$T/pg" -l "$T/pg.log" -o "$(pg_opts)" start >/dev/null ||
+		bail_out "pg_ctl start failed (see $T/pg.log)"
+	PG_RUNNING=1
+	export PGHOST=$T/sock PGPORT=$PG_PORT PGUSER=postgres PGDATABASE=pgjobd_test
+	unset PGPASSWORD PGSERVICE PGOPTIONS PGAPPNAME PGSSLMODE PGHOSTADDR
+	PGDATABASE=postgres psql -X -qAt -v ON_ERROR_STOP=1 -c "CREATE DATABASE pgjobd_test" >/dev/null ||
+		bail_out "CREATE DATABASE failed"
+	# The daemon's config names its database explicitly; the PG* variables above are
+	# for psql in the tests only.
+	DB_CONNINFO="host=$T/sock port=$PG_PORT dbname=pgjobd_test user=postgres"
+}
+
+pg_restart() {
+	as_pg "$PG_BINDIR/pg_ctl" -w -t 60 -D "$T/pg" -l "$T/pg.log" -m fast -o "$(pg_opts)" restart >/dev/null
+}
+
+pg_stop() {
+	[ "$PG_RUNNING" = 1 ] || return 0
+	as_pg "$PG_BINDIR/pg_ctl" -w -D "$T/pg" -m fast stop >/dev/null
+	local s=$?
+	[ $s = 0 ] && PG_RUNNING=0
+	return $s
+}
+
+# psql_q SQL: run SQL, print the result unaligned without headers (-qAt).
+psql_q() {
+	psql -X -qAt -v ON_ERROR_STOP=1 -c "$1"
+}
+
+# sql_lit STRING: STRING as an SQL string literal (standard_conforming_strings is on).
+sql_lit() {
+	local s=${1//\'/\'\'}
+	printf "'%s'" "$s"
+}
+
+job_field() { psql_q "SELECT $2 FROM pgjobd.jobs WHERE id = $1"; }
+count_jobs() { psql_q "SELECT count(*) FROM pgjobd.jobs WHERE $1"; }
+
+# ---------------------------------------------------------------- daemon
+
+require_pgjobd() {
+	[ -x "$PGJOBD" ] || bail_out "pgjobd binary not found at $PGJOBD (run make, or set PGJOBD)"
+}
+
+# conf_header [key=value...]: the [pgjobd] section for the throwaway server; arguments
+# override the defaults or add keys.
+conf_header() {
+	local -A kv=([database]="$DB_CONNINFO" [poll_interval]=200ms [log_level]=debug)
+	local keys=(database poll_interval log_level) a k
+	for a in "$@"; do
+		k=${a%%=*}
+		[ -n "${kv[$k]+x}" ] || keys+=("$k")
+		kv[$k]=${a#*=}
+	done
+	echo "[pgjobd]"
+	for k in "${keys[@]}"; do
+		echo "$k = ${kv[$k]}"
+	done
+}
+
+# write_conf FILE <<EOF ... EOF: write stdin to FILE (the heredoc usually starts with
+# $(conf_header)).
+write_conf() {
+	cat >"$1"
+}
+
+pgjobd_migrate() {
+	"$PGJOBD" migrate -c "$1"
+}
+
+# start_daemon NAME CONF [VAR=VALUE...]: run "$PGJOBD" -c CONF in the background with
+# stdout+stderr to $T/NAME.log (appended), extra environment VAR=VALUE. The pid is in
+# $DAEMON_PID and $T/NAME.pid, and is killed at cleanup.
+start_daemon() {
+	local name=$1 conf=$2
+	shift 2
+	if [ "${BASH_SUBSHELL:-0}" != 0 ]; then
+		echo "start_daemon: called in a subshell; use \$DAEMON_PID instead of \$(...)" >&2
+		exit 1
+	fi
+	env "$@" "$PGJOBD" -c "$conf" >>"$T/$name.log" 2>&1 </dev/null &
+	DAEMON_PID=$!
+	DAEMON_PIDS+=("$DAEMON_PID")
+	echo "$DAEMON_PID" >"$T/$name.pid"
+	[ "$LIB_MODE" = tap ] && note "started daemon $name: pid $DAEMON_PID, log $T/$name.log"
+	return 0
+}
+
+# stop_daemon PID [TIMEOUT]: SIGTERM, wait up to TIMEOUT s (default 30) for the exit,
+# then SIGKILL. Returns the daemon's exit status (137 if it had to be killed).
+stop_daemon() {
+	local pid=$1 timeout=${2:-30} status
+	kill -TERM "$pid" 2>/dev/null
+	if ! wait_until "$timeout" "! pid_alive $pid"; then
+		kill -KILL "$pid" 2>/dev/null
+	fi
+	wait "$pid" 2>/dev/null
+	status=$?
+	forget_daemon "$pid"
+	return $status
+}
+
+# wait_daemon_exit PID TIMEOUT: wait for a daemon that was told to stop; sets
+# DAEMON_STATUS to its exit status (or 999 when it was still running after TIMEOUT).
+wait_daemon_exit() {
+	local pid=$1 timeout=$2
+	if wait_until "$timeout" "! pid_alive $pid"; then
+		wait "$pid" 2>/dev/null
+		DAEMON_STATUS=$?
+		forget_daemon "$pid"
+	else
+		DAEMON_STATUS=999
+	fi
+}
+
+forget_daemon() {
+	local p keep=()
+	for p in "${DAEMON_PIDS[@]}"; do
+		[ "$p" != "$1" ] && keep+=("$p")
+	done
+	DAEMON_PIDS=("${keep[@]}")
+}
+
+# ---------------------------------------------------------------- job helpers
+
+# make_mark_script FILE LOG: a bash job script that appends "start G ID ATTEMPT PID" and
+# "end G ID ATTEMPT PID" lines to LOG (G is the group, "-" for none). For a grouped job it
+# first takes flock -n on $T/lock.G: if another command of that group still runs (or any
+# process it left behind), it logs "overlap G ID" and fails. Data keys: sleep (seconds,
+# or "rand" for 10-90 ms), fail_attempts (exit 1 while ATTEMPT <= N).
+make_mark_script() {
+	cat >"$1" <<EOF
+#!/bin/bash
+log='$2'
+g=\${PGJOBD_GROUP_ID:-}
+id=\$PGJOBD_JOB_ID
+att=\$PGJOBD_ATTEMPT
+if [ -n "\$g" ]; then
+	exec 9>>'$T'/lock."\$g"
+	if ! flock -n 9; then echo "overlap \$g \$id \$att \$\$" >>"\$log"; exit 1; fi
+fi
+echo "start \${g:--} \$id \$att \$\$" >>"\$log"
+s=\${PGJOBD_ARG_sleep:-0}
+[ "\$s" = rand ] && s=0.0\$((RANDOM % 9 + 1))
+sleep "\$s"
+echo "end \${g:--} \$id \$att \$\$" >>"\$log"
+if [ "\${PGJOBD_ARG_fail_attempts:-0}" -ge "\$att" ]; then exit 1; fi
+echo '{"ok": true}'
+EOF
+	chmod +x "$1"
+}
+
+# check_markers [--lenient] LOG: prints every problem found in a marker log and returns
+# 1 if there was any:
+#  - an "overlap" line (flock saw two commands of one group at once);
+#  - per group, starts and ends do not alternate (skipped with --lenient, for tests that
+#    kill commands, which then write no "end");
+#  - per group, the sequence of started job ids (consecutive repeats, i.e. retries,
+#    collapsed) is not strictly increasing.
+check_markers() {
+	local lenient=0
+	[ "$1" = --lenient ] && { lenient=1; shift; }
+	[ -r "$1" ] || { echo "no marker log $1"; return 1; }
+	awk -v lenient=$lenient '
+		$1 == "overlap" { print "line " NR ": overlap in group " $2 " (job " $3 ")"; bad = 1; next }
+		$2 == "-" { next }
+		$1 == "start" {
+			if (!lenient && ($2 in run)) { print "line " NR ": job " $3 " started while job " run[$2] " of group " $2 " runs"; bad = 1 }
+			run[$2] = $3
+			if (($2 in last) && $3 != last[$2]) {
+				if (($2 SUBSEP $3) in seen) { print "line " NR ": group " $2 ": job " $3 " started again after job " last[$2]; bad = 1 }
+				else if ($3 + 0 < last[$2] + 0) { print "line " NR ": group " $2 ": job " $3 " started after job " last[$2]; bad = 1 }
+			}
+			seen[$2, $3] = 1
+			last[$2] = $3
+			next
+		}
+		$1 == "end" {
+			if (!lenient && run[$2] != $3) { print "line " NR ": end of job " $3 " but group " $2 " runs job " run[$2]; bad = 1 }
+			delete run[$2]
+			next
+		}
+		END { exit bad }
+	' "$1"
+}
+
+# max_parallel LOG: the largest number of ungrouped ("-") commands running at once.
+max_parallel() {
+	awk '$2 == "-" && $1 == "start" { n++; if (n > m) m = n } $2 == "-" && $1 == "end" { n-- } END { print m + 0 }' "$1"
+}
+
+# ---------------------------------------------------------------- cleanup
+
+cleanup() {
+	local status=$? p f
+	trap - EXIT
+	for p in "${DAEMON_PIDS[@]}"; do
+		kill -KILL "$p" 2>/dev/null
+	done
+	for p in "${DAEMON_PIDS[@]}"; do
+		wait "$p" 2>/dev/null
+	done
+	if [ "$PG_RUNNING" = 1 ]; then
+		as_pg "$PG_BINDIR/pg_ctl" -D "$T/pg" -m immediate stop >/dev/null 2>&1
+	fi
+	if [ -n "$T" ] && [ -d "$T" ]; then
+		# Leftovers: processes naming $T (daemons' helpers, job shells) and pids that
+		# tests recorded in $T/*.pid.
+		pkill -KILL -f -- "$T/" 2>/dev/null
+		for f in "$T"/*.pid "$T"/*.pids; do
+			[ -f "$f" ] || continue
+			for p in $(cat "$f" 2>/dev/null); do
+				case $p in *[!0-9]* | '') continue ;; esac
+				[ "$p" -gt 1 ] && [ "$p" != $$ ] && kill -KILL "$p" 2>/dev/null
+			done
+		done
+	fi
+	if [ "$LIB_MODE" = tap ]; then
+		if [ "$TAP_DONE" != 1 ] && [ -z "$TAP_PLANNED" ]; then
+			echo "1..$TAP_N"
+			diag "the test script ended without a plan or done_testing (status $status)"
+			TAP_FAILED=$((TAP_FAILED + 1))
+		elif [ -n "$TAP_PLANNED" ] && [ "$TAP_PLANNED" != "$TAP_N" ]; then
+			diag "planned $TAP_PLANNED tests but ran $TAP_N (status $status)"
+			TAP_FAILED=$((TAP_FAILED + 1))
+		fi
+		[ "$status" != 0 ] && [ "$TAP_FAILED" = 0 ] && TAP_FAILED=1
+	else
+		[ "$status" != 0 ] && TAP_FAILED=1
+	fi
+	if [ "$TAP_FAILED" != 0 ] && [ -n "$T" ] && [ -d "$T" ]; then
+		for f in "$T"/*.log; do
+			[ -s "$f" ] || continue
+			[ "${f##*/}" = initdb.log ] && continue
+			diag "---- last 80 lines of $f ----"
+			diag "$(tail -n 80 "$f")"
+		done
+	fi
+	if [ -n "$T" ] && [ -d "$T" ]; then
+		if [ "${PGJOBD_KEEP_TMP:-0}" = 1 ]; then
+			diag "kept $T"
+		else
+			rm -rf "$T"
+		fi
+	fi
+	if [ "$LIB_MODE" = tap ]; then
+		[ "$TAP_FAILED" != 0 ] && diag "failed $TAP_FAILED of $TAP_N tests"
+		[ "$TAP_FAILED" -gt 254 ] && TAP_FAILED=254
+		exit "$TAP_FAILED"
+	fi
+	exit "$status"
+}
+
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM

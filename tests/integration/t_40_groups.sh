@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Groups (SPEC §1, guarantees 1 and 2): three daemons share a queue; within a group,
+# never two commands at once and jobs start in id order (a retry holds back the group);
+# ungrouped jobs run in parallel up to `concurrency` per daemon.
+. "$(dirname "$0")/lib.sh"
+require_pgjobd
+
+pg_start
+make_mark_script "$T/mark.sh" "$T/markers.log"
+make_mark_script "$T/par.sh" "$T/par.log"
+for n in a b c; do
+	{
+		conf_header
+		cat <<EOF
+
+[queue.g]
+command = /bin/bash '$T/mark.sh'
+concurrency = 4
+max_attempts = 3
+backoff = 500ms
+backoff_max = 500ms
+EOF
+		# Only daemon a serves the ungrouped queue, so its concurrency is the limit.
+		[ $n = a ] && cat <<EOF
+
+[queue.par]
+command = /bin/bash '$T/par.sh'
+concurrency = 4
+EOF
+	} >"$T/$n.ini"
+done
+
+pgjobd_migrate "$T/a.ini" >"$T/migrate.log" 2>&1 || bail_out "pgjobd migrate failed"
+for n in a b c; do
+	start_daemon "$n" "$T/$n.ini"
+done
+
+# 3 groups x 15 jobs, interleaved ids, short random run times; plus a group whose first
+# job fails once (its retry must run before the group's next job).
+psql_q "INSERT INTO pgjobd.jobs (queue, group_id, data)
+	SELECT 'g', 'g' || (i % 3), '{\"sleep\": \"rand\"}' FROM generate_series(0, 44) i ORDER BY i"
+psql_q "INSERT INTO pgjobd.jobs (queue, group_id, data) VALUES
+	('g', 'r', '{\"fail_attempts\": 1}'), ('g', 'r', '{}'), ('g', 'r', '{}')"
+
+wait_until 60 "[ \"\$(count_jobs \"queue = 'g' AND status IN ('succeeded', 'failed')\")\" = 48 ]"
+ok $? "all 48 grouped jobs finish"
+is "$(count_jobs "queue = 'g' AND status <> 'succeeded'")" 0 "all succeeded"
+is "$(count_jobs "queue = 'g' AND group_id LIKE 'g%' AND attempts <> 1")" 0 "in one attempt each"
+is "$(count_jobs "queue = 'g' AND group_id = 'r' AND attempts = 2")" 1 "the failing job ran twice"
+problems=$(check_markers "$T/markers.log")
+ok $? "no overlap within a group, starts and ends alternate, id order kept" || diag "$problems"
+is "$(grep -c '^start ' "$T/markers.log")" 49 "49 starts (45 + 3 + one retry)"
+is "$(grep -c '^start r ' "$T/markers.log")" 4 "group r: 4 starts"
+# The start lines of group r in order: the retry of the first job comes before job 2.
+r_ids=$(awk '$1 == "start" && $2 == "r" { printf "%s ", $3 }' "$T/markers.log")
+first=$(psql_q "SELECT min(id) FROM pgjobd.jobs WHERE group_id = 'r'")
+is "$r_ids" "$first $first $((first + 1)) $((first + 2)) " "a job waiting for its retry holds back its group"
+workers=$(psql_q "SELECT count(DISTINCT split_part(worker, ':', 2)) FROM pgjobd.jobs WHERE queue = 'g'")
+note "grouped jobs were run by $workers daemon(s)"
+
+# Ungrouped: 8 jobs of 1 s on daemon a with concurrency 4. Sample the running count.
+psql_q "INSERT INTO pgjobd.jobs (queue, data) SELECT 'par', '{\"sleep\": \"1\"}' FROM generate_series(1, 8)"
+max_running=0
+sample() {
+	local n
+	n=$(count_jobs "queue = 'par' AND status = 'running'")
+	[ "$n" -gt "$max_running" ] && max_running=$n
+	[ "$(count_jobs "queue = 'par' AND status = 'succeeded'")" = 8 ]
+}
+wait_until 30 sample
+ok $? "8 ungrouped jobs succeed"
+cmp_ok "$max_running" -le 4 "at most 4 running at once (sampled: $max_running)"
+cmp_ok "$max_running" -ge 2 "at least 2 running at once (sampled: $max_running)"
+par=$(max_parallel "$T/par.log")
+cmp_ok "$par" -le 4 "commands: at most 4 at once ($par)"
+cmp_ok "$par" -ge 2 "commands: at least 2 at once ($par)"
+
+for n in a b c; do
+	pid_alive "$(cat "$T/$n.pid")"
+	ok $? "daemon $n is still running"
+done
+done_testing
