@@ -56,9 +56,14 @@ CREATE TABLE pgjobd.jobs (
 -- fillfactor leaves room on each page so that updates of rows can stay on
 -- the same page.
 
--- Ready jobs of a queue in start order: the claim walks this index.
-CREATE INDEX jobs_ready ON pgjobd.jobs (queue, priority, run_at, id)
-    WHERE status = 'queued';
+-- Ready jobs of a queue in start order, split by whether they have a group
+-- (each row is in exactly one, so this costs what a single index would): the
+-- best ungrouped job is always one index probe away, however many grouped
+-- jobs wait behind a running head.
+CREATE INDEX jobs_ready_free ON pgjobd.jobs (queue, priority, run_at, id)
+    WHERE status = 'queued' AND group_id IS NULL;
+CREATE INDEX jobs_ready_grouped ON pgjobd.jobs (queue, priority, run_at, id)
+    WHERE status = 'queued' AND group_id IS NOT NULL;
 -- A group's unfinished jobs in id order: finds a group's head in one probe.
 CREATE INDEX jobs_group_head ON pgjobd.jobs (queue, group_id, id)
     WHERE status IN ('queued', 'running') AND group_id IS NOT NULL;
@@ -129,6 +134,68 @@ LANGUAGE sql IMMUTABLE AS $$
     WHERE jsonb_typeof(e.value) IN ('string', 'number', 'boolean')
 $$;
 
+-- Try to take group g of queue q for its job `jid`: lock the group row
+-- (SKIP LOCKED), check that jid is the group's head (the smallest id among
+-- its queued or running jobs: strict FIFO), take the bridge lock and lock the
+-- job row. Returns the group row's id; 0 when the group is busy (its row is
+-- locked or its bridge held: no job of it can start now); -1 when jid may not
+-- start but another job of the group may (jid is not the head). Nothing is
+-- kept on failure but row locks that end with the claim's transaction.
+CREATE FUNCTION pgjobd.try_group_head(q text, g text, jid bigint) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    gid bigint;
+    head bigint;
+    k record;
+BEGIN
+    SELECT gr.id INTO gid FROM pgjobd.groups gr
+     WHERE gr.queue = q AND gr.group_id = g FOR UPDATE SKIP LOCKED;
+    IF gid IS NULL THEN
+        RETURN 0;
+    END IF;
+    SELECT j.id INTO head FROM pgjobd.jobs j
+     WHERE j.queue = q AND j.group_id = g AND j.status IN ('queued', 'running')
+     ORDER BY j.id LIMIT 1;
+    IF head IS DISTINCT FROM jid THEN
+        RETURN -1;
+    END IF;
+    k := pgjobd.bridge_key(jid, gid);
+    IF NOT pg_try_advisory_lock(k.k1, k.k2) THEN
+        RETURN 0;
+    END IF;
+    PERFORM 1 FROM pgjobd.jobs j
+     WHERE j.id = jid AND j.status = 'queued' AND j.run_at <= now()
+     FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        PERFORM pg_advisory_unlock(k.k1, k.k2);
+        RETURN -1;
+    END IF;
+    RETURN gid;
+END
+$$;
+
+-- Mark a locked, bridged, queued job running for p_worker and return the
+-- row pgjobd.claim() returns. Records the bridge for pgjobd.hold().
+-- Times are clock_timestamp(): a claim's transaction may have begun before
+-- the previous job of the group finished, and started_at must follow the
+-- order in which jobs really start.
+CREATE FUNCTION pgjobd.start_job(jid bigint, gid bigint, p_worker text, p_max_attempts int)
+RETURNS TABLE (job_id bigint, group_id text, attempts int, max_attempts int,
+               timeout_ms bigint, data text, arg_keys text[], arg_vals text[])
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM set_config('pgjobd.claim', jid || ':' || coalesce(gid::text, ''), false);
+    RETURN QUERY
+        UPDATE pgjobd.jobs j SET status = 'running', attempts = j.attempts + 1,
+               worker = p_worker, started_at = clock_timestamp(), updated_at = clock_timestamp(),
+               finished_at = NULL
+         WHERE j.id = jid
+        RETURNING j.id, j.group_id, j.attempts, coalesce(j.max_attempts, p_max_attempts),
+                  (extract(epoch FROM j.timeout) * 1000)::bigint, j.data::text,
+                  (pgjobd.job_args(j.data)).keys, (pgjobd.job_args(j.data)).vals;
+END
+$$;
+
 -- Step 1 of the protocol (see the top of this file). Runs in its own
 -- transaction. Returns no row when nothing can start now. Locks, while it
 -- runs: candidate job rows and group rows, FOR UPDATE SKIP LOCKED (never
@@ -142,7 +209,10 @@ DECLARE
     r record;
     gid bigint;
     k record;
-    head bigint;
+    f record;
+    got bigint;
+    busy text[] := '{}';
+    scan_cut boolean := false;
     n int := 0;
 BEGIN
     PERFORM set_config('pgjobd.claim', '', false);
@@ -162,7 +232,8 @@ BEGIN
         CONTINUE WHEN NOT pg_try_advisory_lock(k.k1, k.k2);
         IF r.attempts >= coalesce(r.max_attempts, p_max_attempts) THEN
             -- Its last attempt died with its daemon: that is a failed attempt.
-            UPDATE pgjobd.jobs j SET status = 'failed', finished_at = now(), updated_at = now(),
+            UPDATE pgjobd.jobs j SET status = 'failed', finished_at = clock_timestamp(),
+                   updated_at = clock_timestamp(),
                    error = jsonb_build_object('reason', 'lost_lock', 'exit_code', NULL,
                            'signal', NULL, 'stderr', NULL,
                            'message', 'the daemon running this job lost its claim')
@@ -173,7 +244,7 @@ BEGIN
         PERFORM set_config('pgjobd.claim', r.id || ':' || coalesce(gid::text, ''), false);
         RETURN QUERY
             UPDATE pgjobd.jobs j SET attempts = j.attempts + 1, worker = p_worker,
-                   started_at = now(), updated_at = now()
+                   started_at = clock_timestamp(), updated_at = clock_timestamp()
              WHERE j.id = r.id
             RETURNING j.id, j.group_id, j.attempts, coalesce(j.max_attempts, p_max_attempts),
                       (extract(epoch FROM j.timeout) * 1000)::bigint, j.data::text,
@@ -181,46 +252,86 @@ BEGIN
         RETURN;
     END LOOP;
 
-    -- Ready jobs in start order. The cursor takes no locks; each candidate
-    -- is locked (group row first, then job row) only when it is tried.
+    -- The best ready ungrouped job: one probe of jobs_ready_free, locked.
+    SELECT j.id, j.priority, j.run_at INTO f FROM pgjobd.jobs j
+     WHERE j.queue = p_queue AND j.status = 'queued' AND j.group_id IS NULL
+       AND j.run_at <= now()
+     ORDER BY j.priority, j.run_at, j.id
+     FOR UPDATE SKIP LOCKED LIMIT 1;
+
+    -- Grouped jobs that would start before it, in start order (the row
+    -- comparison is an index condition, so the scan stops at the ungrouped
+    -- candidate; without one, a sentinel bound keeps it an index condition
+    -- rather than an OR that would filter the whole index). The cursor
+    -- takes no locks; a candidate is locked (group row first, then job row)
+    -- only when it is tried. Rows of busy groups are skipped; the scan is
+    -- bounded by p_scan.
     FOR r IN SELECT j.id, j.group_id FROM pgjobd.jobs j
-             WHERE j.queue = p_queue AND j.status = 'queued' AND j.run_at <= now()
+             WHERE j.queue = p_queue AND j.status = 'queued' AND j.group_id IS NOT NULL
+               AND j.run_at <= now()
+               AND (j.priority, j.run_at, j.id) <
+                   (coalesce(f.priority, 2147483647), coalesce(f.run_at, 'infinity'),
+                    coalesce(f.id, 9223372036854775807))
              ORDER BY j.priority, j.run_at, j.id
+             -- The LIMIT is the scan's bound, and it also keeps the generic
+             -- plan that plpgsql settles on after five calls an ordered index
+             -- scan: without it the planner may sort the whole backlog.
+             LIMIT p_scan + 1
     LOOP
         n := n + 1;
-        EXIT WHEN n > p_scan;
-        gid := NULL;
-        IF r.group_id IS NOT NULL THEN
-            SELECT g.id INTO gid FROM pgjobd.groups g
-             WHERE g.queue = p_queue AND g.group_id = r.group_id FOR UPDATE SKIP LOCKED;
-            CONTINUE WHEN gid IS NULL;
-            -- Strict FIFO: only the group's head may start.
-            SELECT j.id INTO head FROM pgjobd.jobs j
-             WHERE j.queue = p_queue AND j.group_id = r.group_id
-               AND j.status IN ('queued', 'running')
-             ORDER BY j.id LIMIT 1;
-            CONTINUE WHEN head IS DISTINCT FROM r.id;
+        IF n > p_scan THEN
+            scan_cut := true;
+            EXIT;
         END IF;
-        k := pgjobd.bridge_key(r.id, gid);
-        CONTINUE WHEN NOT pg_try_advisory_lock(k.k1, k.k2);
-        PERFORM 1 FROM pgjobd.jobs j
-         WHERE j.id = r.id AND j.status = 'queued' AND j.run_at <= now()
-         FOR UPDATE SKIP LOCKED;
-        IF NOT FOUND THEN
-            PERFORM pg_advisory_unlock(k.k1, k.k2);
+        CONTINUE WHEN r.group_id = ANY(busy);
+        got := pgjobd.try_group_head(p_queue, r.group_id, r.id);
+        IF got <= 0 THEN
+            -- A busy group is skipped for the rest of this claim; a job that
+            -- is not its group's head is not: the head (say, back from a
+            -- retry with a later run_at) may come later in the scan.
+            IF got = 0 THEN
+                busy := busy || r.group_id;
+            END IF;
             CONTINUE;
         END IF;
-        PERFORM set_config('pgjobd.claim', r.id || ':' || coalesce(gid::text, ''), false);
-        RETURN QUERY
-            UPDATE pgjobd.jobs j SET status = 'running', attempts = j.attempts + 1,
-                   worker = p_worker, started_at = now(), updated_at = now(),
-                   finished_at = NULL
-             WHERE j.id = r.id
-            RETURNING j.id, j.group_id, j.attempts, coalesce(j.max_attempts, p_max_attempts),
-                      (extract(epoch FROM j.timeout) * 1000)::bigint, j.data::text,
-                      (pgjobd.job_args(j.data)).keys, (pgjobd.job_args(j.data)).vals;
+        RETURN QUERY SELECT * FROM pgjobd.start_job(r.id, got, p_worker, p_max_attempts);
         RETURN;
     END LOOP;
+
+    IF f.id IS NOT NULL THEN
+        k := pgjobd.bridge_key(f.id, NULL);
+        IF pg_try_advisory_lock(k.k1, k.k2) THEN
+            RETURN QUERY SELECT * FROM pgjobd.start_job(f.id, NULL, p_worker, p_max_attempts);
+            RETURN;
+        END IF;
+    END IF;
+
+    -- The bounded scan met only busy groups (one group's long backlog can
+    -- fill it). For liveness, visit each group's head once, skipping from
+    -- group to group through jobs_group_head (a loose index scan), and start
+    -- the first that can start. Rare, and O(groups) rather than O(jobs).
+    IF scan_cut THEN
+        FOR r IN WITH RECURSIVE heads AS (
+                     (SELECT j.group_id, j.id, j.status, j.run_at FROM pgjobd.jobs j
+                       WHERE j.queue = p_queue AND j.group_id IS NOT NULL
+                         AND j.status IN ('queued', 'running')
+                       ORDER BY j.group_id, j.id LIMIT 1)
+                     UNION ALL
+                     SELECT nx.group_id, nx.id, nx.status, nx.run_at FROM heads h,
+                       LATERAL (SELECT j.group_id, j.id, j.status, j.run_at FROM pgjobd.jobs j
+                                 WHERE j.queue = p_queue AND j.group_id > h.group_id
+                                   AND j.status IN ('queued', 'running')
+                                 ORDER BY j.group_id, j.id LIMIT 1) nx)
+                 SELECT h.group_id, h.id FROM heads h
+                  WHERE h.status = 'queued' AND h.run_at <= now()
+        LOOP
+            CONTINUE WHEN r.group_id = ANY(busy);
+            got := pgjobd.try_group_head(p_queue, r.group_id, r.id);
+            CONTINUE WHEN got <= 0;
+            RETURN QUERY SELECT * FROM pgjobd.start_job(r.id, got, p_worker, p_max_attempts);
+            RETURN;
+        END LOOP;
+    END IF;
 END
 $$;
 

@@ -27,9 +27,9 @@ is "$(psql_q "SELECT count(*) FROM pgjobd.groups WHERE queue = 'big'")" 100000 "
 
 # The ready scan the claim's cursor runs: an index scan in start order.
 p=$(psql_q "EXPLAIN SELECT j.id, j.group_id FROM pgjobd.jobs j
-	WHERE j.queue = 'big' AND j.status = 'queued' AND j.run_at <= now()
-	ORDER BY j.priority, j.run_at, j.id")
-like "$p" "Index Scan using jobs_ready" "ready scan uses the jobs_ready index"
+	WHERE j.queue = 'big' AND j.status = 'queued' AND j.group_id IS NOT NULL AND j.run_at <= now()
+	ORDER BY j.priority, j.run_at, j.id LIMIT 1001")
+like "$p" "Index Scan using jobs_ready_grouped" "ready scan uses the jobs_ready_grouped index"
 unlike "$p" "Sort|Seq Scan" "ready scan neither sorts nor scans the table"
 p=$(psql_q "EXPLAIN SELECT j.id FROM pgjobd.jobs j WHERE j.queue = 'big' AND j.group_id = 'g7'
 	AND j.status IN ('queued', 'running') ORDER BY j.id LIMIT 1")
