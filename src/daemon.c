@@ -47,6 +47,7 @@ struct qstate {
 	struct job **slots;
 	int nslots;
 	int next_index;
+	bool again;    /* a wake-up came while a claim was in flight */
 	ev_timer wake; /* retry wake-up */
 };
 
@@ -95,9 +96,16 @@ static void kick_queue(struct qstate *q)
 {
 	if (q->d->state != D_RUNNING)
 		return;
-	for (int i = 0; i < q->nslots; i++)
-		if (job_is_claiming(q->slots[i]))
-			return; /* that claim will chain to the next slot */
+	for (int i = 0; i < q->nslots; i++) {
+		if (job_is_claiming(q->slots[i])) {
+			/* That claim chains to the next slot if it finds a job; if
+			 * it finds none, its snapshot may predate what woke us: claim
+			 * again when it reports EMPTY. */
+			q->again = true;
+			return;
+		}
+	}
+	q->again = false;
 	for (int i = 0; i < q->nslots; i++)
 		if (job_is_idle(q->slots[i]) && job_kick(q->slots[i]))
 			return;
@@ -187,6 +195,8 @@ static void on_job_event(struct job *j, enum job_event ev, int64_t ms, void *arg
 			job_kick(j);
 		break;
 	case JOB_EV_EMPTY:
+		if (q && q->again)
+			kick_queue(q);
 		break;
 	case JOB_EV_STARTED:
 		if (q)

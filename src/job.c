@@ -101,18 +101,27 @@ static void clear_run(struct job *j)
 	}
 }
 
-/* Nothing running and told to drain: close the session and report. */
+/* Nothing running and told to drain: report STOPPED. The session is closed
+ * by job_free, which the daemon calls from its reap pass: this often runs
+ * inside a callback of j->db, which must not be freed under its own feet. */
 static bool maybe_stop(struct job *j)
 {
 	if (!j->draining || j->state == J_RUNNING || j->state == J_FINISHING ||
 	    j->state == J_LOST || j->state == J_CLAIMING || j->state == J_ENDING_TX ||
 	    j->state == J_STOPPED)
 		return false;
-	db_conn_free(j->db);
-	j->db = NULL;
 	job_step(j, J_STOPPED);
 	emit(j, JOB_EV_STOPPED, 0);
 	return true;
+}
+
+/* The session is unusable (or holds a bridge lock only its end releases):
+ * connect again, unless the slot is draining, in which case it stops. */
+static void reconnect(struct job *j)
+{
+	job_step(j, J_CONNECTING);
+	if (!maybe_stop(j))
+		db_reconnect(j->db);
 }
 
 static void on_finished(struct db_conn *c, PGresult *const *res, int n, void *arg)
@@ -127,8 +136,7 @@ static void on_finished(struct db_conn *c, PGresult *const *res, int n, void *ar
 		log_job(LOG_ERROR, j, "msg=\"cannot record outcome\" err=\"%s\"",
 			db_batch_error(res, n));
 		clear_run(j);
-		job_step(j, J_CONNECTING);
-		db_reconnect(j->db);
+		reconnect(j);
 		return;
 	}
 	clear_run(j);
@@ -205,8 +213,7 @@ static void write_outcome(struct job *j, const struct exec_outcome *o)
 	if (db_send(j->db, st, n, on_finished, j) < 0) {
 		log_job(LOG_ERROR, j, "msg=\"cannot send outcome\"");
 		clear_run(j);
-		job_step(j, J_CONNECTING);
-		db_reconnect(j->db);
+		reconnect(j);
 	}
 }
 
@@ -222,8 +229,7 @@ static void on_exec_done(struct exec_proc *p, const struct exec_outcome *o, void
 		exec_free(p);
 		j->proc = NULL;
 		clear_run(j);
-		job_step(j, J_CONNECTING);
-		db_reconnect(j->db);
+		reconnect(j);
 		return;
 	}
 	write_outcome(j, o);
@@ -305,8 +311,7 @@ static void on_tx_ended(struct db_conn *c, PGresult *const *res, int n, void *ar
 	if (!db_batch_ok(res, n)) {
 		log_warn("msg=\"cannot end claim transaction\" queue=%s err=\"%s\"", j->q->name,
 			 db_batch_error(res, n));
-		job_step(j, J_CONNECTING);
-		db_reconnect(j->db);
+		reconnect(j);
 		return;
 	}
 	job_step(j, J_IDLE);
@@ -323,16 +328,14 @@ static void on_claimed(struct db_conn *c, PGresult *const *res, int n, void *arg
 	int r = claim_decode(res, n, &j->cj);
 	if (r < 0) {
 		/* a bridge lock may be held: only ending the session frees it */
-		job_step(j, J_CONNECTING);
-		db_reconnect(j->db);
+		reconnect(j);
 		return;
 	}
 	if (r == 0) {
 		struct db_stmt st = {.sql = claim_sql_commit};
 		job_step(j, J_ENDING_TX);
 		if (db_send(j->db, &st, 1, on_tx_ended, j) < 0) {
-			job_step(j, J_CONNECTING);
-			db_reconnect(j->db);
+			reconnect(j);
 		}
 		return;
 	}
@@ -350,8 +353,7 @@ bool job_kick(struct job *j)
 	int n = claim_build(st, &j->cparams, j->q->name, j->worker, j->q->max_attempts);
 	job_step(j, J_CLAIMING);
 	if (db_send(j->db, st, n, on_claimed, j) < 0) {
-		job_step(j, J_CONNECTING);
-		db_reconnect(j->db);
+		reconnect(j);
 		return false;
 	}
 	return true;
@@ -380,12 +382,7 @@ static void on_db_event(struct db_conn *c, enum db_event ev, void *arg)
 		log_job(LOG_WARN, j, "msg=\"connection lost while recording the outcome; the job will run again\"");
 	if (j->state == J_RUNNING || j->state == J_FINISHING)
 		clear_run(j);
-	job_step(j, J_CONNECTING);
-	if (j->draining) {
-		maybe_stop(j);
-		return;
-	}
-	db_reconnect(j->db);
+	reconnect(j);
 }
 
 static void on_guard_fd(int fd, bool opened, void *arg)
