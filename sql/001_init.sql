@@ -241,14 +241,8 @@ BEGIN
             PERFORM pg_advisory_unlock(k.k1, k.k2);
             CONTINUE;
         END IF;
-        PERFORM set_config('pgjobd.claim', r.id || ':' || coalesce(gid::text, ''), false);
-        RETURN QUERY
-            UPDATE pgjobd.jobs j SET attempts = j.attempts + 1, worker = p_worker,
-                   started_at = clock_timestamp(), updated_at = clock_timestamp()
-             WHERE j.id = r.id
-            RETURNING j.id, j.group_id, j.attempts, coalesce(j.max_attempts, p_max_attempts),
-                      (extract(epoch FROM j.timeout) * 1000)::bigint, j.data::text,
-                      (pgjobd.job_args(j.data)).keys, (pgjobd.job_args(j.data)).vals;
+        -- An orphan: run it again, counting a new attempt.
+        RETURN QUERY SELECT * FROM pgjobd.start_job(r.id, gid, p_worker, p_max_attempts);
         RETURN;
     END LOOP;
 

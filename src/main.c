@@ -66,15 +66,39 @@ static PGconn *connect_db(const struct config *cfg)
 	return pg;
 }
 
+/* The start of every subcommand that talks to the database: load the file
+ * (only [pgjobd] is needed unless need_queues) and connect. Returns 0, or the
+ * exit status (2: configuration, 1: connection) after printing why; on
+ * success the caller owns *cfg and *pg (close_db). */
+static int open_db(const struct args *a, bool need_queues, struct config **cfg, PGconn **pg)
+{
+	*pg = NULL;
+	*cfg = config_load(a->config, need_queues, stderr);
+	if (!*cfg)
+		return 2;
+	*pg = connect_db(*cfg);
+	if (!*pg) {
+		config_free(*cfg);
+		*cfg = NULL;
+		return 1;
+	}
+	return 0;
+}
+
+static void close_db(struct config *cfg, PGconn *pg)
+{
+	PQfinish(pg);
+	config_free(cfg);
+}
+
 static int cmd_check(const struct args *a)
 {
-	struct config *cfg = config_load(a->config, true, stderr);
-	if (!cfg)
-		return 2;
-	int rc = 1;
-	PGconn *pg = connect_db(cfg);
-	if (!pg)
-		goto out;
+	struct config *cfg;
+	PGconn *pg;
+	int rc = open_db(a, true, &cfg, &pg);
+	if (rc)
+		return rc;
+	rc = 1;
 	int v = migrate_current(pg);
 	if (v < 0)
 		goto out;
@@ -88,20 +112,19 @@ static int cmd_check(const struct args *a)
 	printf("%s: ok (%zu queues, schema version %d)\n", a->config, cfg->nqueues, v);
 	rc = 0;
 out:
-	PQfinish(pg);
-	config_free(cfg);
+	close_db(cfg, pg);
 	return rc;
 }
 
 static int cmd_migrate(const struct args *a)
 {
-	struct config *cfg = config_load(a->config, false, stderr);
-	if (!cfg)
-		return 2;
-	PGconn *pg = connect_db(cfg);
-	int rc = pg && migrate_apply(pg) == 0 ? 0 : 1;
-	PQfinish(pg);
-	config_free(cfg);
+	struct config *cfg;
+	PGconn *pg;
+	int rc = open_db(a, false, &cfg, &pg);
+	if (rc)
+		return rc;
+	rc = migrate_apply(pg) == 0 ? 0 : 1;
+	close_db(cfg, pg);
 	return rc;
 }
 
@@ -116,13 +139,12 @@ static int cmd_enqueue(const struct args *a)
 	const char *err = NULL;
 	if (a->priority && parse_int(a->priority, -2147483648LL, 2147483647LL, &prio, &err) < 0)
 		return bad_usage("enqueue: bad --priority '%s'", a->priority);
-	struct config *cfg = config_load(a->config, false, stderr);
-	if (!cfg)
-		return 2;
-	int rc = 1;
-	PGconn *pg = connect_db(cfg);
-	if (!pg)
-		goto out;
+	struct config *cfg;
+	PGconn *pg;
+	int rc = open_db(a, false, &cfg, &pg);
+	if (rc)
+		return rc;
+	rc = 1;
 	const char *vals[5] = {a->queue, a->group, a->data ? a->data : "{}",
 			       a->priority ? a->priority : "0", a->run_at};
 	PGresult *r = PQexecParams(pg,
@@ -137,21 +159,18 @@ static int cmd_enqueue(const struct args *a)
 		rc = 0;
 	}
 	PQclear(r);
-out:
-	PQfinish(pg);
-	config_free(cfg);
+	close_db(cfg, pg);
 	return rc;
 }
 
 static int cmd_status(const struct args *a)
 {
-	struct config *cfg = config_load(a->config, false, stderr);
-	if (!cfg)
-		return 2;
-	int rc = 1;
-	PGconn *pg = connect_db(cfg);
-	if (!pg)
-		goto out;
+	struct config *cfg;
+	PGconn *pg;
+	int rc = open_db(a, false, &cfg, &pg);
+	if (rc)
+		return rc;
+	rc = 1;
 	PGresult *r = PQexec(pg, "SELECT queue, queued, running, succeeded, failed, cancelled, "
 				 "coalesce(date_trunc('second', oldest_queued_age)::text, '') "
 				 "FROM pgjobd.queue_stats ORDER BY queue");
@@ -180,8 +199,7 @@ static int cmd_status(const struct args *a)
 	PQclear(r);
 	rc = 0;
 out:
-	PQfinish(pg);
-	config_free(cfg);
+	close_db(cfg, pg);
 	return rc;
 }
 
