@@ -15,11 +15,11 @@ enum capture_mode { CAPTURE_HEAD, CAPTURE_TAIL };
 struct capture {
 	enum capture_mode mode;
 	size_t max;
-	char *data;      /* allocated lazily, grows up to max */
+	char *data; /* allocated lazily, grows up to max */
 	size_t cap;
-	size_t len;      /* bytes held (<= max) */
-	size_t start;    /* TAIL: ring start index */
-	uint64_t total;  /* bytes appended in all */
+	size_t len;	/* bytes held (<= max) */
+	size_t start;	/* TAIL: ring start index */
+	uint64_t total; /* bytes appended in all */
 };
 
 void capture_init(struct capture *c, enum capture_mode mode, size_t max);

@@ -36,8 +36,8 @@
  * scan bound keeps a claim's cost bounded when many ready rows are blocked
  * (groups whose head is running or waiting for a retry). */
 static const char sql_claim[] =
-	"SELECT job_id, group_id, attempts, max_attempts, timeout_ms, data, arg_keys, arg_vals "
-	"FROM pgjobd.claim($1, $2, $3::int, $4::int)";
+    "SELECT job_id, group_id, attempts, max_attempts, timeout_ms, data, arg_keys, arg_vals "
+    "FROM pgjobd.claim($1, $2, $3::int, $4::int)";
 static const char sql_begin[] = "BEGIN";
 /* Step 2: FOR UPDATE on the group row and the job row, then the bridge is
  * dropped. The transaction stays open: it is the claim. */
@@ -50,12 +50,12 @@ const char claim_sql_commit[] = "COMMIT";
  * claimed, so now() is the start time, and a retry's delay must count from
  * the end of the attempt. */
 static const char sql_finish[] =
-	"UPDATE pgjobd.jobs SET status = $2, result = $3::jsonb, error = $4::jsonb, "
-	"run_at = CASE WHEN $2 = 'queued' "
-	"THEN clock_timestamp() + $5::bigint * interval '1 millisecond' ELSE run_at END, "
-	"finished_at = CASE WHEN $2 = 'queued' THEN NULL ELSE clock_timestamp() END, "
-	"attempts = attempts - $6::int, updated_at = clock_timestamp() "
-	"WHERE id = $1::bigint";
+    "UPDATE pgjobd.jobs SET status = $2, result = $3::jsonb, error = $4::jsonb, "
+    "run_at = CASE WHEN $2 = 'queued' "
+    "THEN clock_timestamp() + $5::bigint * interval '1 millisecond' ELSE run_at END, "
+    "finished_at = CASE WHEN $2 = 'queued' THEN NULL ELSE clock_timestamp() END, "
+    "attempts = attempts - $6::int, updated_at = clock_timestamp() "
+    "WHERE id = $1::bigint";
 
 #define CLAIM_SCAN 1000
 
@@ -116,9 +116,10 @@ int claim_decode(PGresult *const *res, int n, struct claim_job *out)
 		    !PQgetisnull(res[2], 0, 0);
 	if (!claimed)
 		return held ? -1 : 0;
-	if (!held || strtoll(PQgetvalue(res[2], 0, 0), NULL, 10) !=
-			     strtoll(PQgetvalue(c, 0, 0), NULL, 10)) {
-		log_error("msg=\"claimed job not held; dropping the session to free it\" job=%s err=\"%s\"",
+	if (!held ||
+	    strtoll(PQgetvalue(res[2], 0, 0), NULL, 10) != strtoll(PQgetvalue(c, 0, 0), NULL, 10)) {
+		log_error("msg=\"claimed job not held; dropping the session to free it\" job=%s "
+			  "err=\"%s\"",
 			  PQgetvalue(c, 0, 0), db_batch_error(res + 1, 2));
 		return -1;
 	}

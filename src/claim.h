@@ -16,11 +16,11 @@
  * claim_job_free. */
 struct claim_job {
 	long long id;
-	char *group_id;     /* NULL when the job has no group */
-	int attempts;       /* this attempt's number (already counted) */
+	char *group_id;	    /* NULL when the job has no group */
+	int attempts;	    /* this attempt's number (already counted) */
 	int max_attempts;   /* effective: the job's override or the queue's */
 	int64_t timeout_ms; /* the job's override, -1 when none */
-	char *data;         /* jsonb as text */
+	char *data;	    /* jsonb as text */
 	char **arg_keys;    /* top-level scalars of data */
 	char **arg_vals;
 	size_t nargs;
@@ -50,11 +50,11 @@ extern const char claim_sql_commit[];
 
 /* The outcome of an attempt, written by the finish batch. */
 struct claim_outcome {
-	const char *status;   /* queued | succeeded | failed | cancelled */
-	const char *result;   /* JSON text or NULL */
-	const char *error;    /* JSON text or NULL */
-	int64_t retry_in_ms;  /* queued: run_at = now() + this */
-	bool give_back;       /* shutdown: the attempt does not count */
+	const char *status;  /* queued | succeeded | failed | cancelled */
+	const char *result;  /* JSON text or NULL */
+	const char *error;   /* JSON text or NULL */
+	int64_t retry_in_ms; /* queued: run_at = now() + this */
+	bool give_back;	     /* shutdown: the attempt does not count */
 };
 struct finish_params {
 	char id[24];

@@ -19,34 +19,34 @@ enum lock_mode { LOCK_TRANSACTION = 0 };
 
 struct queue_conf {
 	int refs;
-	char *name;          /* [queue.NAME] */
-	char *command;       /* required; taken verbatim (see config.c) */
-	int concurrency;     /* default 1, 1..1024 */
-	int64_t timeout_ms;  /* default 5m; 0 = no timeout */
-	int64_t kill_grace_ms; /* default 10s */
-	int max_attempts;    /* default 5, 1..1000000 */
-	int64_t backoff_ms;  /* default 10s */
-	int64_t backoff_max_ms; /* default 1h; must be >= backoff */
-	int64_t retention_ms;   /* default 7d; 0 = keep */
+	char *name;		  /* [queue.NAME] */
+	char *command;		  /* required; taken verbatim (see config.c) */
+	int concurrency;	  /* default 1, 1..1024 */
+	int64_t timeout_ms;	  /* default 5m; 0 = no timeout */
+	int64_t kill_grace_ms;	  /* default 10s */
+	int max_attempts;	  /* default 5, 1..1000000 */
+	int64_t backoff_ms;	  /* default 10s */
+	int64_t backoff_max_ms;	  /* default 1h; must be >= backoff */
+	int64_t retention_ms;	  /* default 7d; 0 = keep */
 	enum lock_mode lock_mode; /* only "transaction" for now */
-	int64_t max_output;  /* bytes, default 1MiB, 1KiB..1GiB */
-	char *working_dir;   /* NULL = the daemon's working directory */
-	char **env;          /* NULL-terminated "NAME=VALUE" array, never NULL */
+	int64_t max_output;	  /* bytes, default 1MiB, 1KiB..1GiB */
+	char *working_dir;	  /* NULL = the daemon's working directory */
+	char **env;		  /* NULL-terminated "NAME=VALUE" array, never NULL */
 	size_t nenv;
-	char *user;          /* NULL = run as the daemon's user */
-	bool has_user;       /* user was set and resolved: */
+	char *user;    /* NULL = run as the daemon's user */
+	bool has_user; /* user was set and resolved: */
 	uid_t uid;
 	gid_t gid;
-	char *user_home;     /* the user's home directory (for HOME) */
+	char *user_home; /* the user's home directory (for HOME) */
 };
 
 struct config {
 	char *path;
-	char *database;      /* default "" (libpq defaults / PG* variables) */
-	char *worker_name;   /* default "%h"; expanded by config_worker_name */
-	int64_t poll_interval_ms; /* default 2s, >= 10ms */
-	int64_t shutdown_grace_ms; /* default 30s */
-	enum log_level log_level; /* default info */
+	char *database;		    /* default "" (libpq defaults / PG* variables) */
+	char *worker_name;	    /* default "%h"; expanded by config_worker_name */
+	int64_t poll_interval_ms;   /* default 2s, >= 10ms */
+	int64_t shutdown_grace_ms;  /* default 30s */
+	enum log_level log_level;   /* default info */
 	struct queue_conf **queues; /* sorted by name */
 	size_t nqueues;
 };

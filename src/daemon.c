@@ -56,7 +56,7 @@ struct daemon {
 	enum daemon_state state;
 	const char *config_path;
 	struct config *cfg;
-	char *conninfo;      /* fixed at start: a change needs a restart */
+	char *conninfo; /* fixed at start: a change needs a restart */
 	char *worker_prefix;
 	char *home;
 	struct guard *guard;
@@ -65,13 +65,13 @@ struct daemon {
 	size_t nqueues;
 	struct job **retiring; /* drained slots of removed queues or lowered concurrency */
 	size_t nretiring;
-	struct job **dead;     /* stopped, to be freed by on_reap */
+	struct job **dead; /* stopped, to be freed by on_reap */
 	size_t ndead;
 	struct job_env env;
 	ev_signal sigterm, sigint, sighup;
 	ev_timer poll, grace, watchdog;
 	ev_child guard_child;
-	ev_idle reap; /* started while `dead` is not empty */
+	ev_idle reap;	  /* started while `dead` is not empty */
 	bool terminating; /* commands were told to stop */
 	int exit_code;
 };
@@ -277,14 +277,17 @@ static void on_version(struct db_conn *c, PGresult *const *res, int n, void *arg
 	struct daemon *d = arg;
 	if (!res)
 		return;
-	int have = db_batch_ok(res, n) && PQntuples(res[0]) == 1 ? atoi(PQgetvalue(res[0], 0, 0)) : -1;
+	int have =
+	    db_batch_ok(res, n) && PQntuples(res[0]) == 1 ? atoi(PQgetvalue(res[0], 0, 0)) : -1;
 	if (have != migrate_latest()) {
 		if (have < 0)
-			log_error("msg=\"cannot read the schema version; run pgjobd migrate\" err=\"%s\"",
-				  db_batch_error(res, n));
+			log_error(
+			    "msg=\"cannot read the schema version; run pgjobd migrate\" err=\"%s\"",
+			    db_batch_error(res, n));
 		else
-			log_error("msg=\"schema version mismatch; run pgjobd migrate\" have=%d need=%d",
-				  have, migrate_latest());
+			log_error(
+			    "msg=\"schema version mismatch; run pgjobd migrate\" have=%d need=%d",
+			    have, migrate_latest());
 		d->exit_code = 1;
 		begin_drain(d, true);
 		return;
@@ -304,7 +307,7 @@ static void on_listener_event(struct db_conn *c, enum db_event ev, void *arg)
 		return;
 	}
 	static const struct db_stmt st = {
-		.sql = "SELECT coalesce(max(version), 0) FROM pgjobd.schema_version"};
+	    .sql = "SELECT coalesce(max(version), 0) FROM pgjobd.schema_version"};
 	db_send(c, &st, 1, on_version, d);
 }
 
@@ -385,7 +388,8 @@ static void apply_config(struct daemon *d, struct config *nc)
 {
 	const char *key = config_restart_key(d->cfg, nc);
 	if (key)
-		log_warn("msg=\"setting changed; it takes effect at the next restart\" key=%s", key);
+		log_warn("msg=\"setting changed; it takes effect at the next restart\" key=%s",
+			 key);
 	log_set_level(nc->log_level);
 	if (nc->poll_interval_ms != d->cfg->poll_interval_ms && d->state == D_RUNNING) {
 		ev_timer_stop(d->loop, &d->poll);
@@ -411,14 +415,15 @@ static void apply_config(struct daemon *d, struct config *nc)
 			struct queue_conf *nq = nc->queues[i];
 			struct qstate *q = find_queue(d, nq->name);
 			if (!q) {
-				d->queues = xrealloc(d->queues, sizeof(*d->queues) * (d->nqueues + 1));
+				d->queues =
+				    xrealloc(d->queues, sizeof(*d->queues) * (d->nqueues + 1));
 				d->queues[d->nqueues++] = qstate_new(d, nq);
 				continue;
 			}
 			if (!queue_conf_equal(q->conf, nq) ||
 			    q->conf->concurrency != nq->concurrency)
-				log_info("msg=\"queue changed\" queue=%s concurrency=%d",
-					 nq->name, nq->concurrency);
+				log_info("msg=\"queue changed\" queue=%s concurrency=%d", nq->name,
+					 nq->concurrency);
 			queue_conf_unref(q->conf);
 			q->conf = queue_conf_ref(nq);
 			for (int s = 0; s < q->nslots; s++)
@@ -449,12 +454,14 @@ static void on_sighup(struct ev_loop *loop, ev_signal *w, int revents)
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	char msg[96];
 	snprintf(msg, sizeof(msg), "RELOADING=1\nMONOTONIC_USEC=%llu",
-		 (unsigned long long)ts.tv_sec * 1000000ULL + (unsigned long long)ts.tv_nsec / 1000);
+		 (unsigned long long)ts.tv_sec * 1000000ULL +
+		     (unsigned long long)ts.tv_nsec / 1000);
 	notify_send(msg);
 	log_info("msg=\"reloading configuration\" path=%s", d->config_path);
 	struct config *nc = config_load(d->config_path, true, stderr);
 	if (!nc) {
-		log_error("msg=\"configuration not reloaded: the file has errors; keeping the current one\" path=%s",
+		log_error("msg=\"configuration not reloaded: the file has errors; keeping the "
+			  "current one\" path=%s",
 			  d->config_path);
 	} else if (d->state != D_DRAINING) {
 		apply_config(d, nc);
@@ -525,14 +532,14 @@ int daemon_run(const char *config_path, struct config *cfg)
 	free(wn);
 	d->home = default_home();
 	d->env = (struct job_env){
-		.loop = d->loop,
-		.conninfo = d->conninfo,
-		.worker_prefix = d->worker_prefix,
-		.home = d->home,
-		.lang = getenv("LANG"),
-		.guard = d->guard,
-		.on_event = on_job_event,
-		.arg = d,
+	    .loop = d->loop,
+	    .conninfo = d->conninfo,
+	    .worker_prefix = d->worker_prefix,
+	    .home = d->home,
+	    .lang = getenv("LANG"),
+	    .guard = d->guard,
+	    .on_event = on_job_event,
+	    .arg = d,
 	};
 	ev_signal_init(&d->sigterm, on_stop_signal, SIGTERM);
 	ev_signal_init(&d->sigint, on_stop_signal, SIGINT);
@@ -562,7 +569,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 		 d->worker_prefix, cfg->nqueues);
 	static const char *const setup[] = {"LISTEN pgjobd", NULL};
 	struct db_callbacks cbs = {
-		.on_event = on_listener_event, .on_notify = on_notify, .on_fd = NULL, .arg = d};
+	    .on_event = on_listener_event, .on_notify = on_notify, .on_fd = NULL, .arg = d};
 	d->listener = db_conn_new(d->loop, d->conninfo, "pgjobd listener", setup, &cbs);
 
 	ev_run(d->loop, 0);

@@ -30,10 +30,10 @@ struct db_conn {
 	struct ev_loop *loop;
 	enum db_state state;
 	PGconn *pg;
-	int fd;          /* socket being watched, -1 when none */
-	bool fd_hooked;  /* on_fd(opened) was called for fd */
+	int fd;		/* socket being watched, -1 when none */
+	bool fd_hooked; /* on_fd(opened) was called for fd */
 	ev_io io;
-	ev_timer timer;  /* backoff in WAIT, timeout in CONNECT */
+	ev_timer timer; /* backoff in WAIT, timeout in CONNECT */
 	int64_t backoff_ms;
 	char *conninfo;
 	char *appname;
@@ -44,11 +44,11 @@ struct db_conn {
 	db_result_fn *cb;
 	void *cb_arg;
 	int nstmts;
-	int nsyncs;       /* Syncs sent with the batch (the last one included) */
+	int nsyncs; /* Syncs sent with the batch (the last one included) */
 	int syncs_seen;
-	int nulls;        /* consecutive NULLs from PQgetResult */
-	int cur;          /* index of the statement whose results are being read */
-	bool cur_has;     /* a result for `cur` was stored */
+	int nulls;    /* consecutive NULLs from PQgetResult */
+	int cur;      /* index of the statement whose results are being read */
+	bool cur_has; /* a result for `cur` was stored */
 	PGresult *res[DB_MAX_STMTS + 1];
 	char err[256];
 };
@@ -59,10 +59,11 @@ static void on_io(struct ev_loop *loop, ev_io *w, int revents);
 static void set_state(struct db_conn *c, enum db_state s)
 {
 	/* idle <-> busy happens twice per job: not worth a log line */
-	bool routine = (c->state == DB_IDLE && s == DB_BUSY) || (c->state == DB_BUSY && s == DB_IDLE);
+	bool routine =
+	    (c->state == DB_IDLE && s == DB_BUSY) || (c->state == DB_BUSY && s == DB_IDLE);
 	if (c->state != s && !routine)
-		log_debug("msg=\"db state\" app=%s from=%s to=%s", c->appname, state_names[c->state],
-			  state_names[s]);
+		log_debug("msg=\"db state\" app=%s from=%s to=%s", c->appname,
+			  state_names[c->state], state_names[s]);
 	c->state = s;
 }
 
@@ -91,7 +92,8 @@ static void save_error(struct db_conn *c, const char *msg)
 
 static void watch(struct db_conn *c, int fd, int events)
 {
-	if (ev_is_active(&c->io) && (c->io.fd != fd || (c->io.events & (EV_READ | EV_WRITE)) != events))
+	if (ev_is_active(&c->io) &&
+	    (c->io.fd != fd || (c->io.events & (EV_READ | EV_WRITE)) != events))
 		ev_io_stop(c->loop, &c->io);
 	if (fd < 0 || events == 0)
 		return;
@@ -159,7 +161,8 @@ static void fail(struct db_conn *c, const char *why)
 		ev_io_stop(c->loop, &c->io);
 	ev_timer_stop(c->loop, &c->timer);
 	if (was == DB_CONNECT || was == DB_WAIT) {
-		log_warn("msg=\"cannot connect to database\" app=%s err=\"%s\"", c->appname, c->err);
+		log_warn("msg=\"cannot connect to database\" app=%s err=\"%s\"", c->appname,
+			 c->err);
 		schedule_connect(c);
 		return;
 	}
@@ -182,8 +185,8 @@ static int send_batch(struct db_conn *c, const struct db_stmt *stmts, int n)
 {
 	c->nsyncs = 1;
 	for (int i = 0; i < n; i++) {
-		if (!PQsendQueryParams(c->pg, stmts[i].sql, stmts[i].nparams, NULL,
-				       stmts[i].params, NULL, NULL, 0))
+		if (!PQsendQueryParams(c->pg, stmts[i].sql, stmts[i].nparams, NULL, stmts[i].params,
+				       NULL, NULL, 0))
 			return -1;
 		if (stmts[i].sync && i + 1 < n) {
 			if (!PQpipelineSync(c->pg))

@@ -40,13 +40,14 @@ struct db_stmt {
 	const char *sql;
 	bool sync; /* send a Sync after this statement: ends (commits) its implicit transaction */
 	int nparams;
-	const char *params[DB_MAX_PARAMS]; /* text format; NULL = SQL NULL; copied by libpq on send */
+	const char
+	    *params[DB_MAX_PARAMS]; /* text format; NULL = SQL NULL; copied by libpq on send */
 };
 
 struct db_callbacks {
 	db_event_fn *on_event;
 	db_notify_fn *on_notify; /* may be NULL */
-	db_fd_fn *on_fd;         /* may be NULL */
+	db_fd_fn *on_fd;	 /* may be NULL */
 	void *arg;
 };
 
@@ -60,7 +61,7 @@ struct db_conn *db_conn_new(struct ev_loop *loop, const char *conninfo, const ch
 void db_conn_free(struct db_conn *c);
 
 bool db_is_ready(const struct db_conn *c); /* connected, setup done, nothing in flight */
-bool db_is_up(const struct db_conn *c);    /* connected and setup done */
+bool db_is_up(const struct db_conn *c);	   /* connected and setup done */
 
 /* Send a batch. Returns -1 (and sends nothing) unless db_is_ready(). */
 int db_send(struct db_conn *c, const struct db_stmt *stmts, int n, db_result_fn *cb, void *arg);

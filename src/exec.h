@@ -15,8 +15,8 @@
 struct exec_proc;
 
 enum exec_status {
-	EXEC_EXITED,       /* exit_code valid */
-	EXEC_SIGNALED,     /* signal valid */
+	EXEC_EXITED,	   /* exit_code valid */
+	EXEC_SIGNALED,	   /* signal valid */
 	EXEC_SPAWN_FAILED, /* spawn_errno + spawn_what valid; no process ran */
 };
 
@@ -26,7 +26,7 @@ struct exec_outcome {
 	int signal;
 	int spawn_errno;
 	const char *spawn_what; /* static text: "posix_spawn", "chdir", "setuid", ... */
-	struct capture *out;    /* borrowed, valid during the callback */
+	struct capture *out;	/* borrowed, valid during the callback */
 	struct capture *err;
 	int64_t duration_ms;
 };
@@ -39,15 +39,15 @@ struct exec_outcome {
 typedef void exec_done_fn(struct exec_proc *p, const struct exec_outcome *o, void *arg);
 
 struct exec_spec {
-	const char *command;     /* passed as the single argument after sh -c */
+	const char *command;	 /* passed as the single argument after sh -c */
 	const char *working_dir; /* NULL: inherit */
-	char *const *envp;       /* full environment, NULL-terminated */
-	const char *stdin_data;  /* written then closed (EOF); EPIPE is not an error */
+	char *const *envp;	 /* full environment, NULL-terminated */
+	const char *stdin_data;	 /* written then closed (EOF); EPIPE is not an error */
 	size_t stdin_len;
-	bool set_user;           /* switch to uid/gid (daemon is root) */
+	bool set_user; /* switch to uid/gid (daemon is root) */
 	uid_t uid;
 	gid_t gid;
-	size_t max_output;       /* head of stdout, tail of stderr */
+	size_t max_output; /* head of stdout, tail of stderr */
 };
 
 /* Start the command. The spec is copied as needed; the caller may free it
@@ -72,12 +72,12 @@ void exec_free(struct exec_proc *p);
 
 /* Environment for a job (SPEC §3). Pure. */
 struct exec_env_in {
-	const char *home;          /* HOME */
-	const char *lang;          /* LANG of the daemon, NULL when unset */
-	char *const *queue_env;    /* "NAME=VALUE" from the queue's env, NULL-terminated */
+	const char *home;	/* HOME */
+	const char *lang;	/* LANG of the daemon, NULL when unset */
+	char *const *queue_env; /* "NAME=VALUE" from the queue's env, NULL-terminated */
 	long long job_id;
 	const char *queue;
-	const char *group_id;      /* NULL: PGJOBD_GROUP_ID is set to "" */
+	const char *group_id; /* NULL: PGJOBD_GROUP_ID is set to "" */
 	int attempt;
 	int max_attempts;
 	const char *const *arg_keys; /* top-level scalars of data, as text */
@@ -95,7 +95,7 @@ struct exec_env_in {
 char **exec_env_build(const struct exec_env_in *in);
 void exec_env_free(char **envp);
 
-#define EXEC_ARG_MAX (128 * 1024)        /* MAX_ARG_STRLEN */
+#define EXEC_ARG_MAX (128 * 1024)	  /* MAX_ARG_STRLEN */
 #define EXEC_ARGS_TOTAL_MAX (1024 * 1024) /* well under ARG_MAX (usually 2 MiB) */
 
 #endif

@@ -45,12 +45,12 @@ enum job_state {
 	J_STOPPED,
 };
 
-static const char *const state_names[] = {"connecting", "idle",      "claiming", "ending_tx",
-					  "running",    "finishing", "lost",     "stopped"};
+static const char *const state_names[] = {"connecting", "idle",	     "claiming", "ending_tx",
+					  "running",	"finishing", "lost",	 "stopped"};
 
 struct job {
 	const struct job_env *env;
-	struct queue_conf *q;   /* configuration for the next claim (a reference) */
+	struct queue_conf *q;	  /* configuration for the next claim (a reference) */
 	struct queue_conf *run_q; /* configuration of the running job (a reference) */
 	int index;
 	enum job_state state;
@@ -65,12 +65,12 @@ struct job {
 	int64_t started_ms;
 	struct claim_params cparams;
 	struct finish_params fparams;
-	char *result;            /* JSON of the outcome being written */
+	char *result; /* JSON of the outcome being written */
 	char *error;
 };
 
-#define log_job(level, j, fmt, ...)                                                              \
-	log_msg(level, fmt " job=%lld queue=%s attempt=%d", ##__VA_ARGS__, (j)->cj.id,            \
+#define log_job(level, j, fmt, ...)                                                                \
+	log_msg(level, fmt " job=%lld queue=%s attempt=%d", ##__VA_ARGS__, (j)->cj.id,             \
 		(j)->q->name, (j)->cj.attempts)
 
 static void job_step(struct job *j, enum job_state to)
@@ -169,7 +169,8 @@ static void write_outcome(struct job *j, const struct exec_outcome *o)
 	if (!reason) {
 		if (o->status == EXEC_SPAWN_FAILED) {
 			reason = "spawn";
-			snprintf(msg, sizeof(msg), "%s: %s", o->spawn_what, strerror(o->spawn_errno));
+			snprintf(msg, sizeof(msg), "%s: %s", o->spawn_what,
+				 strerror(o->spawn_errno));
 		} else if (o->status == EXEC_SIGNALED) {
 			reason = "signal";
 		} else if (o->exit_code != 0) {
@@ -201,9 +202,9 @@ static void write_outcome(struct job *j, const struct exec_outcome *o)
 		}
 	}
 	int64_t ms = util_now_ms() - j->started_ms;
-	log_job(LOG_INFO, j, "msg=\"job finished\" status=%s reason=%s exit_code=%d signal=%d ms=%" PRId64,
-		out.status, reason ? reason : "none",
-		o->status == EXEC_EXITED ? o->exit_code : -1,
+	log_job(LOG_INFO, j,
+		"msg=\"job finished\" status=%s reason=%s exit_code=%d signal=%d ms=%" PRId64,
+		out.status, reason ? reason : "none", o->status == EXEC_EXITED ? o->exit_code : -1,
 		o->status == EXEC_SIGNALED ? o->signal : 0, ms);
 	if (strcmp(out.status, "queued") == 0 && !out.give_back)
 		emit(j, JOB_EV_RETRY, out.retry_in_ms);
@@ -225,7 +226,8 @@ static void on_exec_done(struct exec_proc *p, const struct exec_outcome *o, void
 	j->pgid = 0;
 	ev_timer_stop(j->env->loop, &j->timeout);
 	if (j->state == J_LOST) {
-		log_job(LOG_WARN, j, "msg=\"command ended after its claim was lost\" reason=lost_lock");
+		log_job(LOG_WARN, j,
+			"msg=\"command ended after its claim was lost\" reason=lost_lock");
 		exec_free(p);
 		j->proc = NULL;
 		clear_run(j);
@@ -253,29 +255,29 @@ static void start_command(struct job *j)
 {
 	const struct queue_conf *q = j->run_q;
 	struct exec_env_in in = {
-		.home = q->has_user ? q->user_home : j->env->home,
-		.lang = j->env->lang,
-		.queue_env = q->env,
-		.job_id = j->cj.id,
-		.queue = q->name,
-		.group_id = j->cj.group_id,
-		.attempt = j->cj.attempts,
-		.max_attempts = j->cj.max_attempts,
-		.arg_keys = (const char *const *)j->cj.arg_keys,
-		.arg_vals = (const char *const *)j->cj.arg_vals,
-		.nargs = j->cj.nargs,
+	    .home = q->has_user ? q->user_home : j->env->home,
+	    .lang = j->env->lang,
+	    .queue_env = q->env,
+	    .job_id = j->cj.id,
+	    .queue = q->name,
+	    .group_id = j->cj.group_id,
+	    .attempt = j->cj.attempts,
+	    .max_attempts = j->cj.max_attempts,
+	    .arg_keys = (const char *const *)j->cj.arg_keys,
+	    .arg_vals = (const char *const *)j->cj.arg_vals,
+	    .nargs = j->cj.nargs,
 	};
 	char **envp = exec_env_build(&in);
 	struct exec_spec spec = {
-		.command = q->command,
-		.working_dir = q->working_dir,
-		.envp = envp,
-		.stdin_data = j->cj.data,
-		.stdin_len = strlen(j->cj.data),
-		.set_user = q->has_user,
-		.uid = q->uid,
-		.gid = q->gid,
-		.max_output = (size_t)q->max_output,
+	    .command = q->command,
+	    .working_dir = q->working_dir,
+	    .envp = envp,
+	    .stdin_data = j->cj.data,
+	    .stdin_len = strlen(j->cj.data),
+	    .set_user = q->has_user,
+	    .uid = q->uid,
+	    .gid = q->gid,
+	    .max_output = (size_t)q->max_output,
 	};
 	j->started_ms = util_now_ms();
 	j->proc = exec_start(j->env->loop, &spec, on_exec_done, j);
@@ -284,8 +286,8 @@ static void start_command(struct job *j)
 		/* EMFILE and the like: the environment, not the job. Give the
 		 * attempt back and let the job be claimed again later. */
 		log_job(LOG_ERROR, j, "msg=\"cannot start command\" err=\"%s\"", strerror(errno));
-		struct exec_outcome o = {.status = EXEC_SPAWN_FAILED, .spawn_errno = errno,
-					 .spawn_what = "pipe"};
+		struct exec_outcome o = {
+		    .status = EXEC_SPAWN_FAILED, .spawn_errno = errno, .spawn_what = "pipe"};
 		j->kill_reason = "shutdown";
 		write_outcome(j, &o);
 		return;
@@ -373,13 +375,16 @@ static void on_db_event(struct db_conn *c, enum db_event ev, void *arg)
 	}
 	/* DB_DOWN */
 	if (j->state == J_RUNNING && j->proc) {
-		log_job(LOG_ERROR, j, "msg=\"lost the database session holding the job; killing its command\"");
+		log_job(LOG_ERROR, j,
+			"msg=\"lost the database session holding the job; killing its command\"");
 		job_step(j, J_LOST);
 		exec_kill(j->proc, 0);
 		return; /* reconnect once the command is dead (on_exec_done) */
 	}
 	if (j->state == J_FINISHING)
-		log_job(LOG_WARN, j, "msg=\"connection lost while recording the outcome; the job will run again\"");
+		log_job(
+		    LOG_WARN, j,
+		    "msg=\"connection lost while recording the outcome; the job will run again\"");
 	if (j->state == J_RUNNING || j->state == J_FINISHING)
 		clear_run(j);
 	reconnect(j);
@@ -408,12 +413,12 @@ struct job *job_new(const struct job_env *env, struct queue_conf *q, int index)
 	char app[64];
 	snprintf(app, sizeof(app), "pgjobd %s.%d", q->name, index);
 	static const char *const setup[] = {
-		/* the claim transaction is idle while the command runs */
-		"SET idle_in_transaction_session_timeout = 0",
-		NULL,
+	    /* the claim transaction is idle while the command runs */
+	    "SET idle_in_transaction_session_timeout = 0",
+	    NULL,
 	};
 	struct db_callbacks cbs = {
-		.on_event = on_db_event, .on_notify = NULL, .on_fd = on_guard_fd, .arg = j};
+	    .on_event = on_db_event, .on_notify = NULL, .on_fd = on_guard_fd, .arg = j};
 	job_step(j, J_CONNECTING);
 	j->db = db_conn_new(env->loop, env->conninfo, app, setup, &cbs);
 	return j;

@@ -16,11 +16,11 @@ struct job;
 struct guard;
 
 enum job_event {
-	JOB_EV_IDLE,     /* connected and idle (after connect or a finished job) */
-	JOB_EV_EMPTY,    /* a claim found nothing to run */
-	JOB_EV_STARTED,  /* a claim started a job: there may be more to claim */
-	JOB_EV_RETRY,    /* a job of the queue was re-queued; arg_ms: its delay */
-	JOB_EV_STOPPED,  /* drained: no job, connection closed; may be freed */
+	JOB_EV_IDLE,	/* connected and idle (after connect or a finished job) */
+	JOB_EV_EMPTY,	/* a claim found nothing to run */
+	JOB_EV_STARTED, /* a claim started a job: there may be more to claim */
+	JOB_EV_RETRY,	/* a job of the queue was re-queued; arg_ms: its delay */
+	JOB_EV_STOPPED, /* drained: no job, connection closed; may be freed */
 };
 typedef void job_event_fn(struct job *j, enum job_event ev, int64_t arg_ms, void *arg);
 
@@ -29,8 +29,8 @@ struct job_env {
 	struct ev_loop *loop;
 	const char *conninfo;
 	const char *worker_prefix; /* "host:pid" */
-	const char *home;          /* HOME for commands of queues without `user` */
-	const char *lang;          /* the daemon's LANG, NULL if unset */
+	const char *home;	   /* HOME for commands of queues without `user` */
+	const char *lang;	   /* the daemon's LANG, NULL if unset */
 	struct guard *guard;
 	job_event_fn *on_event;
 	void *arg;

@@ -23,14 +23,14 @@
 #define DEFAULT_CONFIG "/etc/pgjobd/pgjobd.ini"
 
 static const char usage[] =
-	"usage: pgjobd [-c FILE]                 run the worker daemon in the foreground\n"
-	"       pgjobd check   [-c FILE]         validate the file, connect, check the schema\n"
-	"       pgjobd migrate [-c FILE]         create or upgrade schema pgjobd\n"
-	"       pgjobd enqueue QUEUE [--group G] [--data JSON] [--priority N] [--run-at T]\n"
-	"                      [-c FILE]         insert a job and print its id\n"
-	"       pgjobd status  [-c FILE]         jobs per queue and status\n"
-	"       pgjobd --version | --help\n"
-	"FILE defaults to " DEFAULT_CONFIG ".\n";
+    "usage: pgjobd [-c FILE]                 run the worker daemon in the foreground\n"
+    "       pgjobd check   [-c FILE]         validate the file, connect, check the schema\n"
+    "       pgjobd migrate [-c FILE]         create or upgrade schema pgjobd\n"
+    "       pgjobd enqueue QUEUE [--group G] [--data JSON] [--priority N] [--run-at T]\n"
+    "                      [-c FILE]         insert a job and print its id\n"
+    "       pgjobd status  [-c FILE]         jobs per queue and status\n"
+    "       pgjobd --version | --help\n"
+    "FILE defaults to " DEFAULT_CONFIG ".\n";
 
 struct args {
 	const char *cmd;
@@ -147,11 +147,12 @@ static int cmd_enqueue(const struct args *a)
 	rc = 1;
 	const char *vals[5] = {a->queue, a->group, a->data ? a->data : "{}",
 			       a->priority ? a->priority : "0", a->run_at};
-	PGresult *r = PQexecParams(pg,
-				   "INSERT INTO pgjobd.jobs (queue, group_id, data, priority, run_at) "
-				   "VALUES ($1, $2, $3::jsonb, $4::int, coalesce($5::timestamptz, now())) "
-				   "RETURNING id",
-				   5, NULL, vals, NULL, NULL, 0);
+	PGresult *r =
+	    PQexecParams(pg,
+			 "INSERT INTO pgjobd.jobs (queue, group_id, data, priority, run_at) "
+			 "VALUES ($1, $2, $3::jsonb, $4::int, coalesce($5::timestamptz, now())) "
+			 "RETURNING id",
+			 5, NULL, vals, NULL, NULL, 0);
 	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
 		fprintf(stderr, "pgjobd: enqueue: %s", PQerrorMessage(pg));
 	} else {
@@ -179,7 +180,7 @@ static int cmd_status(const struct args *a)
 		PQclear(r);
 		goto out;
 	}
-	static const char *const head[] = {"QUEUE",  "QUEUED",    "RUNNING",       "SUCCEEDED",
+	static const char *const head[] = {"QUEUE",  "QUEUED",	  "RUNNING",	  "SUCCEEDED",
 					   "FAILED", "CANCELLED", "OLDEST_QUEUED"};
 	int nf = 7, w[7];
 	for (int f = 0; f < nf; f++) {

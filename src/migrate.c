@@ -76,7 +76,8 @@ int migrate_apply(PGconn *pg)
 		if (m->version <= cur)
 			continue;
 		if (exec_ok(pg, m->sql) < 0) {
-			fprintf(stderr, "pgjobd: migrate: migration %s failed; nothing was changed\n",
+			fprintf(stderr,
+				"pgjobd: migrate: migration %s failed; nothing was changed\n",
 				m->name);
 			goto fail;
 		}

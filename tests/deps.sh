@@ -10,6 +10,7 @@ packages=(
 	procps    # pgrep/pkill
 	psmisc
 	util-linux # flock, runuser
+	clang-format # make format-check
 )
 
 missing=()

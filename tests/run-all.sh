@@ -5,4 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tests/deps.sh
 make
+make format-check
 make check

@@ -25,20 +25,20 @@ __attribute__((format(printf, 2, 3))) static int ok(int cond, const char *fmt, .
 	return cond;
 }
 
-#define is_str(got, want, ...)                                                                   \
-	do {                                                                                     \
-		const char *g_ = (got), *w_ = (want);                                            \
-		int c_ = (g_ == NULL && w_ == NULL) || (g_ && w_ && strcmp(g_, w_) == 0);        \
-		if (!ok(c_, __VA_ARGS__))                                                        \
-			printf("#   got:  '%s'\n#   want: '%s'\n", g_ ? g_ : "(null)",           \
-			       w_ ? w_ : "(null)");                                              \
+#define is_str(got, want, ...)                                                                     \
+	do {                                                                                       \
+		const char *g_ = (got), *w_ = (want);                                              \
+		int c_ = (g_ == NULL && w_ == NULL) || (g_ && w_ && strcmp(g_, w_) == 0);          \
+		if (!ok(c_, __VA_ARGS__))                                                          \
+			printf("#   got:  '%s'\n#   want: '%s'\n", g_ ? g_ : "(null)",             \
+			       w_ ? w_ : "(null)");                                                \
 	} while (0)
 
-#define is_int(got, want, ...)                                                                   \
-	do {                                                                                     \
-		long long g_ = (long long)(got), w_ = (long long)(want);                         \
-		if (!ok(g_ == w_, __VA_ARGS__))                                                  \
-			printf("#   got:  %lld\n#   want: %lld\n", g_, w_);                          \
+#define is_int(got, want, ...)                                                                     \
+	do {                                                                                       \
+		long long g_ = (long long)(got), w_ = (long long)(want);                           \
+		if (!ok(g_ == w_, __VA_ARGS__))                                                    \
+			printf("#   got:  %lld\n#   want: %lld\n", g_, w_);                        \
 	} while (0)
 
 static int tap_done(void)
