@@ -186,13 +186,15 @@ LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM set_config('pgjobd.claim', jid || ':' || coalesce(gid::text, ''), false);
     RETURN QUERY
-        UPDATE pgjobd.jobs j SET status = 'running', attempts = j.attempts + 1,
-               worker = p_worker, started_at = clock_timestamp(), updated_at = clock_timestamp(),
-               finished_at = NULL
-         WHERE j.id = jid
-        RETURNING j.id, j.group_id, j.attempts, coalesce(j.max_attempts, p_max_attempts),
-                  (extract(epoch FROM j.timeout) * 1000)::bigint, j.data::text,
-                  (pgjobd.job_args(j.data)).keys, (pgjobd.job_args(j.data)).vals;
+        WITH u AS (
+            UPDATE pgjobd.jobs j SET status = 'running', attempts = j.attempts + 1,
+                   worker = p_worker, started_at = clock_timestamp(),
+                   updated_at = clock_timestamp(), finished_at = NULL
+             WHERE j.id = jid
+            RETURNING j.id, j.group_id, j.attempts, j.max_attempts, j.timeout, j.data)
+        SELECT u.id, u.group_id, u.attempts, coalesce(u.max_attempts, p_max_attempts),
+               (extract(epoch FROM u.timeout) * 1000)::bigint, u.data::text, a.keys, a.vals
+          FROM u, pgjobd.job_args(u.data) a;
 END
 $$;
 
