@@ -48,7 +48,7 @@ TEST_DEPS_parse := parse
 TEST_DEPS_config := config parse
 TEST_DEPS_capture := capture
 TEST_DEPS_result := result
-TEST_DEPS_exec := exec capture
+TEST_DEPS_exec := exec capture parse
 TEST_DEPS_guard := guard
 .SECONDEXPANSION:
 # addprefix/addsuffix, not patsubst: make replaces a pattern rule's % with the

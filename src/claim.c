@@ -85,22 +85,9 @@ void claim_job_free(struct claim_job *j)
 		return;
 	free(j->group_id);
 	free(j->data);
-	for (size_t i = 0; i < j->nargs; i++) {
-		free(j->arg_keys[i]);
-		free(j->arg_vals[i]);
-	}
-	free(j->arg_keys);
-	free(j->arg_vals);
+	util_strv_free(j->arg_keys); /* NULL-terminated (claim_parse_text_array) */
+	util_strv_free(j->arg_vals);
 	memset(j, 0, sizeof(*j));
-}
-
-static void free_strv(char **v)
-{
-	if (!v)
-		return;
-	for (char **p = v; *p; p++)
-		free(*p);
-	free(v);
 }
 
 int claim_decode(PGresult *const *res, int n, struct claim_job *out)
@@ -134,8 +121,8 @@ int claim_decode(PGresult *const *res, int n, struct claim_job *out)
 	int nv = claim_parse_text_array(PQgetvalue(c, 0, 7), &vals);
 	if (nk < 0 || nv != nk) {
 		log_error("msg=\"cannot decode job arguments\" job=%lld", out->id);
-		free_strv(keys);
-		free_strv(vals);
+		util_strv_free(keys);
+		util_strv_free(vals);
 		keys = xcalloc(1, sizeof(char *));
 		vals = xcalloc(1, sizeof(char *));
 		nk = 0;
@@ -220,6 +207,6 @@ done:
 bad:
 	buf_fini(&b);
 	v[n] = NULL;
-	free_strv(v);
+	util_strv_free(v);
 	return -1;
 }

@@ -343,7 +343,7 @@ static void queue_conf_free(struct queue_conf *q)
 	free(q->name);
 	free(q->command);
 	free(q->working_dir);
-	parse_free_strv(q->env);
+	util_strv_free(q->env);
 	free(q->user);
 	free(q->user_home);
 	free(q);
@@ -509,11 +509,11 @@ static int apply_value(struct load *L, int line, const struct key_def *k, void *
 				      "bad value '%s' for 'env': %.*s: names starting with "
 				      "PGJOBD_ are reserved for pgjobd",
 				      shown, (int)(nl > 64 ? 64 : nl), env[i]);
-				parse_free_strv(env);
+				util_strv_free(env);
 				return -1;
 			}
 		}
-		parse_free_strv(q->env);
+		util_strv_free(q->env);
 		q->env = env;
 		q->nenv = n;
 		return 0;

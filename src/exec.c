@@ -44,6 +44,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "parse.h"
 #include "util.h"
 
 /* How long to wait for the pipes to reach EOF once the shell is reaped. */
@@ -651,20 +652,6 @@ void exec_free(struct exec_proc *p)
 
 /* ---- environment ---------------------------------------------------- */
 
-static bool is_env_name(const char *s, size_t n)
-{
-	if (n == 0 ||
-	    !(s[0] == '_' || (s[0] >= 'A' && s[0] <= 'Z') || (s[0] >= 'a' && s[0] <= 'z')))
-		return false;
-	for (size_t i = 1; i < n; i++) {
-		char c = s[i];
-		if (!(c == '_' || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
-		      (c >= '0' && c <= '9')))
-			return false;
-	}
-	return true;
-}
-
 struct env_list {
 	char **v;
 	size_t n, cap;
@@ -703,7 +690,7 @@ char **exec_env_build(const struct exec_env_in *in)
 		env_set(&e, xasprintf("LANG=%s", in->lang));
 	for (char *const *q = in->queue_env; q && *q; q++) {
 		const char *eq = strchr(*q, '=');
-		if (!eq || !is_env_name(*q, (size_t)(eq - *q))) {
+		if (!eq || !parse_is_env_name_n(*q, (size_t)(eq - *q))) {
 			/* config validates env; this only guards the invariant
 			 * that every entry has a valid NAME= prefix. */
 			log_warn("msg=\"skipping malformed queue env entry\" entry=%s",
@@ -720,7 +707,7 @@ char **exec_env_build(const struct exec_env_in *in)
 	size_t args_total = 0;
 	for (size_t i = 0; i < in->nargs; i++) {
 		const char *k = in->arg_keys[i], *v = in->arg_vals[i];
-		if (!k || !is_env_name(k, strlen(k))) {
+		if (!k || !parse_is_env_name(k)) {
 			log_warn(
 			    "msg=\"data key is not a valid variable name, not exported\" key=%s",
 			    log_quote(namebuf, sizeof(namebuf), k ? k : ""));
@@ -745,13 +732,4 @@ char **exec_env_build(const struct exec_env_in *in)
 		env_set(&e, xasprintf("PGJOBD_ARG_%s=%s", k, v));
 	}
 	return e.v;
-}
-
-void exec_env_free(char **envp)
-{
-	if (!envp)
-		return;
-	for (char **q = envp; *q; q++)
-		free(*q);
-	free(envp);
 }

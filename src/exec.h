@@ -91,9 +91,8 @@ struct exec_env_in {
  * entry (with its NUL) fits in EXEC_ARG_MAX, the kernel's per-string limit,
  * while all such entries stay within EXEC_ARGS_TOTAL_MAX (others are skipped
  * with a log_warn naming the key, never the value). Returns a malloc'd
- * NULL-terminated array; free with exec_env_free. */
+ * NULL-terminated array; free with util_strv_free. */
 char **exec_env_build(const struct exec_env_in *in);
-void exec_env_free(char **envp);
 
 #define EXEC_ARG_MAX (128 * 1024)	  /* MAX_ARG_STRLEN */
 #define EXEC_ARGS_TOTAL_MAX (1024 * 1024) /* well under ARG_MAX (usually 2 MiB) */

@@ -281,7 +281,7 @@ static void start_command(struct job *j)
 	};
 	j->started_ms = util_now_ms();
 	j->proc = exec_start(j->env->loop, &spec, on_exec_done, j);
-	exec_env_free(envp);
+	util_strv_free(envp);
 	if (!j->proc) {
 		/* EMFILE and the like: the environment, not the job. Give the
 		 * attempt back and let the job be claimed again later. */

@@ -318,23 +318,19 @@ bool parse_is_queue_name(const char *s)
 	return n >= 1 && n <= 63;
 }
 
-bool parse_is_env_name(const char *s)
+bool parse_is_env_name_n(const char *s, size_t n)
 {
-	if (!s || !(is_alpha(*s) || *s == '_'))
+	if (!s || n == 0 || !(is_alpha(s[0]) || s[0] == '_'))
 		return false;
-	for (s++; *s; s++)
-		if (!(is_alpha(*s) || is_digit(*s) || *s == '_'))
+	for (size_t i = 1; i < n; i++)
+		if (!(is_alpha(s[i]) || is_digit(s[i]) || s[i] == '_'))
 			return false;
 	return true;
 }
 
-void parse_free_strv(char **v)
+bool parse_is_env_name(const char *s)
 {
-	if (!v)
-		return;
-	for (char **p = v; *p; p++)
-		free(*p);
-	free(v);
+	return s && parse_is_env_name_n(s, strlen(s));
 }
 
 /* Read one NAME=VALUE item starting at *p (not at a blank) into `item`
@@ -429,6 +425,6 @@ int parse_env_list(const char *s, char ***out, size_t *n, const char **err)
 	return 0;
 fail:
 	buf_fini(&item);
-	parse_free_strv(v);
+	util_strv_free(v);
 	return -1;
 }

@@ -24,16 +24,17 @@ int parse_int(const char *s, long long min, long long max, long long *out, const
 /* Queue name: [A-Za-z0-9_.-]{1,63}. */
 bool parse_is_queue_name(const char *s);
 
-/* Environment variable name: [A-Za-z_][A-Za-z0-9_]*. */
+/* Environment variable name: [A-Za-z_][A-Za-z0-9_]*. The _n form checks
+ * the first n bytes of s (e.g. the NAME of "NAME=VALUE"). */
 bool parse_is_env_name(const char *s);
+bool parse_is_env_name_n(const char *s, size_t n);
 
 /* The `env` key: whitespace-separated NAME=VALUE items. VALUE may be
  * double-quoted ("a b", with \" and \\ escapes) or single-quoted ('a b',
  * literal). NAME must satisfy parse_is_env_name. On success *out is a
  * malloc'd NULL-terminated array of malloc'd "NAME=VALUE" strings (caller
- * frees with parse_free_strv) and *n its length. A later item with the same
+ * frees with util_strv_free) and *n its length. A later item with the same
  * NAME replaces the earlier one. */
 int parse_env_list(const char *s, char ***out, size_t *n, const char **err);
-void parse_free_strv(char **v);
 
 #endif

@@ -147,6 +147,15 @@ char *buf_steal(struct buf *b)
 	return p;
 }
 
+void util_strv_free(char **v)
+{
+	if (!v)
+		return;
+	for (char **p = v; *p; p++)
+		free(*p);
+	free(v);
+}
+
 int64_t util_now_ms(void)
 {
 	struct timespec ts;

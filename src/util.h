@@ -34,6 +34,10 @@ void buf_printf(struct buf *b, const char *fmt, ...) __attribute__((format(print
 /* Detach the data (caller owns it, free()); leaves b empty and reusable. */
 char *buf_steal(struct buf *b);
 
+/* Free a NULL-terminated array of malloc'd strings and the array itself.
+ * util_strv_free(NULL) is a no-op. */
+void util_strv_free(char **v);
+
 /* Milliseconds of CLOCK_MONOTONIC. */
 int64_t util_now_ms(void);
 

@@ -217,7 +217,7 @@ static void test_env_build(void)
 		    strncmp(e[i], "PGJOBD_ARG_=", 12) == 0)
 			bad = true;
 	ok(!bad, "bad names, empty key and an entry one byte over 128 KiB are skipped");
-	exec_env_free(e);
+	util_strv_free(e);
 
 	/* Minimal input: no LANG, no queue env, a group id. */
 	struct exec_env_in m = {0};
@@ -240,8 +240,8 @@ static void test_env_build(void)
 	for (i = 0; want2[i] && e[i]; i++)
 		is_str(e[i], want2[i], "minimal env[%zu]", i);
 	ok(want2[i] == NULL && e[i] == NULL, "minimal env: no LANG, nothing else");
-	exec_env_free(e);
-	exec_env_free(NULL);
+	util_strv_free(e);
+	util_strv_free(NULL);
 	free(big);
 	free(exact);
 }
@@ -650,7 +650,7 @@ int main(void)
 	test_kill(env);
 	test_grandchildren(env);
 	test_free_running(env);
-	exec_env_free(env);
+	util_strv_free(env);
 	rmdir(tmpdir);
 	return tap_done();
 }

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "parse.h"
+#include "util.h"
 #include "tap.h"
 
 static void dur_ok(const char *s, int64_t want)
@@ -234,7 +235,7 @@ static void env_ok(const char *s, const char *want_joined, size_t want_n)
 		printf("#   err: %s\n", err ? err : "(null)");
 	else if (strcmp(joined, want_joined) != 0 || n != want_n)
 		printf("#   got: [%s] n=%zu\n", joined, n);
-	parse_free_strv(v);
+	util_strv_free(v);
 }
 
 static void env_bad(const char *s, const char *needle)
