@@ -435,11 +435,6 @@ bool db_is_ready(const struct db_conn *c)
 	return c->state == DB_IDLE;
 }
 
-bool db_is_up(const struct db_conn *c)
-{
-	return c->state == DB_IDLE || c->state == DB_BUSY;
-}
-
 int db_send(struct db_conn *c, const struct db_stmt *stmts, int n, db_result_fn *cb, void *arg)
 {
 	if (c->state != DB_IDLE || n < 1 || n > DB_MAX_STMTS)
@@ -490,9 +485,4 @@ const char *db_batch_error(PGresult *const *res, int n)
 		}
 	}
 	return "no error";
-}
-
-const char *db_error(const struct db_conn *c)
-{
-	return c->err;
 }

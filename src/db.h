@@ -61,7 +61,6 @@ struct db_conn *db_conn_new(struct ev_loop *loop, const char *conninfo, const ch
 void db_conn_free(struct db_conn *c);
 
 bool db_is_ready(const struct db_conn *c); /* connected, setup done, nothing in flight */
-bool db_is_up(const struct db_conn *c);	   /* connected and setup done */
 
 /* Send a batch. Returns -1 (and sends nothing) unless db_is_ready(). */
 int db_send(struct db_conn *c, const struct db_stmt *stmts, int n, db_result_fn *cb, void *arg);
@@ -73,7 +72,5 @@ void db_reconnect(struct db_conn *c);
 bool db_batch_ok(PGresult *const *res, int n);
 /* First error message of a batch (static text when res is NULL). */
 const char *db_batch_error(PGresult *const *res, int n);
-/* Last connection-level error (for logs). */
-const char *db_error(const struct db_conn *c);
 
 #endif
