@@ -165,6 +165,8 @@ static void write_outcome(struct job *j, const struct exec_outcome *o)
 	struct claim_outcome out = {0};
 	const struct queue_conf *q = j->run_q;
 	const char *reason = j->kill_reason;
+	int exit_code = o->status == EXEC_EXITED ? o->exit_code : -1; /* -1, 0: null in JSON */
+	int sig = o->status == EXEC_SIGNALED ? o->signal : 0;
 	char msg[256] = "";
 	if (!reason) {
 		if (o->status == EXEC_SPAWN_FAILED) {
@@ -186,9 +188,7 @@ static void write_outcome(struct job *j, const struct exec_outcome *o)
 	} else {
 		size_t len = 0;
 		const char *err = o->err ? capture_data(o->err, &len) : "";
-		j->error = result_error_json(reason, o->status == EXEC_EXITED ? o->exit_code : -1,
-					     o->status == EXEC_SIGNALED ? o->signal : 0,
-					     msg[0] ? msg : NULL, err, len,
+		j->error = result_error_json(reason, exit_code, sig, msg[0] ? msg : NULL, err, len,
 					     o->err ? capture_truncated(o->err) : false);
 		out.error = j->error;
 		if (strcmp(reason, "shutdown") == 0) {
@@ -204,8 +204,7 @@ static void write_outcome(struct job *j, const struct exec_outcome *o)
 	int64_t ms = util_now_ms() - j->started_ms;
 	log_job(LOG_INFO, j,
 		"msg=\"job finished\" status=%s reason=%s exit_code=%d signal=%d ms=%" PRId64,
-		out.status, reason ? reason : "none", o->status == EXEC_EXITED ? o->exit_code : -1,
-		o->status == EXEC_SIGNALED ? o->signal : 0, ms);
+		out.status, reason ? reason : "none", exit_code, sig, ms);
 	if (strcmp(out.status, "queued") == 0 && !out.give_back)
 		emit(j, JOB_EV_RETRY, out.retry_in_ms);
 	struct db_stmt st[2];
