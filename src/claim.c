@@ -1,28 +1,30 @@
 /* claim.c - the SQL of the job protocol (lock mode `transaction`).
  *
- * Every job a slot runs goes through exactly two round trips on the slot's
- * own connection:
+ * Claims are made in batches by one session per queue, the claimer, for the
+ * queue's idle slots; each slot then holds its job in its own session:
  *
- *   claim batch   SELECT * FROM pgjobd.claim(...)   -- own transaction, Sync
- *                 BEGIN
- *                 SELECT pgjobd.hold()               -- Sync; tx stays open
- *   finish batch  UPDATE pgjobd.jobs ... WHERE id    -- inside the held tx
- *                 COMMIT                             -- releases the locks
+ *   claimer    SELECT * FROM pgjobd.claim_batch(queue, workers[], ...)
+ *              -- own transaction: marks up to one job per idle slot
+ *              -- `running` (worker, attempts+1) and keeps each job's
+ *              -- session-level advisory "bridge" lock
+ *   slot       BEGIN
+ *              SELECT ... FROM pgjobd.groups ... FOR UPDATE   -- group row
+ *              SELECT ... FROM pgjobd.jobs ... FOR UPDATE     -- job row, if
+ *              -- still running for this worker and attempt; Sync, tx open
+ *   claimer    next claim_batch drops the bridges of held jobs
+ *   slot       UPDATE pgjobd.jobs ... WHERE id; COMMIT  -- outcome; unlocks
  *
- * pgjobd.claim() commits `running`, `worker` and the incremented `attempts`
- * (visible to everyone, and counted even if the daemon dies right after)
- * while holding a session-level advisory "bridge" lock; pgjobd.hold(), in the
- * transaction that then stays open while the command runs, takes the FOR
- * UPDATE row locks on the group row and the job row and only then drops the
- * bridge. Another daemon may take a `running` job only when it can lock its
- * rows AND take its bridge, i.e. when the session that ran it has ended: that
- * is how a crash is detected, with no timeout. The functions live in
- * sql/001_init.sql, where each statement says which rows it locks and why.
+ * So a busy slot makes two round trips and one commit per job, and the
+ * claimer one round trip and one commit per batch. A claimed job is
+ * protected at every instant by its bridge or by its row locks; a running
+ * job protected by neither is an orphan (its daemon is gone) and any
+ * claimer's orphan pass takes it over: crash detection by lock, with no
+ * timeout. The functions live in sql/002_fast_claim.sql, where each statement
+ * says which rows it locks and why.
  *
  * The finish UPDATE runs in the transaction that holds the job's row lock,
  * so it cannot race with anyone; when the connection is lost before COMMIT
- * the row stays `running` with no lock held, and the next claim of that
- * queue, by any daemon, takes it over as an orphan. */
+ * the row stays `running` with no lock held and is taken over as an orphan. */
 #include "claim.h"
 
 #include <stdio.h>
@@ -32,16 +34,23 @@
 #include "log.h"
 #include "util.h"
 
-/* Step 1 (own transaction) — see pgjobd.claim() for the rows it locks. The
- * scan bound keeps a claim's cost bounded when many ready rows are blocked
- * (groups whose head is running or waiting for a retry). */
+/* Step 1, the claimer's own transaction. The scan bound keeps a claim's cost
+ * bounded when many ready rows are blocked (groups whose head is running or
+ * waiting for a retry). */
 static const char sql_claim[] =
-    "SELECT job_id, group_id, attempts, max_attempts, timeout_ms, data, arg_keys, arg_vals "
-    "FROM pgjobd.claim($1, $2, $3::int, $4::int)";
+    "SELECT slot, job_id, group_row, group_id, attempts, max_attempts, timeout_ms, data, "
+    "arg_keys, arg_vals FROM pgjobd.claim_batch($1, $2::text[], $3::int, $4::int, "
+    "$5::boolean, $6::bigint[], $7::bigint[], $8::bigint[])";
+/* Step 2, the slot's transaction: the group row first, then the job row,
+ * the order every claimer locks them in. Both wait: only SKIP LOCKED probes
+ * of other claimers can hold them, briefly. The job row is locked only if it
+ * is still this claim's (an orphan pass may have taken it over when our
+ * claimer's session, and with it the bridge, was lost). */
 static const char sql_begin[] = "BEGIN";
-/* Step 2: FOR UPDATE on the group row and the job row, then the bridge is
- * dropped. The transaction stays open: it is the claim. */
-static const char sql_hold[] = "SELECT pgjobd.hold()";
+static const char sql_hold_group[] = "SELECT 1 FROM pgjobd.groups WHERE id = $1::bigint FOR UPDATE";
+static const char sql_hold_job[] =
+    "SELECT id FROM pgjobd.jobs WHERE id = $1::bigint AND status = 'running' "
+    "AND worker = $2 AND attempts = $3::int FOR UPDATE";
 const char claim_sql_commit[] = "COMMIT";
 
 /* Step 3, in the held transaction: the outcome. `queued` (retry or shutdown)
@@ -59,23 +68,89 @@ static const char sql_finish[] =
 
 #define CLAIM_SCAN 1000
 
-int claim_build(struct db_stmt *st, struct claim_params *p, const char *queue, const char *worker,
-		int max_attempts)
+void claim_params_init(struct claim_params *p)
 {
-	snprintf(p->queue, sizeof(p->queue), "%s", queue);
-	snprintf(p->worker, sizeof(p->worker), "%s", worker);
-	snprintf(p->max_attempts, sizeof(p->max_attempts), "%d", max_attempts);
+	memset(p, 0, sizeof(*p));
+	buf_init(&p->workers);
+	buf_init(&p->release_jobs);
+	buf_init(&p->release_groups);
+	buf_init(&p->skip);
+}
+
+void claim_params_fini(struct claim_params *p)
+{
+	buf_fini(&p->workers);
+	buf_fini(&p->release_jobs);
+	buf_fini(&p->release_groups);
+	buf_fini(&p->skip);
+}
+
+/* A text[] literal: every element double-quoted, with " and \ escaped. */
+static const char *text_array(struct buf *b, const char *const *v, int n)
+{
+	buf_reset(b);
+	buf_putc(b, '{');
+	for (int i = 0; i < n; i++) {
+		if (i)
+			buf_putc(b, ',');
+		buf_putc(b, '"');
+		for (const char *c = v[i]; *c; c++) {
+			if (*c == '"' || *c == '\\')
+				buf_putc(b, '\\');
+			buf_putc(b, *c);
+		}
+		buf_putc(b, '"');
+	}
+	buf_putc(b, '}');
+	return b->data;
+}
+
+static const char *bigint_array(struct buf *b, const long long *v, int n)
+{
+	buf_reset(b);
+	buf_putc(b, '{');
+	for (int i = 0; i < n; i++)
+		buf_printf(b, i ? ",%lld" : "%lld", v[i]);
+	buf_putc(b, '}');
+	return b->data;
+}
+
+int claim_build(struct db_stmt *st, struct claim_params *p, const struct claim_req *r)
+{
+	snprintf(p->queue, sizeof(p->queue), "%s", r->queue);
+	snprintf(p->max_attempts, sizeof(p->max_attempts), "%d", r->max_attempts);
 	snprintf(p->scan, sizeof(p->scan), "%d", CLAIM_SCAN);
+	snprintf(p->orphans, sizeof(p->orphans), "%s", r->orphans ? "true" : "false");
+	memset(st, 0, sizeof(*st));
+	st->sql = sql_claim;
+	st->nparams = 8;
+	st->params[0] = p->queue;
+	st->params[1] = text_array(&p->workers, r->workers, r->nworkers);
+	st->params[2] = p->max_attempts;
+	st->params[3] = p->scan;
+	st->params[4] = p->orphans;
+	st->params[5] = bigint_array(&p->release_jobs, r->release_jobs, r->nrelease_jobs);
+	st->params[6] = bigint_array(&p->release_groups, r->release_groups, r->nrelease_groups);
+	st->params[7] = bigint_array(&p->skip, r->skip, r->nskip);
+	return 1;
+}
+
+int claim_build_hold(struct db_stmt *st, struct hold_params *p, const struct claim_job *j,
+		     const char *worker)
+{
+	snprintf(p->id, sizeof(p->id), "%lld", j->id);
+	snprintf(p->group_row, sizeof(p->group_row), "%lld", j->group_row);
+	snprintf(p->attempts, sizeof(p->attempts), "%d", j->attempts);
 	memset(st, 0, 3 * sizeof(*st));
-	st[0].sql = sql_claim;
-	st[0].sync = true;
-	st[0].nparams = 4;
-	st[0].params[0] = p->queue;
-	st[0].params[1] = p->worker;
-	st[0].params[2] = p->max_attempts;
-	st[0].params[3] = p->scan;
-	st[1].sql = sql_begin;
-	st[2].sql = sql_hold;
+	st[0].sql = sql_begin;
+	st[1].sql = sql_hold_group;
+	st[1].nparams = 1;
+	st[1].params[0] = j->group_row ? p->group_row : NULL; /* NULL: no row, no lock */
+	st[CLAIM_HOLD_JOB].sql = sql_hold_job;
+	st[CLAIM_HOLD_JOB].nparams = 3;
+	st[CLAIM_HOLD_JOB].params[0] = p->id;
+	st[CLAIM_HOLD_JOB].params[1] = worker;
+	st[CLAIM_HOLD_JOB].params[2] = p->attempts;
 	return 3;
 }
 
@@ -90,35 +165,20 @@ void claim_job_free(struct claim_job *j)
 	memset(j, 0, sizeof(*j));
 }
 
-int claim_decode(PGresult *const *res, int n, struct claim_job *out)
+void claim_decode(PGresult *c, int row, struct claim_job *out, int *slot)
 {
 	memset(out, 0, sizeof(*out));
-	if (!res || n != 3)
-		return -1;
-	PGresult *c = res[0];
-	bool claimed = c && PQresultStatus(c) == PGRES_TUPLES_OK && PQntuples(c) == 1;
-	if (c && PQresultStatus(c) != PGRES_TUPLES_OK)
-		log_warn("msg=\"claim failed\" err=\"%s\"", db_batch_error(res, 1));
-	bool held = res[2] && PQresultStatus(res[2]) == PGRES_TUPLES_OK && PQntuples(res[2]) == 1 &&
-		    !PQgetisnull(res[2], 0, 0);
-	if (!claimed)
-		return held ? -1 : 0;
-	if (!held ||
-	    strtoll(PQgetvalue(res[2], 0, 0), NULL, 10) != strtoll(PQgetvalue(c, 0, 0), NULL, 10)) {
-		log_error("msg=\"claimed job not held; dropping the session to free it\" job=%s "
-			  "err=\"%s\"",
-			  PQgetvalue(c, 0, 0), db_batch_error(res + 1, 2));
-		return -1;
-	}
-	out->id = strtoll(PQgetvalue(c, 0, 0), NULL, 10);
-	out->group_id = PQgetisnull(c, 0, 1) ? NULL : xstrdup(PQgetvalue(c, 0, 1));
-	out->attempts = atoi(PQgetvalue(c, 0, 2));
-	out->max_attempts = atoi(PQgetvalue(c, 0, 3));
-	out->timeout_ms = PQgetisnull(c, 0, 4) ? -1 : strtoll(PQgetvalue(c, 0, 4), NULL, 10);
-	out->data = xstrdup(PQgetvalue(c, 0, 5));
+	*slot = atoi(PQgetvalue(c, row, 0)) - 1;
+	out->id = strtoll(PQgetvalue(c, row, 1), NULL, 10);
+	out->group_row = PQgetisnull(c, row, 2) ? 0 : strtoll(PQgetvalue(c, row, 2), NULL, 10);
+	out->group_id = PQgetisnull(c, row, 3) ? NULL : xstrdup(PQgetvalue(c, row, 3));
+	out->attempts = atoi(PQgetvalue(c, row, 4));
+	out->max_attempts = atoi(PQgetvalue(c, row, 5));
+	out->timeout_ms = PQgetisnull(c, row, 6) ? -1 : strtoll(PQgetvalue(c, row, 6), NULL, 10);
+	out->data = xstrdup(PQgetvalue(c, row, 7));
 	char **keys = NULL, **vals = NULL;
-	int nk = claim_parse_text_array(PQgetvalue(c, 0, 6), &keys);
-	int nv = claim_parse_text_array(PQgetvalue(c, 0, 7), &vals);
+	int nk = claim_parse_text_array(PQgetvalue(c, row, 8), &keys);
+	int nv = claim_parse_text_array(PQgetvalue(c, row, 9), &vals);
 	if (nk < 0 || nv != nk) {
 		log_error("msg=\"cannot decode job arguments\" job=%lld", out->id);
 		util_strv_free(keys);
@@ -130,24 +190,29 @@ int claim_decode(PGresult *const *res, int n, struct claim_job *out)
 	out->arg_keys = keys;
 	out->arg_vals = vals;
 	out->nargs = (size_t)nk;
-	return 1;
 }
 
-int claim_build_finish(struct db_stmt *st, struct finish_params *p, long long id,
+static void set_finish(struct db_stmt *st, struct finish_params *p, long long id,
 		       const struct claim_outcome *o)
 {
 	snprintf(p->id, sizeof(p->id), "%lld", id);
 	snprintf(p->retry_ms, sizeof(p->retry_ms), "%lld", (long long)o->retry_in_ms);
 	snprintf(p->give_back, sizeof(p->give_back), "%d", o->give_back ? 1 : 0);
+	st->sql = sql_finish;
+	st->nparams = 6;
+	st->params[0] = p->id;
+	st->params[1] = o->status;
+	st->params[2] = o->result;
+	st->params[3] = o->error;
+	st->params[4] = p->retry_ms;
+	st->params[5] = p->give_back;
+}
+
+int claim_build_finish(struct db_stmt *st, struct finish_params *p, long long id,
+		       const struct claim_outcome *o)
+{
 	memset(st, 0, 2 * sizeof(*st));
-	st[0].sql = sql_finish;
-	st[0].nparams = 6;
-	st[0].params[0] = p->id;
-	st[0].params[1] = o->status;
-	st[0].params[2] = o->result;
-	st[0].params[3] = o->error;
-	st[0].params[4] = p->retry_ms;
-	st[0].params[5] = p->give_back;
+	set_finish(&st[0], p, id, o);
 	st[1].sql = claim_sql_commit;
 	return 2;
 }

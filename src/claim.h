@@ -2,7 +2,7 @@
  *
  * claim builds statements (struct db_stmt) and decodes results; it knows no
  * processes and owns no connection. The protocol itself is explained at the
- * top of sql/001_init.sql and of claim.c. */
+ * top of claim.c and of sql/002_fast_claim.sql. */
 #ifndef PGJOBD_CLAIM_H
 #define PGJOBD_CLAIM_H
 
@@ -11,41 +11,73 @@
 #include <stdint.h>
 
 #include "db.h"
+#include "util.h"
 
-/* A claimed job, decoded from pgjobd.claim()'s row. Owned by the caller:
+/* A claimed job, decoded from a pgjobd.claim_batch() row. Owned by the caller:
  * claim_job_free. */
 struct claim_job {
 	long long id;
-	char *group_id;	    /* NULL when the job has no group */
-	int attempts;	    /* this attempt's number (already counted) */
-	int max_attempts;   /* effective: the job's override or the queue's */
-	int64_t timeout_ms; /* the job's override, -1 when none */
-	char *data;	    /* jsonb as text */
-	char **arg_keys;    /* top-level scalars of data */
+	char *group_id;	     /* NULL when the job has no group */
+	long long group_row; /* its pgjobd.groups row id, 0 when no group */
+	int attempts;	     /* this attempt's number (already counted) */
+	int max_attempts;    /* effective: the job's override or the queue's */
+	int64_t timeout_ms;  /* the job's override, -1 when none */
+	char *data;	     /* jsonb as text */
+	char **arg_keys;     /* top-level scalars of data */
 	char **arg_vals;
 	size_t nargs;
 };
 
-/* Parameters of a claim batch; the strings must outlive db_send only
- * (libpq copies them when sending). */
-struct claim_params {
-	char queue[64];
-	char worker[256];
-	char max_attempts[16];
-	char scan[16];
+/* A claim_batch call: claim up to nworkers jobs, one per idle slot, and
+ * first drop the bridges of jobs that slots now hold (or failed to hold). */
+struct claim_req {
+	const char *queue;
+	const char *const *workers; /* the idle slots' worker names */
+	int nworkers;
+	int max_attempts;
+	bool orphans;		       /* also take over running jobs whose daemon is gone */
+	const long long *release_jobs; /* bridges of ungrouped jobs: job ids */
+	int nrelease_jobs;
+	const long long *release_groups; /* bridges of grouped jobs: group row ids */
+	int nrelease_groups;
+	const long long *skip; /* claimed by this session, not held yet */
+	int nskip;
 };
 
-/* The claim batch: claim() [Sync] BEGIN; hold() -> 3 statements in st. */
-int claim_build(struct db_stmt *st, struct claim_params *p, const char *queue, const char *worker,
-		int max_attempts);
-/* Decode the claim batch results. Returns 1 and fills *out when a job was
- * claimed and held, 0 when there was nothing to run, -1 when the batch failed
- * in a way that needs the connection dropped (a claim committed but not
- * held: its bridge lock is only released by ending the session). */
-int claim_decode(PGresult *const *res, int n, struct claim_job *out);
+/* Parameters of a claim batch; they must outlive db_send only (libpq copies
+ * them when sending). claim_params_fini releases them. */
+struct claim_params {
+	char queue[64];
+	char max_attempts[16];
+	char scan[16];
+	char orphans[8];
+	struct buf workers, release_jobs, release_groups, skip;
+};
+void claim_params_init(struct claim_params *p);
+void claim_params_fini(struct claim_params *p);
+
+/* The claim batch: one statement, its own transaction -> 1 statement in st. */
+int claim_build(struct db_stmt *st, struct claim_params *p, const struct claim_req *r);
+/* Decode row `row` of a claim batch's result into *out and the slot index
+ * (0-based, into the request's workers) into *slot. Arguments that cannot
+ * be decoded are logged and left out. */
+void claim_decode(PGresult *res, int row, struct claim_job *out, int *slot);
 void claim_job_free(struct claim_job *j);
 
-/* Closes the transaction a claim batch opened when nothing was claimed. */
+/* The hold batch, a slot's own session: BEGIN; lock the group row; lock the
+ * job row if it is still the one claimed for this worker and attempt -> 3
+ * statements. The transaction stays open: it is the claim. The job is held
+ * when statement CLAIM_HOLD_JOB returns one row. */
+#define CLAIM_HOLD_JOB 2
+struct hold_params {
+	char id[24];
+	char group_row[24];
+	char attempts[16];
+};
+int claim_build_hold(struct db_stmt *st, struct hold_params *p, const struct claim_job *j,
+		     const char *worker);
+
+/* Ends a hold transaction that holds nothing. */
 extern const char claim_sql_commit[];
 
 /* The outcome of an attempt, written by the finish batch. */

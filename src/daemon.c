@@ -30,6 +30,7 @@
 
 #include <ev.h>
 
+#include "claimer.h"
 #include "db.h"
 #include "guard.h"
 #include "job.h"
@@ -47,6 +48,10 @@ struct qstate {
 	struct job **slots;
 	int nslots;
 	int next_index;
+	struct claimer *cl;
+	struct job **reserved; /* the slots the claim in flight is for */
+	const char **workers;  /* their worker names */
+	int nreserved, reserved_cap;
 	bool again;    /* a wake-up came while a claim was in flight */
 	ev_timer wake; /* retry wake-up */
 };
@@ -92,23 +97,67 @@ static struct qstate *find_queue(struct daemon *d, const char *name)
 	return NULL;
 }
 
+/* Claim for every idle slot of q, in one call of its claimer. */
 static void kick_queue(struct qstate *q)
 {
-	if (q->d->state != D_RUNNING)
+	struct daemon *d = q->d;
+	if (d->state != D_RUNNING)
 		return;
+	if (!claimer_is_ready(q->cl)) {
+		/* The claim in flight may have missed what woke us: claim again
+		 * when it is back (or when the claimer's session is up). */
+		q->again = true;
+		return;
+	}
+	if (q->reserved_cap < q->nslots) {
+		q->reserved_cap = q->nslots;
+		q->reserved = xrealloc(q->reserved, sizeof(*q->reserved) * (size_t)q->nslots);
+		q->workers = xrealloc(q->workers, sizeof(*q->workers) * (size_t)q->nslots);
+	}
+	q->nreserved = 0;
 	for (int i = 0; i < q->nslots; i++) {
-		if (job_is_claiming(q->slots[i])) {
-			/* That claim chains to the next slot if it finds a job; if
-			 * it finds none, its snapshot may predate what woke us: claim
-			 * again when it reports EMPTY. */
-			q->again = true;
-			return;
+		if (job_reserve(q->slots[i])) {
+			q->reserved[q->nreserved] = q->slots[i];
+			q->workers[q->nreserved++] = job_worker(q->slots[i]);
 		}
 	}
+	if (q->nreserved == 0 && !claimer_has_releases(q->cl))
+		return; /* every slot is busy: the next one to finish kicks again */
 	q->again = false;
-	for (int i = 0; i < q->nslots; i++)
-		if (job_is_idle(q->slots[i]) && job_kick(q->slots[i]))
-			return;
+	if (claimer_claim(q->cl, q->workers, q->nreserved, q->conf->max_attempts,
+			  d->cfg->poll_interval_ms) < 0) {
+		for (int i = 0; i < q->nreserved; i++)
+			job_unreserve(q->reserved[i]);
+		q->nreserved = 0;
+	}
+}
+
+static void on_claimed(struct claimer *cl, struct claim_job *jobs, const int *slots, int n,
+		       void *arg)
+{
+	(void)cl;
+	struct qstate *q = arg;
+	int asked = q->nreserved;
+	for (int i = 0; i < n; i++) {
+		struct job *j = q->reserved[slots[i]];
+		q->reserved[slots[i]] = NULL;
+		job_hold(j, &jobs[i]);
+	}
+	for (int i = 0; i < asked; i++)
+		if (q->reserved[i])
+			job_unreserve(q->reserved[i]);
+	q->nreserved = 0;
+	if (n < 0)
+		return; /* the claimer reconnects; its on_up kicks */
+	/* A full batch: there may be more (slots that became idle meanwhile). */
+	if ((asked > 0 && n == asked) || q->again || claimer_has_releases(q->cl))
+		kick_queue(q);
+}
+
+static void on_claimer_up(struct claimer *cl, void *arg)
+{
+	(void)cl;
+	kick_queue(arg);
 }
 
 static void kick_all(struct daemon *d)
@@ -137,6 +186,8 @@ static struct qstate *qstate_new(struct daemon *d, struct queue_conf *conf)
 	q->conf = queue_conf_ref(conf);
 	ev_init(&q->wake, on_wake);
 	q->wake.data = q;
+	struct claimer_callbacks cbs = {.on_result = on_claimed, .on_up = on_claimer_up, .arg = q};
+	q->cl = claimer_new(d->loop, d->conninfo, conf->name, &cbs);
 	for (int i = 0; i < conf->concurrency; i++)
 		add_slot(q);
 	log_info("msg=\"serving queue\" queue=%s concurrency=%d", conf->name, conf->concurrency);
@@ -162,6 +213,13 @@ static struct job *take_slot(struct qstate *q, int i)
 static void qstate_free(struct qstate *q)
 {
 	ev_timer_stop(q->d->loop, &q->wake);
+	/* The claim in flight is dropped with the session (its jobs, if it
+	 * committed any, are orphans for the next orphan pass). */
+	claimer_free(q->cl);
+	for (int i = 0; i < q->nreserved; i++)
+		job_unreserve(q->reserved[i]);
+	free(q->reserved);
+	free(q->workers);
 	for (int i = 0; i < q->nslots; i++)
 		job_free(q->slots[i]);
 	free(q->slots);
@@ -191,16 +249,21 @@ static void on_job_event(struct job *j, enum job_event ev, int64_t ms, void *arg
 	struct qstate *q = find_queue(d, job_conf(j)->name);
 	switch (ev) {
 	case JOB_EV_IDLE:
-		if (d->state == D_RUNNING)
-			job_kick(j);
-		break;
-	case JOB_EV_EMPTY:
-		if (q && q->again)
-			kick_queue(q);
-		break;
-	case JOB_EV_STARTED:
 		if (q)
 			kick_queue(q);
+		break;
+	case JOB_EV_HELD:
+		/* The bridge goes with the claimer's next call (at the latest
+		 * the poll's). */
+		if (q)
+			claimer_release(q->cl, job_claimed(j));
+		break;
+	case JOB_EV_NOT_HELD:
+		/* Drop the bridge now: the job is an orphan for the next pass. */
+		if (q) {
+			claimer_release(q->cl, job_claimed(j));
+			kick_queue(q);
+		}
 		break;
 	case JOB_EV_RETRY:
 		if (q) {

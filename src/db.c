@@ -12,6 +12,8 @@
  * PQisBusy() says they are complete. */
 #include "db.h"
 
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,6 +25,11 @@ enum db_state { DB_WAIT, DB_CONNECT, DB_SETUP, DB_IDLE, DB_BUSY, DB_BROKEN };
 static const char *const state_names[] = {"wait", "connect", "setup", "idle", "busy", "broken"};
 
 #define BACKOFF_MIN_MS 100
+/* Statements of db_send are prepared once per session (named "pgjobd_N"), so
+ * the server parses and plans them once, not on every job. A statement is
+ * known by its SQL text's address: callers pass static strings. */
+#define DB_MAX_PREPARED 16
+#define DB_MAX_ITEMS (2 * DB_MAX_STMTS)
 #define BACKOFF_MAX_MS 10000
 #define CONNECT_TIMEOUT_MS 15000
 
@@ -40,15 +47,19 @@ struct db_conn {
 	char **setup;
 	int nsetup;
 	struct db_callbacks cbs;
-	/* the batch in flight */
+	const char *prepared[DB_MAX_PREPARED]; /* SQL of pgjobd_N, NULL: free slot */
+	/* the batch in flight: its pipeline items are statements and, before a
+	 * statement's first use in this session, its Prepare */
+	int item_stmt[DB_MAX_ITEMS]; /* statement index, or -1 - N for Prepare of pgjobd_N */
+	int nitems;
 	db_result_fn *cb;
 	void *cb_arg;
 	int nstmts;
 	int nsyncs; /* Syncs sent with the batch (the last one included) */
 	int syncs_seen;
 	int nulls;    /* consecutive NULLs from PQgetResult */
-	int cur;      /* index of the statement whose results are being read */
-	bool cur_has; /* a result for `cur` was stored */
+	int cur;      /* index of the item whose results are being read */
+	bool cur_has; /* a result for `cur` was seen */
 	PGresult *res[DB_MAX_STMTS + 1];
 	char err[256];
 };
@@ -124,6 +135,7 @@ static void close_pg(struct db_conn *c)
 	c->pg = NULL;
 	c->fd = -1;
 	c->fd_hooked = false;
+	memset(c->prepared, 0, sizeof(c->prepared)); /* they die with the session */
 }
 
 static void schedule_connect(struct db_conn *c)
@@ -181,13 +193,49 @@ static void fail(struct db_conn *c, const char *why)
 		c->cbs.on_event(c, DB_DOWN, c->cbs.arg);
 }
 
-static int send_batch(struct db_conn *c, const struct db_stmt *stmts, int n)
+/* The prepared name of sql, preparing it (one more pipeline item) the first
+ * time; -1 when it is to be sent unnamed (the cache is full). */
+static int prepare(struct db_conn *c, const struct db_stmt *st)
+{
+	int free_slot = -1;
+	for (int i = 0; i < DB_MAX_PREPARED; i++) {
+		if (c->prepared[i] == st->sql)
+			return i;
+		if (!c->prepared[i] && free_slot < 0)
+			free_slot = i;
+	}
+	if (free_slot < 0)
+		return -1;
+	char name[32];
+	snprintf(name, sizeof(name), "pgjobd_%d", free_slot);
+	if (!PQsendPrepare(c->pg, name, st->sql, st->nparams, NULL))
+		return -2;
+	c->prepared[free_slot] = st->sql;
+	c->item_stmt[c->nitems++] = -1 - free_slot;
+	return free_slot;
+}
+
+static int send_batch(struct db_conn *c, const struct db_stmt *stmts, int n, bool named)
 {
 	c->nsyncs = 1;
+	c->nitems = 0;
 	for (int i = 0; i < n; i++) {
-		if (!PQsendQueryParams(c->pg, stmts[i].sql, stmts[i].nparams, NULL, stmts[i].params,
-				       NULL, NULL, 0))
+		int p = named ? prepare(c, &stmts[i]) : -1;
+		if (p == -2)
 			return -1;
+		int ok;
+		if (p >= 0) {
+			char name[32];
+			snprintf(name, sizeof(name), "pgjobd_%d", p);
+			ok = PQsendQueryPrepared(c->pg, name, stmts[i].nparams, stmts[i].params,
+						 NULL, NULL, 0);
+		} else {
+			ok = PQsendQueryParams(c->pg, stmts[i].sql, stmts[i].nparams, NULL,
+					       stmts[i].params, NULL, NULL, 0);
+		}
+		if (!ok)
+			return -1;
+		c->item_stmt[c->nitems++] = i;
 		if (stmts[i].sync && i + 1 < n) {
 			if (!PQpipelineSync(c->pg))
 				return -1;
@@ -240,18 +288,17 @@ static void start_setup(struct db_conn *c)
 	}
 	set_state(c, DB_SETUP);
 	struct db_stmt st[DB_MAX_STMTS];
+	memset(st, 0, sizeof(st));
 	int n = c->nsetup < DB_MAX_STMTS ? c->nsetup : DB_MAX_STMTS;
-	for (int i = 0; i < n; i++) {
-		memset(&st[i], 0, sizeof(st[i]));
+	for (int i = 0; i < n; i++)
 		st[i].sql = c->setup[i];
-	}
 	if (n == 0) {
 		st[0].sql = "SELECT 1";
 		n = 1;
 	}
 	c->cb = setup_done;
 	c->cb_arg = NULL;
-	if (send_batch(c, st, n) < 0)
+	if (send_batch(c, st, n, false) < 0)
 		fail(c, PQerrorMessage(c->pg));
 }
 
@@ -349,12 +396,17 @@ static void read_results(struct db_conn *c)
 			}
 			return;
 		}
-		if (c->cur < c->nstmts && !c->cur_has) {
-			c->res[c->cur] = r;
-			c->cur_has = true;
-		} else {
-			PQclear(r);
+		int item = c->cur < c->nitems && !c->cur_has ? c->item_stmt[c->cur] : INT_MIN;
+		c->cur_has = true;
+		if (item >= 0) {
+			c->res[item] = r;
+			continue;
 		}
+		/* A Prepare that failed or was skipped (the pipeline aborted before
+		 * it) created nothing: prepare again next time. */
+		if (item != INT_MIN && st != PGRES_COMMAND_OK)
+			c->prepared[-1 - item] = NULL;
+		PQclear(r);
 	}
 }
 
@@ -442,7 +494,7 @@ int db_send(struct db_conn *c, const struct db_stmt *stmts, int n, db_result_fn 
 	set_state(c, DB_BUSY);
 	c->cb = cb;
 	c->cb_arg = arg;
-	if (send_batch(c, stmts, n) < 0) {
+	if (send_batch(c, stmts, n, true) < 0) {
 		fail(c, PQerrorMessage(c->pg));
 		return 0; /* the callback has been called with NULL */
 	}

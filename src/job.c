@@ -1,19 +1,22 @@
 /* job.c - a job slot's state machine (see job.h).
  *
- *   CONNECTING --DB_UP--> IDLE --kick--> CLAIMING --job--> RUNNING
- *        ^                 ^  \             |  nothing        | command ends
- *        |                 |   \            v                 v
- *        |                 +--- ENDING_TX <-+            FINISHING --ok--> IDLE
- *        |                                                    |
- *        +---- (reconnect) <-- LOST <-- DB_DOWN while RUNNING -+-- failure
- *   any --drain, when not busy--> STOPPED
+ *   CONNECTING --DB_UP--> IDLE --reserve--> RESERVED --hold--> HOLDING --held--> RUNNING
+ *        ^                 ^  ^                |  nothing      |  not ours          | ends
+ *        |                 |  +-- unreserve ---+               v                    v
+ *        |                 +------------------------------ ENDING_TX           FINISHING
+ *        |                 +--------------------------------------------- ok ---+
+ *        +---- (reconnect) <-- LOST <-- DB_DOWN while RUNNING ------------------+-- failure
+ *   IDLE --drain--> STOPPED
  *
- * job_step() is the single place where the state changes; every transition
- * is logged at debug level. A command whose session is lost (LOST) is killed
- * at once with SIGKILL: its lock is gone, so another daemon may take the job
- * over, and guarantee 1 (never two commands of one group) must hold. The
- * socket of a lost session is kept open until the command is dead, so that
- * when the loss was only seen by us, PostgreSQL keeps the lock until then.
+ * The queue's claimer (claimer.c) claims jobs for RESERVED slots; the slot
+ * then holds its job with row locks in its own session (claim.c) and runs
+ * it. job_step() is the single place where the state changes; every
+ * transition is logged at debug level. A command whose session is lost
+ * (LOST) is killed at once with SIGKILL: its lock is gone, so another daemon
+ * may take the job over, and guarantee 1 (never two commands of one group)
+ * must hold. The socket of a lost session is kept open until the command is
+ * dead, so that when the loss was only seen by us, PostgreSQL keeps the lock
+ * until then.
  *
  * A running job holds a reference on the queue_conf it started with, so a
  * reload never changes a running job's timeout or output limits. */
@@ -37,7 +40,8 @@
 enum job_state {
 	J_CONNECTING,
 	J_IDLE,
-	J_CLAIMING,
+	J_RESERVED,
+	J_HOLDING,
 	J_ENDING_TX,
 	J_RUNNING,
 	J_FINISHING,
@@ -45,8 +49,9 @@ enum job_state {
 	J_STOPPED,
 };
 
-static const char *const state_names[] = {"connecting", "idle",	     "claiming", "ending_tx",
-					  "running",	"finishing", "lost",	 "stopped"};
+static const char *const state_names[] = {"connecting", "idle",	     "reserved",
+					  "holding",	"ending_tx", "running",
+					  "finishing",	"lost",	     "stopped"};
 
 struct job {
 	const struct job_env *env;
@@ -63,7 +68,7 @@ struct job {
 	ev_timer timeout;
 	const char *kill_reason; /* why we are terminating the command, NULL if not */
 	int64_t started_ms;
-	struct claim_params cparams;
+	struct hold_params hparams;
 	struct finish_params fparams;
 	char *result; /* JSON of the outcome being written */
 	char *error;
@@ -106,9 +111,7 @@ static void clear_run(struct job *j)
  * inside a callback of j->db, which must not be freed under its own feet. */
 static bool maybe_stop(struct job *j)
 {
-	if (!j->draining || j->state == J_RUNNING || j->state == J_FINISHING ||
-	    j->state == J_LOST || j->state == J_CLAIMING || j->state == J_ENDING_TX ||
-	    j->state == J_STOPPED)
+	if (!j->draining || (j->state != J_IDLE && j->state != J_CONNECTING))
 		return false;
 	job_step(j, J_STOPPED);
 	emit(j, JOB_EV_STOPPED, 0);
@@ -124,6 +127,15 @@ static void reconnect(struct job *j)
 		db_reconnect(j->db);
 }
 
+static void outcome_lost(struct job *j, const char *why)
+{
+	/* The row stays `running` with its lock gone once the session ends:
+	 * it is run again (at-least-once). */
+	log_job(LOG_ERROR, j, "msg=\"cannot record outcome\" err=\"%s\"", why);
+	clear_run(j);
+	reconnect(j);
+}
+
 static void on_finished(struct db_conn *c, PGresult *const *res, int n, void *arg)
 {
 	(void)c;
@@ -131,12 +143,7 @@ static void on_finished(struct db_conn *c, PGresult *const *res, int n, void *ar
 	if (!res)
 		return; /* the connection is gone; on_db_event reconnects */
 	if (!db_batch_ok(res, n)) {
-		/* The row stays `running` with its lock gone once the session
-		 * ends: it is run again (at-least-once). */
-		log_job(LOG_ERROR, j, "msg=\"cannot record outcome\" err=\"%s\"",
-			db_batch_error(res, n));
-		clear_run(j);
-		reconnect(j);
+		outcome_lost(j, db_batch_error(res, n));
 		return;
 	}
 	clear_run(j);
@@ -210,11 +217,8 @@ static void write_outcome(struct job *j, const struct exec_outcome *o)
 	struct db_stmt st[2];
 	int n = claim_build_finish(st, &j->fparams, j->cj.id, &out);
 	job_step(j, J_FINISHING);
-	if (db_send(j->db, st, n, on_finished, j) < 0) {
-		log_job(LOG_ERROR, j, "msg=\"cannot send outcome\"");
-		clear_run(j);
-		reconnect(j);
-	}
+	if (db_send(j->db, st, n, on_finished, j) < 0)
+		outcome_lost(j, "cannot send");
 }
 
 static void on_exec_done(struct exec_proc *p, const struct exec_outcome *o, void *arg)
@@ -310,54 +314,104 @@ static void on_tx_ended(struct db_conn *c, PGresult *const *res, int n, void *ar
 	if (!res)
 		return;
 	if (!db_batch_ok(res, n)) {
-		log_warn("msg=\"cannot end claim transaction\" queue=%s err=\"%s\"", j->q->name,
+		log_warn("msg=\"cannot end hold transaction\" queue=%s err=\"%s\"", j->q->name,
 			 db_batch_error(res, n));
 		reconnect(j);
 		return;
 	}
 	job_step(j, J_IDLE);
 	if (!maybe_stop(j))
-		emit(j, JOB_EV_EMPTY, 0);
+		emit(j, JOB_EV_IDLE, 0);
 }
 
-static void on_claimed(struct db_conn *c, PGresult *const *res, int n, void *arg)
+/* The hold did not take: tell the daemon (the claimer drops the bridge, and
+ * the job, still `running`, is an orphan for the next orphan pass). */
+static void not_held(struct job *j)
+{
+	emit(j, JOB_EV_NOT_HELD, 0);
+	claim_job_free(&j->cj);
+}
+
+static void on_held(struct db_conn *c, PGresult *const *res, int n, void *arg)
 {
 	(void)c;
 	struct job *j = arg;
-	if (!res)
+	if (!res) {
+		not_held(j); /* on_db_event reconnects */
 		return;
-	int r = claim_decode(res, n, &j->cj);
-	if (r < 0) {
-		/* a bridge lock may be held: only ending the session frees it */
+	}
+	if (!db_batch_ok(res, n)) {
+		log_job(LOG_WARN, j, "msg=\"cannot hold claimed job\" err=\"%s\"",
+			db_batch_error(res, n));
+		not_held(j);
 		reconnect(j);
 		return;
 	}
-	if (r == 0) {
+	if (PQntuples(res[CLAIM_HOLD_JOB]) != 1) {
+		/* Not ours any more: our claimer's session was lost and another
+		 * claimer took the job over. */
+		log_job(LOG_WARN, j, "msg=\"claimed job was taken over before it started\"");
+		not_held(j);
 		struct db_stmt st = {.sql = claim_sql_commit};
 		job_step(j, J_ENDING_TX);
-		if (db_send(j->db, &st, 1, on_tx_ended, j) < 0) {
+		if (db_send(j->db, &st, 1, on_tx_ended, j) < 0)
 			reconnect(j);
-		}
 		return;
 	}
 	j->run_q = queue_conf_ref(j->q);
 	job_step(j, J_RUNNING);
-	emit(j, JOB_EV_STARTED, 0);
+	emit(j, JOB_EV_HELD, 0);
+	if (j->kill_reason) {
+		/* Shutdown came while the hold was in flight: do not start it. */
+		struct exec_outcome o = {.status = EXEC_EXITED};
+		write_outcome(j, &o);
+		return;
+	}
 	start_command(j);
 }
 
-bool job_kick(struct job *j)
+bool job_reserve(struct job *j)
 {
 	if (j->state != J_IDLE || j->draining || !db_is_ready(j->db))
 		return false;
-	struct db_stmt st[3];
-	int n = claim_build(st, &j->cparams, j->q->name, j->worker, j->q->max_attempts);
-	job_step(j, J_CLAIMING);
-	if (db_send(j->db, st, n, on_claimed, j) < 0) {
-		reconnect(j);
-		return false;
-	}
+	job_step(j, J_RESERVED);
 	return true;
+}
+
+void job_unreserve(struct job *j)
+{
+	if (j->state != J_RESERVED)
+		return;
+	j->kill_reason = NULL;
+	job_step(j, J_IDLE);
+	maybe_stop(j);
+}
+
+void job_hold(struct job *j, struct claim_job *cj)
+{
+	j->cj = *cj;
+	memset(cj, 0, sizeof(*cj));
+	if (j->state != J_RESERVED || !db_is_ready(j->db)) {
+		not_held(j);
+		return;
+	}
+	struct db_stmt st[3];
+	int n = claim_build_hold(st, &j->hparams, &j->cj, j->worker);
+	job_step(j, J_HOLDING);
+	if (db_send(j->db, st, n, on_held, j) < 0) {
+		not_held(j);
+		reconnect(j);
+	}
+}
+
+const struct claim_job *job_claimed(const struct job *j)
+{
+	return &j->cj;
+}
+
+const char *job_worker(const struct job *j)
+{
+	return j->worker;
 }
 
 static void on_db_event(struct db_conn *c, enum db_event ev, void *arg)
@@ -386,7 +440,7 @@ static void on_db_event(struct db_conn *c, enum db_event ev, void *arg)
 		    "msg=\"connection lost while recording the outcome; the job will run again\"");
 	if (j->state == J_RUNNING || j->state == J_FINISHING)
 		clear_run(j);
-	reconnect(j);
+	reconnect(j); /* RESERVED: the claim for it then finds it not ready */
 }
 
 static void on_guard_fd(int fd, bool opened, void *arg)
@@ -443,14 +497,10 @@ bool job_is_idle(const struct job *j)
 	return j->state == J_IDLE;
 }
 
-bool job_is_claiming(const struct job *j)
-{
-	return j->state == J_CLAIMING || j->state == J_ENDING_TX;
-}
-
 bool job_is_busy(const struct job *j)
 {
-	return j->state == J_RUNNING || j->state == J_FINISHING || j->state == J_LOST;
+	return j->state == J_HOLDING || j->state == J_RUNNING || j->state == J_FINISHING ||
+	       j->state == J_LOST;
 }
 
 void job_drain(struct job *j)
@@ -461,6 +511,10 @@ void job_drain(struct job *j)
 
 void job_terminate(struct job *j)
 {
+	if (j->state == J_RESERVED || j->state == J_HOLDING) {
+		j->kill_reason = "shutdown"; /* the job will not be started */
+		return;
+	}
 	if (j->state != J_RUNNING || !j->proc)
 		return;
 	if (!j->kill_reason)

@@ -1,8 +1,8 @@
-/* job.h - a job slot: one PostgreSQL session that claims a job of its queue,
- * runs its command, writes the outcome, and starts over. A daemon has
- * `concurrency` slots per queue. The slot's state machine lives in job.c; the
- * daemon drives it with job_kick/job_drain/job_terminate and learns what
- * happened through one event callback. */
+/* job.h - a job slot: one PostgreSQL session that holds a job claimed for it
+ * by the queue's claimer, runs its command, writes the outcome, and starts
+ * over. A daemon has `concurrency` slots per queue. The slot's state machine
+ * lives in job.c; the daemon drives it with job_reserve/job_hold/job_drain/
+ * job_terminate and learns what happened through one event callback. */
 #ifndef PGJOBD_JOB_H
 #define PGJOBD_JOB_H
 
@@ -10,17 +10,18 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "claim.h"
 #include "config.h"
 
 struct job;
 struct guard;
 
 enum job_event {
-	JOB_EV_IDLE,	/* connected and idle (after connect or a finished job) */
-	JOB_EV_EMPTY,	/* a claim found nothing to run */
-	JOB_EV_STARTED, /* a claim started a job: there may be more to claim */
-	JOB_EV_RETRY,	/* a job of the queue was re-queued; arg_ms: its delay */
-	JOB_EV_STOPPED, /* drained: no job, connection closed; may be freed */
+	JOB_EV_IDLE,	 /* connected and idle (after connect or a finished job) */
+	JOB_EV_HELD,	 /* the claimed job is held (job_claimed); its command starts */
+	JOB_EV_NOT_HELD, /* the claimed job could not be held (job_claimed) */
+	JOB_EV_RETRY,	 /* a job of the queue was re-queued; arg_ms: its delay */
+	JOB_EV_STOPPED,	 /* drained: no job, connection closed; may be freed */
 };
 typedef void job_event_fn(struct job *j, enum job_event ev, int64_t arg_ms, void *arg);
 
@@ -42,13 +43,21 @@ struct job *job_new(const struct job_env *env, struct queue_conf *q, int index);
 /* Stops watchers, kills a running command (SIGKILL), closes the session. */
 void job_free(struct job *j);
 
-/* Try to claim now if idle and not draining. Returns true if a claim was sent. */
-bool job_kick(struct job *j);
-/* True when idle (connected, no claim in flight, nothing running). */
+/* Set an idle, connected, not draining slot aside for a claim. Returns false
+ * if it is not such a slot. */
+bool job_reserve(struct job *j);
+/* The claim brought nothing for this reserved slot. */
+void job_unreserve(struct job *j);
+/* Hold and run cj, claimed for this reserved slot (moved into the slot,
+ * *cj is left empty). Emits JOB_EV_HELD or JOB_EV_NOT_HELD. */
+void job_hold(struct job *j, struct claim_job *cj);
+/* The job being held or run (valid during JOB_EV_HELD/NOT_HELD). */
+const struct claim_job *job_claimed(const struct job *j);
+/* The worker name claims are made for ("host:pid:queue.N"). */
+const char *job_worker(const struct job *j);
+/* True when idle (connected, nothing reserved, held or running). */
 bool job_is_idle(const struct job *j);
-/* True while a claim is in flight. */
-bool job_is_claiming(const struct job *j);
-/* True while a command runs or its outcome is being written. */
+/* True while a job is being held or run or its outcome written. */
 bool job_is_busy(const struct job *j);
 
 /* Stop claiming; let a running job finish; then close the session and emit

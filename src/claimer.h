@@ -1,0 +1,55 @@
+/* claimer.h - a queue's claimer: one PostgreSQL session that claims jobs in
+ * batches for the queue's idle slots (pgjobd.claim_batch) and keeps each
+ * claimed job's bridge lock until the slot that got it holds it (see
+ * claim.c). It knows no slots: the daemon passes worker names and gets back
+ * jobs tagged with the index of the worker they were claimed for. */
+#ifndef PGJOBD_CLAIMER_H
+#define PGJOBD_CLAIMER_H
+
+#include <ev.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "claim.h"
+
+struct claimer;
+
+/* jobs[i] was claimed for workers[slots[i]]; the callee takes ownership of
+ * each jobs[i] (moves it out, or claim_job_free). n < 0: the claim failed
+ * (the connection was lost or the statement failed); nothing was claimed
+ * that this daemon will run. */
+typedef void claimer_result_fn(struct claimer *cl, struct claim_job *jobs, const int *slots, int n,
+			       void *arg);
+/* The session came up (claims can be sent). */
+typedef void claimer_up_fn(struct claimer *cl, void *arg);
+
+struct claimer_callbacks {
+	claimer_result_fn *on_result;
+	claimer_up_fn *on_up;
+	void *arg;
+};
+
+/* Connects at once; application_name "pgjobd <queue> claimer". Owned by
+ * the daemon: claimer_free. */
+struct claimer *claimer_new(struct ev_loop *loop, const char *conninfo, const char *queue,
+			    const struct claimer_callbacks *cbs);
+/* Closes the session (its bridges go with it); pending callbacks are not
+ * called. */
+void claimer_free(struct claimer *cl);
+
+/* Connected with no claim in flight. */
+bool claimer_is_ready(const struct claimer *cl);
+/* Bridges wait to be dropped: worth a call even without idle slots. */
+bool claimer_has_releases(const struct claimer *cl);
+
+/* Claim up to nworkers jobs (nworkers may be 0: only drop bridges). The
+ * orphan pass is asked for on the first call of a session and then at most
+ * once per orphan_every_ms. Returns -1 if not ready. */
+int claimer_claim(struct claimer *cl, const char *const *workers, int nworkers, int max_attempts,
+		  int64_t orphan_every_ms);
+
+/* The slot that got job j holds it now, or gave up on it: drop its bridge
+ * with the next call. */
+void claimer_release(struct claimer *cl, const struct claim_job *j);
+
+#endif
