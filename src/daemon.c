@@ -34,8 +34,10 @@
 #include "guard.h"
 #include "job.h"
 #include "log.h"
+#include "metrics.h"
 #include "migrate.h"
 #include "notify.h"
+#include "report.h"
 #include "util.h"
 
 enum daemon_state { D_STARTING, D_RUNNING, D_DRAINING };
@@ -61,6 +63,8 @@ struct daemon {
 	char *home;
 	struct guard *guard;
 	struct db_conn *listener;
+	struct metrics *metrics;
+	struct report *report; /* STATUS= and the metrics file */
 	struct qstate **queues;
 	size_t nqueues;
 	struct job **retiring; /* drained slots of removed queues or lowered concurrency */
@@ -344,6 +348,7 @@ static void begin_drain(struct daemon *d, bool now)
 	}
 	set_state(d, D_DRAINING);
 	notify_send("STOPPING=1");
+	report_stopping(d->report);
 	ev_timer_stop(d->loop, &d->poll);
 	for (size_t i = 0; i < d->nqueues; i++)
 		ev_timer_stop(d->loop, &d->queues[i]->wake);
@@ -391,6 +396,7 @@ static void apply_config(struct daemon *d, struct config *nc)
 		log_warn("msg=\"setting changed; it takes effect at the next restart\" key=%s",
 			 key);
 	log_set_level(nc->log_level);
+	report_configure(d->report, nc);
 	if (nc->poll_interval_ms != d->cfg->poll_interval_ms && d->state == D_RUNNING) {
 		ev_timer_stop(d->loop, &d->poll);
 		ev_timer_set(&d->poll, (double)nc->poll_interval_ms / 1000.0,
@@ -531,6 +537,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 	d->worker_prefix = xasprintf("%s:%d", wn, (int)getpid());
 	free(wn);
 	d->home = default_home();
+	d->metrics = metrics_new();
 	d->env = (struct job_env){
 	    .loop = d->loop,
 	    .conninfo = d->conninfo,
@@ -540,6 +547,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 	    .guard = d->guard,
 	    .on_event = on_job_event,
 	    .arg = d,
+	    .metrics = d->metrics,
 	};
 	ev_signal_init(&d->sigterm, on_stop_signal, SIGTERM);
 	ev_signal_init(&d->sigint, on_stop_signal, SIGINT);
@@ -570,11 +578,14 @@ int daemon_run(const char *config_path, struct config *cfg)
 	static const char *const setup[] = {"LISTEN pgjobd", NULL};
 	struct db_callbacks cbs = {
 	    .on_event = on_listener_event, .on_notify = on_notify, .on_fd = NULL, .arg = d};
+	cbs.metrics = d->metrics;
 	d->listener = db_conn_new(d->loop, d->conninfo, "pgjobd listener", setup, &cbs);
+	d->report = report_new(d->loop, d->metrics, d->listener, cfg);
 
 	ev_run(d->loop, 0);
 
 	int code = d->exit_code;
+	report_free(d->report); /* the last metrics, before the listener goes */
 	db_conn_free(d->listener);
 	for (size_t i = 0; i < d->nqueues; i++)
 		qstate_free(d->queues[i]);
@@ -598,6 +609,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 	free(d->conninfo);
 	free(d->worker_prefix);
 	free(d->home);
+	metrics_free(d->metrics);
 	free(d);
 	ev_loop_destroy(EV_DEFAULT);
 	log_info("msg=\"stopped\" exit_code=%d", code);
