@@ -1,8 +1,17 @@
 # pgjobd - see README.md. `make` builds build/pgjobd.
-PREFIX ?= /usr/local
-BINDIR ?= $(PREFIX)/bin
-SYSCONFDIR ?= /etc
-UNITDIR ?= /lib/systemd/system
+# Install locations. The GNU lower-case spellings work too (`make install
+# prefix=/usr sysconfdir=/etc`); an upper-case one given as well wins.
+prefix ?= /usr/local
+PREFIX ?= $(prefix)
+bindir ?= $(PREFIX)/bin
+BINDIR ?= $(bindir)
+sysconfdir ?= /etc
+SYSCONFDIR ?= $(sysconfdir)
+mandir ?= $(PREFIX)/share/man
+MANDIR ?= $(mandir)
+# systemd reads units from /usr/local/lib/systemd/system as well as from
+# /usr/lib/systemd/system; for another PREFIX, set UNITDIR=/etc/systemd/system.
+UNITDIR ?= $(PREFIX)/lib/systemd/system
 DESTDIR ?=
 
 CC ?= cc
@@ -23,6 +32,10 @@ OBJS := $(patsubst src/%.c,$(B)/%.o,$(SRCS)) $(B)/sql_embed.o
 MIGRATIONS := $(sort $(wildcard sql/[0-9][0-9][0-9]_*.sql))
 
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(B)/tests/%,$(wildcard tests/unit/test_*.c))
+
+UNITS := pgjobd.service pgjobd@.service
+MANPAGES := man/pgjobd.8 man/pgjobd.ini.5
+TEST_HELPERS := $(B)/tests/notify-sink
 
 .PHONY: all check check-unit check-integration check-asan asan install uninstall clean format format-check bench
 
@@ -50,6 +63,8 @@ TEST_DEPS_capture := capture
 TEST_DEPS_result := result
 TEST_DEPS_exec := exec capture parse
 TEST_DEPS_guard := guard
+TEST_DEPS_log :=
+TEST_DEPS_metrics := metrics
 .SECONDEXPANSION:
 # addprefix/addsuffix, not patsubst: make replaces a pattern rule's % with the
 # stem before the second expansion, which broke $$(patsubst %,...).
@@ -58,11 +73,16 @@ $(B)/tests/test_%: tests/unit/test_%.c $$(addprefix $(B)/,$$(addsuffix .o,$$(TES
 
 check: check-unit check-integration
 
+# Helpers the integration tests run (no libraries: plain libc).
+$(B)/tests/%: tests/integration/%.c | $(B)
+	$(CC) $(CFLAGS) -std=c11 -D_GNU_SOURCE $(WARN) $(WERROR) $(LDFLAGS) -o $@ $<
+
 check-unit: $(UNIT_TESTS)
 	prove $(UNIT_TESTS)
 
-check-integration: $(B)/pgjobd
-	PGJOBD=$(abspath $(B)/pgjobd) prove -j1 tests/integration/t_*.sh
+check-integration: $(B)/pgjobd $(TEST_HELPERS)
+	PGJOBD=$(abspath $(B)/pgjobd) NOTIFY_SINK=$(abspath $(B)/tests/notify-sink) \
+		prove -j1 tests/integration/t_*.sh
 
 asan:
 	$(MAKE) B=build-asan CFLAGS='-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all' LDFLAGS='-fsanitize=address,undefined'
@@ -70,22 +90,48 @@ asan:
 check-asan:
 	$(MAKE) B=build-asan CFLAGS='-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all' LDFLAGS='-fsanitize=address,undefined' check
 
+# The units in systemd/ name /usr/local/bin/pgjobd and /etc/pgjobd/; the
+# installed copies name BINDIR and SYSCONFDIR. The example configuration is
+# installed only when there is none (it is the admin's file after that), and
+# readable by the group pgjobd when that group exists already.
 install: $(B)/pgjobd
 	install -D -m 0755 $(B)/pgjobd $(DESTDIR)$(BINDIR)/pgjobd
-	install -D -m 0644 systemd/pgjobd.service $(DESTDIR)$(UNITDIR)/pgjobd.service
-	test -e $(DESTDIR)$(SYSCONFDIR)/pgjobd/pgjobd.ini || \
-		install -D -m 0640 conf/pgjobd.ini $(DESTDIR)$(SYSCONFDIR)/pgjobd/pgjobd.ini
+	install -d -m 0755 $(DESTDIR)$(UNITDIR)
+	for u in $(UNITS); do \
+		sed -e 's|/usr/local/bin/pgjobd|$(BINDIR)/pgjobd|g' \
+		    -e 's|/etc/pgjobd/|$(SYSCONFDIR)/pgjobd/|g' systemd/$$u \
+		    > $(DESTDIR)$(UNITDIR)/$$u.tmp && \
+		chmod 0644 $(DESTDIR)$(UNITDIR)/$$u.tmp && \
+		mv $(DESTDIR)$(UNITDIR)/$$u.tmp $(DESTDIR)$(UNITDIR)/$$u || exit 1; \
+	done
+	install -D -m 0644 man/pgjobd.8 $(DESTDIR)$(MANDIR)/man8/pgjobd.8
+	install -D -m 0644 man/pgjobd.ini.5 $(DESTDIR)$(MANDIR)/man5/pgjobd.ini.5
+	@if [ -e $(DESTDIR)$(SYSCONFDIR)/pgjobd/pgjobd.ini ]; then \
+		echo "keeping the existing $(DESTDIR)$(SYSCONFDIR)/pgjobd/pgjobd.ini"; \
+	else \
+		grp=; \
+		if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && getent group pgjobd >/dev/null; then \
+			grp="-g pgjobd"; \
+		fi; \
+		echo "install -D -m 0640 $${grp:+$$grp }conf/pgjobd.ini $(DESTDIR)$(SYSCONFDIR)/pgjobd/pgjobd.ini"; \
+		install -D -m 0640 $${grp:+$$grp }conf/pgjobd.ini $(DESTDIR)$(SYSCONFDIR)/pgjobd/pgjobd.ini; \
+	fi
 
+# Leaves $(SYSCONFDIR)/pgjobd alone: the configuration is the admin's.
 uninstall:
-	rm -f $(DESTDIR)$(BINDIR)/pgjobd $(DESTDIR)$(UNITDIR)/pgjobd.service
+	rm -f $(DESTDIR)$(BINDIR)/pgjobd
+	for u in $(UNITS); do rm -f $(DESTDIR)$(UNITDIR)/$$u; done
+	rm -f $(DESTDIR)$(MANDIR)/man8/pgjobd.8 $(DESTDIR)$(MANDIR)/man5/pgjobd.ini.5
 
 clean:
 	rm -rf build build-asan
 
+FORMATTED := src/*.c src/*.h tests/unit/*.c tests/unit/*.h tests/integration/*.c
+
 format:
-	clang-format -i src/*.c src/*.h tests/unit/*.c tests/unit/*.h
+	clang-format -i $(FORMATTED)
 
 format-check:
-	clang-format --dry-run --Werror src/*.c src/*.h tests/unit/*.c tests/unit/*.h
+	clang-format --dry-run --Werror $(FORMATTED)
 
 -include $(wildcard $(B)/*.d)

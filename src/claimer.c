@@ -122,7 +122,7 @@ static void on_claimed(struct db_conn *c, PGresult *const *res, int n, void *arg
 }
 
 struct claimer *claimer_new(struct ev_loop *loop, const char *conninfo, const char *queue,
-			    const struct claimer_callbacks *cbs)
+			    struct metrics *metrics, const struct claimer_callbacks *cbs)
 {
 	struct claimer *cl = xcalloc(1, sizeof(*cl));
 	cl->queue = xstrdup(queue);
@@ -130,7 +130,7 @@ struct claimer *claimer_new(struct ev_loop *loop, const char *conninfo, const ch
 	claim_params_init(&cl->params);
 	char app[96];
 	snprintf(app, sizeof(app), "pgjobd %s claimer", queue);
-	struct db_callbacks dcb = {.on_event = on_db_event, .arg = cl};
+	struct db_callbacks dcb = {.on_event = on_db_event, .arg = cl, .metrics = metrics};
 	cl->db = db_conn_new(loop, conninfo, app, NULL, &dcb);
 	return cl;
 }

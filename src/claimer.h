@@ -29,10 +29,13 @@ struct claimer_callbacks {
 	void *arg;
 };
 
-/* Connects at once; application_name "pgjobd <queue> claimer". Owned by
+struct metrics;
+
+/* Connects at once; application_name "pgjobd <queue> claimer". metrics
+ * (may be NULL) counts the session's round trips and reconnects. Owned by
  * the daemon: claimer_free. */
 struct claimer *claimer_new(struct ev_loop *loop, const char *conninfo, const char *queue,
-			    const struct claimer_callbacks *cbs);
+			    struct metrics *metrics, const struct claimer_callbacks *cbs);
 /* Closes the session (its bridges go with it); pending callbacks are not
  * called. */
 void claimer_free(struct claimer *cl);

@@ -118,6 +118,7 @@ static const struct key_def keys[] = {
     {"log_level", SEC_PGJOBD, KIND_LOG_LEVEL, 0, 0, "info", true, P(log_level)},
     {"max_attempts", SEC_QUEUE, KIND_INT, 1, 1000000, "5", true, Q(max_attempts)},
     {"max_output", SEC_QUEUE, KIND_SIZE, KIB, GIB, "1MiB", true, Q(max_output)},
+    {"metrics_file", SEC_PGJOBD, KIND_PATH, 0, 0, NULL, true, P(metrics_file)},
     {"poll_interval", SEC_PGJOBD, KIND_DURATION, 10, MS_DAY, "2s", true, P(poll_interval_ms)},
     {"retention", SEC_QUEUE, KIND_DURATION, 0, 3650 * MS_DAY, "7d", true, Q(retention_ms)},
     {"shutdown_grace", SEC_PGJOBD, KIND_DURATION, 0, MS_DAY, "30s", true, P(shutdown_grace_ms)},
@@ -959,6 +960,7 @@ void config_free(struct config *c)
 	free(c->path);
 	free(c->database);
 	free(c->worker_name);
+	free(c->metrics_file);
 	free(c);
 }
 

@@ -47,6 +47,7 @@ struct config {
 	int64_t poll_interval_ms;   /* default 2s, >= 10ms */
 	int64_t shutdown_grace_ms;  /* default 30s */
 	enum log_level log_level;   /* default info */
+	char *metrics_file;	    /* NULL = no metrics file; absolute path */
 	struct queue_conf **queues; /* sorted by name */
 	size_t nqueues;
 };

@@ -35,8 +35,10 @@
 #include "guard.h"
 #include "job.h"
 #include "log.h"
+#include "metrics.h"
 #include "migrate.h"
 #include "notify.h"
+#include "report.h"
 #include "util.h"
 
 enum daemon_state { D_STARTING, D_RUNNING, D_DRAINING };
@@ -66,6 +68,8 @@ struct daemon {
 	char *home;
 	struct guard *guard;
 	struct db_conn *listener;
+	struct metrics *metrics;
+	struct report *report; /* STATUS= and the metrics file */
 	struct qstate **queues;
 	size_t nqueues;
 	struct job **retiring; /* drained slots of removed queues or lowered concurrency */
@@ -187,7 +191,7 @@ static struct qstate *qstate_new(struct daemon *d, struct queue_conf *conf)
 	ev_init(&q->wake, on_wake);
 	q->wake.data = q;
 	struct claimer_callbacks cbs = {.on_result = on_claimed, .on_up = on_claimer_up, .arg = q};
-	q->cl = claimer_new(d->loop, d->conninfo, conf->name, &cbs);
+	q->cl = claimer_new(d->loop, d->conninfo, conf->name, d->metrics, &cbs);
 	for (int i = 0; i < conf->concurrency; i++)
 		add_slot(q);
 	log_info("msg=\"serving queue\" queue=%s concurrency=%d", conf->name, conf->concurrency);
@@ -407,6 +411,7 @@ static void begin_drain(struct daemon *d, bool now)
 	}
 	set_state(d, D_DRAINING);
 	notify_send("STOPPING=1");
+	report_stopping(d->report);
 	ev_timer_stop(d->loop, &d->poll);
 	for (size_t i = 0; i < d->nqueues; i++)
 		ev_timer_stop(d->loop, &d->queues[i]->wake);
@@ -454,6 +459,7 @@ static void apply_config(struct daemon *d, struct config *nc)
 		log_warn("msg=\"setting changed; it takes effect at the next restart\" key=%s",
 			 key);
 	log_set_level(nc->log_level);
+	report_configure(d->report, nc);
 	if (nc->poll_interval_ms != d->cfg->poll_interval_ms && d->state == D_RUNNING) {
 		ev_timer_stop(d->loop, &d->poll);
 		ev_timer_set(&d->poll, (double)nc->poll_interval_ms / 1000.0,
@@ -594,6 +600,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 	d->worker_prefix = xasprintf("%s:%d", wn, (int)getpid());
 	free(wn);
 	d->home = default_home();
+	d->metrics = metrics_new();
 	d->env = (struct job_env){
 	    .loop = d->loop,
 	    .conninfo = d->conninfo,
@@ -603,6 +610,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 	    .guard = d->guard,
 	    .on_event = on_job_event,
 	    .arg = d,
+	    .metrics = d->metrics,
 	};
 	ev_signal_init(&d->sigterm, on_stop_signal, SIGTERM);
 	ev_signal_init(&d->sigint, on_stop_signal, SIGINT);
@@ -633,11 +641,14 @@ int daemon_run(const char *config_path, struct config *cfg)
 	static const char *const setup[] = {"LISTEN pgjobd", NULL};
 	struct db_callbacks cbs = {
 	    .on_event = on_listener_event, .on_notify = on_notify, .on_fd = NULL, .arg = d};
+	cbs.metrics = d->metrics;
 	d->listener = db_conn_new(d->loop, d->conninfo, "pgjobd listener", setup, &cbs);
+	d->report = report_new(d->loop, d->metrics, d->listener, cfg);
 
 	ev_run(d->loop, 0);
 
 	int code = d->exit_code;
+	report_free(d->report); /* the last metrics, before the listener goes */
 	db_conn_free(d->listener);
 	for (size_t i = 0; i < d->nqueues; i++)
 		qstate_free(d->queues[i]);
@@ -661,6 +672,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 	free(d->conninfo);
 	free(d->worker_prefix);
 	free(d->home);
+	metrics_free(d->metrics);
 	free(d);
 	ev_loop_destroy(EV_DEFAULT);
 	log_info("msg=\"stopped\" exit_code=%d", code);

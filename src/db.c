@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "metrics.h"
 #include "util.h"
 
 enum db_state { DB_WAIT, DB_CONNECT, DB_SETUP, DB_IDLE, DB_BUSY, DB_BROKEN };
@@ -141,6 +142,7 @@ static void close_pg(struct db_conn *c)
 static void schedule_connect(struct db_conn *c)
 {
 	close_pg(c);
+	metrics_db_reconnect(c->cbs.metrics);
 	set_state(c, DB_WAIT);
 	/* full jitter between half and all of the current backoff */
 	int64_t ms = c->backoff_ms / 2 + (int64_t)(random() % (c->backoff_ms / 2 + 1));
@@ -252,6 +254,7 @@ static int send_batch(struct db_conn *c, const struct db_stmt *stmts, int n, boo
 	int f = PQflush(c->pg);
 	if (f < 0)
 		return -1;
+	metrics_db_round_trip(c->cbs.metrics);
 	watch(c, c->fd, EV_READ | (f == 1 ? EV_WRITE : 0));
 	return 0;
 }

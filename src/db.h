@@ -44,11 +44,14 @@ struct db_stmt {
 	    *params[DB_MAX_PARAMS]; /* text format; NULL = SQL NULL; copied by libpq on send */
 };
 
+struct metrics;
+
 struct db_callbacks {
 	db_event_fn *on_event;
 	db_notify_fn *on_notify; /* may be NULL */
 	db_fd_fn *on_fd;	 /* may be NULL */
 	void *arg;
+	struct metrics *metrics; /* round trips and reconnects are counted here; may be NULL */
 };
 
 /* Create and start connecting. conninfo is the `database` setting (URI or

@@ -34,6 +34,7 @@
 #include "exec.h"
 #include "guard.h"
 #include "log.h"
+#include "metrics.h"
 #include "result.h"
 #include "util.h"
 
@@ -68,6 +69,7 @@ struct job {
 	ev_timer timeout;
 	const char *kill_reason; /* why we are terminating the command, NULL if not */
 	int64_t started_ms;
+	double claim_sent; /* metrics_now() when the slot was reserved for a claim */
 	struct hold_params hparams;
 	struct finish_params fparams;
 	char *result; /* JSON of the outcome being written */
@@ -209,6 +211,8 @@ static void write_outcome(struct job *j, const struct exec_outcome *o)
 		}
 	}
 	int64_t ms = util_now_ms() - j->started_ms;
+	metrics_job_finished(j->env->metrics, q->name, metrics_outcome(out.status, out.give_back),
+			     (double)ms / 1000.0);
 	log_job(LOG_INFO, j,
 		"msg=\"job finished\" status=%s reason=%s exit_code=%d signal=%d ms=%" PRId64,
 		out.status, reason ? reason : "none", exit_code, sig, ms);
@@ -231,6 +235,8 @@ static void on_exec_done(struct exec_proc *p, const struct exec_outcome *o, void
 	if (j->state == J_LOST) {
 		log_job(LOG_WARN, j,
 			"msg=\"command ended after its claim was lost\" reason=lost_lock");
+		metrics_job_finished(j->env->metrics, j->run_q->name, METRICS_INTERRUPTED,
+				     (double)(util_now_ms() - j->started_ms) / 1000.0);
 		exec_free(p);
 		j->proc = NULL;
 		clear_run(j);
@@ -359,6 +365,7 @@ static void on_held(struct db_conn *c, PGresult *const *res, int n, void *arg)
 		return;
 	}
 	j->run_q = queue_conf_ref(j->q);
+	metrics_job_started(j->env->metrics, j->run_q->name, metrics_now() - j->claim_sent);
 	job_step(j, J_RUNNING);
 	emit(j, JOB_EV_HELD, 0);
 	if (j->kill_reason) {
@@ -375,6 +382,7 @@ bool job_reserve(struct job *j)
 	if (j->state != J_IDLE || j->draining || !db_is_ready(j->db))
 		return false;
 	job_step(j, J_RESERVED);
+	j->claim_sent = metrics_now();
 	return true;
 }
 
@@ -472,6 +480,7 @@ struct job *job_new(const struct job_env *env, struct queue_conf *q, int index)
 	};
 	struct db_callbacks cbs = {
 	    .on_event = on_db_event, .on_notify = NULL, .on_fd = on_guard_fd, .arg = j};
+	cbs.metrics = env->metrics;
 	job_step(j, J_CONNECTING);
 	j->db = db_conn_new(env->loop, env->conninfo, app, setup, &cbs);
 	return j;

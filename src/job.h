@@ -15,6 +15,7 @@
 
 struct job;
 struct guard;
+struct metrics;
 
 enum job_event {
 	JOB_EV_IDLE,	 /* connected and idle (after connect or a finished job) */
@@ -35,6 +36,7 @@ struct job_env {
 	struct guard *guard;
 	job_event_fn *on_event;
 	void *arg;
+	struct metrics *metrics; /* job counters and latencies (metrics.h); may be NULL */
 };
 
 /* New slot number `index` of queue q (takes a reference on q); starts

@@ -1,6 +1,7 @@
 /* notify.c - sd_notify over $NOTIFY_SOCKET: one AF_UNIX datagram per call.
  * A leading '@' in the path names an abstract socket. The socket is opened
- * per message (messages are rare: READY, RELOADING, STOPPING, WATCHDOG). */
+ * per message (messages are rare: READY, RELOADING, STOPPING, WATCHDOG at
+ * half the watchdog interval, STATUS= at most every 2 s). */
 #include "notify.h"
 
 #include <errno.h>
@@ -38,6 +39,12 @@ int notify_send(const char *state)
 		return -1;
 	}
 	return 0;
+}
+
+bool notify_is_enabled(void)
+{
+	const char *path = getenv("NOTIFY_SOCKET");
+	return path && *path;
 }
 
 uint64_t notify_watchdog_usec(void)

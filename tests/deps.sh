@@ -11,6 +11,8 @@ packages=(
 	psmisc
 	util-linux # flock, runuser
 	clang-format # make format-check
+	groff-base man-db # t_87_install: groff -ww and man -l on man/
+	systemd   # t_87_install: systemd-analyze verify and security on the units
 )
 
 missing=()

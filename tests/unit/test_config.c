@@ -104,6 +104,7 @@ static void test_all_keys(void)
 			   "poll_interval = 500ms\n"
 			   "shutdown_grace = 1m\n"
 			   "log_level = debug\n"
+			   "metrics_file = /var/lib/pgjobd/metrics.prom ; for node_exporter\n"
 			   "\n"
 			   "[queue.thumbnails]\n"
 			   "command = /usr/local/bin/make-thumb \"$PGJOBD_ARG_path\"\n"
@@ -127,6 +128,7 @@ static void test_all_keys(void)
 	is_int(c->poll_interval_ms, 500, "poll_interval");
 	is_int(c->shutdown_grace_ms, 60000, "shutdown_grace");
 	is_int(c->log_level, LOG_DEBUG, "log_level");
+	is_str(c->metrics_file, "/var/lib/pgjobd/metrics.prom", "metrics_file, comment stripped");
 	is_int(c->nqueues, 1, "one queue");
 	struct queue_conf *q = config_find_queue(c, "thumbnails");
 	ok(q != NULL, "find thumbnails");
@@ -166,6 +168,7 @@ static void test_defaults(void)
 	is_int(c->poll_interval_ms, 2000, "default poll_interval");
 	is_int(c->shutdown_grace_ms, 30000, "default shutdown_grace");
 	is_int(c->log_level, LOG_INFO, "default log_level");
+	ok(c->metrics_file == NULL, "default metrics_file: none");
 	struct queue_conf *q = c->queues[0];
 	is_int(q->concurrency, 1, "default concurrency");
 	is_int(q->timeout_ms, 300000, "default timeout");
@@ -433,6 +436,13 @@ static void test_values(void)
 		      "F:3: error: bad value 'advisory' for 'lock_mode': use 'transaction'\n");
 	expect_errors("relative working_dir", "[queue.x]\ncommand = x\nworking_dir = tmp\n",
 		      "F:3: error: bad value 'tmp' for 'working_dir': must be an absolute path\n");
+	expect_errors("relative metrics_file",
+		      "[pgjobd]\nmetrics_file = pgjobd.prom\n[queue.x]\ncommand = x\n",
+		      "F:2: error: bad value 'pgjobd.prom' for 'metrics_file': must be an absolute "
+		      "path\n");
+	expect_errors("metrics_file in a queue", "[queue.x]\ncommand = x\nmetrics_file = /m\n",
+		      "F:3: error: unknown key 'metrics_file' in [queue.x]\n"
+		      "  hint: 'metrics_file' belongs in [pgjobd]\n");
 	expect_errors("worker_name escape",
 		      "[pgjobd]\nworker_name = %h-%x\n[queue.x]\ncommand = x\n",
 		      "F:2: error: bad value '%h-%x' for 'worker_name': only %h (host), %p (pid) "

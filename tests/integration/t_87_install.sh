@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# Installing as a service (issue 4): `make install DESTDIR=...` lays out the binary, both
+# units (with ExecStart rewritten for PREFIX/SYSCONFDIR), the man pages and the example
+# configuration (never overwriting one), `make uninstall` removes all but the
+# configuration; the man pages render without warnings (groff -ww, man -l) and cover
+# every configuration key, command, signal and exit status; the units pass
+# `systemd-analyze verify` and keep their hardening (`systemd-analyze security`) when
+# the tool can run here. Needs no PostgreSQL.
+. "$(dirname "$0")/lib.sh"
+require_pgjobd
+make_tmp
+
+# Install from the build tree the tests run (build/ or build-asan/), never rebuild into it.
+B=$(dirname "$PGJOBD")
+[ -e "$B/main.o" ] || bail_out "$PGJOBD is not a build tree of $REPO_ROOT (no $B/main.o)"
+unset MAKEFLAGS MFLAGS MAKELEVEL
+mk() { make -s -C "$REPO_ROOT" B="$B" "$@"; }
+
+# 1. DESTDIR with the default PREFIX (/usr/local).
+dest=$T/dest
+mk install DESTDIR="$dest" >"$T/install.log" 2>&1
+ok $? "make install DESTDIR=..." || diag "$(cat "$T/install.log")"
+(cd "$dest" && find . -type f -printf '%m %p\n' | sort -k2) >"$T/files.txt"
+is "$(cat "$T/files.txt")" "640 ./etc/pgjobd/pgjobd.ini
+755 ./usr/local/bin/pgjobd
+644 ./usr/local/lib/systemd/system/pgjobd.service
+644 ./usr/local/lib/systemd/system/pgjobd@.service
+644 ./usr/local/share/man/man5/pgjobd.ini.5
+644 ./usr/local/share/man/man8/pgjobd.8" "the expected files, with their modes"
+cmp -s "$dest/usr/local/bin/pgjobd" "$PGJOBD"
+ok $? "the binary is the one built"
+cmp -s "$dest/etc/pgjobd/pgjobd.ini" "$REPO_ROOT/conf/pgjobd.ini"
+ok $? "the configuration is the example"
+timeout 20 "$dest/usr/local/bin/pgjobd" check -c "$dest/etc/pgjobd/pgjobd.ini" >/dev/null 2>"$T/check.err"
+isnt $? 2 "the installed example configuration is valid (check fails only to connect)" ||
+	diag "$(cat "$T/check.err")"
+like "$(grep '^ExecStart=' "$dest/usr/local/lib/systemd/system/pgjobd.service")" \
+	'^ExecStart=/usr/local/bin/pgjobd -c /etc/pgjobd/pgjobd.ini$' "pgjobd.service: ExecStart"
+like "$(grep '^ExecStart=' "$dest/usr/local/lib/systemd/system/pgjobd@.service")" \
+	'^ExecStart=/usr/local/bin/pgjobd -c /etc/pgjobd/%i.ini$' "pgjobd@.service: ExecStart per instance"
+
+echo "; edited by the admin" >>"$dest/etc/pgjobd/pgjobd.ini"
+mk install DESTDIR="$dest" >"$T/install2.log" 2>&1
+ok $? "make install again"
+tail -n1 "$dest/etc/pgjobd/pgjobd.ini" | grep -q 'edited by the admin'
+ok $? "an existing configuration is not overwritten"
+grep -q 'keeping the existing' "$T/install2.log"
+ok $? "... and make says so"
+
+mk uninstall DESTDIR="$dest" >"$T/uninstall.log" 2>&1
+ok $? "make uninstall DESTDIR=..."
+is "$(cd "$dest" && find . -type f | sort)" "./etc/pgjobd/pgjobd.ini" "uninstall leaves only the configuration"
+
+# 2. PREFIX=/usr and the GNU spelling sysconfdir=.
+dest2=$T/dest2
+mk install DESTDIR="$dest2" PREFIX=/usr sysconfdir=/etc/alt >"$T/install3.log" 2>&1
+ok $? "make install PREFIX=/usr sysconfdir=/etc/alt"
+like "$(grep '^ExecStart=' "$dest2/usr/lib/systemd/system/pgjobd.service" 2>&1)" \
+	'^ExecStart=/usr/bin/pgjobd -c /etc/alt/pgjobd/pgjobd.ini$' "ExecStart follows PREFIX and sysconfdir"
+ok "$([ -x "$dest2/usr/bin/pgjobd" ] && [ -f "$dest2/usr/share/man/man8/pgjobd.8" ] &&
+	[ -f "$dest2/usr/share/man/man5/pgjobd.ini.5" ] && [ -f "$dest2/etc/alt/pgjobd/pgjobd.ini" ]; echo $?)" \
+	"binary, man pages and configuration under /usr and /etc/alt"
+
+# 3. Man pages: no warnings from groff -ww nor man -l; the content is complete.
+for page in pgjobd.8 pgjobd.ini.5; do
+	f=$REPO_ROOT/man/$page
+	out=$(groff -man -ww -z "$f" 2>&1)
+	st=$?
+	ok "$([ $st = 0 ] && [ -z "$out" ]; echo $?)" "groff -man -ww: $page without warnings" || diag "$out"
+	out=$(LC_ALL=C.UTF-8 MANWIDTH=80 man --warnings=w -l "$f" 2>&1 >"$T/$page.txt")
+	st=$?
+	ok "$([ $st = 0 ] && [ -z "$out" ] && [ -s "$T/$page.txt" ]; echo $?)" "man -l: $page renders without warnings" ||
+		diag "$out"
+done
+m8=$T/pgjobd.8.txt
+m5=$T/pgjobd.ini.5.txt
+keys=$(sed -n 's/^    {"\([a-z_]*\)", SEC_.*/\1/p' "$REPO_ROOT/src/config.c")
+nkeys=$(echo "$keys" | wc -w)
+cmp_ok "$nkeys" -ge 19 "the key table of src/config.c was read ($nkeys keys)"
+missing=
+missing_conf=
+for k in $keys; do
+	grep -Eq "^ {7}$k = " "$m5" || missing="$missing $k"
+	grep -Eq "^;? ?$k = " "$REPO_ROOT/conf/pgjobd.ini" || missing_conf="$missing_conf $k"
+done
+is "$missing" "" "pgjobd.ini(5) documents every key of src/config.c"
+is "$missing_conf" "" "conf/pgjobd.ini shows every key (set or commented out)"
+missing=
+for w in check migrate enqueue status -c --config --group --data --priority --run-at --help \
+	--version SIGTERM SIGINT SIGHUP READY=1 RELOADING=1 STOPPING=1 WATCHDOG=1 STATUS= \
+	pgjobd.jobs pgjobd.queue_stats pgjobd.cancel pgjobd.pause pgjobd.resume dedupe_key \
+	expires_at group_id run_at priority max_attempts timeout PGJOBD_JOB_ID PGJOBD_QUEUE \
+	PGJOBD_GROUP_ID PGJOBD_ATTEMPT PGJOBD_MAX_ATTEMPTS PGJOBD_ARG_ JOURNAL_STREAM \
+	pgjobd_jobs_started_total pgjobd_jobs_succeeded_total pgjobd_jobs_failed_total \
+	pgjobd_jobs_retried_total pgjobd_jobs_interrupted_total pgjobd_jobs_running \
+	pgjobd_claim_seconds pgjobd_job_duration_seconds pgjobd_db_reconnects_total \
+	pgjobd_db_round_trips_total queued running succeeded failed cancelled lost_lock spawn; do
+	grep -qF -- "$w" "$m8" || missing="$missing $w"
+done
+is "$missing" "" "pgjobd(8) covers commands, options, signals, notify, SQL, environment, metrics"
+sed -n '/^EXIT STATUS/,/^[A-Z]/p' "$m8" >"$T/exit.txt"
+ok "$(grep -Eq '^ {7}0 ' "$T/exit.txt" && grep -Eq '^ {7}1 ' "$T/exit.txt" &&
+	grep -Eq '^ {7}2 ' "$T/exit.txt"; echo $?)" "pgjobd(8) lists exit statuses 0, 1 and 2"
+# Every metric the daemon writes is documented.
+undocumented=
+for name in $(grep -o '"pgjobd_[a-z_]*"' "$REPO_ROOT/src/metrics.c" | tr -d '"' | sort -u); do
+	grep -qF "$name" "$m8" || undocumented="$undocumented $name"
+done
+is "$undocumented" "" "every metric in src/metrics.c is in pgjobd(8)"
+
+# 4. systemd-analyze, where it can run.
+if ! command -v systemd-analyze >/dev/null 2>&1; then
+	pass "# SKIP systemd-analyze not installed"
+	pass "# SKIP systemd-analyze not installed"
+	pass "# SKIP systemd-analyze not installed"
+	done_testing
+	exit 0
+fi
+# verify needs ExecStart to exist: install with a PREFIX that is real on this machine.
+pre=$T/prefix
+mk install PREFIX="$pre" sysconfdir="$pre/etc" >"$T/install4.log" 2>&1 || bail_out "install PREFIX=$pre failed"
+mkdir -p "$T/probe"
+printf '[Unit]\nDescription=probe\n[Service]\nExecStart=/bin/true\n' >"$T/probe/probe.service"
+if ! systemd-analyze verify --man=no "$T/probe/probe.service" >"$T/probe.log" 2>&1; then
+	note "systemd-analyze verify cannot run here: $(head -n3 "$T/probe.log")"
+	pass "# SKIP systemd-analyze verify cannot run in this environment"
+	pass "# SKIP systemd-analyze verify cannot run in this environment"
+else
+	for u in pgjobd.service pgjobd@.service; do
+		out=$(cd "$pre/lib/systemd/system" &&
+			MANPATH=$pre/share/man systemd-analyze verify "./$u" 2>&1)
+		st=$?
+		ok "$([ $st = 0 ] && [ -z "$out" ]; echo $?)" "systemd-analyze verify $u: no complaint" ||
+			diag "$out"
+	done
+fi
+if systemd-analyze security --offline=true "$REPO_ROOT/systemd/pgjobd.service" >"$T/security.txt" 2>&1; then
+	score=$(sed -n 's/.*Overall exposure level for [^:]*: \([0-9.]*\).*/\1/p' "$T/security.txt")
+	note "systemd-analyze security --offline=true systemd/pgjobd.service: exposure $score"
+	ok "$(awk -v s="${score:-99}" 'BEGIN { print (s <= 2.0) ? 0 : 1 }')" \
+		"hardening kept: exposure level $score <= 2.0"
+else
+	pass "# SKIP systemd-analyze security --offline is not supported here"
+fi
+
+done_testing
