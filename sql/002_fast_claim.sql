@@ -33,24 +33,30 @@
 
 -- Try to take group g of queue q for its job `jid`: version 1's function with
 -- the bridge key inline and readiness at statement_timestamp(). Returns the
--- group row's id; 0 when the group is busy; -1 when jid may not start but
--- another job of the group may (jid is not the head).
+-- group row's id; 0 when no job of the group can start now (its row is
+-- locked, its bridge held, or its head is running or waiting for a retry);
+-- -1 when jid may not start but the group's ready head may.
 CREATE FUNCTION pgjobd.try_group_head_v2(q text, g text, jid bigint) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
     gid bigint;
-    head bigint;
+    head record;
 BEGIN
     SELECT gr.id INTO gid FROM pgjobd.groups gr
      WHERE gr.queue = q AND gr.group_id = g FOR UPDATE SKIP LOCKED;
     IF gid IS NULL THEN
         RETURN 0;
     END IF;
-    SELECT j.id INTO head FROM pgjobd.jobs j
+    SELECT j.id, j.status, j.run_at INTO head FROM pgjobd.jobs j
      WHERE j.queue = q AND j.group_id = g AND j.status IN ('queued', 'running')
      ORDER BY j.id LIMIT 1;
-    IF head IS DISTINCT FROM jid THEN
-        RETURN -1;
+    IF head.id IS DISTINCT FROM jid THEN
+        -- Only a ready, queued head can start (later in the caller's scan);
+        -- a running head, or one waiting out a retry, keeps the group busy.
+        IF head.status = 'queued' AND head.run_at <= statement_timestamp() THEN
+            RETURN -1;
+        END IF;
+        RETURN 0;
     END IF;
     IF NOT pg_try_advisory_lock(1886020103, (gid & 2147483647)::int) THEN
         RETURN 0;

@@ -38,8 +38,8 @@ max_attempts = 1
 [queue.slowretry]
 command = exit 1
 max_attempts = 2
-backoff = 3s
-backoff_max = 3s
+backoff = 10s
+backoff_max = 10s
 EOF
 
 pgjobd_migrate "$conf" >"$T/migrate.log" 2>&1 || bail_out "pgjobd migrate failed"
@@ -79,12 +79,14 @@ is "$(job_field "$nd" "status || ' ' || attempts || ' ' || (error->>'reason')")"
 	"a working_dir that does not exist: reason spawn"
 
 # A retry waits for its backoff: after attempt 1 the job is queued again, run_at ahead.
+# The backoff (10s, 5 to 10 s with jitter) is long enough for this check to see
+# the job between its attempts however slow the machine is.
 wait_until 20 "job_field $sr \"status = 'queued' AND attempts = 1\" | grep -qx t"
 ok $? "after a failed attempt the job returns to queued"
 is "$(job_field "$sr" "(run_at > now()) || ' ' || (error->>'reason')")" "true exit" \
 	"run_at is in the future (backoff), error of the failed attempt recorded"
-wait_until 20 "finished $sr"
-is "$(job_field "$sr" "status || ' ' || attempts || ' ' || (finished_at - created_at >= interval '1 second')")" \
+wait_until 30 "finished $sr"
+is "$(job_field "$sr" "status || ' ' || attempts || ' ' || (finished_at - created_at >= interval '5 seconds')")" \
 	"failed 2 true" "the retry ran after the backoff"
 
 pid_alive "$(cat "$T/d.pid")"
