@@ -23,6 +23,9 @@ OBJS := $(patsubst src/%.c,$(B)/%.o,$(SRCS)) $(B)/sql_embed.o
 MIGRATIONS := $(sort $(wildcard sql/[0-9][0-9][0-9]_*.sql))
 
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(B)/tests/%,$(wildcard tests/unit/test_*.c))
+# Helpers of `make bench` (tests/bench/): the spawn ceiling, the pickup-latency client
+# and its job command (`stamp`: the same source without libpq, see pickup.c).
+BENCH_TOOLS := $(B)/bench/spawnbench $(B)/bench/pickup $(B)/bench/stamp
 
 .PHONY: all check check-unit check-integration check-asan asan install uninstall clean format format-check bench
 
@@ -64,6 +67,23 @@ check-unit: $(UNIT_TESTS)
 check-integration: $(B)/pgjobd
 	PGJOBD=$(abspath $(B)/pgjobd) prove -j1 tests/integration/t_*.sh
 
+# Measurements, not tests: exits 0 whatever the figures (see tests/bench/README).
+# Results in $(B)/bench/results.json; BENCH_QUICK=1 for a 10x smaller run.
+bench: $(B)/pgjobd $(BENCH_TOOLS)
+	PGJOBD=$(abspath $(B)/pgjobd) BENCH_BIN=$(abspath $(B)/bench) bash tests/bench/run.sh
+
+$(B)/bench:
+	mkdir -p $(B)/bench
+
+$(B)/bench/spawnbench: tests/bench/spawnbench.c | $(B)/bench
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $<
+
+$(B)/bench/pickup: tests/bench/pickup.c | $(B)/bench
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $< $(shell pkg-config --libs libpq)
+
+$(B)/bench/stamp: tests/bench/pickup.c | $(B)/bench
+	$(CC) $(ALL_CFLAGS) -DPICKUP_STAMP_ONLY $(LDFLAGS) -o $@ $<
+
 asan:
 	$(MAKE) B=build-asan CFLAGS='-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all' LDFLAGS='-fsanitize=address,undefined'
 
@@ -83,9 +103,9 @@ clean:
 	rm -rf build build-asan
 
 format:
-	clang-format -i src/*.c src/*.h tests/unit/*.c tests/unit/*.h
+	clang-format -i src/*.c src/*.h tests/unit/*.c tests/unit/*.h tests/bench/*.c
 
 format-check:
-	clang-format --dry-run --Werror src/*.c src/*.h tests/unit/*.c tests/unit/*.h
+	clang-format --dry-run --Werror src/*.c src/*.h tests/unit/*.c tests/unit/*.h tests/bench/*.c
 
--include $(wildcard $(B)/*.d)
+-include $(wildcard $(B)/*.d $(B)/bench/*.d)

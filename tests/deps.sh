@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # tests/deps.sh - install the Debian packages pgjobd needs to build, run and test, only
 # when one is missing (apt-get update + install --no-install-recommends; sudo when not root).
+# Extra package names given as arguments are added to the list (tests/bench/run.sh
+# asks for strace this way).
 set -euo pipefail
 
 packages=(
@@ -11,6 +13,7 @@ packages=(
 	psmisc
 	util-linux # flock, runuser
 	clang-format # make format-check
+	"$@"
 )
 
 missing=()
