@@ -32,6 +32,9 @@ OBJS := $(patsubst src/%.c,$(B)/%.o,$(SRCS)) $(B)/sql_embed.o
 MIGRATIONS := $(sort $(wildcard sql/[0-9][0-9][0-9]_*.sql))
 
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(B)/tests/%,$(wildcard tests/unit/test_*.c))
+# Helpers of `make bench` (tests/bench/): the spawn ceiling, the pickup-latency client
+# and its job command (`stamp`: the same source without libpq, see pickup.c).
+BENCH_TOOLS := $(B)/bench/spawnbench $(B)/bench/pickup $(B)/bench/stamp
 
 UNITS := pgjobd.service pgjobd@.service
 MANPAGES := man/pgjobd.8 man/pgjobd.ini.5
@@ -84,6 +87,23 @@ check-integration: $(B)/pgjobd $(TEST_HELPERS)
 	PGJOBD=$(abspath $(B)/pgjobd) NOTIFY_SINK=$(abspath $(B)/tests/notify-sink) \
 		prove -j1 tests/integration/t_*.sh
 
+# Measurements, not tests: exits 0 whatever the figures (see tests/bench/README).
+# Results in $(B)/bench/results.json; BENCH_QUICK=1 for a 10x smaller run.
+bench: $(B)/pgjobd $(BENCH_TOOLS)
+	PGJOBD=$(abspath $(B)/pgjobd) BENCH_BIN=$(abspath $(B)/bench) bash tests/bench/run.sh
+
+$(B)/bench:
+	mkdir -p $(B)/bench
+
+$(B)/bench/spawnbench: tests/bench/spawnbench.c | $(B)/bench
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $<
+
+$(B)/bench/pickup: tests/bench/pickup.c | $(B)/bench
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $< $(shell pkg-config --libs libpq)
+
+$(B)/bench/stamp: tests/bench/pickup.c | $(B)/bench
+	$(CC) $(ALL_CFLAGS) -DPICKUP_STAMP_ONLY $(LDFLAGS) -o $@ $<
+
 asan:
 	$(MAKE) B=build-asan CFLAGS='-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all' LDFLAGS='-fsanitize=address,undefined'
 
@@ -126,7 +146,7 @@ uninstall:
 clean:
 	rm -rf build build-asan
 
-FORMATTED := src/*.c src/*.h tests/unit/*.c tests/unit/*.h tests/integration/*.c
+FORMATTED := src/*.c src/*.h tests/unit/*.c tests/unit/*.h tests/integration/*.c $(wildcard tests/bench/*.c)
 
 format:
 	clang-format -i $(FORMATTED)
@@ -134,4 +154,4 @@ format:
 format-check:
 	clang-format --dry-run --Werror $(FORMATTED)
 
--include $(wildcard $(B)/*.d)
+-include $(wildcard $(B)/*.d $(B)/bench/*.d)

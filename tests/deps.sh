@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # tests/deps.sh - install the Debian packages pgjobd needs to build, run and test, only
 # when one is missing (apt-get update + install --no-install-recommends; sudo when not root).
+# Extra package names given as arguments are added to the list (tests/bench/run.sh
+# asks for strace this way).
 set -euo pipefail
 
 packages=(
@@ -13,6 +15,7 @@ packages=(
 	clang-format # make format-check
 	groff-base man-db # t_87_install: groff -ww and man -l on man/
 	systemd   # t_87_install: systemd-analyze verify and security on the units
+	"$@"      # extra packages a caller needs (tests/bench/run.sh: strace)
 )
 
 missing=()

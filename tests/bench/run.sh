@@ -1,0 +1,839 @@
+#!/usr/bin/env bash
+# tests/bench/run.sh - `make bench`: measure pgjobd against a throwaway PostgreSQL with
+# default durability, print a table and write build/bench/results.json.
+#
+# Measurements, not tests: the script exits 0 whatever the figures say (1 only when the
+# harness itself breaks: no PostgreSQL, a failed setup statement, a missing helper).
+# Figures that could not be measured (a daemon that died, a run that timed out) are
+# listed under "problems" in the output and in the JSON, and are left out of the table.
+# What each figure means and how to read it: tests/bench/README.
+#
+# Every figure is the median of BENCH_REPS repetitions (default 3), shown with its min and
+# max. The repetition loop is the outer loop, so a burst of other work on the machine
+# lands in one repetition of every measurement rather than in all of one.
+#
+# Usage:  make bench                  (builds pgjobd and the helpers first)
+#         BENCH_QUICK=1 make bench    (every size 10x smaller: about 2 min; 30 s with BENCH_REPS=1)
+#         BENCH_REPS=5 BENCH_JOBS=50000 make bench
+# Direct: PGJOBD=build/pgjobd BENCH_BIN=build/bench bash tests/bench/run.sh
+set -o pipefail
+cd "$(dirname "$0")/../.." || exit 1
+repo=$PWD
+
+# ---------------------------------------------------------------- sizes (env overrides)
+QUICK=${BENCH_QUICK:-0}
+div=1
+[ "$QUICK" = 1 ] && div=10
+REPS=${BENCH_REPS:-3}
+CONCURRENCY=${BENCH_CONCURRENCY:-16}          # slots per queue in measurements 2, 3, 4, 6d
+N_SPAWNS=${BENCH_SPAWNS:-$((20000 / div))}    # 1: spawns per ceiling run
+N_JOBS=${BENCH_JOBS:-$((20000 / div))}        # 2: jobs per throughput run
+N_GROUPS=${BENCH_GROUPS:-100}                 # 2b: groups of the grouped throughput run
+N_PICKUP=${BENCH_PICKUP:-$((200 / div))}      # 3: single-row INSERTs per pickup run
+PICKUP_MIN_MS=${BENCH_PICKUP_MIN_MS:-20}      # 3: random pause before each INSERT
+PICKUP_MAX_MS=${BENCH_PICKUP_MAX_MS:-50}
+N_SMALL=${BENCH_SMALL:-1000}                  # 4: small backlog, drained entirely (not
+G_SMALL=${BENCH_SMALL_GROUPS:-100}            #    shrunk by QUICK: fewer groups than slots)
+N_LARGE=${BENCH_LARGE:-$((1000000 / div))}    # 4: large backlog
+G_LARGE=${BENCH_LARGE_GROUPS:-$((100000 / div))}
+N_LARGE_STOP=${BENCH_LARGE_STOP:-$((5000 / div))} # 4: finished jobs measured in the large run
+ENQ_SECS=${BENCH_ENQ_SECS:-$((10 / div))}     # 5: pgbench -T
+ENQ_CLIENTS=${BENCH_ENQ_CLIENTS:-16}          # 5: pgbench -c
+ENQ_GROUPS=${BENCH_ENQ_GROUPS:-1000}          # 5: group_id drawn from g1..gN
+FOOT_SLOTS=${BENCH_FOOT_SLOTS:-64}            # 6a: busy slots for the RSS figure
+FOOT_SLEEP=${BENCH_FOOT_SLEEP:-3}             # 6a: seconds each job sleeps (not shrunk:
+                                              #    64 claims must fit in it on a busy machine)
+N_STRACE=${BENCH_STRACE_JOBS:-$((2000 / div))} # 6d: jobs of the straced run
+# BENCH_ONLY: a subset of "ceiling throughput pickup backlog enqueue footprint strace"
+# (default all), for working on one measurement.
+ONLY=${BENCH_ONLY:-}
+STEP_TIMEOUT=${BENCH_STEP_TIMEOUT:-600}       # seconds any single run may take
+OUT=${BENCH_OUT:-$repo/build/bench}           # results.json, table.txt, logs
+BIN=${BENCH_BIN:-$repo/build/bench}           # spawnbench, pickup, stamp
+
+# Targets: proposals for people to read next to the figures, not pass/fail criteria of
+# the build. Each is "OP VALUE" with OP one of <= >=; empty: no target.
+TGT_RATIO_CEILING=">= 0.5"   # a job costs at most twice a bare spawn
+TGT_PICKUP_P50="<= 10"       # ms
+TGT_PICKUP_P99="<= 50"       # ms
+TGT_PICKUP_MAX="<= 100"      # ms
+TGT_BACKLOG_RATIO=">= 0.8"   # a million queued jobs cost at most 20% of the claim rate
+TGT_ENQ_RATIO=">= 0.8"       # the INSERT trigger costs at most 20% of enqueue throughput
+TGT_RSS_DAEMON="<= 16"       # MiB with 64 busy slots
+TGT_RSS_GUARD="<= 4"         # MiB
+TGT_CPU="<= 0.5"             # daemon CPU seconds per 1,000 jobs
+TGT_STMTS="<= 5.1"           # claim, BEGIN, hold; UPDATE, COMMIT (src/claim.c), + startup
+TGT_WAL="<= 4096"            # bytes per job, right after a checkpoint
+TGT_TRIPS="<= 2.1"           # two pipelined batches per job (src/claim.c), + idle claims
+
+# ---------------------------------------------------------------- harness
+
+for tool in spawnbench pickup stamp; do
+	[ -x "$BIN/$tool" ] || {
+		echo "bench: $BIN/$tool missing (run make bench)" >&2
+		exit 1
+	}
+done
+# strace is optional (6d is skipped without it); ask for it like the tests ask for their
+# packages. A failed install is not a harness failure.
+command -v strace >/dev/null 2>&1 || bash "$repo/tests/deps.sh" strace >&2 || true
+
+# lib.sh without TAP output; its trap stops the daemons and PostgreSQL and removes $T.
+# shellcheck disable=SC2034 # read by lib.sh
+PGJOBD_LIB_MODE=quiet
+. "$repo/tests/integration/lib.sh"
+set +eu # lib.sh's helpers test exit statuses themselves and allow unset variables
+require_pgjobd
+
+# Default durability: lib.sh's pg_opts sets fsync=off for the tests. Only what the bench
+# needs is set here (connections for 64 slots + pgbench, pg_stat_statements); everything
+# else, fsync and synchronous_commit included, is PostgreSQL's default.
+PGSS_LIB=
+pg_opts() {
+	echo "-c listen_addresses='' -c unix_socket_directories=$T/sock -c port=$PG_PORT" \
+		"-c max_connections=300${PGSS_LIB:+ -c shared_preload_libraries=$PGSS_LIB}"
+}
+
+BENCH_T0=$(now_ms)
+PROBLEMS=()
+mkdir -p "$OUT" || exit 1
+rm -f "$OUT/results.json" "$OUT/table.txt" "$OUT/daemon-warnings.log" "$OUT/statements.txt"
+
+log() { printf '%s %s\n' "$(date +%T)" "$*"; }
+problem() {
+	PROBLEMS+=("$*")
+	log "PROBLEM: $*"
+}
+harness_fail() {
+	echo "bench: harness failure: $*" >&2
+	# Inside $(...) or <(...), exit would only leave the subshell: stop the bench itself
+	# (its TERM trap runs lib.sh's cleanup).
+	[ "${BASH_SUBSHELL:-0}" -gt 0 ] && kill -TERM $$
+	exit 1
+}
+# sql STATEMENT: a statement the harness needs; its failure ends the bench.
+sql() { psql_q "$1" || harness_fail "SQL failed: $1"; }
+
+# calc EXPR: awk arithmetic, printed with 6 decimals; empty when EXPR divides by zero or
+# has an empty operand (so that fig reports a problem rather than a wrong number).
+calc() {
+	awk "BEGIN { x = ($1); printf \"%.6f\", x }" 2>/dev/null
+}
+# ratio A B: A/B, empty if either is empty or B is 0.
+ratio() {
+	[ -n "$1" ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 != 0) printf "%.6f", a / b }'
+}
+
+# Figures: $W/defs holds one definition per figure in table order, $W/figs one line
+# "KEY REP VALUE" per measured value.
+W=
+def() { # KEY LABEL UNIT DECIMALS TARGET
+	printf '%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "$5" >>"$W/defs"
+}
+section() { printf 'section\t%s\t\t\t\n' "$1" >>"$W/defs"; }
+REP=0
+fig() { # KEY VALUE
+	if [[ $2 =~ ^-?[0-9]+(\.[0-9]+)?$ ]]; then
+		printf '%s\t%s\t%s\n' "$1" "$REP" "$2" >>"$W/figs"
+		log "    $1 = $2"
+	else
+		problem "rep $REP: $1 not measured${2:+ (got '$2')}"
+	fi
+}
+
+# ---------------------------------------------------------------- daemon helpers
+
+DAEMON=
+# slot_sessions [STATE]: the daemon's sessions (slots and listener), in STATE if given.
+slot_sessions() {
+	psql_q "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'pgjobd %'${1:+ AND state = '$1'}"
+}
+# daemon_up NAME CONF: start the daemon; DAEMON is its pid.
+daemon_up() {
+	start_daemon "$1" "$2"
+	DAEMON=$DAEMON_PID
+	CUR_LOG=$T/$1.log
+}
+# daemon_idle SLOTS: wait until the listener and SLOTS slot sessions are connected and idle
+# (the startup claims have returned), i.e. the daemon waits for a NOTIFY.
+daemon_idle() {
+	wait_until 30 "[ \"\$(slot_sessions idle)\" = $(($1 + 1)) ] || ! pid_alive $DAEMON" &&
+		pid_alive "$DAEMON" && return 0
+	problem "rep $REP: daemon ${CUR_LOG##*/} did not become idle with $1 slots"
+	return 1
+}
+# daemon_down: SIGTERM and wait (SIGKILL after 60 s); keep its warnings.
+daemon_down() {
+	[ -n "$DAEMON" ] || return 0
+	stop_daemon "$DAEMON" 60
+	local s=$?
+	[ $s = 0 ] || problem "rep $REP: daemon ${CUR_LOG##*/} exited with status $s"
+	if [ -s "$CUR_LOG" ]; then
+		# log_level = warn: anything in the log is a warning or an error.
+		{
+			echo "== ${CUR_LOG##*/}"
+			cat "$CUR_LOG"
+		} >>"$OUT/daemon-warnings.log"
+		problem "rep $REP: daemon ${CUR_LOG##*/} logged $(wc -l <"$CUR_LOG") warning/error lines (${OUT#"$repo"/}/daemon-warnings.log)"
+	fi
+	DAEMON=
+}
+# unfinished QUEUE: t while QUEUE has a queued or running job. Three probes of the partial
+# indexes (jobs_ready_free, jobs_ready_grouped, jobs_running): cheap on any backlog.
+unfinished() {
+	psql_q "SELECT EXISTS (SELECT 1 FROM pgjobd.jobs WHERE queue = '$1' AND status = 'queued' AND group_id IS NULL)
+		OR EXISTS (SELECT 1 FROM pgjobd.jobs WHERE queue = '$1' AND status = 'queued' AND group_id IS NOT NULL)
+		OR EXISTS (SELECT 1 FROM pgjobd.jobs WHERE queue = '$1' AND status = 'running')"
+}
+# poll_until SECONDS 'condition': like lib.sh's wait_until, but every 0.5 s. Each check is
+# a psql process and a connection; 20 of them a second (wait_until's pace) would take a
+# noticeable share of a 2-core machine away from the run being measured. Figures come
+# from the table's timestamps, so checking late only stops a run a little later.
+poll_until() {
+	local deadline=$(($(now_ms) + $1 * 1000))
+	while ! eval "$2"; do
+		[ "$(now_ms)" -ge "$deadline" ] && return 1
+		sleep 0.5
+	done
+}
+# sample_waits FILE: append what the daemon's active sessions are waiting for now, one
+# line per session: "wait_event_type:wait_event statement" ("CPU" when not waiting).
+sample_waits() {
+	psql_q "SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU') || ' ' ||
+		left(regexp_replace(query, '\s+', ' ', 'g'), 60)
+		FROM pg_stat_activity WHERE application_name LIKE 'pgjobd %' AND state = 'active'" >>"$1"
+}
+# wait_drained QUEUE [SAMPLES]: until QUEUE has nothing left (0), the daemon died or
+# STEP_TIMEOUT (1). With SAMPLES, each check also appends sample_waits to that file.
+wait_drained() {
+	poll_until "$STEP_TIMEOUT" "${2:+sample_waits $2; }[ \"\$(unfinished $1)\" = f ] || ! pid_alive $DAEMON"
+	[ "$(unfinished "$1")" = f ] && return 0
+	pid_alive "$DAEMON" || problem "rep $REP: daemon ${CUR_LOG##*/} died"
+	pid_alive "$DAEMON" && problem "rep $REP: queue $1 not drained after ${STEP_TIMEOUT}s"
+	return 1
+}
+# cpu_s PID [children]: user + system CPU seconds of PID itself (utime + stime), or with
+# `children`, of the children it has waited for (cutime + cstime).
+cpu_s() {
+	local line which=${2:-self}
+	IFS= read -r line <"/proc/$1/stat" || return 1
+	line=${line##*) } # fields from 3 on; comm (field 2) may contain spaces
+	# shellcheck disable=SC2086
+	set -- $line
+	if [ "$which" = children ]; then
+		calc "(${14} + ${15}) / $CLK_TCK"
+	else
+		calc "(${12} + ${13}) / $CLK_TCK"
+	fi
+}
+# hwm_mib PID: peak resident set size (VmHWM) in MiB.
+hwm_mib() {
+	awk '/^VmHWM:/ { printf "%.3f", $2 / 1024 }' "/proc/$1/status" 2>/dev/null
+}
+# guard_of PID: the daemon's guard (src/guard.c): its child that still runs the pgjobd
+# image (forked, never exec'd) in the daemon's process group. Commands are in their own
+# process groups, so a command caught between posix_spawn and exec is not mistaken for it.
+guard_of() {
+	local pgrp c
+	pgrp=$(awk '{ sub(/.*\) /, ""); print $3 }' "/proc/$1/stat")
+	for c in $(pgrep -P "$1" -x pgjobd); do
+		[ "$(awk '{ sub(/.*\) /, ""); print $3 }' "/proc/$c/stat" 2>/dev/null)" = "$pgrp" ] && echo "$c"
+	done
+}
+
+reset_tables() { sql "TRUNCATE pgjobd.jobs, pgjobd.groups" >/dev/null; }
+# fill QUEUE N GROUPS: N jobs in one INSERT ... SELECT (GROUPS 0: ungrouped), then VACUUM
+# ANALYZE (the visibility map and statistics an autovacuum would leave), then a
+# CHECKPOINT, so that each run starts from the same WAL position relative to a checkpoint
+# (WAL per job then includes the full-page images of every page the run touches first).
+fill() {
+	local g=NULL t0
+	t0=$(now_ms)
+	[ "$3" -gt 0 ] && g="'g' || (i % $3)"
+	sql "INSERT INTO pgjobd.jobs (queue, group_id) SELECT '$1', $g FROM generate_series(1, $2) i"
+	sql "VACUUM ANALYZE pgjobd.jobs"
+	sql "VACUUM ANALYZE pgjobd.groups"
+	sql "CHECKPOINT"
+	[ "$2" -ge 100000 ] && log "    (filled $2 jobs in $((($(now_ms) - t0) / 1000)) s)"
+	return 0
+}
+
+# The daemon connects as `postgres` (DB_CONNINFO); the bench's own psql and pgbench
+# sessions as `bench`, so that pg_stat_statements can tell them apart by userid.
+stats_reset() { [ -n "$PGSS_LIB" ] && sql "SELECT pg_stat_statements_reset()" >/dev/null; }
+# stats_calls [LIKE]: statements the daemon ran since stats_reset (top-level statements,
+# BEGIN/COMMIT included: pg_stat_statements.track_utility is on by default).
+stats_calls() {
+	[ -n "$PGSS_LIB" ] || return 0
+	psql_q "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements
+		WHERE userid = 'postgres'::regrole AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+		${1:+AND query LIKE '$1'}"
+}
+stats_dump() { # TITLE JOBS: per-statement calls per job, for the record
+	[ -n "$PGSS_LIB" ] || return 0
+	{
+		echo "== $1 (calls per job, $2 jobs)"
+		psql -X -q -P pager=off -c "SELECT round(calls::numeric / $2, 3) AS per_job, calls,
+			round(total_exec_time::numeric / $2, 3) AS ms_per_job, left(regexp_replace(query, '\s+', ' ', 'g'), 100) AS query
+			FROM pg_stat_statements WHERE userid = 'postgres'::regrole
+			AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+			ORDER BY calls DESC, query"
+	} >>"$OUT/statements.txt"
+}
+
+# ---------------------------------------------------------------- 1. ceiling
+
+bench_ceiling() {
+	local out
+	out=$("$BIN/spawnbench" -n "$N_SPAWNS" -j "$CONCURRENCY" -c true) ||
+		{ problem "rep $REP: spawnbench failed"; return; }
+	fig ceiling "$(sed -n 's/.* rate=\([0-9.]*\).*/\1/p' <<<"$out")"
+}
+
+# ---------------------------------------------------------------- 2. throughput (+ 6b, 6c)
+
+bench_throughput() { # ungrouped|grouped
+	local v=$1 groups=0 lsn0 cpu wal calls n secs pm pg0 pg1 cmdcpu
+	[ "$v" = grouped ] && groups=$N_GROUPS
+	reset_tables
+	fill tput "$N_JOBS" "$groups"
+	stats_reset
+	# pg_current_wal_insert_lsn, not pg_current_wal_lsn: the latter is where WAL has
+	# been written out to, and lags the records already inserted by up to wal_buffers.
+	lsn0=$(sql "SELECT pg_current_wal_insert_lsn()")
+	# Where the CPU goes, beside the daemon's own: its commands (the children it reaped)
+	# and PostgreSQL (the backends the postmaster reaped during the run: the daemon's
+	# sessions, and also the bench's own short polling sessions and any autovacuum
+	# worker, a small share).
+	pm=$(head -n 1 "$T/pg/postmaster.pid")
+	pg0=$(cpu_s "$pm" children)
+	daemon_up "tput-$v-$REP" "$W/tput.ini"
+	if wait_drained tput "$W/waits.$v.$REP"; then
+		cpu=$(cpu_s "$DAEMON")
+		cmdcpu=$(cpu_s "$DAEMON" children)
+		wal=$(sql "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '$lsn0')")
+		calls=$(stats_calls)
+	fi
+	daemon_down
+	# The daemon's sessions (user postgres) have ended once the postmaster reaped them.
+	wait_until 10 "! pgrep -P $pm -f 'postgres: postgres pgjobd_test' >/dev/null"
+	pg1=$(cpu_s "$pm" children)
+	IFS='|' read -r n secs < <(sql "SELECT count(*), extract(epoch FROM max(finished_at) - min(started_at))
+		FROM pgjobd.jobs WHERE queue = 'tput' AND status = 'succeeded'")
+	if [ "$n" != "$N_JOBS" ]; then
+		# A partial run's figures would look plausible and be wrong: none are kept.
+		problem "rep $REP: throughput $v: $n of $N_JOBS jobs succeeded; no figures from this run"
+		return
+	fi
+	fig "tput.$v" "$(ratio "$n" "$secs")"
+	[ -n "$cpu" ] && fig "cpu.$v" "$(calc "$cpu * 1000 / $n")"
+	[ -n "$cmdcpu" ] && fig "cmdcpu.$v" "$(calc "$cmdcpu * 1000 / $n")"
+	[ -n "$pg0" ] && [ -n "$pg1" ] && fig "pgcpu.$v" "$(calc "($pg1 - $pg0) * 1000 / $n")"
+	[ -n "$wal" ] && fig "wal.$v" "$(ratio "$wal" "$n")"
+	if [ -n "$PGSS_LIB" ] && [ -n "$calls" ]; then
+		fig "stmts.$v" "$(ratio "$calls" "$n")"
+		[ "$REP" = 1 ] && stats_dump "throughput $v" "$n"
+	fi
+	if [ "$REP" = 1 ] && [ -s "$W/waits.$v.$REP" ]; then
+		{
+			echo "== throughput $v: the daemon's active sessions, sampled every 0.5 s (wait event, statement)"
+			sort "$W/waits.$v.$REP" | uniq -c | sort -rn | head -n 15
+			echo
+		} >>"$OUT/statements.txt"
+	fi
+}
+
+# ---------------------------------------------------------------- 3. pickup latency
+
+bench_pickup() {
+	local ins=$T/pickup-ins.$REP stamps=$T/pickup-stamps.$REP lat=$T/pickup-lat.$REP n claims
+	reset_tables
+	sql "CHECKPOINT" >/dev/null
+	# exec: the shell becomes the stamp program, which reads the clock first thing.
+	cat >"$W/pickup.ini" <<EOF
+$(conf_header log_level=warn poll_interval=30s)
+
+[queue.pickup]
+command = exec $BIN/stamp stamp $stamps
+concurrency = $CONCURRENCY
+EOF
+	daemon_up "pickup-$REP" "$W/pickup.ini"
+	if ! daemon_idle "$CONCURRENCY"; then
+		daemon_down
+		return
+	fi
+	stats_reset
+	if ! "$BIN/pickup" insert "$DB_CONNINFO" pickup "$N_PICKUP" "$PICKUP_MIN_MS" "$PICKUP_MAX_MS" "$ins"; then
+		problem "rep $REP: pickup client failed"
+		daemon_down
+		return
+	fi
+	wait_until 30 "[ -f $stamps ] && [ \$(wc -l <$stamps) -ge $N_PICKUP ]" ||
+		problem "rep $REP: pickup: only $(wc -l <"$stamps" 2>/dev/null || echo 0) of $N_PICKUP jobs started within 30 s"
+	claims=$(stats_calls '%pgjobd.claim(%')
+	daemon_down
+	# Join by id: latency = command start - INSERT return, in ms. Nanosecond
+	# timestamps lose precision in awk's doubles (steps of 256 ns): irrelevant here.
+	awk 'NR == FNR { t[$1] = $2; next } ($1 in t) { printf "%.3f\n", ($2 - t[$1]) / 1e6 }' \
+		"$ins" "$stamps" 2>/dev/null | sort -n >"$lat"
+	n=$(wc -l <"$lat")
+	[ "$n" -gt 0 ] || {
+		problem "rep $REP: pickup: no latencies"
+		return
+	}
+	fig pickup.p50 "$(percentile 0.50 "$lat")"
+	fig pickup.p99 "$(percentile 0.99 "$lat")"
+	fig pickup.max "$(tail -n 1 "$lat")"
+	[ -n "$claims" ] && fig pickup.claims "$(ratio "$claims" "$n")"
+}
+
+# percentile P FILE: nearest-rank percentile (0 < P <= 1) of the sorted numbers in FILE.
+percentile() {
+	awk -v p="$1" '{ a[NR] = $1 } END { i = int(p * NR); if (i < p * NR) i++; if (i < 1) i = 1; print a[i] }' "$2"
+}
+
+# ---------------------------------------------------------------- 4. backlog scaling
+
+# finished_at_least FIRST N: a lower bound of the jobs of queue backlog that finished, for
+# N jobs with ids FIRST.. (see bench_backlog).
+finished_at_least() {
+	psql_q "SELECT coalesce((SELECT id FROM pgjobd.jobs
+		WHERE queue = 'backlog' AND status = 'queued' AND group_id IS NOT NULL
+		ORDER BY priority, run_at, id LIMIT 1), $1 + $2) - $1 - $CONCURRENCY"
+}
+
+bench_backlog() { # small|large
+	local size=$1 n groups stop first got secs lsn0 wal
+	if [ "$size" = small ]; then
+		n=$N_SMALL groups=$G_SMALL stop=$N_SMALL
+	else
+		n=$N_LARGE groups=$G_LARGE stop=$N_LARGE_STOP
+	fi
+	reset_tables
+	fill backlog "$n" "$groups"
+	first=$(sql "SELECT min(id) FROM pgjobd.jobs")
+	lsn0=$(sql "SELECT pg_current_wal_insert_lsn()")
+	stats_reset
+	daemon_up "backlog-$size-$REP" "$W/backlog.ini"
+	if [ "$size" = small ]; then
+		wait_drained backlog
+	else
+		# When to stop: counting finished rows is a scan of a million rows (no index
+		# covers finished jobs), too dear to repeat every 50 ms on the machine being
+		# measured. Instead one probe of jobs_ready_grouped finds the smallest queued
+		# id (all jobs have the same priority and run_at, so the index order is id
+		# order). The ids come from one INSERT, so they are consecutive from $first, and
+		# every row below that id has left `queued`: it is running (at most
+		# CONCURRENCY of them) or finished. Hence finished >= (min queued id - first) -
+		# CONCURRENCY, a lower bound that needs no assumption about claim order. The
+		# exact count and times are read from the table once the daemon has stopped.
+		poll_until "$STEP_TIMEOUT" "[ \"\$(finished_at_least $first $n)\" -ge $stop ] || ! pid_alive $DAEMON" ||
+			problem "rep $REP: backlog $size: $stop jobs not finished after ${STEP_TIMEOUT}s"
+		pid_alive "$DAEMON" || problem "rep $REP: daemon ${CUR_LOG##*/} died"
+	fi
+	daemon_down
+	wal=$(sql "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '$lsn0')")
+	# Rate = stop / (the stop-th finish - the first start); one scan, after the run.
+	IFS='|' read -r got secs < <(sql "WITH s AS (SELECT started_at, finished_at FROM pgjobd.jobs
+			WHERE queue = 'backlog' AND status <> 'queued')
+		SELECT (SELECT count(*) FROM s WHERE finished_at IS NOT NULL),
+		       extract(epoch FROM (SELECT finished_at FROM s WHERE finished_at IS NOT NULL
+		                           ORDER BY finished_at OFFSET $stop - 1 LIMIT 1)
+		                          - (SELECT min(started_at) FROM s))")
+	if [ "${got:-0}" -lt "$stop" ]; then
+		problem "rep $REP: backlog $size: $got of $stop jobs finished; no figures from this run"
+		return
+	fi
+	fig "backlog.$size" "$(ratio "$stop" "$secs")"
+	# The claim statement's own execution time (pg_stat_statements times the executor,
+	# not the commit that follows, so WAL flushes are not in it): whether the claim
+	# itself slows down with the backlog, apart from the I/O the backlog causes.
+	[ -n "$PGSS_LIB" ] && fig "backlog.claim_ms.$size" "$(sql "SELECT sum(total_exec_time) / nullif(sum(calls), 0)
+		FROM pg_stat_statements WHERE userid = 'postgres'::regrole AND query LIKE '%pgjobd.claim(%'")"
+	# WAL per finished job (the count includes those finished after the stop point; a job
+	# still running at the stop was claimed, and its claim's WAL is counted too: a bias
+	# of at most CONCURRENCY jobs).
+	fig "backlog.wal.$size" "$(ratio "$wal" "$got")"
+}
+
+# ---------------------------------------------------------------- 5. enqueue cost
+
+bench_enqueue() {
+	local v trig out tps
+	declare -A t
+	for v in ungrouped grouped; do
+		for trig in on off; do
+			reset_tables
+			[ "$trig" = off ] && sql "ALTER TABLE pgjobd.jobs DISABLE TRIGGER USER"
+			sql "CHECKPOINT"
+			out=$("$PG_BINDIR/pgbench" -n -c "$ENQ_CLIENTS" -j 2 -T "$ENQ_SECS" -f "$W/enq-$v.sql" 2>&1)
+			[ "$trig" = off ] && sql "ALTER TABLE pgjobd.jobs ENABLE TRIGGER USER"
+			tps=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' <<<"$out" | head -n 1)
+			[ -n "$tps" ] || echo "$out" >&2
+			fig "enq.$v.$trig" "$tps"
+			t[$v.$trig]=$tps
+		done
+		fig "enq.$v.ratio" "$(ratio "${t[$v.on]}" "${t[$v.off]}")"
+	done
+}
+
+# ---------------------------------------------------------------- 6a. memory with 64 busy slots
+
+bench_footprint() {
+	local guard
+	reset_tables
+	fill foot $((FOOT_SLOTS * 2)) 0
+	daemon_up "foot-$REP" "$W/foot.ini"
+	# Peak (VmHWM) after all slots have claimed, spawned, and then recorded the outcome of
+	# a job at the same time: wait for FOOT_SLOTS running, then for FOOT_SLOTS finished.
+	if wait_until 60 "[ \"\$(count_jobs \"queue = 'foot' AND status = 'running'\")\" -ge $FOOT_SLOTS ] || ! pid_alive $DAEMON" &&
+		wait_until 60 "[ \"\$(count_jobs \"queue = 'foot' AND status = 'succeeded'\")\" -ge $FOOT_SLOTS ] || ! pid_alive $DAEMON" &&
+		pid_alive "$DAEMON"; then
+		fig rss.daemon "$(hwm_mib "$DAEMON")"
+		guard=$(guard_of "$DAEMON")
+		if [ "$(wc -w <<<"$guard")" = 1 ]; then
+			fig rss.guard "$(hwm_mib "$guard")"
+		else
+			problem "rep $REP: guard process not identified (candidates: ${guard:-none})"
+		fi
+	else
+		problem "rep $REP: footprint: $FOOT_SLOTS slots never busy and done at once"
+	fi
+	daemon_down
+}
+
+# ---------------------------------------------------------------- 6d. sends per job
+
+# strace -c over the daemon would mix sends to PostgreSQL with messages to the guard and
+# writes to the commands' stdin, so the calls are logged one by one instead, with -yy
+# naming each descriptor, and sorted by what they go to: UNIX-STREAM/TCP sockets are
+# database sessions, the other UNIX socket (a SOCK_SEQPACKET socketpair, which strace
+# shows as plain UNIX) is the guard channel, pipe: is a command's stdin.
+# -f is not used: the daemon is single-threaded (every thread of it is attached anyway,
+# one -p per task), and -f would also trace every command's shell, counting its writes
+# and slowing each spawn by an order of magnitude.
+# Sends vs round trips: with libpq's pipeline mode a whole batch of statements goes out
+# without waiting for replies, so one send is about one round trip. Not exactly, though:
+# libpq flushes at every PQpipelineSync, and pgjobd's claim batch has two Syncs (claim;
+# BEGIN + hold), so it leaves as two sends back to back. Round trips are therefore counted
+# too, as bursts of sends: a send on a database socket starts a new round trip when that
+# socket has received data since its previous send.
+bench_strace() {
+	local spid tids out db trips guard pipe other
+	command -v strace >/dev/null 2>&1 || {
+		[ "$REP" = 1 ] && problem "strace not installed: 6d (sends per job) skipped"
+		return
+	}
+	reset_tables
+	sql "CHECKPOINT" >/dev/null
+	daemon_up "strace-$REP" "$W/tput.ini"
+	daemon_idle "$CONCURRENCY" || {
+		daemon_down
+		return
+	}
+	out=$T/strace.$REP
+	tids=$(ls "/proc/$DAEMON/task")
+	# shellcheck disable=SC2046,SC2086 # one -p per task: word splitting wanted
+	strace -qq -yy -e trace=sendto,send,sendmsg,write,recvfrom,recv -o "$out" $(printf -- '-p %s ' $tids) 2>"$T/strace-err.$REP" &
+	spid=$!
+	echo "$spid" >"$T/strace.pid" # killed by lib.sh's cleanup if we die first
+	if ! wait_until 10 "awk '/^TracerPid:/ { exit \$2 == 0 }' /proc/$DAEMON/status"; then
+		problem "rep $REP: strace could not attach ($(head -c 200 "$T/strace-err.$REP"))"
+		kill "$spid" 2>/dev/null
+		wait "$spid" 2>/dev/null
+		daemon_down
+		return
+	fi
+	sql "INSERT INTO pgjobd.jobs (queue) SELECT 'tput' FROM generate_series(1, $N_STRACE)"
+	wait_drained tput
+	kill -INT "$spid" 2>/dev/null
+	wait "$spid" 2>/dev/null
+	daemon_down
+	read -r db trips guard pipe other < <(awk '
+		match($0, /^[0-9]* *[a-z]+\([0-9]+</) {
+			call = substr($0, RSTART, RLENGTH - 1)
+			sub(/^[0-9]* */, "", call)
+			fd = call
+			sub(/^[a-z]+\(/, "", fd)
+			sub(/\(.*/, "", call)
+			ret = $0
+			sub(/.*\) = /, "", ret)
+			isdb = $0 ~ /^[0-9]* *[a-z]+\([0-9]+<(UNIX-STREAM|TCP|TCPv6):/
+			if (call ~ /^recv/) {
+				if (isdb && ret + 0 > 0)
+					replied[fd] = 1
+				next
+			}
+			if (isdb) {
+				db++
+				if (!(fd in sent) || replied[fd])
+					trips++
+				sent[fd] = 1
+				replied[fd] = 0
+			} else if (call == "sendmsg" || $0 ~ /\([0-9]+<UNIX:/)
+				guard++
+			else if ($0 ~ /\([0-9]+<pipe:/)
+				pipe++
+			else
+				other++
+		}
+		END { print db + 0, trips + 0, guard + 0, pipe + 0, other + 0 }' "$out")
+	fig trips.db "$(ratio "$trips" "$N_STRACE")"
+	fig sends.db "$(ratio "$db" "$N_STRACE")"
+	fig sends.guard "$(ratio "$guard" "$N_STRACE")"
+	fig sends.pipe "$(ratio "$pipe" "$N_STRACE")"
+	[ "$other" -gt 0 ] && log "    ($other other write calls, e.g. log lines)"
+}
+
+only() { [ -z "$ONLY" ] || [[ " $ONLY " == *" $1 "* ]]; }
+
+# ---------------------------------------------------------------- setup
+
+log "pgjobd bench: $REPS repetitions$([ "$QUICK" = 1 ] && echo ", BENCH_QUICK=1"); results in $OUT"
+CLK_TCK=$(getconf CLK_TCK)
+PG_BINDIR=$(find_pg_bindir) || harness_fail "initdb/pg_ctl not found"
+if [ -e "$PG_BINDIR/../lib/pg_stat_statements.so" ] || [ -e "$("$PG_BINDIR/pg_config" --pkglibdir 2>/dev/null)/pg_stat_statements.so" ]; then
+	PGSS_LIB=pg_stat_statements
+else
+	problem "pg_stat_statements not available: 6c (statements per job) skipped"
+fi
+[ -x "$PG_BINDIR/pgbench" ] || harness_fail "pgbench not found in $PG_BINDIR"
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+pg_start
+# The disk's synchronous write latency bounds every commit under default durability:
+# 200 8 KiB O_DSYNC writes next to the data directory (like one WAL flush each).
+DSYNC_MS=$(dd if=/dev/zero of="$T/dsync.test" bs=8k count=200 oflag=dsync 2>&1 >/dev/null |
+	sed -n 's/.* copied, \([0-9.]*\) s.*/\1/p' | awk '{ printf "%.3f", $1 * 1000 / 200 }')
+rm -f "$T/dsync.test"
+W=$T/bench
+mkdir -p "$W"
+: >"$W/defs"
+: >"$W/figs"
+PGUSER=postgres sql "CREATE ROLE bench SUPERUSER LOGIN" >/dev/null
+[ -n "$PGSS_LIB" ] && PGUSER=postgres sql "CREATE EXTENSION pg_stat_statements" >/dev/null
+export PGUSER=bench
+
+# Machine and server, printed and kept for the JSON.
+M_CORES=$(nproc)
+M_CPU=$(awk -F': *' '/^model name/ { print $2; exit }' /proc/cpuinfo)
+[ -n "$M_CPU" ] || M_CPU=$(lscpu 2>/dev/null | awk -F': *' '/^Model name/ { print $2; exit }')
+M_KERNEL=$(uname -r)
+M_MEM_MIB=$(awk '/^MemTotal:/ { printf "%d", $2 / 1024 }' /proc/meminfo)
+PG_VERSION=$(sql "SHOW server_version")
+# Read-only (GIT_OPTIONAL_LOCKS=0: --dirty must not refresh the index of a shared checkout).
+PGJOBD_DESCRIBE=$(GIT_OPTIONAL_LOCKS=0 git -C "$repo" describe --always --tags --dirty 2>/dev/null || echo unknown)
+PGJOBD_VERSION=$("$PGJOBD" --version 2>/dev/null | head -n 1)
+PG_SETTINGS_LIST="fsync synchronous_commit full_page_writes wal_sync_method wal_level shared_buffers
+	max_wal_size checkpoint_timeout max_connections shared_preload_libraries autovacuum"
+# shellcheck disable=SC2086 # the list is split into names on purpose
+PG_SETTINGS=$(sql "SELECT string_agg(name || '=' || current_setting(name), ' ' ORDER BY name)
+	FROM pg_settings WHERE name IN ($(printf "'%s'," $PG_SETTINGS_LIST | sed 's/,$//'))")
+DATA_FS=$(df -PT "$T" | awk 'NR == 2 { print $2 " on " $1 }')
+
+conf_header >"$W/migrate.ini"
+"$PGJOBD" migrate -c "$W/migrate.ini" >"$T/migrate.log" 2>&1 || {
+	cat "$T/migrate.log" >&2
+	harness_fail "pgjobd migrate failed"
+}
+
+# Configurations. log_level = warn: a line per job at info is a cost of its own.
+cat >"$W/tput.ini" <<EOF
+$(conf_header log_level=warn poll_interval=2s)
+
+[queue.tput]
+command = true
+concurrency = $CONCURRENCY
+EOF
+cat >"$W/backlog.ini" <<EOF
+$(conf_header log_level=warn poll_interval=2s)
+
+[queue.backlog]
+command = true
+concurrency = $CONCURRENCY
+EOF
+cat >"$W/foot.ini" <<EOF
+$(conf_header log_level=warn poll_interval=2s shutdown_grace=30s)
+
+[queue.foot]
+command = sleep $FOOT_SLEEP
+concurrency = $FOOT_SLOTS
+EOF
+cat >"$W/enq-ungrouped.sql" <<'EOF'
+INSERT INTO pgjobd.jobs (queue) VALUES ('enqueue');
+EOF
+cat >"$W/enq-grouped.sql" <<EOF
+\set g random(1, $ENQ_GROUPS)
+INSERT INTO pgjobd.jobs (queue, group_id) VALUES ('enqueue', 'g' || :g);
+EOF
+
+# The table, in order. Labels start with the measurement's number from the README.
+section "1. ceiling"
+def ceiling "1  spawn+reap sh -c true, $CONCURRENCY in flight" spawns/s 1 ""
+section "2. throughput: $N_JOBS jobs 'true', concurrency $CONCURRENCY"
+def tput.ungrouped "2a ungrouped" jobs/s 1 ""
+def ratio.ungrouped "2a ungrouped / ceiling" ratio 3 "$TGT_RATIO_CEILING"
+def tput.grouped "2b $N_GROUPS groups" jobs/s 1 ""
+def ratio.grouped "2b grouped / ceiling" ratio 3 "$TGT_RATIO_CEILING"
+section "3. pickup latency: $N_PICKUP INSERTs to an idle daemon (poll 30s)"
+def pickup.p50 "3  p50 INSERT return -> command start" ms 2 "$TGT_PICKUP_P50"
+def pickup.p99 "3  p99" ms 2 "$TGT_PICKUP_P99"
+def pickup.max "3  max" ms 2 "$TGT_PICKUP_MAX"
+def pickup.claims "3  claim() calls per job (idle daemon)" calls 2 ""
+section "4. backlog: claim rate, $N_SMALL jobs/$G_SMALL groups vs $N_LARGE/$G_LARGE"
+def backlog.small "4  small backlog, drained" jobs/s 1 ""
+def backlog.large "4  large backlog, first $N_LARGE_STOP" jobs/s 1 ""
+def backlog.ratio "4  large / small" ratio 3 "$TGT_BACKLOG_RATIO"
+def backlog.claim_ms.small "4  claim() execution, small backlog" ms/claim 3 ""
+def backlog.claim_ms.large "4  claim() execution, large backlog" ms/claim 3 ""
+def backlog.wal.small "4  WAL per job, small backlog" bytes 0 ""
+def backlog.wal.large "4  WAL per job, large backlog" bytes 0 ""
+section "5. enqueue: pgbench -c $ENQ_CLIENTS -T $ENQ_SECS, one-row INSERT per transaction"
+def enq.ungrouped.on "5  ungrouped, triggers on" tps 0 ""
+def enq.ungrouped.off "5  ungrouped, triggers off" tps 0 ""
+def enq.ungrouped.ratio "5  ungrouped on / off" ratio 3 "$TGT_ENQ_RATIO"
+def enq.grouped.on "5  grouped (g1..g$ENQ_GROUPS), triggers on" tps 0 ""
+def enq.grouped.off "5  grouped, triggers off" tps 0 ""
+def enq.grouped.ratio "5  grouped on / off" ratio 3 "$TGT_ENQ_RATIO"
+section "6. daemon footprint"
+def rss.daemon "6a peak RSS, daemon, $FOOT_SLOTS slots busy" MiB 2 "$TGT_RSS_DAEMON"
+def rss.guard "6a peak RSS, guard process" MiB 2 "$TGT_RSS_GUARD"
+def cpu.ungrouped "6b daemon CPU (own, not children), 2a" s/1000jobs 3 "$TGT_CPU"
+def cpu.grouped "6b daemon CPU (own, not children), 2b" s/1000jobs 3 "$TGT_CPU"
+def cmdcpu.ungrouped "6b  for comparison: commands' CPU, 2a" s/1000jobs 3 ""
+def pgcpu.ungrouped "6b  for comparison: PostgreSQL backends' CPU, 2a" s/1000jobs 3 ""
+def pgcpu.grouped "6b  for comparison: PostgreSQL backends' CPU, 2b" s/1000jobs 3 ""
+def stmts.ungrouped "6c SQL statements per job, 2a" stmts 2 "$TGT_STMTS"
+def stmts.grouped "6c SQL statements per job, 2b" stmts 2 "$TGT_STMTS"
+def wal.ungrouped "6c WAL per job, 2a" bytes 0 "$TGT_WAL"
+def wal.grouped "6c WAL per job, 2b" bytes 0 "$TGT_WAL"
+def trips.db "6d round trips to PostgreSQL per job ($N_STRACE jobs)" trips 2 "$TGT_TRIPS"
+def sends.db "6d sends to PostgreSQL per job" sends 2 ""
+def sends.guard "6d messages to the guard per job" msgs 2 ""
+def sends.pipe "6d writes to command stdin per job" writes 2 ""
+
+# ---------------------------------------------------------------- the runs
+
+for REP in $(seq 1 "$REPS"); do
+	log "== repetition $REP of $REPS"
+	only ceiling && log "1 ceiling" && bench_ceiling
+	only throughput && log "2a throughput ungrouped" && bench_throughput ungrouped
+	only throughput && log "2b throughput grouped" && bench_throughput grouped
+	only pickup && log "3 pickup latency" && bench_pickup
+	only backlog && log "4 backlog small" && bench_backlog small
+	only backlog && log "4 backlog large" && bench_backlog large
+	only enqueue && log "5 enqueue" && bench_enqueue
+	only footprint && log "6a footprint" && bench_footprint
+	only strace && log "6d sends per job" && bench_strace
+done
+
+# Ratios between figures of different runs, per repetition.
+derive() { # KEY NUM_KEY DEN_KEY
+	local r num den
+	for r in $(seq 1 "$REPS"); do
+		num=$(awk -F'\t' -v k="$2" -v r="$r" '$1 == k && $2 == r { print $3 }' "$W/figs")
+		den=$(awk -F'\t' -v k="$3" -v r="$r" '$1 == k && $2 == r { print $3 }' "$W/figs")
+		[ -n "$num" ] && [ -n "$den" ] && REP=$r fig "$1" "$(ratio "$num" "$den")" >/dev/null
+	done
+}
+derive ratio.ungrouped tput.ungrouped ceiling
+derive ratio.grouped tput.grouped ceiling
+derive backlog.ratio backlog.large backlog.small
+
+BENCH_SECS=$(((($(now_ms) - BENCH_T0) + 500) / 1000))
+LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# ---------------------------------------------------------------- table and JSON
+
+json_str() { # STRING -> a JSON string literal
+	local s=$1
+	s=${s//\\/\\\\}
+	s=${s//\"/\\\"}
+	s=${s//$'\t'/\\t}
+	s=${s//$'\n'/\\n}
+	printf '"%s"' "$s"
+}
+
+{
+	echo "pgjobd bench, $(date -u '+%Y-%m-%d %H:%M UTC'), $REPS repetitions, ${BENCH_SECS}s$([ "$QUICK" = 1 ] && echo ", QUICK (sizes / 10)")"
+	echo "machine:    $M_CORES cores, $M_CPU, ${M_MEM_MIB} MiB, kernel $M_KERNEL"
+	echo "disk:       data on $DATA_FS, 8 KiB O_DSYNC write ${DSYNC_MS:-?} ms (bounds each commit)"
+	echo "pgjobd:     $PGJOBD_DESCRIBE ($PGJOBD_VERSION)"
+	echo "postgresql: $PG_VERSION, $PG_SETTINGS"
+	echo "load avg:   $LOAD_START at start, $LOAD_END at end (other work on the machine adds noise)"
+	echo
+	awk -F'\t' -v reps="$REPS" '
+		function med(k,    n, i, j, t, v) {
+			n = split(vals[k], v, " ")
+			for (i = 2; i <= n; i++) for (j = i; j > 1 && v[j - 1] + 0 > v[j] + 0; j--) { t = v[j]; v[j] = v[j - 1]; v[j - 1] = t }
+			lo = v[1]; hi = v[n]; cnt = n
+			return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+		}
+		FILENAME == ARGV[1] { vals[$1] = vals[$1] " " $3; next }
+		$1 == "section" { rows[++nr] = "S\t" $2; next }
+		{ rows[++nr] = $0 }
+		END {
+			printf "%-50s %11s %11s %11s  %-10s  %-9s  %s\n", "figure", "median", "min", "max", "unit", "target", "meets"
+			for (i = 1; i <= nr; i++) {
+				split(rows[i], f, "\t")
+				if (f[1] == "S") { printf "%s\n", f[2]; continue }
+				if (!(f[1] in vals)) { printf "%-50s %11s %11s %11s  %-10s  %-9s\n", f[2], "-", "-", "-", f[3], f[5]; continue }
+				m = med(f[1]); fmt = "%11." f[4] "f"
+				meets = ""
+				if (f[5] != "") { split(f[5], tg, " "); meets = (tg[1] == "<=" ? m <= tg[2] : m >= tg[2]) ? "yes" : "NO" }
+				printf "%-50s " fmt " " fmt " " fmt "  %-10s  %-9s  %s%s\n", f[2], m, lo, hi, f[3], f[5], meets, (cnt < reps ? "  (" cnt " of " reps " reps)" : "")
+			}
+		}' "$W/figs" "$W/defs"
+	if [ ${#PROBLEMS[@]} -gt 0 ]; then
+		echo
+		echo "problems (figures affected are left out or based on fewer repetitions):"
+		printf '  - %s\n' "${PROBLEMS[@]}"
+	fi
+} | tee "$OUT/table.txt"
+
+{
+	echo "{"
+	echo "  \"date\": $(json_str "$(date -u +%Y-%m-%dT%H:%M:%SZ)"),"
+	echo "  \"duration_s\": $BENCH_SECS,"
+	echo "  \"repetitions\": $REPS,"
+	echo "  \"quick\": $([ "$QUICK" = 1 ] && echo true || echo false),"
+	echo "  \"machine\": {\"cores\": $M_CORES, \"cpu\": $(json_str "$M_CPU"), \"memory_mib\": $M_MEM_MIB, \"kernel\": $(json_str "$M_KERNEL"), \"data_fs\": $(json_str "$DATA_FS"), \"dsync_write_ms\": ${DSYNC_MS:-null}, \"loadavg_start\": $(json_str "$LOAD_START"), \"loadavg_end\": $(json_str "$LOAD_END")},"
+	echo "  \"pgjobd\": {\"describe\": $(json_str "$PGJOBD_DESCRIBE"), \"version\": $(json_str "$PGJOBD_VERSION")},"
+	echo "  \"postgresql\": {\"version\": $(json_str "$PG_VERSION"), \"settings\": {$(
+		for kv in $PG_SETTINGS; do printf '%s%s: %s' "$sep" "$(json_str "${kv%%=*}")" "$(json_str "${kv#*=}")"; sep=', '; done
+	)}},"
+	echo "  \"sizes\": {\"concurrency\": $CONCURRENCY, \"spawns\": $N_SPAWNS, \"jobs\": $N_JOBS, \"groups\": $N_GROUPS, \"pickup_inserts\": $N_PICKUP, \"pickup_pause_ms\": [$PICKUP_MIN_MS, $PICKUP_MAX_MS], \"backlog_small\": [$N_SMALL, $G_SMALL], \"backlog_large\": [$N_LARGE, $G_LARGE], \"backlog_large_measured\": $N_LARGE_STOP, \"enqueue_seconds\": $ENQ_SECS, \"enqueue_clients\": $ENQ_CLIENTS, \"enqueue_groups\": $ENQ_GROUPS, \"footprint_slots\": $FOOT_SLOTS, \"strace_jobs\": $N_STRACE},"
+	echo "  \"figures\": {"
+	awk -F'\t' '
+		BEGIN { CONVFMT = "%.10g"; OFMT = "%.10g" }
+		function jstr(s) { gsub(/\\/, "\\\\", s); gsub(/"/, "\\\"", s); return "\"" s "\"" }
+		FILENAME == ARGV[1] { vals[$1] = vals[$1] " " $3; next }
+		$1 == "section" { next }
+		{
+			n = split(vals[$1], v, " ")
+			for (i = 2; i <= n; i++) for (j = i; j > 1 && v[j - 1] + 0 > v[j] + 0; j--) { t = v[j]; v[j] = v[j - 1]; v[j - 1] = t }
+			list = ""; for (i = 1; i <= n; i++) list = list (i > 1 ? ", " : "") (v[i] + 0)
+			if (n == 0) { m = "null"; lo = "null"; hi = "null" }
+			else { m = (n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2) + 0; lo = v[1] + 0; hi = v[n] + 0 }
+			tgt = "null"; meets = "null"
+			if ($5 != "") {
+				split($5, tg, " ")
+				tgt = "{\"op\": " jstr(tg[1]) ", \"value\": " (tg[2] + 0) "}"
+				if (n > 0) meets = (tg[1] == "<=" ? m <= tg[2] : m >= tg[2]) ? "true" : "false"
+			}
+			out[++no] = sprintf("    %s: {\"label\": %s, \"unit\": %s, \"median\": %s, \"min\": %s, \"max\": %s, \"values\": [%s], \"target\": %s, \"meets_target\": %s}",
+				jstr($1), jstr($2), jstr($3), m, lo, hi, list, tgt, meets)
+		}
+		END { for (i = 1; i <= no; i++) print out[i] (i < no ? "," : "") }' "$W/figs" "$W/defs"
+	echo "  },"
+	printf '  "problems": ['
+	sep=
+	for p in "${PROBLEMS[@]}"; do
+		printf '%s\n    %s' "$sep" "$(json_str "$p")"
+		sep=,
+	done
+	[ ${#PROBLEMS[@]} -gt 0 ] && printf '\n  '
+	echo "]"
+	echo "}"
+} >"$OUT/results.json"
+log "wrote $OUT/results.json and $OUT/table.txt"
+exit 0
