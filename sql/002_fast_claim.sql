@@ -31,6 +31,41 @@
 -- The version 1 functions stay, unchanged, for daemons of that version during
 -- a rolling upgrade.
 
+-- Who needs waking. NOTIFY serialises the commits of the transactions that
+-- send one (PostgreSQL queues notifications in commit order under one
+-- lock), so a NOTIFY on every enqueue cost 60-80 % of the INSERT throughput
+-- of 16 producers. A claimer that leaves slots idle registers here (one row
+-- per queue and claimer session, kept by claim_batch); a claimer whose call
+-- filled every slot removes its row, because a busy daemon claims again
+-- whenever a slot finishes. Producers NOTIFY only a queue with a row. Rows of
+-- sessions that are gone are removed by the orphan pass. Unlogged: after a
+-- crash the daemons register again with their first claim.
+CREATE UNLOGGED TABLE pgjobd.waiting (
+    queue text NOT NULL,
+    pid   integer NOT NULL,
+    since timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (queue, pid)
+);
+
+-- Replaces version 1's trigger function: group rows only when the statement
+-- has grouped jobs, and one NOTIFY per queue per statement only when a
+-- daemon of that queue is waiting. (BEFORE row triggers were tried
+-- instead; they were no cheaper for a one-row INSERT.)
+CREATE OR REPLACE FUNCTION pgjobd.jobs_inserted() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM new_jobs n WHERE n.group_id IS NOT NULL) THEN
+        INSERT INTO pgjobd.groups (queue, group_id)
+            SELECT DISTINCT n.queue, n.group_id FROM new_jobs n WHERE n.group_id IS NOT NULL
+            ON CONFLICT DO NOTHING;
+    END IF;
+    PERFORM pg_notify('pgjobd', d.queue)
+       FROM (SELECT DISTINCT n.queue FROM new_jobs n) d
+      WHERE EXISTS (SELECT 1 FROM pgjobd.waiting w WHERE w.queue = d.queue);
+    RETURN NULL;
+END
+$$;
+
 -- Try to take group g of queue q for its job `jid`: version 1's function with
 -- the bridge key inline and readiness at statement_timestamp(). Returns the
 -- group row's id; 0 when no job of the group can start now (its row is
@@ -126,6 +161,9 @@ BEGIN
     -- bridge is tried before the rows: a live claim holds one or the other,
     -- so live jobs are never row-locked here.
     IF p_orphans THEN
+        DELETE FROM pgjobd.waiting w
+         WHERE w.queue = p_queue
+           AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = w.pid);
         FOR r IN SELECT j.id, j.group_id, j.attempts, j.max_attempts FROM pgjobd.jobs j
                   WHERE j.queue = p_queue AND j.status = 'running'
                   ORDER BY j.id
@@ -276,6 +314,13 @@ BEGIN
         END LOOP;
     END IF;
 
+    -- Slots left idle: wake me (see pgjobd.waiting).
+    IF coalesce(array_length(ids, 1), 0) < want THEN
+        INSERT INTO pgjobd.waiting (queue, pid) VALUES (p_queue, pg_backend_pid())
+            ON CONFLICT DO NOTHING;
+    ELSE
+        DELETE FROM pgjobd.waiting w WHERE w.queue = p_queue AND w.pid = pg_backend_pid();
+    END IF;
     IF coalesce(array_length(ids, 1), 0) = 0 THEN
         RETURN;
     END IF;

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Wake-ups (SPEC §1: an INSERT wakes idle daemons through NOTIFY; nobody polls
+# faster than poll_interval). With poll_interval = 1h every start below comes
+# from a NOTIFY or from a slot that finished. Producers notify only queues
+# with a waiting claimer (pgjobd.waiting), so this also checks that a daemon
+# registers when it goes idle (after being busy) and leaves when it is busy.
+. "$(dirname "$0")/lib.sh"
+require_pgjobd
+
+pg_start
+write_conf "$T/w.ini" <<EOF
+$(conf_header poll_interval=1h)
+
+[queue.w]
+command = if [ -n "\$PGJOBD_ARG_wait" ]; then while [ ! -e "$T/\$PGJOBD_ARG_wait" ]; do sleep 0.05; done; fi; echo ok
+concurrency = 1
+EOF
+pgjobd_migrate "$T/w.ini" >"$T/migrate.log" 2>&1 || bail_out "pgjobd migrate failed"
+start_daemon d "$T/w.ini"
+waiting() { psql_q "SELECT count(*) FROM pgjobd.waiting WHERE queue = 'w'"; }
+wait_until 10 '[ "$(waiting)" = 1 ]'
+ok $? "the idle daemon is registered as waiting"
+
+a=$(psql_q "INSERT INTO pgjobd.jobs (queue, data) VALUES ('w', '{\"wait\": \"go-a\"}') RETURNING id")
+wait_until 5 "[ \"\$(job_field $a status)\" = running ]"
+ok $? "a job inserted into an idle daemon starts at once (NOTIFY)"
+is "$(waiting)" 0 "with its only slot busy the daemon is not waiting"
+b=$(psql_q "INSERT INTO pgjobd.jobs (queue) VALUES ('w') RETURNING id")
+sleep 0.5
+is "$(job_field "$b" status)" queued "a job inserted while the slot is busy waits"
+touch "$T/go-a"
+wait_until 5 "[ \"\$(job_field $b status)\" = succeeded ]"
+ok $? "and starts when the slot finishes, without a poll"
+wait_until 5 '[ "$(waiting)" = 1 ]'
+ok $? "idle again: registered as waiting"
+c=$(psql_q "INSERT INTO pgjobd.jobs (queue) VALUES ('w') RETURNING id")
+wait_until 5 "[ \"\$(job_field $c status)\" = succeeded ]"
+ok $? "after being busy, an idle daemon is woken by the next INSERT"
+
+n=$(psql_q "INSERT INTO pgjobd.jobs (queue) VALUES ('nobody') RETURNING id")
+is "$(job_field "$n" status)" queued "a job of a queue nobody serves waits"
+
+stop_daemon "$DAEMON_PID"
+is $? 0 "the daemon exits 0"
+done_testing
