@@ -145,7 +145,8 @@ fig() { # KEY VALUE
 # ---------------------------------------------------------------- daemon helpers
 
 DAEMON=
-# slot_sessions [STATE]: the daemon's sessions (slots and listener), in STATE if given.
+# slot_sessions [STATE]: the daemon's sessions (slots, the queue's claimer and the
+# listener), in STATE if given.
 slot_sessions() {
 	psql_q "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'pgjobd %'${1:+ AND state = '$1'}"
 }
@@ -155,10 +156,10 @@ daemon_up() {
 	DAEMON=$DAEMON_PID
 	CUR_LOG=$T/$1.log
 }
-# daemon_idle SLOTS: wait until the listener and SLOTS slot sessions are connected and idle
+# daemon_idle SLOTS: wait until the listener, the claimer and SLOTS slot sessions are connected and idle
 # (the startup claims have returned), i.e. the daemon waits for a NOTIFY.
 daemon_idle() {
-	wait_until 30 "[ \"\$(slot_sessions idle)\" = $(($1 + 1)) ] || ! pid_alive $DAEMON" &&
+	wait_until 30 "[ \"\$(slot_sessions idle)\" = $(($1 + 2)) ] || ! pid_alive $DAEMON" &&
 		pid_alive "$DAEMON" && return 0
 	problem "rep $REP: daemon ${CUR_LOG##*/} did not become idle with $1 slots"
 	return 1
