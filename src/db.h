@@ -19,7 +19,7 @@
 #include <libpq-fe.h>
 #include <stdbool.h>
 
-#define DB_MAX_STMTS 8
+#define DB_MAX_STMTS 4
 #define DB_MAX_PARAMS 8
 
 struct db_conn;

@@ -501,11 +501,6 @@ void job_free(struct job *j)
 	free(j);
 }
 
-bool job_is_idle(const struct job *j)
-{
-	return j->state == J_IDLE;
-}
-
 bool job_is_busy(const struct job *j)
 {
 	return j->state == J_HOLDING || j->state == J_RUNNING || j->state == J_FINISHING ||

@@ -57,8 +57,6 @@ void job_hold(struct job *j, struct claim_job *cj);
 const struct claim_job *job_claimed(const struct job *j);
 /* The worker name claims are made for ("host:pid:queue.N"). */
 const char *job_worker(const struct job *j);
-/* True when idle (connected, nothing reserved, held or running). */
-bool job_is_idle(const struct job *j);
 /* True while a job is being held or run or its outcome written. */
 bool job_is_busy(const struct job *j);
 
