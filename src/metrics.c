@@ -299,7 +299,7 @@ int metrics_render(const struct metrics *m, FILE *f)
 		queue_sample(f, "pgjobd_jobs_running", m->queues[i].name,
 			     (uint64_t)queue_running(&m->queues[i]));
 	header(f, "pgjobd_claim_seconds", "histogram",
-	       "Time from sending a claim to having a job to run (claims that found one).");
+	       "Time from a slot being set aside for a claim to holding its job.");
 	for (size_t i = 0; i < m->nqueues; i++)
 		histogram_samples(f, "pgjobd_claim_seconds", m->queues[i].name,
 				  &m->queues[i].claim);
