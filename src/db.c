@@ -195,21 +195,25 @@ static void fail(struct db_conn *c, const char *why)
 		c->cbs.on_event(c, DB_DOWN, c->cbs.arg);
 }
 
-/* The prepared name of sql, preparing it (one more pipeline item) the first
- * time; -1 when it is to be sent unnamed (the cache is full). */
-static int prepare(struct db_conn *c, const struct db_stmt *st)
+/* The prepared statement for st, in name[32], preparing it (one more
+ * pipeline item) the first time. Returns its slot, -1 when it is to be sent
+ * unnamed (the cache is full), -2 when the Prepare could not be queued. */
+static int prepare(struct db_conn *c, const struct db_stmt *st, char *name)
 {
-	int free_slot = -1;
-	for (int i = 0; i < DB_MAX_PREPARED; i++) {
+	int slot = -1, free_slot = -1;
+	for (int i = 0; i < DB_MAX_PREPARED && slot < 0; i++) {
 		if (c->prepared[i] == st->sql)
-			return i;
-		if (!c->prepared[i] && free_slot < 0)
+			slot = i;
+		else if (!c->prepared[i] && free_slot < 0)
 			free_slot = i;
+	}
+	if (slot >= 0) {
+		snprintf(name, 32, "pgjobd_%d", slot);
+		return slot;
 	}
 	if (free_slot < 0)
 		return -1;
-	char name[32];
-	snprintf(name, sizeof(name), "pgjobd_%d", free_slot);
+	snprintf(name, 32, "pgjobd_%d", free_slot);
 	if (!PQsendPrepare(c->pg, name, st->sql, st->nparams, NULL))
 		return -2;
 	c->prepared[free_slot] = st->sql;
@@ -222,13 +226,12 @@ static int send_batch(struct db_conn *c, const struct db_stmt *stmts, int n, boo
 	c->nsyncs = 1;
 	c->nitems = 0;
 	for (int i = 0; i < n; i++) {
-		int p = named ? prepare(c, &stmts[i]) : -1;
+		char name[32];
+		int p = named ? prepare(c, &stmts[i], name) : -1;
 		if (p == -2)
 			return -1;
 		int ok;
 		if (p >= 0) {
-			char name[32];
-			snprintf(name, sizeof(name), "pgjobd_%d", p);
 			ok = PQsendQueryPrepared(c->pg, name, stmts[i].nparams, stmts[i].params,
 						 NULL, NULL, 0);
 		} else {
