@@ -192,27 +192,21 @@ void claim_decode(PGresult *c, int row, struct claim_job *out, int *slot)
 	out->nargs = (size_t)nk;
 }
 
-static void set_finish(struct db_stmt *st, struct finish_params *p, long long id,
-		       const struct claim_outcome *o)
-{
-	snprintf(p->id, sizeof(p->id), "%lld", id);
-	snprintf(p->retry_ms, sizeof(p->retry_ms), "%lld", (long long)o->retry_in_ms);
-	snprintf(p->give_back, sizeof(p->give_back), "%d", o->give_back ? 1 : 0);
-	st->sql = sql_finish;
-	st->nparams = 6;
-	st->params[0] = p->id;
-	st->params[1] = o->status;
-	st->params[2] = o->result;
-	st->params[3] = o->error;
-	st->params[4] = p->retry_ms;
-	st->params[5] = p->give_back;
-}
-
 int claim_build_finish(struct db_stmt *st, struct finish_params *p, long long id,
 		       const struct claim_outcome *o)
 {
 	memset(st, 0, 2 * sizeof(*st));
-	set_finish(&st[0], p, id, o);
+	snprintf(p->id, sizeof(p->id), "%lld", id);
+	snprintf(p->retry_ms, sizeof(p->retry_ms), "%lld", (long long)o->retry_in_ms);
+	snprintf(p->give_back, sizeof(p->give_back), "%d", o->give_back ? 1 : 0);
+	st[0].sql = sql_finish;
+	st[0].nparams = 6;
+	st[0].params[0] = p->id;
+	st[0].params[1] = o->status;
+	st[0].params[2] = o->result;
+	st[0].params[3] = o->error;
+	st[0].params[4] = p->retry_ms;
+	st[0].params[5] = p->give_back;
 	st[1].sql = claim_sql_commit;
 	return 2;
 }
