@@ -48,9 +48,12 @@ static const char sql_claim[] =
  * claimer's session, and with it the bridge, was lost). */
 static const char sql_begin[] = "BEGIN";
 static const char sql_hold_group[] = "SELECT 1 FROM pgjobd.groups WHERE id = $1::bigint FOR UPDATE";
+/* The second column: pgjobd.cancel() was called for the job before the slot
+ * got it (a request made later reaches the daemon by NOTIFY). */
 static const char sql_hold_job[] =
-    "SELECT id FROM pgjobd.jobs WHERE id = $1::bigint AND status = 'running' "
-    "AND worker = $2 AND attempts = $3::int FOR UPDATE";
+    "SELECT j.id, EXISTS (SELECT 1 FROM pgjobd.cancel_requests c WHERE c.job_id = j.id) "
+    "FROM pgjobd.jobs j WHERE j.id = $1::bigint AND j.status = 'running' "
+    "AND j.worker = $2 AND j.attempts = $3::int FOR UPDATE OF j";
 const char claim_sql_commit[] = "COMMIT";
 
 /* Step 3, in the held transaction: the outcome. `queued` (retry or shutdown)
@@ -65,6 +68,19 @@ static const char sql_finish[] =
     "finished_at = CASE WHEN $2 = 'queued' THEN NULL ELSE clock_timestamp() END, "
     "attempts = attempts - $6::int, updated_at = clock_timestamp() "
     "WHERE id = $1::bigint";
+
+/* A cancelled outcome also drops the job's cancel request, in the same
+ * transaction (pgjobd.maintain() would drop it later otherwise). */
+static const char sql_drop_cancel[] =
+    "DELETE FROM pgjobd.cancel_requests WHERE job_id = $1::bigint";
+
+/* Housekeeping (sql/003_job_control.sql): under a try-lock, so one daemon at
+ * a time; bounded batches with SKIP LOCKED. Then the pending cancel
+ * requests, for running jobs whose NOTIFY this daemon may have missed: a
+ * plain read of a table that is empty nearly always. */
+static const char sql_maintain[] = "SELECT locked, expired, deleted, more "
+				   "FROM pgjobd.maintain($1::text[], $2::bigint[], $3::int)";
+static const char sql_cancel_requests[] = "SELECT job_id FROM pgjobd.cancel_requests";
 
 #define CLAIM_SCAN 1000
 
@@ -207,7 +223,34 @@ int claim_build_finish(struct db_stmt *st, struct finish_params *p, long long id
 	st[0].params[3] = o->error;
 	st[0].params[4] = p->retry_ms;
 	st[0].params[5] = p->give_back;
-	st[1].sql = claim_sql_commit;
+	int n = 1;
+	if (strcmp(o->status, "cancelled") == 0) {
+		st[n].sql = sql_drop_cancel;
+		st[n].nparams = 1;
+		st[n++].params[0] = p->id;
+	}
+	st[n++].sql = claim_sql_commit;
+	return n;
+}
+
+int claim_build_maintain(struct db_stmt *st, struct maintain_params *p, const char *const *queues,
+			 const int64_t *retention_ms, int nqueues, int limit)
+{
+	buf_reset(&p->queues);
+	buf_reset(&p->retention);
+	text_array(&p->queues, queues, nqueues);
+	buf_putc(&p->retention, '{');
+	for (int i = 0; i < nqueues; i++)
+		buf_printf(&p->retention, i ? ",%lld" : "%lld", (long long)retention_ms[i]);
+	buf_putc(&p->retention, '}');
+	snprintf(p->limit, sizeof(p->limit), "%d", limit);
+	memset(st, 0, 2 * sizeof(*st));
+	st[0].sql = sql_maintain;
+	st[0].nparams = 3;
+	st[0].params[0] = p->queues.data;
+	st[0].params[1] = p->retention.data;
+	st[0].params[2] = p->limit;
+	st[CLAIM_MAINTAIN_CANCELS].sql = sql_cancel_requests;
 	return 2;
 }
 

@@ -67,7 +67,8 @@ void claim_job_free(struct claim_job *j);
 /* The hold batch, a slot's own session: BEGIN; lock the group row; lock the
  * job row if it is still the one claimed for this worker and attempt -> 3
  * statements. The transaction stays open: it is the claim. The job is held
- * when statement CLAIM_HOLD_JOB returns one row. */
+ * when statement CLAIM_HOLD_JOB returns one row; its second column is 't'
+ * when the job's cancellation was requested already. */
 #define CLAIM_HOLD_JOB 2
 struct hold_params {
 	char id[24];
@@ -93,9 +94,23 @@ struct finish_params {
 	char retry_ms[24];
 	char give_back[4];
 };
-/* The finish batch: UPDATE ...; COMMIT -> 2 statements in st. */
+/* The finish batch: UPDATE ...; [drop the cancel request;] COMMIT -> 2 or 3
+ * statements in st (room for 3). */
 int claim_build_finish(struct db_stmt *st, struct finish_params *p, long long id,
 		       const struct claim_outcome *o);
+
+/* The maintenance batch (pgjobd.maintain() over the given queues and their
+ * retention, 0 = keep; then the pending cancel requests) -> 2 statements.
+ * Statement 0 returns one row (locked, expired, deleted, more); statement
+ * CLAIM_MAINTAIN_CANCELS one job_id per request. p must be initialised with
+ * buf_init on both bufs and outlive db_send only. */
+#define CLAIM_MAINTAIN_CANCELS 1
+struct maintain_params {
+	struct buf queues, retention;
+	char limit[16];
+};
+int claim_build_maintain(struct db_stmt *st, struct maintain_params *p, const char *const *queues,
+			 const int64_t *retention_ms, int nqueues, int limit);
 
 /* Parse a PostgreSQL text[] literal ({a,"b c",NULL}) into a malloc'd,
  * NULL-terminated array (NULL elements become ""). Returns the count, -1 on a

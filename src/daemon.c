@@ -35,6 +35,7 @@
 #include "guard.h"
 #include "job.h"
 #include "log.h"
+#include "maint.h"
 #include "metrics.h"
 #include "migrate.h"
 #include "notify.h"
@@ -68,6 +69,7 @@ struct daemon {
 	char *home;
 	struct guard *guard;
 	struct db_conn *listener;
+	struct maint *maint; /* expiry, retention, cancel requests; from start_serving */
 	struct metrics *metrics;
 	struct report *report; /* STATUS= and the metrics file */
 	struct qstate **queues;
@@ -322,8 +324,24 @@ static void on_poll(struct ev_loop *loop, ev_timer *w, int revents)
 	kick_all(w->data);
 }
 
+/* pgjobd.cancel(id) asked for a running job: if one of our slots holds or
+ * runs it, that slot terminates the command. Requests for other daemons'
+ * jobs are ignored. */
+static void cancel_job(long long id, void *arg)
+{
+	struct daemon *d = arg;
+	for (size_t qi = 0; qi < d->nqueues; qi++)
+		for (int i = 0; i < d->queues[qi]->nslots; i++)
+			if (job_cancel(d->queues[qi]->slots[i], id))
+				return;
+	for (size_t i = 0; i < d->nretiring; i++)
+		if (job_cancel(d->retiring[i], id))
+			return;
+}
+
 static void start_serving(struct daemon *d)
 {
+	d->maint = maint_new(d->loop, d->conninfo, d->cfg, d->metrics, cancel_job, d);
 	for (size_t i = 0; i < d->cfg->nqueues; i++) {
 		d->queues = xrealloc(d->queues, sizeof(*d->queues) * (d->nqueues + 1));
 		d->queues[d->nqueues++] = qstate_new(d, d->cfg->queues[i]);
@@ -381,8 +399,14 @@ static void on_listener_event(struct db_conn *c, enum db_event ev, void *arg)
 static void on_notify(struct db_conn *c, const char *channel, const char *payload, void *arg)
 {
 	(void)c;
-	(void)channel;
 	struct daemon *d = arg;
+	if (strcmp(channel, "pgjobd_cancel") == 0) {
+		char *end;
+		long long id = strtoll(payload, &end, 10);
+		if (end != payload && *end == '\0')
+			cancel_job(id, d);
+		return;
+	}
 	struct qstate *q = find_queue(d, payload);
 	if (q)
 		kick_queue(q);
@@ -413,6 +437,8 @@ static void begin_drain(struct daemon *d, bool now)
 	notify_send("STOPPING=1");
 	report_stopping(d->report);
 	ev_timer_stop(d->loop, &d->poll);
+	maint_free(d->maint); /* a draining daemon does no housekeeping */
+	d->maint = NULL;
 	for (size_t i = 0; i < d->nqueues; i++)
 		ev_timer_stop(d->loop, &d->queues[i]->wake);
 	size_t busy = 0;
@@ -460,6 +486,8 @@ static void apply_config(struct daemon *d, struct config *nc)
 			 key);
 	log_set_level(nc->log_level);
 	report_configure(d->report, nc);
+	if (d->maint)
+		maint_configure(d->maint, nc);
 	if (nc->poll_interval_ms != d->cfg->poll_interval_ms && d->state == D_RUNNING) {
 		ev_timer_stop(d->loop, &d->poll);
 		ev_timer_set(&d->poll, (double)nc->poll_interval_ms / 1000.0,
@@ -638,7 +666,9 @@ int daemon_run(const char *config_path, struct config *cfg)
 
 	log_info("msg=\"starting\" version=%s worker=%s queues=%zu", PGJOBD_VERSION,
 		 d->worker_prefix, cfg->nqueues);
-	static const char *const setup[] = {"LISTEN pgjobd", NULL};
+	/* pgjobd: a queue has new jobs (payload: the queue); pgjobd_cancel:
+	 * pgjobd.cancel() was called for a running job (payload: its id). */
+	static const char *const setup[] = {"LISTEN pgjobd", "LISTEN pgjobd_cancel", NULL};
 	struct db_callbacks cbs = {
 	    .on_event = on_listener_event, .on_notify = on_notify, .on_fd = NULL, .arg = d};
 	cbs.metrics = d->metrics;
@@ -649,6 +679,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 
 	int code = d->exit_code;
 	report_free(d->report); /* the last metrics, before the listener goes */
+	maint_free(d->maint);
 	db_conn_free(d->listener);
 	for (size_t i = 0; i < d->nqueues; i++)
 		qstate_free(d->queues[i]);

@@ -203,6 +203,8 @@ static void write_outcome(struct job *j, const struct exec_outcome *o)
 		if (strcmp(reason, "shutdown") == 0) {
 			out.status = "queued";
 			out.give_back = true;
+		} else if (strcmp(reason, "cancelled") == 0) {
+			out.status = "cancelled"; /* pgjobd.cancel(): no retry */
 		} else if (j->cj.attempts < j->cj.max_attempts) {
 			out.status = "queued";
 			out.retry_in_ms = retry_delay(q, j->cj.attempts);
@@ -218,7 +220,7 @@ static void write_outcome(struct job *j, const struct exec_outcome *o)
 		out.status, reason ? reason : "none", exit_code, sig, ms);
 	if (strcmp(out.status, "queued") == 0 && !out.give_back)
 		emit(j, JOB_EV_RETRY, out.retry_in_ms);
-	struct db_stmt st[2];
+	struct db_stmt st[3];
 	int n = claim_build_finish(st, &j->fparams, j->cj.id, &out);
 	job_step(j, J_FINISHING);
 	if (db_send(j->db, st, n, on_finished, j) < 0)
@@ -256,7 +258,8 @@ static void on_timeout(struct ev_loop *loop, ev_timer *w, int revents)
 	if (j->state != J_RUNNING || !j->proc)
 		return;
 	log_job(LOG_WARN, j, "msg=\"job timed out; terminating\"");
-	j->kill_reason = "timeout";
+	if (!j->kill_reason || strcmp(j->kill_reason, "cancelled") != 0)
+		j->kill_reason = "timeout";
 	exec_kill(j->proc, j->run_q->kill_grace_ms);
 }
 
@@ -368,9 +371,14 @@ static void on_held(struct db_conn *c, PGresult *const *res, int n, void *arg)
 	metrics_job_started(j->env->metrics, j->run_q->name, metrics_now() - j->claim_sent);
 	job_step(j, J_RUNNING);
 	emit(j, JOB_EV_HELD, 0);
+	if (PQgetvalue(res[CLAIM_HOLD_JOB], 0, 1)[0] == 't') {
+		log_job(LOG_INFO, j, "msg=\"job cancelled before its command started\"");
+		j->kill_reason = "cancelled";
+	}
 	if (j->kill_reason) {
-		/* Shutdown came while the hold was in flight: do not start it. */
-		struct exec_outcome o = {.status = EXEC_EXITED};
+		/* Shutdown or cancel came while the hold was in flight: do not
+		 * start the command. */
+		struct exec_outcome o = {.status = EXEC_EXITED, .exit_code = -1};
 		write_outcome(j, &o);
 		return;
 	}
@@ -516,7 +524,8 @@ void job_drain(struct job *j)
 void job_terminate(struct job *j)
 {
 	if (j->state == J_RESERVED || j->state == J_HOLDING) {
-		j->kill_reason = "shutdown"; /* the job will not be started */
+		if (!j->kill_reason)
+			j->kill_reason = "shutdown"; /* the job will not be started */
 		return;
 	}
 	if (j->state != J_RUNNING || !j->proc)
@@ -525,6 +534,24 @@ void job_terminate(struct job *j)
 		j->kill_reason = "shutdown";
 	log_job(LOG_INFO, j, "msg=\"terminating command for shutdown\"");
 	exec_kill(j->proc, j->run_q->kill_grace_ms);
+}
+
+bool job_cancel(struct job *j, long long id)
+{
+	if (!job_is_busy(j) || j->cj.id != id)
+		return false;
+	if (j->state == J_HOLDING) {
+		j->kill_reason = "cancelled"; /* on_held does not start it */
+		return true;
+	}
+	if (j->state != J_RUNNING || !j->proc)
+		return true; /* its outcome is being written, or its session is lost */
+	/* Cancel wins over a timeout or a shutdown in progress: the job must
+	 * not run again. exec_kill never lengthens a grace already running. */
+	j->kill_reason = "cancelled";
+	log_job(LOG_INFO, j, "msg=\"job cancelled; terminating its command\"");
+	exec_kill(j->proc, j->run_q->kill_grace_ms);
+	return true;
 }
 
 void job_set_conf(struct job *j, struct queue_conf *q)

@@ -67,6 +67,12 @@ void job_drain(struct job *j);
  * returns to `queued` without counting the attempt (shutdown). */
 void job_terminate(struct job *j);
 
+/* pgjobd.cancel(id): if this slot holds or runs job `id`, terminate its
+ * command (SIGTERM to the process group, SIGKILL after kill_grace), or do
+ * not start it, and record the job `cancelled`. Returns true if the job is
+ * this slot's. */
+bool job_cancel(struct job *j, long long id);
+
 /* Use this queue configuration for the next jobs (reload). */
 void job_set_conf(struct job *j, struct queue_conf *q);
 const struct queue_conf *job_conf(const struct job *j);

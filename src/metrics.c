@@ -61,7 +61,7 @@ struct histogram {
 struct mqueue {
 	char name[QUEUE_NAME_MAX];
 	uint64_t started;
-	uint64_t outcomes[4]; /* by enum metrics_outcome */
+	uint64_t outcomes[METRICS_CANCELLED + 1]; /* by enum metrics_outcome */
 	struct histogram claim;
 	struct histogram duration;
 };
@@ -178,6 +178,8 @@ enum metrics_outcome metrics_outcome(const char *status, int give_back)
 		return METRICS_SUCCEEDED;
 	if (strcmp(status, "failed") == 0)
 		return METRICS_FAILED;
+	if (strcmp(status, "cancelled") == 0)
+		return METRICS_CANCELLED;
 	return give_back ? METRICS_INTERRUPTED : METRICS_RETRIED;
 }
 
@@ -280,6 +282,9 @@ static const struct counter_def counters[] = {
      "Runs stopped by a shutdown or a lost database session, or not started for lack of "
      "resources; the job runs again.",
      METRICS_INTERRUPTED},
+    {"pgjobd_jobs_cancelled_total",
+     "Running jobs whose command was terminated by pgjobd.cancel() (status cancelled).",
+     METRICS_CANCELLED},
 };
 
 int metrics_render(const struct metrics *m, FILE *f)

@@ -22,6 +22,7 @@ enum metrics_outcome {
 	METRICS_RETRIED,     /* a failed attempt: the job is queued again after backoff */
 	METRICS_INTERRUPTED, /* shutdown, lost session, or no command could be started:
 				the job runs again (not a job failure) */
+	METRICS_CANCELLED,   /* pgjobd.cancel() terminated it: the job is `cancelled` */
 };
 
 /* New, empty. Owned by the caller (metrics_free). */
@@ -38,7 +39,7 @@ void metrics_job_started(struct metrics *m, const char *queue, double claim_s);
 /* A job started by metrics_job_started ended its run after run_s seconds. */
 void metrics_job_finished(struct metrics *m, const char *queue, enum metrics_outcome o,
 			  double run_s);
-/* The outcome for a job's new `status` ("succeeded", "failed", "queued");
+/* The outcome for a job's new `status` ("succeeded", "failed", "cancelled", "queued");
  * give_back: queued again without counting the attempt (shutdown). */
 enum metrics_outcome metrics_outcome(const char *status, int give_back);
 /* A database connection attempt after a lost connection or a failed attempt. */
