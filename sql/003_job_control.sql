@@ -62,9 +62,16 @@ ALTER FUNCTION pgjobd.jobs_inserted() SECURITY DEFINER SET search_path = pg_cata
 
 -- A person's `UPDATE ... SET status = 'cancelled'` (or any other path to
 -- `cancelled`) gets finished_at and, when it set none, an error saying why.
+-- A job that has finished stays as it finished (the row is left out of the
+-- UPDATE): an UPDATE aimed at a running job waits for its daemon's row lock
+-- and, under READ COMMITTED, would otherwise overwrite `succeeded` once the
+-- job is done. Running jobs are cancelled with pgjobd.cancel().
 CREATE FUNCTION pgjobd.jobs_cancelled() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
+    IF OLD.status IN ('succeeded', 'failed') THEN
+        RETURN NULL;
+    END IF;
     IF NEW.finished_at IS NULL THEN
         NEW.finished_at := clock_timestamp();
     END IF;

@@ -69,6 +69,12 @@ wait_until 5 "all_dead '$T/sh.pids' && all_dead '$T/gc.pids'"
 ok $? "the shell and its grandchild (sleep 300 &) are dead"
 is "$(psql_q "SELECT count(*) FROM pgjobd.cancel_requests")" 0 "the cancel request is gone"
 is "$(psql_q "SELECT pgjobd.cancel($r)")" f "cancel() of a finished job returns false"
+done_id=$(psql_q "INSERT INTO pgjobd.jobs (queue) VALUES ('later') RETURNING id")
+wait_until 20 "[ \"\$(status_of $done_id)\" = succeeded ]"
+ok $? "a 'later' job succeeded"
+is "$(psql -X -At -c "UPDATE pgjobd.jobs SET status = 'cancelled' WHERE id = $done_id" 2>&1)" \
+	"UPDATE 0" "UPDATE to cancelled leaves a finished job alone"
+is "$(status_of "$done_id")" succeeded "... it stays succeeded"
 is "$(psql_q "SELECT pgjobd.cancel(999999999)")" f "cancel() of no job returns false"
 sleep 2 # an absence: nothing to wait for
 is "$(job_field "$r" "status || ' ' || attempts")" "cancelled 1" "the cancelled job is not retried"
