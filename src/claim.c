@@ -211,7 +211,7 @@ void claim_decode(PGresult *c, int row, struct claim_job *out, int *slot)
 int claim_build_finish(struct db_stmt *st, struct finish_params *p, long long id,
 		       const struct claim_outcome *o)
 {
-	memset(st, 0, 2 * sizeof(*st));
+	memset(st, 0, CLAIM_FINISH_MAX * sizeof(*st));
 	snprintf(p->id, sizeof(p->id), "%lld", id);
 	snprintf(p->retry_ms, sizeof(p->retry_ms), "%lld", (long long)o->retry_in_ms);
 	snprintf(p->give_back, sizeof(p->give_back), "%d", o->give_back ? 1 : 0);

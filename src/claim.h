@@ -95,7 +95,8 @@ struct finish_params {
 	char give_back[4];
 };
 /* The finish batch: UPDATE ...; [drop the cancel request;] COMMIT -> 2 or 3
- * statements in st (room for 3). */
+ * statements in st, which must have room for CLAIM_FINISH_MAX. */
+#define CLAIM_FINISH_MAX 3
 int claim_build_finish(struct db_stmt *st, struct finish_params *p, long long id,
 		       const struct claim_outcome *o);
 

@@ -220,7 +220,7 @@ static void write_outcome(struct job *j, const struct exec_outcome *o)
 		out.status, reason ? reason : "none", exit_code, sig, ms);
 	if (strcmp(out.status, "queued") == 0 && !out.give_back)
 		emit(j, JOB_EV_RETRY, out.retry_in_ms);
-	struct db_stmt st[3];
+	struct db_stmt st[CLAIM_FINISH_MAX];
 	int n = claim_build_finish(st, &j->fparams, j->cj.id, &out);
 	job_step(j, J_FINISHING);
 	if (db_send(j->db, st, n, on_finished, j) < 0)
