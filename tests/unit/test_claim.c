@@ -1,0 +1,100 @@
+/* test_claim.c - unit tests for claim.c's statement builders and its text[]
+ * parser (no database: the SQL itself is tested by the integration tests). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "claim.h"
+#include "tap.h"
+
+/* Every statement slot the builder may use starts dirty, so a field the
+ * builder forgets to set shows up (a stack array is not zeroed either). */
+static void dirty(struct db_stmt *st, int n)
+{
+	memset(st, 0x5a, (size_t)n * sizeof(*st));
+}
+
+static void test_finish(void)
+{
+	struct db_stmt st[CLAIM_FINISH_MAX];
+	struct finish_params p;
+	struct claim_outcome ok_out = {.status = "succeeded", .result = "{}"};
+	dirty(st, CLAIM_FINISH_MAX);
+	int n = claim_build_finish(st, &p, 42, &ok_out);
+	is_int(n, 2, "succeeded: UPDATE and COMMIT");
+	is_int(st[0].nparams, 6, "the UPDATE has 6 parameters");
+	is_str(st[0].params[0], "42", "... the job id first");
+	is_str(st[0].params[1], "succeeded", "... then the status");
+	ok(st[0].params[3] == NULL, "... no error: SQL NULL");
+	is_str(st[1].sql, "COMMIT", "then COMMIT");
+	is_int(st[1].nparams, 0, "COMMIT has no parameters");
+
+	struct claim_outcome c = {.status = "cancelled", .error = "{\"reason\": \"cancelled\"}"};
+	dirty(st, CLAIM_FINISH_MAX);
+	n = claim_build_finish(st, &p, 7, &c);
+	is_int(n, 3, "cancelled: UPDATE, drop the cancel request, COMMIT");
+	ok(strstr(st[1].sql, "cancel_requests") != NULL, "the second drops the cancel request");
+	is_int(st[1].nparams, 1, "... by job id");
+	is_str(st[1].params[0], "7", "... 7");
+	is_str(st[2].sql, "COMMIT", "then COMMIT");
+	is_int(st[2].nparams, 0, "COMMIT has no parameters (regression: it had garbage)");
+	ok(!st[2].sync, "... and no stray sync flag");
+
+	struct claim_outcome r = {.status = "queued", .retry_in_ms = 1500, .give_back = true};
+	n = claim_build_finish(st, &p, 9, &r);
+	is_int(n, 2, "queued: UPDATE and COMMIT");
+	is_str(st[0].params[4], "1500", "retry delay in ms");
+	is_str(st[0].params[5], "1", "give_back 1");
+}
+
+static void test_maintain(void)
+{
+	struct db_stmt st[2];
+	struct maintain_params p;
+	buf_init(&p.queues);
+	buf_init(&p.retention);
+	const char *queues[] = {"a", "b\"c"};
+	int64_t ret[] = {604800000, 0};
+	dirty(st, 2);
+	int n = claim_build_maintain(st, &p, queues, ret, 2, 500);
+	is_int(n, 2, "maintenance: maintain() and the cancel requests");
+	is_int(st[0].nparams, 3, "maintain() has 3 parameters");
+	is_str(st[0].params[0], "{\"a\",\"b\\\"c\"}", "queues as a quoted text[] literal");
+	is_str(st[0].params[1], "{604800000,0}", "retention in ms as a bigint[] literal");
+	is_str(st[0].params[2], "500", "the batch bound");
+	is_int(st[CLAIM_MAINTAIN_CANCELS].nparams, 0, "the cancel requests need no parameter");
+	n = claim_build_maintain(st, &p, queues, ret, 0, 10);
+	is_int(n, 2, "no queues");
+	is_str(st[0].params[0], "{}", "... an empty text[]");
+	is_str(st[0].params[1], "{}", "... an empty bigint[]");
+	buf_fini(&p.queues);
+	buf_fini(&p.retention);
+}
+
+static void test_text_array(void)
+{
+	char **v;
+	is_int(claim_parse_text_array("{}", &v), 0, "empty array");
+	util_strv_free(v);
+	int n = claim_parse_text_array("{a,\"b c\",NULL,\"NULL\",\"q\\\"x\"}", &v);
+	is_int(n, 5, "five elements");
+	if (n == 5) {
+		is_str(v[0], "a", "plain");
+		is_str(v[1], "b c", "quoted with a space");
+		is_str(v[2], "", "NULL becomes empty");
+		is_str(v[3], "NULL", "a quoted \"NULL\" is text");
+		is_str(v[4], "q\"x", "an escaped quote");
+		ok(v[5] == NULL, "NULL-terminated");
+	}
+	util_strv_free(v);
+	is_int(claim_parse_text_array("{a", &v), -1, "unterminated: -1");
+	is_int(claim_parse_text_array("a}", &v), -1, "no brace: -1");
+	is_int(claim_parse_text_array("{\"a}", &v), -1, "unterminated quote: -1");
+}
+
+int main(void)
+{
+	test_finish();
+	test_maintain();
+	test_text_array();
+	return tap_done();
+}
