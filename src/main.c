@@ -1,210 +1,29 @@
 /* main.c - argv, subcommands and exit codes; dispatch only.
  *
- *   pgjobd [-c FILE]                 run the daemon in the foreground
- *   pgjobd check|migrate|status [-c FILE]
- *   pgjobd enqueue QUEUE [--group G] [--data JSON] [--priority N] [--run-at T]
+ *   pgjobd [-c FILE]                     run the daemon in the foreground
+ *   pgjobd SUBCOMMAND [OPERAND] [OPTION...]   see cli_usage (cli.c)
+ *
+ * Options may come before or after the subcommand's name and its operand
+ * (`--` ends them, for a queue named like an option); a long option's value
+ * is the next argument or follows `=`. Two tables say which subcommand takes
+ * which operand and options: anything else is a usage error naming the
+ * argument, before any file is read or connection made.
  *
  * Exit status: 0 success, 1 runtime failure (database unreachable, SQL
  * error), 2 bad usage or configuration. The subcommands other than the daemon
- * are short-lived and use blocking libpq; the daemon never does. */
-#include <libpq-fe.h>
-#include <stdarg.h>
+ * live in cli.c and use blocking libpq; the daemon never does. */
+#include <errno.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
 #include "config.h"
 #include "daemon.h"
 #include "log.h"
-#include "migrate.h"
-#include "parse.h"
 
-#define DEFAULT_CONFIG "/etc/pgjobd/pgjobd.ini"
-
-static const char usage[] =
-    "usage: pgjobd [-c FILE]                 run the worker daemon in the foreground\n"
-    "       pgjobd check   [-c FILE]         validate the file, connect, check the schema\n"
-    "       pgjobd migrate [-c FILE]         create or upgrade schema pgjobd\n"
-    "       pgjobd enqueue QUEUE [--group G] [--data JSON] [--priority N] [--run-at T]\n"
-    "                      [-c FILE]         insert a job and print its id\n"
-    "       pgjobd status  [-c FILE]         jobs per queue and status\n"
-    "       pgjobd --version | --help\n"
-    "FILE defaults to " DEFAULT_CONFIG ".\n";
-
-struct args {
-	const char *cmd;
-	const char *config;
-	const char *queue;
-	const char *group;
-	const char *data;
-	const char *priority;
-	const char *run_at;
-};
-
-__attribute__((format(printf, 1, 2))) static int bad_usage(const char *fmt, ...)
-{
-	va_list ap;
-	fprintf(stderr, "pgjobd: ");
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "\n%s", usage);
-	return 2;
-}
-
-static PGconn *connect_db(const struct config *cfg)
-{
-	const char *keys[] = {"dbname", "fallback_application_name", NULL};
-	const char *vals[] = {cfg->database, "pgjobd", NULL};
-	PGconn *pg = PQconnectdbParams(keys, vals, 1);
-	if (PQstatus(pg) != CONNECTION_OK) {
-		fprintf(stderr, "pgjobd: cannot connect to the database: %s", PQerrorMessage(pg));
-		PQfinish(pg);
-		return NULL;
-	}
-	return pg;
-}
-
-/* The start of every subcommand that talks to the database: load the file
- * (only [pgjobd] is needed unless need_queues) and connect. Returns 0, or the
- * exit status (2: configuration, 1: connection) after printing why; on
- * success the caller owns *cfg and *pg (close_db). */
-static int open_db(const struct args *a, bool need_queues, struct config **cfg, PGconn **pg)
-{
-	*pg = NULL;
-	*cfg = config_load(a->config, need_queues, stderr);
-	if (!*cfg)
-		return 2;
-	*pg = connect_db(*cfg);
-	if (!*pg) {
-		config_free(*cfg);
-		*cfg = NULL;
-		return 1;
-	}
-	return 0;
-}
-
-static void close_db(struct config *cfg, PGconn *pg)
-{
-	PQfinish(pg);
-	config_free(cfg);
-}
-
-static int cmd_check(const struct args *a)
-{
-	struct config *cfg;
-	PGconn *pg;
-	int rc = open_db(a, true, &cfg, &pg);
-	if (rc)
-		return rc;
-	rc = 1;
-	int v = migrate_current(pg);
-	if (v < 0)
-		goto out;
-	if (v != migrate_latest()) {
-		fprintf(stderr,
-			"pgjobd: schema pgjobd is at version %d, this pgjobd needs %d: run "
-			"'pgjobd migrate -c %s'\n",
-			v, migrate_latest(), a->config);
-		goto out;
-	}
-	printf("%s: ok (%zu queues, schema version %d)\n", a->config, cfg->nqueues, v);
-	rc = 0;
-out:
-	close_db(cfg, pg);
-	return rc;
-}
-
-static int cmd_migrate(const struct args *a)
-{
-	struct config *cfg;
-	PGconn *pg;
-	int rc = open_db(a, false, &cfg, &pg);
-	if (rc)
-		return rc;
-	rc = migrate_apply(pg) == 0 ? 0 : 1;
-	close_db(cfg, pg);
-	return rc;
-}
-
-static int cmd_enqueue(const struct args *a)
-{
-	if (!a->queue)
-		return bad_usage("enqueue: missing QUEUE");
-	if (!parse_is_queue_name(a->queue))
-		return bad_usage("enqueue: bad QUEUE '%s': use 1 to 63 of A-Z a-z 0-9 _ . -",
-				 a->queue);
-	long long prio = 0;
-	const char *err = NULL;
-	if (a->priority && parse_int(a->priority, -2147483648LL, 2147483647LL, &prio, &err) < 0)
-		return bad_usage("enqueue: bad --priority '%s'", a->priority);
-	struct config *cfg;
-	PGconn *pg;
-	int rc = open_db(a, false, &cfg, &pg);
-	if (rc)
-		return rc;
-	rc = 1;
-	const char *vals[5] = {a->queue, a->group, a->data ? a->data : "{}",
-			       a->priority ? a->priority : "0", a->run_at};
-	PGresult *r =
-	    PQexecParams(pg,
-			 "INSERT INTO pgjobd.jobs (queue, group_id, data, priority, run_at) "
-			 "VALUES ($1, $2, $3::jsonb, $4::int, coalesce($5::timestamptz, now())) "
-			 "RETURNING id",
-			 5, NULL, vals, NULL, NULL, 0);
-	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-		fprintf(stderr, "pgjobd: enqueue: %s", PQerrorMessage(pg));
-	} else {
-		printf("%s\n", PQgetvalue(r, 0, 0));
-		rc = 0;
-	}
-	PQclear(r);
-	close_db(cfg, pg);
-	return rc;
-}
-
-static int cmd_status(const struct args *a)
-{
-	struct config *cfg;
-	PGconn *pg;
-	int rc = open_db(a, false, &cfg, &pg);
-	if (rc)
-		return rc;
-	rc = 1;
-	PGresult *r = PQexec(pg, "SELECT queue, queued, running, succeeded, failed, cancelled, "
-				 "coalesce(date_trunc('second', oldest_queued_age)::text, '') "
-				 "FROM pgjobd.queue_stats ORDER BY queue");
-	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-		fprintf(stderr, "pgjobd: status: %s", PQerrorMessage(pg));
-		PQclear(r);
-		goto out;
-	}
-	static const char *const head[] = {"QUEUE",  "QUEUED",	  "RUNNING",	  "SUCCEEDED",
-					   "FAILED", "CANCELLED", "OLDEST_QUEUED"};
-	int nf = 7, w[7];
-	for (int f = 0; f < nf; f++) {
-		w[f] = (int)strlen(head[f]);
-		for (int i = 0; i < PQntuples(r); i++)
-			if (PQgetlength(r, i, f) > w[f])
-				w[f] = PQgetlength(r, i, f);
-	}
-	for (int f = 0; f < nf; f++)
-		printf(f == 0 ? "%-*s" : "  %*s", w[f], head[f]);
-	printf("\n");
-	for (int i = 0; i < PQntuples(r); i++) {
-		for (int f = 0; f < nf; f++)
-			printf(f == 0 ? "%-*s" : "  %*s", w[f], PQgetvalue(r, i, f));
-		printf("\n");
-	}
-	PQclear(r);
-	rc = 0;
-out:
-	close_db(cfg, pg);
-	return rc;
-}
-
-static int cmd_run(const struct args *a)
+static int cmd_run(const struct cli_args *a)
 {
 	struct config *cfg = config_load(a->config, true, stderr);
 	if (!cfg)
@@ -213,58 +32,166 @@ static int cmd_run(const struct args *a)
 	return daemon_run(a->config, cfg);
 }
 
+/* One bit per subcommand, for the subcommands an option belongs to. */
+enum {
+	CMD_RUN = 1 << 0,
+	CMD_CHECK = 1 << 1,
+	CMD_MIGRATE = 1 << 2,
+	CMD_ENQUEUE = 1 << 3,
+	CMD_STATUS = 1 << 4,
+	CMD_CANCEL = 1 << 5,
+	CMD_PAUSE = 1 << 6,
+	CMD_RESUME = 1 << 7,
+	CMD_ALL = (1 << 8) - 1,
+};
+
+static const struct command {
+	const char *name;
+	unsigned bit;
+	const char *operand; /* the one operand it requires, as named in the usage */
+	int (*run)(const struct cli_args *a);
+} commands[] = {
+    {"run", CMD_RUN, NULL, cmd_run},
+    {"check", CMD_CHECK, NULL, cli_check},
+    {"migrate", CMD_MIGRATE, NULL, cli_migrate},
+    {"enqueue", CMD_ENQUEUE, "QUEUE", cli_enqueue},
+    {"status", CMD_STATUS, NULL, cli_status},
+    {"cancel", CMD_CANCEL, "ID", cli_cancel},
+    {"pause", CMD_PAUSE, "QUEUE", cli_pause},
+    {"resume", CMD_RESUME, "QUEUE", cli_resume},
+};
+#define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
+
+/* An option sets the field at `offset` of struct cli_args: a `const char *`
+ * to its value, or (has_value false) a bool to true. */
+static const struct option {
+	const char *name;
+	const char *alias; /* the short spelling, or NULL */
+	bool has_value;
+	size_t offset;
+	unsigned cmds; /* the subcommands that take it */
+} options[] = {
+    {"--config", "-c", true, offsetof(struct cli_args, config), CMD_ALL},
+    {"--data", NULL, true, offsetof(struct cli_args, data), CMD_ENQUEUE},
+    {"--dedupe-key", NULL, true, offsetof(struct cli_args, dedupe_key), CMD_ENQUEUE},
+    {"--expires-at", NULL, true, offsetof(struct cli_args, expires_at), CMD_ENQUEUE},
+    {"--grant", NULL, false, offsetof(struct cli_args, grant), CMD_MIGRATE},
+    {"--group", NULL, true, offsetof(struct cli_args, group), CMD_ENQUEUE},
+    {"--json", NULL, false, offsetof(struct cli_args, json), CMD_STATUS},
+    {"--max-attempts", NULL, true, offsetof(struct cli_args, max_attempts), CMD_ENQUEUE},
+    {"--priority", NULL, true, offsetof(struct cli_args, priority), CMD_ENQUEUE},
+    {"--run-at", NULL, true, offsetof(struct cli_args, run_at), CMD_ENQUEUE},
+    {"--timeout", NULL, true, offsetof(struct cli_args, timeout), CMD_ENQUEUE},
+};
+#define NOPTIONS (sizeof(options) / sizeof(options[0]))
+
+static const struct command *find_command(const char *name)
+{
+	for (size_t i = 0; i < NCOMMANDS; i++)
+		if (strcmp(commands[i].name, name) == 0)
+			return &commands[i];
+	return NULL;
+}
+
+/* The option spelled s ("--group", "-c", "--group=x": *len is the length of
+ * the name part), or NULL. */
+static const struct option *find_option(const char *s, size_t *len)
+{
+	*len = strcspn(s, "=");
+	for (size_t i = 0; i < NOPTIONS; i++) {
+		const struct option *o = &options[i];
+		if ((strlen(o->name) == *len && strncmp(s, o->name, *len) == 0) ||
+		    (o->alias && strcmp(s, o->alias) == 0))
+			return o;
+	}
+	return NULL;
+}
+
+/* "a usage error naming the option": which subcommands it belongs to. */
+static int foreign_option(const struct command *c, const struct option *o)
+{
+	char owners[128] = "";
+	for (size_t i = 0; i < NCOMMANDS; i++) {
+		if (!(o->cmds & commands[i].bit))
+			continue;
+		size_t n = strlen(owners);
+		snprintf(owners + n, sizeof(owners) - n, "%s%s", n ? " and " : "",
+			 commands[i].name);
+	}
+	return cli_usage_error("%s: %s is an option of %s", c->name, o->name, owners);
+}
+
 int main(int argc, char **argv)
 {
-	struct args a = {.config = DEFAULT_CONFIG};
+	struct cli_args a = {.config = CLI_DEFAULT_CONFIG};
+	const struct command *cmd = NULL;
+	bool given[NOPTIONS] = {false};
+	bool options_end = false;
 	log_init(LOG_INFO);
 	for (int i = 1; i < argc; i++) {
 		const char *s = argv[i];
-		const char **opt = NULL;
+		if (options_end || s[0] != '-' || s[1] == '\0') {
+			if (!cmd) {
+				cmd = find_command(s);
+				if (!cmd)
+					return cli_usage_error("unknown command '%s'", s);
+			} else if (cmd->operand && !a.operand) {
+				a.operand = s;
+			} else {
+				return cli_usage_error("%s: unexpected argument '%s'", cmd->name,
+						       s);
+			}
+			continue;
+		}
+		if (strcmp(s, "--") == 0) {
+			options_end = true;
+			continue;
+		}
 		if (strcmp(s, "--help") == 0 || strcmp(s, "-h") == 0) {
-			fputs(usage, stdout);
+			fputs(cli_usage, stdout);
 			return 0;
 		}
 		if (strcmp(s, "--version") == 0 || strcmp(s, "-V") == 0) {
 			printf("pgjobd %s\n", PGJOBD_VERSION);
 			return 0;
 		}
-		if (strcmp(s, "-c") == 0 || strcmp(s, "--config") == 0)
-			opt = &a.config;
-		else if (strcmp(s, "--group") == 0)
-			opt = &a.group;
-		else if (strcmp(s, "--data") == 0)
-			opt = &a.data;
-		else if (strcmp(s, "--priority") == 0)
-			opt = &a.priority;
-		else if (strcmp(s, "--run-at") == 0)
-			opt = &a.run_at;
-		if (opt) {
-			if (i + 1 >= argc)
-				return bad_usage("option %s needs a value", s);
-			*opt = argv[++i];
-			continue;
+		size_t len;
+		const struct option *o = find_option(s, &len);
+		if (!o)
+			return cli_usage_error("unknown option '%s'", s);
+		/* A repeated option is a mistake more often than an override. */
+		if (given[o - options])
+			return cli_usage_error("option %s given twice", o->name);
+		given[o - options] = true;
+		char *field = (char *)&a + o->offset;
+		if (!o->has_value) {
+			if (s[len] == '=')
+				return cli_usage_error("option %s takes no value", o->name);
+			*(bool *)field = true;
+		} else if (s[len] == '=') {
+			*(const char **)field = s + len + 1;
+		} else if (i + 1 < argc) {
+			*(const char **)field = argv[++i];
+		} else {
+			return cli_usage_error("option %s needs a value", o->name);
 		}
-		if (s[0] == '-')
-			return bad_usage("unknown option '%s'", s);
-		if (!a.cmd)
-			a.cmd = s;
-		else if (strcmp(a.cmd, "enqueue") == 0 && !a.queue)
-			a.queue = s;
-		else
-			return bad_usage("unexpected argument '%s'", s);
 	}
-	bool enq = a.cmd && strcmp(a.cmd, "enqueue") == 0;
-	if (!enq && (a.group || a.data || a.priority || a.run_at))
-		return bad_usage("--group, --data, --priority and --run-at belong to enqueue");
-	if (!a.cmd || strcmp(a.cmd, "run") == 0)
-		return cmd_run(&a);
-	if (strcmp(a.cmd, "check") == 0)
-		return cmd_check(&a);
-	if (strcmp(a.cmd, "migrate") == 0)
-		return cmd_migrate(&a);
-	if (enq)
-		return cmd_enqueue(&a);
-	if (strcmp(a.cmd, "status") == 0)
-		return cmd_status(&a);
-	return bad_usage("unknown command '%s'", a.cmd);
+	if (!cmd)
+		cmd = find_command("run");
+	a.cmd = cmd->name;
+	if (cmd->operand && !a.operand)
+		return cli_usage_error("%s: missing %s", cmd->name, cmd->operand);
+	for (size_t i = 0; i < NOPTIONS; i++)
+		if (given[i] && !(options[i].cmds & cmd->bit))
+			return foreign_option(cmd, &options[i]);
+	int rc = cmd->run(&a);
+	/* The output is the result (a new job's id): losing it to a full disk
+	 * or a closed pipe must not look like success. */
+	if (fflush(stdout) != 0 || ferror(stdout)) {
+		fprintf(stderr, "pgjobd: %s: cannot write to standard output: %s\n", cmd->name,
+			strerror(errno));
+		if (rc == 0)
+			rc = 1;
+	}
+	return rc;
 }

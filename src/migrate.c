@@ -110,3 +110,28 @@ fail:
 	PQclear(PQexec(pg, "ROLLBACK"));
 	return -1;
 }
+
+int migrate_setup_roles(PGconn *pg)
+{
+	/* Which roles are missing now, to say which ones this call created
+	 * (another session creating one in between would be credited to us;
+	 * the grants are right either way). */
+	PGresult *r =
+	    PQexec(pg, "SELECT n FROM unnest(ARRAY['pgjobd_producer', 'pgjobd_worker']) n "
+		       "WHERE NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = n) "
+		       "ORDER BY n");
+	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+		fprintf(stderr, "pgjobd: migrate: %s", PQerrorMessage(pg));
+		PQclear(r);
+		return -1;
+	}
+	if (exec_ok(pg, "SELECT pgjobd.setup_roles()") < 0) {
+		PQclear(r);
+		return -1;
+	}
+	for (int i = 0; i < PQntuples(r); i++)
+		printf("created role %s\n", PQgetvalue(r, i, 0));
+	PQclear(r);
+	printf("roles pgjobd_producer and pgjobd_worker are set up\n");
+	return 0;
+}

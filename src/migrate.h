@@ -22,6 +22,12 @@ int migrate_latest(void);
  * stdout. Returns 0, or -1 after printing PostgreSQL's error to stderr. */
 int migrate_apply(PGconn *pg);
 
+/* `pgjobd migrate --grant`: pgjobd.setup_roles(), which creates the NOLOGIN
+ * roles pgjobd_producer and pgjobd_worker when missing (that needs
+ * CREATEROLE) and grants them their rights. Prints what it did to stdout.
+ * Returns 0, or -1 after printing PostgreSQL's error to stderr. */
+int migrate_setup_roles(PGconn *pg);
+
 /* The installed schema version: 0 when pgjobd is not installed, -1 on error
  * (printed). */
 int migrate_current(PGconn *pg);
