@@ -110,22 +110,27 @@ LANGUAGE plpgsql AS $$
 DECLARE
     s text;
 BEGIN
-    UPDATE pgjobd.jobs j SET status = 'cancelled', finished_at = clock_timestamp(),
-           updated_at = clock_timestamp(),
-           error = jsonb_build_object('reason', 'cancelled', 'exit_code', NULL,
-                                      'signal', NULL, 'stderr', NULL,
-                                      'message', 'cancelled before it started')
-     WHERE j.id = p_id AND j.status = 'queued';
-    IF FOUND THEN
-        RETURN true;
-    END IF;
-    -- Not queued (or it was being claimed, and the claim committed first).
-    SELECT j.status INTO s FROM pgjobd.jobs j WHERE j.id = p_id;
-    IF s = 'running' THEN
-        INSERT INTO pgjobd.cancel_requests (job_id) VALUES (p_id) ON CONFLICT DO NOTHING;
-        PERFORM pg_notify('pgjobd_cancel', p_id::text);
-        RETURN true;
-    END IF;
+    -- A job can move between the two statements (a claim makes it running;
+    -- a failed attempt makes it queued again), and each statement sees the
+    -- latest committed state: a few rounds settle it.
+    FOR round IN 1 .. 5 LOOP
+        UPDATE pgjobd.jobs j SET status = 'cancelled', finished_at = clock_timestamp(),
+               updated_at = clock_timestamp(),
+               error = jsonb_build_object('reason', 'cancelled', 'exit_code', NULL,
+                                          'signal', NULL, 'stderr', NULL,
+                                          'message', 'cancelled before it started')
+         WHERE j.id = p_id AND j.status = 'queued';
+        IF FOUND THEN
+            RETURN true;
+        END IF;
+        SELECT j.status INTO s FROM pgjobd.jobs j WHERE j.id = p_id;
+        IF s = 'running' THEN
+            INSERT INTO pgjobd.cancel_requests (job_id) VALUES (p_id) ON CONFLICT DO NOTHING;
+            PERFORM pg_notify('pgjobd_cancel', p_id::text);
+            RETURN true;
+        END IF;
+        EXIT WHEN s IS DISTINCT FROM 'queued';
+    END LOOP;
     RETURN false;
 END
 $$;
@@ -157,6 +162,11 @@ $$;
 CREATE FUNCTION pgjobd.resume(p_queue text) RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN
+    IF p_queue IS NULL OR p_queue !~ '^[A-Za-z0-9_.-]{1,63}$' THEN
+        RAISE EXCEPTION 'bad queue name %: use 1 to 63 characters of A-Z a-z 0-9 _ . -',
+            coalesce(quote_literal(p_queue), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     DELETE FROM pgjobd.paused_queues p WHERE p.queue = p_queue;
     IF FOUND THEN
         PERFORM pg_notify('pgjobd', p_queue);
