@@ -614,12 +614,23 @@ SELECT coalesce(s.queue, p.queue) AS queue,
 
 -- ---------------------------------------------------------------- roles
 
+-- Who inserted the job: the role a producer's row-level security policy
+-- (below) matches, so that a producer reads its own jobs only. Producers
+-- cannot write it (it is not among their INSERT columns). A default that is
+-- not volatile: adding the column does not rewrite the table.
+ALTER TABLE pgjobd.jobs ADD COLUMN created_by text NOT NULL DEFAULT current_user;
+
 -- Grants to the group roles pgjobd_producer and pgjobd_worker, those of them
 -- that exist (pgjobd.setup_roles() creates them). Idempotent; every later
 -- migration calls it again. A producer may INSERT a job's input columns and
--- read jobs; nothing in a row can name a command or reach the command's
--- environment except as PGJOBD_ARG_*. A worker may run the protocol and the
--- operator functions, and owns nothing (it cannot drop or alter).
+-- read its own jobs (row-level security on created_by); nothing in a row can
+-- name a command or reach the command's environment except as PGJOBD_ARG_*.
+-- A worker may run the protocol and the operator functions on every job,
+-- and owns nothing (it cannot drop or alter).
+--
+-- Row-level security is turned on once pgjobd_producer exists: from then on
+-- a role other than the owner (and superusers) sees and writes jobs only
+-- through these policies, that is, as a member of one of the two roles.
 CREATE FUNCTION pgjobd.grant_roles() RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -629,14 +640,34 @@ BEGIN
                       timeout, dedupe_key) ON pgjobd.jobs TO pgjobd_producer;
         GRANT SELECT (id, queue, group_id, data, priority, run_at, expires_at, max_attempts,
                       timeout, dedupe_key, status, attempts, result, error, created_at,
-                      started_at, finished_at, updated_at) ON pgjobd.jobs TO pgjobd_producer;
+                      started_at, finished_at, updated_at, created_by)
+              ON pgjobd.jobs TO pgjobd_producer;
         GRANT SELECT ON pgjobd.queue_stats TO pgjobd_producer;
+        IF NOT EXISTS (SELECT 1 FROM pg_policies
+                        WHERE schemaname = 'pgjobd' AND tablename = 'jobs'
+                          AND policyname = 'producer_insert') THEN
+            CREATE POLICY producer_insert ON pgjobd.jobs FOR INSERT TO pgjobd_producer
+                WITH CHECK (created_by = current_user);
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM pg_policies
+                        WHERE schemaname = 'pgjobd' AND tablename = 'jobs'
+                          AND policyname = 'producer_select') THEN
+            CREATE POLICY producer_select ON pgjobd.jobs FOR SELECT TO pgjobd_producer
+                USING (created_by = current_user);
+        END IF;
+        ALTER TABLE pgjobd.jobs ENABLE ROW LEVEL SECURITY;
     END IF;
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_worker') THEN
         GRANT USAGE ON SCHEMA pgjobd TO pgjobd_worker;
         GRANT SELECT, INSERT, UPDATE, DELETE ON pgjobd.jobs, pgjobd.groups, pgjobd.waiting,
               pgjobd.cancel_requests, pgjobd.paused_queues TO pgjobd_worker;
         GRANT SELECT ON pgjobd.schema_version, pgjobd.queue_stats TO pgjobd_worker;
+        IF NOT EXISTS (SELECT 1 FROM pg_policies
+                        WHERE schemaname = 'pgjobd' AND tablename = 'jobs'
+                          AND policyname = 'worker_all') THEN
+            CREATE POLICY worker_all ON pgjobd.jobs TO pgjobd_worker
+                USING (true) WITH CHECK (true);
+        END IF;
         GRANT EXECUTE ON FUNCTION pgjobd.cancel(bigint), pgjobd.pause(text),
               pgjobd.resume(text), pgjobd.maintain(text[], bigint[], int),
               pgjobd.claim_batch(text, text[], int, int, boolean, bigint[], bigint[], bigint[]),

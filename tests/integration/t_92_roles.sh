@@ -79,6 +79,21 @@ s=$?
 is "$s:$d2" "0:" "producer: a second insert with the same key inserts nothing and raises no error"
 is "$(count_jobs "queue = 'nobody' AND dedupe_key = 'dk'")" 1 "exactly one job with dedupe_key 'dk'"
 
+# A producer reads its own jobs only (row-level security on created_by).
+psql_q "CREATE ROLE app2 LOGIN IN ROLE pgjobd_producer"
+is "$(job_field "$pj" created_by)" app "created_by records the inserting role"
+o2=$(as app2 "INSERT INTO pgjobd.jobs (queue, data) VALUES ('nobody', '{\"secret\": 2}') RETURNING id")
+like "$o2" '^[0-9]+$' "a second producer inserts a job" || diag "$o2"
+is "$(as app2 "SELECT count(*) FROM pgjobd.jobs WHERE id = ${pj:-0}")" 0 "... and cannot see the first producer's job"
+is "$(as app2 "SELECT string_agg(id::text, ' ') FROM pgjobd.jobs")" "$o2" "... it sees exactly its own job"
+is "$(as app "SELECT count(*) FROM pgjobd.jobs WHERE id = ${o2:-0}")" 0 "the first producer cannot see the second's job"
+is "$(as app2 "SELECT status FROM pgjobd.jobs WHERE id = ${o2:-0}")" queued "a producer reads its own job's status"
+refused app "INSERT INTO pgjobd.jobs (queue, created_by) VALUES ('nobody', 'app2')" \
+	"producer: INSERT setting created_by (posing as another producer) is refused"
+d3=$(as app2 "INSERT INTO pgjobd.jobs (queue, dedupe_key) VALUES ('nobody', 'dk') RETURNING id")
+is "$?:$d3" "0:" "dedupe holds across producers (another producer's unfinished job has the key)"
+psql_q "DELETE FROM pgjobd.jobs WHERE id = ${o2:-0}" >/dev/null
+
 njobs=$(count_jobs true)
 refused app "UPDATE pgjobd.jobs SET status = 'succeeded' WHERE id = $pj" "producer: UPDATE status is refused"
 refused app "UPDATE pgjobd.jobs SET status = 'cancelled' WHERE id = $pj" "producer: UPDATE status to cancelled is refused"
@@ -117,7 +132,7 @@ is "$(psql_q "SELECT (SELECT count(*) FROM pgjobd.paused_queues) || ' ' ||
 # Nothing in a row can name a command: the table's columns are exactly these.
 is "$(psql_q "SELECT string_agg(column_name, ' ' ORDER BY ordinal_position) FROM information_schema.columns
                WHERE table_schema = 'pgjobd' AND table_name = 'jobs'")" \
-	"id queue group_id data priority run_at expires_at max_attempts timeout dedupe_key status attempts result error worker created_at started_at finished_at updated_at" \
+	"id queue group_id data priority run_at expires_at max_attempts timeout dedupe_key status attempts result error worker created_at started_at finished_at updated_at created_by" \
 	"pgjobd.jobs has exactly the documented columns (none names a command or environment)"
 # The columns a producer may write are exactly the documented input columns.
 is "$(psql_q "SELECT string_agg(column_name, ' ' ORDER BY column_name) FROM information_schema.column_privileges
