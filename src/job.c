@@ -540,6 +540,10 @@ bool job_cancel(struct job *j, long long id)
 {
 	if (!job_is_busy(j) || j->cj.id != id)
 		return false;
+	/* The NOTIFY and the once-a-second look at the requests both report a
+	 * request until the job's outcome is written: act on the first only. */
+	if (j->kill_reason && strcmp(j->kill_reason, "cancelled") == 0)
+		return true;
 	if (j->state == J_HOLDING) {
 		j->kill_reason = "cancelled"; /* on_held does not start it */
 		return true;

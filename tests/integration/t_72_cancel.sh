@@ -21,7 +21,7 @@ max_attempts = 5
 
 [queue.stubborn]
 command = trap '' TERM; echo \$\$ > '$T/stubborn.pid'; sleep 300
-kill_grace = 1s
+kill_grace = 2500ms
 max_attempts = 5
 
 [queue.later]
@@ -89,6 +89,8 @@ ok $? "the stubborn job ends cancelled"
 like "$(job_field "$s" "error->>'signal'")" '^(9|SIGKILL|KILL)$' "... killed by SIGKILL after kill_grace"
 wait_until 5 "all_dead '$T/stubborn.pid'"
 ok $? "... and its command is dead"
+is "$(grep -c "msg=\"job cancelled; terminating its command\" job=$s " "$T/d.log")" 1 \
+	"... acted on once, though the request was seen again during kill_grace"
 
 # --- cancel of a job whose daemon died: the next claimer ends it cancelled
 : >"$T/sh.pids"
