@@ -143,8 +143,8 @@ CREATE TABLE pgjobd.paused_queues (
     paused_by text NOT NULL DEFAULT current_user
 );
 
--- true when this call paused the queue, false when it was paused already.
-CREATE FUNCTION pgjobd.pause(p_queue text) RETURNS boolean
+-- Raises for a name the jobs table's CHECK constraint would refuse.
+CREATE FUNCTION pgjobd.check_queue_name(p_queue text) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
     IF p_queue IS NULL OR p_queue !~ '^[A-Za-z0-9_.-]{1,63}$' THEN
@@ -152,6 +152,14 @@ BEGIN
             coalesce(quote_literal(p_queue), 'NULL')
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+END
+$$;
+
+-- true when this call paused the queue, false when it was paused already.
+CREATE FUNCTION pgjobd.pause(p_queue text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pgjobd.check_queue_name(p_queue);
     INSERT INTO pgjobd.paused_queues (queue) VALUES (p_queue) ON CONFLICT DO NOTHING;
     RETURN FOUND;
 END
@@ -162,11 +170,7 @@ $$;
 CREATE FUNCTION pgjobd.resume(p_queue text) RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN
-    IF p_queue IS NULL OR p_queue !~ '^[A-Za-z0-9_.-]{1,63}$' THEN
-        RAISE EXCEPTION 'bad queue name %: use 1 to 63 characters of A-Z a-z 0-9 _ . -',
-            coalesce(quote_literal(p_queue), 'NULL')
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
+    PERFORM pgjobd.check_queue_name(p_queue);
     DELETE FROM pgjobd.paused_queues p WHERE p.queue = p_queue;
     IF FOUND THEN
         PERFORM pg_notify('pgjobd', p_queue);
