@@ -146,9 +146,10 @@ fig() { # KEY VALUE
 
 DAEMON=
 # slot_sessions [STATE]: the daemon's sessions (slots, the queue's claimer and the
-# listener), in STATE if given.
+# listener), in STATE if given. The maintenance session (once a second, whatever the
+# load) is left out.
 slot_sessions() {
-	psql_q "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'pgjobd %'${1:+ AND state = '$1'}"
+	psql_q "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'pgjobd %' AND application_name <> 'pgjobd maintenance'${1:+ AND state = '$1'}"
 }
 # daemon_up NAME CONF: start the daemon; DAEMON is its pid.
 daemon_up() {
