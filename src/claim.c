@@ -234,21 +234,14 @@ int claim_build_finish(struct db_stmt *st, struct finish_params *p, long long id
 }
 
 int claim_build_maintain(struct db_stmt *st, struct maintain_params *p, const char *const *queues,
-			 const int64_t *retention_ms, int nqueues, int limit)
+			 const long long *retention_ms, int nqueues, int limit)
 {
-	buf_reset(&p->queues);
-	buf_reset(&p->retention);
-	text_array(&p->queues, queues, nqueues);
-	buf_putc(&p->retention, '{');
-	for (int i = 0; i < nqueues; i++)
-		buf_printf(&p->retention, i ? ",%lld" : "%lld", (long long)retention_ms[i]);
-	buf_putc(&p->retention, '}');
 	snprintf(p->limit, sizeof(p->limit), "%d", limit);
 	memset(st, 0, 2 * sizeof(*st));
 	st[0].sql = sql_maintain;
 	st[0].nparams = 3;
-	st[0].params[0] = p->queues.data;
-	st[0].params[1] = p->retention.data;
+	st[0].params[0] = text_array(&p->queues, queues, nqueues);
+	st[0].params[1] = bigint_array(&p->retention, retention_ms, nqueues);
 	st[0].params[2] = p->limit;
 	st[CLAIM_MAINTAIN_CANCELS].sql = sql_cancel_requests;
 	return 2;

@@ -111,7 +111,7 @@ struct maintain_params {
 	char limit[16];
 };
 int claim_build_maintain(struct db_stmt *st, struct maintain_params *p, const char *const *queues,
-			 const int64_t *retention_ms, int nqueues, int limit);
+			 const long long *retention_ms, int nqueues, int limit);
 
 /* Parse a PostgreSQL text[] literal ({a,"b c",NULL}) into a malloc'd,
  * NULL-terminated array (NULL elements become ""). Returns the count, -1 on a

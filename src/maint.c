@@ -19,9 +19,7 @@
  * names and retention. */
 #include "maint.h"
 
-#include <inttypes.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "claim.h"
 #include "db.h"
@@ -36,8 +34,8 @@ struct maint {
 	struct ev_loop *loop;
 	struct db_conn *db;
 	ev_timer tick;
-	char **queues; /* served queues (NULL-terminated) */
-	int64_t *retention_ms;
+	char **queues;		 /* served queues (NULL-terminated) */
+	long long *retention_ms; /* the element type of claim's bigint[] literals */
 	int nqueues;
 	struct maintain_params params;
 	maint_cancel_fn *on_cancel;

@@ -53,7 +53,7 @@ static void test_maintain(void)
 	buf_init(&p.queues);
 	buf_init(&p.retention);
 	const char *queues[] = {"a", "b\"c"};
-	int64_t ret[] = {604800000, 0};
+	long long ret[] = {604800000, 0};
 	dirty(st, 2);
 	int n = claim_build_maintain(st, &p, queues, ret, 2, 500);
 	is_int(n, 2, "maintenance: maintain() and the cancel requests");
