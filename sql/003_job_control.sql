@@ -114,11 +114,8 @@ BEGIN
     -- a failed attempt makes it queued again), and each statement sees the
     -- latest committed state: a few rounds settle it.
     FOR round IN 1 .. 5 LOOP
-        UPDATE pgjobd.jobs j SET status = 'cancelled', finished_at = clock_timestamp(),
-               updated_at = clock_timestamp(),
-               error = jsonb_build_object('reason', 'cancelled', 'exit_code', NULL,
-                                          'signal', NULL, 'stderr', NULL,
-                                          'message', 'cancelled before it started')
+        -- jobs_cancelled fills finished_at, updated_at and the error.
+        UPDATE pgjobd.jobs j SET status = 'cancelled'
          WHERE j.id = p_id AND j.status = 'queued';
         IF FOUND THEN
             RETURN true;
@@ -541,10 +538,8 @@ BEGIN
     GET DIAGNOSTICS expired = ROW_COUNT;
     more := expired >= p_limit;
 
-    UPDATE pgjobd.jobs j SET status = 'cancelled', finished_at = clock_timestamp(),
-           updated_at = clock_timestamp(),
-           error = jsonb_build_object('reason', 'cancelled', 'exit_code', NULL,
-                   'signal', NULL, 'stderr', NULL, 'message', 'cancelled before it started')
+    -- jobs_cancelled fills finished_at, updated_at and the error.
+    UPDATE pgjobd.jobs j SET status = 'cancelled'
      WHERE j.id IN (SELECT q.id FROM pgjobd.jobs q
                       JOIN pgjobd.cancel_requests c ON c.job_id = q.id
                      WHERE q.status = 'queued' FOR UPDATE OF q SKIP LOCKED);
