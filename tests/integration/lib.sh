@@ -21,7 +21,7 @@
 #               start_daemon NAME CONF [VAR=VALUE...]  (sets $DAEMON_PID; never call it
 #               inside $(...): the pid must stay a child of the test shell)
 #               stop_daemon PID [TIMEOUT]  (SIGTERM, wait; returns the daemon's exit status)
-#               pid_alive PID (false for zombies) | require_pgjobd
+#               pid_alive PID (false for zombies) | all_dead PIDFILE | require_pgjobd
 #   Waiting     wait_until SECONDS 'shell condition'  (polls every 50 ms; 1 on timeout)
 #   Jobs        job_field ID EXPR | count_jobs WHERE | make_mark_script FILE LOG
 #               check_markers [--lenient] LOG | max_parallel LOG
@@ -201,6 +201,15 @@ pid_alive() {
 	state=${line##*) }
 	state=${state%% *}
 	[ "$state" != Z ] && [ "$state" != X ]
+}
+
+# all_dead FILE: FILE lists pids (one or more, whitespace-separated) and none is alive;
+# false while FILE is missing or empty (the processes have not recorded themselves yet).
+all_dead() {
+	local p
+	[ -s "$1" ] || return 1
+	for p in $(cat "$1"); do pid_alive "$p" && return 1; done
+	return 0
 }
 
 # ---------------------------------------------------------------- PostgreSQL

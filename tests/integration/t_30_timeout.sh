@@ -34,12 +34,6 @@ pgjobd_migrate "$conf" >"$T/migrate.log" 2>&1 || bail_out "pgjobd migrate failed
 start_daemon d "$conf"
 
 finished() { job_field "$1" "status IN ('succeeded', 'failed', 'cancelled')" | grep -qx t; }
-all_dead() { # FILE: every pid listed in FILE is gone
-	local p
-	[ -s "$1" ] || return 1
-	for p in $(cat "$1"); do pid_alive "$p" && return 1; done
-	return 0
-}
 
 to=$(psql_q "INSERT INTO pgjobd.jobs (queue) VALUES ('to') RETURNING id")
 st=$(psql_q "INSERT INTO pgjobd.jobs (queue) VALUES ('stubborn') RETURNING id")

@@ -32,12 +32,6 @@ start_daemon d "$conf"
 d=$DAEMON_PID
 
 status_of() { job_field "$1" status; }
-all_dead() { # FILE: every pid listed in FILE is gone
-	local p
-	[ -s "$1" ] || return 1
-	for p in $(cat "$1"); do pid_alive "$p" && return 1; done
-	return 0
-}
 
 # --- queued jobs: an UPDATE by hand, and pgjobd.cancel()
 q1=$(psql_q "INSERT INTO pgjobd.jobs (queue, run_at) VALUES ('later', now() + interval '3 seconds') RETURNING id")
