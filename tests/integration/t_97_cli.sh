@@ -8,6 +8,8 @@
 # message (exit 1). Only the running-job cancel needs a daemon.
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
+# The newest schema version: the number of the last migration in sql/.
+SCHEMA_V=$(cd "$REPO_ROOT/sql" && ls [0-9][0-9][0-9]_*.sql | tail -n 1 | sed 's/^0*\([0-9]*\)_.*/\1/')
 
 pg_start
 conf=$T/cli.ini
@@ -54,7 +56,7 @@ is "$(psql_q "SELECT count(*) FROM pg_roles WHERE rolname LIKE 'pgjobd\_%'")" 0 
 
 cli migrate --grant -c "$conf"
 is "$rc" 0 "migrate --grant exits 0" || diag "$err"
-like "$out" $'applied 003_[a-z_]+\n(.*\n)?created role pgjobd_producer\ncreated role pgjobd_worker\nroles pgjobd_producer and pgjobd_worker are set up$' \
+like "$out" $'applied 0[0-9][0-9]_[a-z_]+\n(.*\n)?created role pgjobd_producer\ncreated role pgjobd_worker\nroles pgjobd_producer and pgjobd_worker are set up$' \
 	"migrate --grant: migrates, then says which roles it created"
 is "$(psql_q "SELECT string_agg(rolname || ':' || rolcanlogin, ' ' ORDER BY rolname) FROM pg_roles
                 WHERE rolname IN ('pgjobd_producer', 'pgjobd_worker')")" \
@@ -63,14 +65,14 @@ is "$(psql_q "SELECT has_function_privilege('pgjobd_worker', 'pgjobd.cancel(bigi
                  AND has_column_privilege('pgjobd_producer', 'pgjobd.jobs', 'dedupe_key', 'INSERT')")" \
 	t "... with their grants"
 cli migrate --grant -c "$conf"
-is "$rc:$out" "0:schema pgjobd is up to date (version 3)
+is "$rc:$out" "0:schema pgjobd is up to date (version $SCHEMA_V)
 roles pgjobd_producer and pgjobd_worker are set up" "migrate --grant again: idempotent, creates nothing"
 cli migrate --grant -c "$T/app.ini"
-is "$rc:$out" "0:schema pgjobd is up to date (version 3)
+is "$rc:$out" "0:schema pgjobd is up to date (version $SCHEMA_V)
 roles pgjobd_producer and pgjobd_worker are set up" \
 	"once the roles exist, migrate --grant needs no CREATEROLE" || diag "$err"
 cli migrate -c "$conf"
-is "$rc:$out" "0:schema pgjobd is up to date (version 3)" "migrate without --grant leaves the roles alone"
+is "$rc:$out" "0:schema pgjobd is up to date (version $SCHEMA_V)" "migrate without --grant leaves the roles alone"
 
 # ---------------------------------------------------------------- status, empty
 
@@ -266,7 +268,7 @@ EOF
 cli status -c "$T/bare.ini"
 ok "$([ "$rc" = 1 ] && [ -z "$out" ] &&
 	[[ $err =~ ^'pgjobd: status: ERROR:  relation "pgjobd.queue_stats" does not exist' ]] &&
-	[[ $err == *"hint: this pgjobd needs schema version 3: run 'pgjobd migrate -c $T/bare.ini'"* ]]; echo $?)" \
+	[[ $err == *"hint: this pgjobd needs schema version $SCHEMA_V: run 'pgjobd migrate -c $T/bare.ini'"* ]]; echo $?)" \
 	"status without the schema: exit 1, PostgreSQL's message and a hint" || diag "$err"
 cli status -c "$T/missing.ini"
 is "$rc" 2 "status with a missing file: exit 2 (configuration)"
