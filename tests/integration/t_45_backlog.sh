@@ -23,7 +23,7 @@ psql_q "INSERT INTO pgjobd.jobs (queue) SELECT 'bigfree' FROM generate_series(1,
 psql_q "VACUUM ANALYZE pgjobd.jobs" >/dev/null
 psql_q "VACUUM ANALYZE pgjobd.groups" >/dev/null
 is "$(count_jobs "queue = 'big' AND status = 'queued'")" 1000000 "1,000,000 queued jobs in the big queue"
-is "$(psql_q "SELECT count(DISTINCT group_id) FROM pgjobd.jobs WHERE queue = 'big'")" 100000 "in 100,000 groups"
+is "$(psql_q "SELECT count(*) FROM pgjobd.groups WHERE queue = 'big'")" 100000 "in 100,000 groups"
 
 # The ready scan the claim's cursor runs: an index scan in start order.
 p=$(psql_q "EXPLAIN SELECT j.id, j.group_id FROM pgjobd.jobs j
