@@ -8,8 +8,10 @@
 # message (exit 1). Only the running-job cancel needs a daemon.
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
-# The newest schema version: the number of the last migration in sql/.
-SCHEMA_V=$(cd "$REPO_ROOT/sql" && ls [0-9][0-9][0-9]_*.sql | tail -n 1 | sed 's/^0*\([0-9]*\)_.*/\1/')
+# The newest migration in sql/ (e.g. 004_cheap_enqueue) and its schema version.
+LAST_MIGRATION=$(cd "$REPO_ROOT/sql" && ls [0-9][0-9][0-9]_*.sql | tail -n 1)
+LAST_MIGRATION=${LAST_MIGRATION%.sql}
+SCHEMA_V=$((10#${LAST_MIGRATION%%_*}))
 
 pg_start
 conf=$T/cli.ini
@@ -56,7 +58,7 @@ is "$(psql_q "SELECT count(*) FROM pg_roles WHERE rolname LIKE 'pgjobd\_%'")" 0 
 
 cli migrate --grant -c "$conf"
 is "$rc" 0 "migrate --grant exits 0" || diag "$err"
-like "$out" $'applied 0[0-9][0-9]_[a-z_]+\n(.*\n)?created role pgjobd_producer\ncreated role pgjobd_worker\nroles pgjobd_producer and pgjobd_worker are set up$' \
+like "$out" "applied $LAST_MIGRATION"$'\n(.*\n)?created role pgjobd_producer\ncreated role pgjobd_worker\nroles pgjobd_producer and pgjobd_worker are set up$' \
 	"migrate --grant: migrates, then says which roles it created"
 is "$(psql_q "SELECT string_agg(rolname || ':' || rolcanlogin, ' ' ORDER BY rolname) FROM pg_roles
                 WHERE rolname IN ('pgjobd_producer', 'pgjobd_worker')")" \
