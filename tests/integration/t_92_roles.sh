@@ -69,8 +69,8 @@ is "$(as app "SELECT status || ' ' || attempts || ' ' || (result IS NULL) || ' '
 	"queued 0 true true true" "producer: reads status, attempts, result, error, started_at"
 like "$(as app "SELECT queue || ':' || queued FROM pgjobd.queue_stats WHERE queue = 'nobody'")" \
 	'^nobody:[0-9]+$' "producer: SELECT from pgjobd.queue_stats works"
-is "$(psql_q "SELECT count(*) FROM pgjobd.groups WHERE queue = 'nobody' AND group_id = 'pg'")" 1 \
-	"producer's grouped insert: the trigger created the pgjobd.groups row"
+is "$(psql_q "SELECT count(*) FROM pgjobd.groups WHERE queue = 'nobody' AND group_id = 'pg'")" 0 \
+	"producer's grouped insert writes no pgjobd.groups row (the group's first claim does)"
 
 d1=$(as app "INSERT INTO pgjobd.jobs (queue, dedupe_key) VALUES ('nobody', 'dk') RETURNING id")
 like "$d1" '^[0-9]+$' "producer: a first insert with dedupe_key 'dk' inserts" || diag "$d1"
@@ -144,6 +144,30 @@ is "$(psql_q "SELECT coalesce(string_agg(privilege_type, ' ' ORDER BY privilege_
                 FROM information_schema.table_privileges
                WHERE table_schema = 'pgjobd' AND table_name = 'jobs' AND grantee = 'pgjobd_producer'")" \
 	"-" "pgjobd_producer has no table-wide privilege on pgjobd.jobs"
+
+# The INSERT trigger runs as its owner (SECURITY DEFINER): a producer's search_path
+# must not lend it a function or an operator. app puts a schema of its own first, with a pg_notify(text, text) and a text = operator
+# that record who calls them, and inserts while a daemon is registered as waiting for
+# the queue, so that the trigger takes its full path (the NOTIFY lookup).
+psql_q "CREATE SCHEMA evil AUTHORIZATION app" >/dev/null
+as app "CREATE TABLE evil.calls (who text);
+	CREATE FUNCTION evil.pg_notify(text, text) RETURNS void LANGUAGE sql
+	    AS 'INSERT INTO evil.calls VALUES (current_user)';
+	CREATE FUNCTION evil.eq(text, text) RETURNS boolean LANGUAGE plpgsql
+	    AS 'BEGIN INSERT INTO evil.calls VALUES (current_user); RETURN \$1 OPERATOR(pg_catalog.=) \$2; END';
+	CREATE OPERATOR evil.= (LEFTARG = text, RIGHTARG = text, FUNCTION = evil.eq)" >"$T/evil.log" 2>&1
+ok $? "app creates schema evil with pg_notify() and = for text" || diag "$(cat "$T/evil.log")"
+is "$(as app "SET search_path = evil, pg_catalog; SELECT pg_notify('a', 'b'), 'a' = 'a';
+              SELECT string_agg(who, ' ') FROM evil.calls; TRUNCATE evil.calls")" "|t
+app app" "with that search_path, unqualified pg_notify() and = are app's"
+psql_q "INSERT INTO pgjobd.waiting (queue, pid) VALUES ('nobody', 1)" >/dev/null
+ev=$(as app "SET search_path = evil, pg_catalog;
+             INSERT INTO pgjobd.jobs (queue) VALUES ('nobody'), ('nobody') RETURNING id" | tr '\n' ' ')
+like "$ev" '^[0-9]+ [0-9]+ $' "app inserts two jobs with that search_path" || diag "$ev"
+is "$(psql_q "SELECT count(*) FROM evil.calls")" 0 "the INSERT trigger called none of app's functions"
+psql_q "SET client_min_messages = warning; DELETE FROM pgjobd.waiting WHERE queue = 'nobody' AND pid = 1;
+        UPDATE pgjobd.jobs SET status = 'cancelled' WHERE id IN ($(echo $ev | tr ' ' ',')); DROP SCHEMA evil CASCADE" >/dev/null
+ok $? "cleaned up"
 
 # ---------------------------------------------------------------- a daemon as the worker role
 
