@@ -39,24 +39,16 @@ like "$p" "Index (Only )?Scan using jobs_group_head" "group head probe uses jobs
 # calls it for one slot), measured in one warm session (a new session's first
 # call compiles the function and reads the catalogs), each claim followed by
 # the job's finish and the release of its bridge lock.
-claim_buffers() { # QUEUE [SQL] -> median buffers (hit + read) of 9 claims
-	local sql="" i
-	if [ -n "${2:-}" ]; then
-		# 12 claims first, whose plans the session caches; then SQL
-		for i in $(seq 12); do
-			sql+="SELECT count(*) FROM pgjobd.claim_batch('$1', '{test}', 5, 1000, false, '{}', '{}', '{}');
+claim_buffers() { # QUEUE [SQL] -> median buffers (hit + read) of the last 9 claims
+	local round="EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF) SELECT * FROM pgjobd.claim_batch('$1', '{test}', 5, 1000, false, '{}', '{}', '{}');
 UPDATE pgjobd.jobs SET status = 'succeeded', finished_at = now() WHERE worker = 'test' AND status = 'running';
 SELECT pg_advisory_unlock_all();
+" sql="" i
+	# With SQL: 12 claims first, whose plans the session caches, then SQL.
+	[ -n "${2:-}" ] && sql="$(for i in $(seq 12); do printf '%s' "$round"; done)$2;
 "
-		done
-		sql+="$2;
-"
-	fi
 	for i in $(seq 12); do
-		sql+="EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF) SELECT * FROM pgjobd.claim_batch('$1', '{test}', 5, 1000, false, '{}', '{}', '{}');
-UPDATE pgjobd.jobs SET status = 'succeeded', finished_at = now() WHERE worker = 'test' AND status = 'running';
-SELECT pg_advisory_unlock_all();
-"
+		sql+=$round
 	done
 	psql -X -qAt -v ON_ERROR_STOP=1 -c "$sql" >"$T/buffers.$1" 2>&1 ||
 		psql -X -qAt -v ON_ERROR_STOP=1 >"$T/buffers.$1" 2>&1 <<<"$sql"
