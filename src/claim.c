@@ -3,28 +3,32 @@
  * Claims are made in batches by one session per queue, the claimer, for the
  * queue's idle slots; each slot then holds its job in its own session:
  *
- *   claimer    SELECT * FROM pgjobd.claim_batch(queue, workers[], ...)
+ *   claimer    SELECT * FROM pgjobd.claim_batch(queue, worker_id, ...)
  *              -- own transaction: marks up to one job per idle slot
- *              -- `running` (worker, attempts+1) and keeps each job's
- *              -- session-level advisory "bridge" lock
+ *              -- `running` (worker, worker_id, attempts+1, a new fencing
+ *              -- token) and keeps each job's session-level advisory
+ *              -- "bridge" lock
  *   slot       BEGIN
  *              SELECT ... FROM pgjobd.groups ... FOR UPDATE   -- group row
  *              SELECT ... FROM pgjobd.jobs ... FOR UPDATE     -- job row, if
- *              -- still running for this worker and attempt; Sync, tx open
+ *              -- still running for this worker and fencing token, and our
+ *              -- daemon is alive by the server's clock; Sync, tx open
  *   claimer    next claim_batch drops the bridges of held jobs
- *   slot       UPDATE pgjobd.jobs ... WHERE id; COMMIT  -- outcome; unlocks
+ *   slot       UPDATE pgjobd.jobs ... WHERE id AND fence; COMMIT  -- outcome
  *
  * So a busy slot makes two round trips and one commit per job, and the
  * claimer one round trip and one commit per batch. A claimed job is
- * protected at every instant by its bridge or by its row locks; a running
- * job protected by neither is an orphan (its daemon is gone) and any
- * claimer's orphan pass takes it over: crash detection by lock, with no
- * timeout. The functions live in sql/002_fast_claim.sql, where each statement
- * says which rows it locks and why.
+ * protected at every instant by its bridge or by its row locks, and in time
+ * by its daemon's heartbeat (fence.c): another daemon's orphan pass takes a
+ * running job over only when it is protected by neither lock and its
+ * daemon's claims have lapsed (sql/006_fencing.sql explains the bound). A
+ * job of our own that none of our slots holds is handed back by our own
+ * orphan pass (never started), or released by the slot that lost it
+ * (pgjobd.release_claim: a failed attempt).
  *
  * The finish UPDATE runs in the transaction that holds the job's row lock,
  * so it cannot race with anyone; when the connection is lost before COMMIT
- * the row stays `running` with no lock held and is taken over as an orphan. */
+ * the slot releases the job from its next session. */
 #include "claim.h"
 
 #include <stdio.h>
@@ -38,14 +42,16 @@
  * bounded when many ready rows are blocked (groups whose head is running or
  * waiting for a retry). */
 static const char sql_claim[] =
-    "SELECT slot, job_id, group_row, group_id, attempts, max_attempts, timeout_ms, data, "
-    "arg_keys, arg_vals FROM pgjobd.claim_batch($1, $2::text[], $3::int, $4::int, "
-    "$5::boolean, $6::bigint[], $7::bigint[], $8::bigint[])";
+    "SELECT slot, job_id, group_row, group_id, attempts, max_attempts, timeout_ms, fence, "
+    "data, arg_keys, arg_vals FROM pgjobd.claim_batch($1, $2::bigint, $3::text[], $4::int, "
+    "$5::bigint, $6::bigint, $7::int, $8::boolean, $9::bigint[], $10::bigint[], "
+    "$11::bigint[])";
 /* Step 2, the slot's transaction: the group row first, then the job row,
  * the order every claimer locks them in. Both wait: only SKIP LOCKED probes
  * of other claimers can hold them, briefly. The job row is locked only if it
- * is still this claim's (an orphan pass may have taken it over when our
- * claimer's session, and with it the bridge, was lost). */
+ * is still this claim's (same worker and fencing token: an orphan pass may
+ * have taken it over if our daemon's heartbeat lapsed meanwhile) and our
+ * daemon is still alive by the server's clock (sql/006_fencing.sql). */
 static const char sql_begin[] = "BEGIN";
 static const char sql_hold_group[] = "SELECT 1 FROM pgjobd.groups WHERE id = $1::bigint FOR UPDATE";
 /* The second column: pgjobd.cancel() was called for the job before the slot
@@ -53,7 +59,8 @@ static const char sql_hold_group[] = "SELECT 1 FROM pgjobd.groups WHERE id = $1:
 static const char sql_hold_job[] =
     "SELECT j.id, EXISTS (SELECT 1 FROM pgjobd.cancel_requests c WHERE c.job_id = j.id) "
     "FROM pgjobd.jobs j WHERE j.id = $1::bigint AND j.status = 'running' "
-    "AND j.worker = $2 AND j.attempts = $3::int FOR UPDATE OF j";
+    "AND j.worker = $2 AND j.fence = $3::bigint AND EXISTS (SELECT 1 FROM pgjobd.workers w "
+    "WHERE w.id = j.worker_id AND w.alive_until > clock_timestamp()) FOR UPDATE OF j";
 const char claim_sql_commit[] = "COMMIT";
 
 /* Step 3, in the held transaction: the outcome. `queued` (retry or shutdown)
@@ -67,7 +74,7 @@ static const char sql_finish[] =
     "THEN clock_timestamp() + $5::bigint * interval '1 millisecond' ELSE run_at END, "
     "finished_at = CASE WHEN $2 = 'queued' THEN NULL ELSE clock_timestamp() END, "
     "attempts = attempts - $6::int, updated_at = clock_timestamp() "
-    "WHERE id = $1::bigint";
+    "WHERE id = $1::bigint AND fence = $7::bigint AND status = 'running'";
 
 /* A cancelled outcome also drops the job's cancel request, in the same
  * transaction (pgjobd.maintain() would drop it later otherwise). */
@@ -81,6 +88,17 @@ static const char sql_drop_cancel[] =
 static const char sql_maintain[] = "SELECT locked, expired, deleted, more "
 				   "FROM pgjobd.maintain($1::text[], $2::bigint[], $3::int)";
 static const char sql_cancel_requests[] = "SELECT job_id FROM pgjobd.cancel_requests";
+
+/* A slot's own release of a claim it lost (sql/006_fencing.sql). */
+static const char sql_release[] =
+    "SELECT pgjobd.release_claim($1::bigint, $2::bigint, $3::boolean, $4::jsonb, $5::int, "
+    "$6::bigint)";
+
+/* The daemon's liveness, on the fence session (fence.c). */
+static const char sql_register[] = "SELECT pgjobd.register_worker($1, $2::int)";
+static const char sql_heartbeat[] = "SELECT pgjobd.heartbeat($1::bigint)";
+const char claim_sql_forget_workers[] = "SELECT pgjobd.forget_workers()";
+const char claim_sql_worker_gone[] = "SELECT pgjobd.worker_gone($1::bigint)";
 
 #define CLAIM_SCAN 1000
 
@@ -134,20 +152,26 @@ static const char *bigint_array(struct buf *b, const long long *v, int n)
 int claim_build(struct db_stmt *st, struct claim_params *p, const struct claim_req *r)
 {
 	snprintf(p->queue, sizeof(p->queue), "%s", r->queue);
+	snprintf(p->worker_id, sizeof(p->worker_id), "%lld", r->worker_id);
 	snprintf(p->max_attempts, sizeof(p->max_attempts), "%d", r->max_attempts);
+	snprintf(p->timeout_ms, sizeof(p->timeout_ms), "%lld", (long long)r->timeout_ms);
+	snprintf(p->max_data, sizeof(p->max_data), "%lld", (long long)r->max_data);
 	snprintf(p->scan, sizeof(p->scan), "%d", CLAIM_SCAN);
 	snprintf(p->orphans, sizeof(p->orphans), "%s", r->orphans ? "true" : "false");
 	memset(st, 0, sizeof(*st));
 	st->sql = sql_claim;
-	st->nparams = 8;
+	st->nparams = 11;
 	st->params[0] = p->queue;
-	st->params[1] = text_array(&p->workers, r->workers, r->nworkers);
-	st->params[2] = p->max_attempts;
-	st->params[3] = p->scan;
-	st->params[4] = p->orphans;
-	st->params[5] = bigint_array(&p->release_jobs, r->release_jobs, r->nrelease_jobs);
-	st->params[6] = bigint_array(&p->release_groups, r->release_groups, r->nrelease_groups);
-	st->params[7] = bigint_array(&p->skip, r->skip, r->nskip);
+	st->params[1] = p->worker_id;
+	st->params[2] = text_array(&p->workers, r->workers, r->nworkers);
+	st->params[3] = p->max_attempts;
+	st->params[4] = p->timeout_ms;
+	st->params[5] = p->max_data;
+	st->params[6] = p->scan;
+	st->params[7] = p->orphans;
+	st->params[8] = bigint_array(&p->release_jobs, r->release_jobs, r->nrelease_jobs);
+	st->params[9] = bigint_array(&p->release_groups, r->release_groups, r->nrelease_groups);
+	st->params[10] = bigint_array(&p->skip, r->skip, r->nskip);
 	return 1;
 }
 
@@ -156,7 +180,7 @@ int claim_build_hold(struct db_stmt *st, struct hold_params *p, const struct cla
 {
 	snprintf(p->id, sizeof(p->id), "%lld", j->id);
 	snprintf(p->group_row, sizeof(p->group_row), "%lld", j->group_row);
-	snprintf(p->attempts, sizeof(p->attempts), "%d", j->attempts);
+	snprintf(p->fence, sizeof(p->fence), "%lld", j->fence);
 	memset(st, 0, 3 * sizeof(*st));
 	st[0].sql = sql_begin;
 	st[1].sql = sql_hold_group;
@@ -166,7 +190,7 @@ int claim_build_hold(struct db_stmt *st, struct hold_params *p, const struct cla
 	st[CLAIM_HOLD_JOB].nparams = 3;
 	st[CLAIM_HOLD_JOB].params[0] = p->id;
 	st[CLAIM_HOLD_JOB].params[1] = worker;
-	st[CLAIM_HOLD_JOB].params[2] = p->attempts;
+	st[CLAIM_HOLD_JOB].params[2] = p->fence;
 	return 3;
 }
 
@@ -191,10 +215,11 @@ void claim_decode(PGresult *c, int row, struct claim_job *out, int *slot)
 	out->attempts = atoi(PQgetvalue(c, row, 4));
 	out->max_attempts = atoi(PQgetvalue(c, row, 5));
 	out->timeout_ms = PQgetisnull(c, row, 6) ? -1 : strtoll(PQgetvalue(c, row, 6), NULL, 10);
-	out->data = xstrdup(PQgetvalue(c, row, 7));
+	out->fence = strtoll(PQgetvalue(c, row, 7), NULL, 10);
+	out->data = xstrdup(PQgetvalue(c, row, 8));
 	char **keys = NULL, **vals = NULL;
-	int nk = claim_parse_text_array(PQgetvalue(c, row, 8), &keys);
-	int nv = claim_parse_text_array(PQgetvalue(c, row, 9), &vals);
+	int nk = claim_parse_text_array(PQgetvalue(c, row, 9), &keys);
+	int nv = claim_parse_text_array(PQgetvalue(c, row, 10), &vals);
 	if (nk < 0 || nv != nk) {
 		log_error("msg=\"cannot decode job arguments\" job=%lld", out->id);
 		util_strv_free(keys);
@@ -208,21 +233,23 @@ void claim_decode(PGresult *c, int row, struct claim_job *out, int *slot)
 	out->nargs = (size_t)nk;
 }
 
-int claim_build_finish(struct db_stmt *st, struct finish_params *p, long long id,
+int claim_build_finish(struct db_stmt *st, struct finish_params *p, long long id, long long fence,
 		       const struct claim_outcome *o)
 {
 	memset(st, 0, CLAIM_FINISH_MAX * sizeof(*st));
 	snprintf(p->id, sizeof(p->id), "%lld", id);
+	snprintf(p->fence, sizeof(p->fence), "%lld", fence);
 	snprintf(p->retry_ms, sizeof(p->retry_ms), "%lld", (long long)o->retry_in_ms);
 	snprintf(p->give_back, sizeof(p->give_back), "%d", o->give_back ? 1 : 0);
 	st[0].sql = sql_finish;
-	st[0].nparams = 6;
+	st[0].nparams = 7;
 	st[0].params[0] = p->id;
 	st[0].params[1] = o->status;
 	st[0].params[2] = o->result;
 	st[0].params[3] = o->error;
 	st[0].params[4] = p->retry_ms;
 	st[0].params[5] = p->give_back;
+	st[0].params[6] = p->fence;
 	int n = 1;
 	if (strcmp(o->status, "cancelled") == 0) {
 		st[n].sql = sql_drop_cancel;
@@ -231,6 +258,48 @@ int claim_build_finish(struct db_stmt *st, struct finish_params *p, long long id
 	}
 	st[n++].sql = claim_sql_commit;
 	return n;
+}
+
+int claim_build_release(struct db_stmt *st, struct release_params *p, const struct claim_job *j,
+			bool started, const char *error, int64_t retry_ms)
+{
+	memset(st, 0, sizeof(*st));
+	snprintf(p->id, sizeof(p->id), "%lld", j->id);
+	snprintf(p->fence, sizeof(p->fence), "%lld", j->fence);
+	snprintf(p->started, sizeof(p->started), "%s", started ? "true" : "false");
+	snprintf(p->max_attempts, sizeof(p->max_attempts), "%d", j->max_attempts);
+	snprintf(p->retry_ms, sizeof(p->retry_ms), "%lld", (long long)retry_ms);
+	st->sql = sql_release;
+	st->nparams = 6;
+	st->params[0] = p->id;
+	st->params[1] = p->fence;
+	st->params[2] = p->started;
+	st->params[3] = error;
+	st->params[4] = p->max_attempts;
+	st->params[5] = p->retry_ms;
+	return 1;
+}
+
+int claim_build_register(struct db_stmt *st, struct fence_params *p, const char *name,
+			 int64_t fence_ms)
+{
+	memset(st, 0, sizeof(*st));
+	snprintf(p->fence_ms, sizeof(p->fence_ms), "%lld", (long long)fence_ms);
+	st->sql = sql_register;
+	st->nparams = 2;
+	st->params[0] = name;
+	st->params[1] = p->fence_ms;
+	return 1;
+}
+
+int claim_build_heartbeat(struct db_stmt *st, struct fence_params *p, long long worker_id)
+{
+	memset(st, 0, sizeof(*st));
+	snprintf(p->id, sizeof(p->id), "%lld", worker_id);
+	st->sql = sql_heartbeat;
+	st->nparams = 1;
+	st->params[0] = p->id;
+	return 1;
 }
 
 int claim_build_maintain(struct db_stmt *st, struct maintain_params *p, const char *const *queues,

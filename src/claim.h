@@ -22,6 +22,7 @@ struct claim_job {
 	int attempts;	     /* this attempt's number (already counted) */
 	int max_attempts;    /* effective: the job's override or the queue's */
 	int64_t timeout_ms;  /* the job's override, -1 when none */
+	long long fence;     /* the claim's fencing token (PGJOBD_FENCE) */
 	char *data;	     /* jsonb as text */
 	char **arg_keys;     /* top-level scalars of data */
 	char **arg_vals;
@@ -32,15 +33,19 @@ struct claim_job {
  * first drop the bridges of jobs that slots now hold (or failed to hold). */
 struct claim_req {
 	const char *queue;
+	long long worker_id;	    /* this daemon's pgjobd.workers row (fence.h) */
 	const char *const *workers; /* the idle slots' worker names */
 	int nworkers;
-	int max_attempts;
+	int max_attempts;	       /* the queue's: a ceiling for the job's */
+	int64_t timeout_ms;	       /* the queue's (0: none): a ceiling for the job's */
+	int64_t max_data;	       /* the queue's: larger data fails the job unloaded */
 	bool orphans;		       /* also take over running jobs whose daemon is gone */
 	const long long *release_jobs; /* bridges of ungrouped jobs: job ids */
 	int nrelease_jobs;
 	const long long *release_groups; /* bridges of grouped jobs: group row ids */
 	int nrelease_groups;
-	const long long *skip; /* claimed by this session, not held yet */
+	const long long *skip; /* this daemon's jobs of the queue that it holds,
+				  is handing to a slot or releasing itself */
 	int nskip;
 };
 
@@ -48,7 +53,10 @@ struct claim_req {
  * them when sending). claim_params_fini releases them. */
 struct claim_params {
 	char queue[64];
+	char worker_id[24];
 	char max_attempts[16];
+	char timeout_ms[24];
+	char max_data[24];
 	char scan[16];
 	char orphans[8];
 	struct buf workers, release_jobs, release_groups, skip;
@@ -65,15 +73,15 @@ void claim_decode(PGresult *res, int row, struct claim_job *out, int *slot);
 void claim_job_free(struct claim_job *j);
 
 /* The hold batch, a slot's own session: BEGIN; lock the group row; lock the
- * job row if it is still the one claimed for this worker and attempt -> 3
- * statements. The transaction stays open: it is the claim. The job is held
- * when statement CLAIM_HOLD_JOB returns one row; its second column is 't'
- * when the job's cancellation was requested already. */
+ * job row if it is still the one claimed for this worker and fence, and its
+ * daemon is still alive -> 3 statements. The transaction stays open: it is the claim. The job is
+ * held when statement CLAIM_HOLD_JOB returns one row; its second column is 't' when the job's
+ * cancellation was requested already. */
 #define CLAIM_HOLD_JOB 2
 struct hold_params {
 	char id[24];
 	char group_row[24];
-	char attempts[16];
+	char fence[24];
 };
 int claim_build_hold(struct db_stmt *st, struct hold_params *p, const struct claim_job *j,
 		     const char *worker);
@@ -93,12 +101,44 @@ struct finish_params {
 	char id[24];
 	char retry_ms[24];
 	char give_back[4];
+	char fence[24];
 };
-/* The finish batch: UPDATE ...; [drop the cancel request;] COMMIT -> 2 or 3
- * statements in st, which must have room for CLAIM_FINISH_MAX. */
+/* The finish batch: UPDATE ... WHERE id and fence; [drop the cancel
+ * request;] COMMIT -> 2 or 3 statements in st, which must have room for
+ * CLAIM_FINISH_MAX. Statement 0 updates exactly one row when the claim was
+ * still this slot's (check PQcmdTuples). */
 #define CLAIM_FINISH_MAX 3
-int claim_build_finish(struct db_stmt *st, struct finish_params *p, long long id,
+int claim_build_finish(struct db_stmt *st, struct finish_params *p, long long id, long long fence,
 		       const struct claim_outcome *o);
+
+/* A slot lost the session that held its job and the command is dead (or
+ * never started): pgjobd.release_claim() from its new session -> 1 statement,
+ * returning one row: 'released', 'locked' (try again later) or 'gone'. The
+ * error JSON must outlive db_send only. */
+struct release_params {
+	char id[24];
+	char fence[24];
+	char started[8];
+	char max_attempts[16];
+	char retry_ms[24];
+};
+int claim_build_release(struct db_stmt *st, struct release_params *p, const struct claim_job *j,
+			bool started, const char *error, int64_t retry_ms);
+
+/* The daemon's liveness (fence.c): register an instance, returning its id
+ * (one row, one column); the heartbeat, returning 't' while the instance is
+ * alive and 'f' once it was declared dead; forget instances long gone. */
+struct fence_params {
+	char id[24];
+	char fence_ms[16];
+};
+int claim_build_register(struct db_stmt *st, struct fence_params *p, const char *name,
+			 int64_t fence_ms);
+int claim_build_heartbeat(struct db_stmt *st, struct fence_params *p, long long worker_id);
+extern const char claim_sql_forget_workers[];
+/* For the supervisor's exit: $1 = the instance id; its jobs may be taken over
+ * at once (every command of the instance is dead). */
+extern const char claim_sql_worker_gone[];
 
 /* The maintenance batch (pgjobd.maintain() over the given queues and their
  * retention, 0 = keep; then the pending cancel requests) -> 2 statements.

@@ -3,8 +3,9 @@
  * Between a claim and its slot's hold, the claimer's session holds the job's
  * bridge lock. The claimer keeps one entry per such job:
  *   HANDOFF  claimed, the slot has not reported yet: passed as p_skip, so
- *            the orphan pass does not take our own bridge for a free one
- *            (advisory locks are re-entrant within a session);
+ *            the orphan pass neither takes our own bridge for a free one
+ *            (advisory locks are re-entrant within a session) nor hands the
+ *            job back as one no slot of ours holds;
  *   RELEASE  the slot holds the job (or gave up on it): drop the bridge in
  *            the next call;
  *   SENT     the drop is in the call in flight.
@@ -162,20 +163,23 @@ bool claimer_has_releases(const struct claimer *cl)
 	return false;
 }
 
-int claimer_claim(struct claimer *cl, const char *const *workers, int nworkers, int max_attempts,
-		  int64_t orphan_every_ms)
+int claimer_claim(struct claimer *cl, const char *const *workers, int nworkers,
+		  const struct claimer_ctx *ctx)
 {
 	if (!claimer_is_ready(cl))
 		return -1;
-	size_t cap = cl->np + 1;
+	size_t cap = cl->np + (size_t)ctx->nheld + 1;
 	cl->rel_jobs = xrealloc(cl->rel_jobs, cap * sizeof(long long));
 	cl->rel_groups = xrealloc(cl->rel_groups, cap * sizeof(long long));
 	cl->skip = xrealloc(cl->skip, cap * sizeof(long long));
 	struct claim_req r = {
 	    .queue = cl->queue,
+	    .worker_id = ctx->worker_id,
 	    .workers = workers,
 	    .nworkers = nworkers,
-	    .max_attempts = max_attempts,
+	    .max_attempts = ctx->max_attempts,
+	    .timeout_ms = ctx->timeout_ms,
+	    .max_data = ctx->max_data,
 	    .release_jobs = cl->rel_jobs,
 	    .release_groups = cl->rel_groups,
 	    .skip = cl->skip,
@@ -192,8 +196,10 @@ int claimer_claim(struct claimer *cl, const char *const *workers, int nworkers, 
 				cl->rel_jobs[r.nrelease_jobs++] = p->job;
 		}
 	}
+	for (int i = 0; i < ctx->nheld; i++)
+		cl->skip[r.nskip++] = ctx->held[i];
 	int64_t now = util_now_ms();
-	if (nworkers > 0 && (cl->orphans_ms == 0 || now - cl->orphans_ms >= orphan_every_ms)) {
+	if (nworkers > 0 && (cl->orphans_ms == 0 || now - cl->orphans_ms >= ctx->orphan_every_ms)) {
 		r.orphans = true;
 		cl->orphans_ms = now;
 	}

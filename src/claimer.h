@@ -45,11 +45,25 @@ bool claimer_is_ready(const struct claimer *cl);
 /* Bridges wait to be dropped: worth a call even without idle slots. */
 bool claimer_has_releases(const struct claimer *cl);
 
+/* What a claim call needs besides the idle slots' worker names. */
+struct claimer_ctx {
+	long long worker_id; /* the daemon's instance (fence.h) */
+	int max_attempts;    /* the queue's ceilings and limits */
+	int64_t timeout_ms;
+	int64_t max_data;
+	int64_t orphan_every_ms;
+	const long long *held; /* jobs of the queue this daemon's slots hold or
+				  are still responsible for: never handed back */
+	int nheld;
+};
+
 /* Claim up to nworkers jobs (nworkers may be 0: only drop bridges). The
  * orphan pass is asked for on the first call of a session and then at most
- * once per orphan_every_ms. Returns -1 if not ready. */
-int claimer_claim(struct claimer *cl, const char *const *workers, int nworkers, int max_attempts,
-		  int64_t orphan_every_ms);
+ * once per ctx->orphan_every_ms; it also hands back this daemon's own
+ * running jobs of the queue that are neither in ctx->held nor being handed
+ * to a slot (their command never started). Returns -1 if not ready. */
+int claimer_claim(struct claimer *cl, const char *const *workers, int nworkers,
+		  const struct claimer_ctx *ctx);
 
 /* The slot that got job j holds it now, or gave up on it: drop its bridge
  * with the next call. */

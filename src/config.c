@@ -113,10 +113,14 @@ static const struct key_def keys[] = {
     {"concurrency", SEC_QUEUE, KIND_INT, 1, 1024, "1", true, Q(concurrency)},
     {"database", SEC_PGJOBD, KIND_STRING, 0, 0, "", false, P(database)},
     {"env", SEC_QUEUE, KIND_ENV, 0, 0, "", true, Q(env)},
+    {"fence_timeout", SEC_PGJOBD, KIND_DURATION, 1000, 10 * MS_MINUTE, "5s", false,
+     P(fence_timeout_ms)},
     {"kill_grace", SEC_QUEUE, KIND_DURATION, 0, MS_HOUR, "10s", true, Q(kill_grace_ms)},
+    {"lease", SEC_QUEUE, KIND_DURATION, 1000, 30 * MS_DAY, "30s", true, Q(lease_ms)},
     {"lock_mode", SEC_QUEUE, KIND_LOCK_MODE, 0, 0, "transaction", true, Q(lock_mode)},
     {"log_level", SEC_PGJOBD, KIND_LOG_LEVEL, 0, 0, "info", true, P(log_level)},
     {"max_attempts", SEC_QUEUE, KIND_INT, 1, 1000000, "5", true, Q(max_attempts)},
+    {"max_data", SEC_QUEUE, KIND_SIZE, KIB, GIB, "1MiB", true, Q(max_data)},
     {"max_output", SEC_QUEUE, KIND_SIZE, KIB, GIB, "1MiB", true, Q(max_output)},
     {"metrics_file", SEC_PGJOBD, KIND_PATH, 0, 0, NULL, true, P(metrics_file)},
     {"poll_interval", SEC_PGJOBD, KIND_DURATION, 10, MS_DAY, "2s", true, P(poll_interval_ms)},
@@ -1040,7 +1044,8 @@ bool queue_conf_equal(const struct queue_conf *a, const struct queue_conf *b)
 	    a->kill_grace_ms != b->kill_grace_ms || a->max_attempts != b->max_attempts ||
 	    a->backoff_ms != b->backoff_ms || a->backoff_max_ms != b->backoff_max_ms ||
 	    a->retention_ms != b->retention_ms || a->lock_mode != b->lock_mode ||
-	    a->max_output != b->max_output || !str_eq(a->working_dir, b->working_dir) ||
+	    a->max_output != b->max_output || a->max_data != b->max_data ||
+	    a->lease_ms != b->lease_ms || !str_eq(a->working_dir, b->working_dir) ||
 	    a->nenv != b->nenv || a->has_user != b->has_user || !str_eq(a->user, b->user) ||
 	    !str_eq(a->user_home, b->user_home))
 		return false;

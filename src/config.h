@@ -30,6 +30,8 @@ struct queue_conf {
 	int64_t retention_ms;	  /* default 7d; 0 = keep */
 	enum lock_mode lock_mode; /* only "transaction" for now */
 	int64_t max_output;	  /* bytes, default 1MiB, 1KiB..1GiB */
+	int64_t max_data;	  /* bytes of a job's data as stored, default 1MiB */
+	int64_t lease_ms;	  /* lease mode's claim length, default 30s */
 	char *working_dir;	  /* NULL = the daemon's working directory */
 	char **env;		  /* NULL-terminated "NAME=VALUE" array, never NULL */
 	size_t nenv;
@@ -46,6 +48,7 @@ struct config {
 	char *worker_name;	    /* default "%h"; expanded by config_worker_name */
 	int64_t poll_interval_ms;   /* default 2s, >= 10ms */
 	int64_t shutdown_grace_ms;  /* default 30s */
+	int64_t fence_timeout_ms;   /* default 5s: see fence.h */
 	enum log_level log_level;   /* default info */
 	char *metrics_file;	    /* NULL = no metrics file; absolute path */
 	struct queue_conf **queues; /* sorted by name */

@@ -32,6 +32,7 @@
 
 #include "claimer.h"
 #include "db.h"
+#include "fence.h"
 #include "guard.h"
 #include "job.h"
 #include "log.h"
@@ -68,6 +69,7 @@ struct daemon {
 	char *worker_prefix;
 	char *home;
 	struct guard *guard;
+	struct fence *fence; /* registration and heartbeat: bounds every claim */
 	struct db_conn *listener;
 	struct maint *maint; /* expiry, retention, cancel requests; from start_serving */
 	struct metrics *metrics;
@@ -78,6 +80,8 @@ struct daemon {
 	size_t nretiring;
 	struct job **dead; /* stopped, to be freed by on_reap */
 	size_t ndead;
+	long long *held; /* scratch: a queue's held jobs, for its claimer */
+	size_t held_cap;
 	struct job_env env;
 	ev_signal sigterm, sigint, sighup;
 	ev_timer poll, grace, watchdog;
@@ -103,12 +107,39 @@ static struct qstate *find_queue(struct daemon *d, const char *name)
 	return NULL;
 }
 
+/* The jobs of queue q that this daemon's slots hold or are still
+ * responsible for (retiring slots of the queue included): its claimer's
+ * orphan pass must not hand them back. Into d->held; returns the count. */
+static int held_jobs(struct daemon *d, const struct qstate *q)
+{
+	size_t need = (size_t)q->nslots + d->nretiring + 1;
+	if (d->held_cap < need) {
+		d->held_cap = need;
+		d->held = xrealloc(d->held, need * sizeof(*d->held));
+	}
+	int n = 0;
+	for (int i = 0; i < q->nslots; i++)
+		if (job_held_id(q->slots[i]))
+			d->held[n++] = job_held_id(q->slots[i]);
+	for (size_t i = 0; i < d->nretiring; i++)
+		if (job_held_id(d->retiring[i]) &&
+		    strcmp(job_conf(d->retiring[i])->name, q->conf->name) == 0)
+			d->held[n++] = job_held_id(d->retiring[i]);
+	return n;
+}
+
 /* Claim for every idle slot of q, in one call of its claimer. */
 static void kick_queue(struct qstate *q)
 {
 	struct daemon *d = q->d;
 	if (d->state != D_RUNNING)
 		return;
+	if (!fence_holds(d->fence, fence_timeout_ms(d->fence) / 2)) {
+		/* Claims not confirmed lately: a job started now could be
+		 * killed at once. The fence's FENCE_UP kicks again. */
+		q->again = true;
+		return;
+	}
 	if (!claimer_is_ready(q->cl)) {
 		/* The claim in flight may have missed what woke us: claim again
 		 * when it is back (or when the claimer's session is up). */
@@ -130,8 +161,16 @@ static void kick_queue(struct qstate *q)
 	if (q->nreserved == 0 && !claimer_has_releases(q->cl))
 		return; /* every slot is busy: the next one to finish kicks again */
 	q->again = false;
-	if (claimer_claim(q->cl, q->workers, q->nreserved, q->conf->max_attempts,
-			  d->cfg->poll_interval_ms) < 0) {
+	struct claimer_ctx ctx = {
+	    .worker_id = fence_worker_id(d->fence),
+	    .max_attempts = q->conf->max_attempts,
+	    .timeout_ms = q->conf->timeout_ms,
+	    .max_data = q->conf->max_data,
+	    .orphan_every_ms = d->cfg->poll_interval_ms,
+	    .held = d->held,
+	};
+	ctx.nheld = held_jobs(d, q);
+	if (claimer_claim(q->cl, q->workers, q->nreserved, &ctx) < 0) {
 		for (int i = 0; i < q->nreserved; i++)
 			job_unreserve(q->reserved[i]);
 		q->nreserved = 0;
@@ -337,6 +376,25 @@ static void cancel_job(long long id, void *arg)
 	for (size_t i = 0; i < d->nretiring; i++)
 		if (job_cancel(d->retiring[i], id))
 			return;
+}
+
+static void for_each_slot(struct daemon *d, void (*fn)(struct job *))
+{
+	for (size_t qi = 0; qi < d->nqueues; qi++)
+		for (int i = 0; i < d->queues[qi]->nslots; i++)
+			fn(d->queues[qi]->slots[i]);
+	for (size_t i = 0; i < d->nretiring; i++)
+		fn(d->retiring[i]);
+}
+
+static void on_fence(struct fence *f, enum fence_event ev, void *arg)
+{
+	(void)f;
+	struct daemon *d = arg;
+	if (ev == FENCE_UP)
+		kick_all(d);
+	else
+		for_each_slot(d, job_fence_lost);
 }
 
 static void start_serving(struct daemon *d)
@@ -616,7 +674,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 	sigaction(SIGPIPE, &sa, NULL);
 
 	/* The guard first: before any connection or child exists. */
-	d->guard = guard_start();
+	d->guard = guard_start(cfg->database, claim_sql_worker_gone);
 	if (!d->guard) {
 		config_free(cfg);
 		free(d);
@@ -629,6 +687,8 @@ int daemon_run(const char *config_path, struct config *cfg)
 	free(wn);
 	d->home = default_home();
 	d->metrics = metrics_new();
+	d->fence = fence_new(d->loop, d->conninfo, d->worker_prefix, cfg->fence_timeout_ms,
+			     d->guard, d->metrics, on_fence, d);
 	d->env = (struct job_env){
 	    .loop = d->loop,
 	    .conninfo = d->conninfo,
@@ -636,6 +696,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 	    .home = d->home,
 	    .lang = getenv("LANG"),
 	    .guard = d->guard,
+	    .fence = d->fence,
 	    .on_event = on_job_event,
 	    .arg = d,
 	    .metrics = d->metrics,
@@ -687,9 +748,11 @@ int daemon_run(const char *config_path, struct config *cfg)
 		job_free(d->retiring[i]);
 	for (size_t i = 0; i < d->ndead; i++)
 		job_free(d->dead[i]);
+	fence_free(d->fence);
 	free(d->queues);
 	free(d->retiring);
 	free(d->dead);
+	free(d->held);
 	ev_child_stop(d->loop, &d->guard_child);
 	ev_timer_stop(d->loop, &d->poll);
 	ev_timer_stop(d->loop, &d->grace);

@@ -20,7 +20,7 @@
 #include <stdbool.h>
 
 #define DB_MAX_STMTS 4
-#define DB_MAX_PARAMS 8
+#define DB_MAX_PARAMS 12
 
 struct db_conn;
 

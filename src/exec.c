@@ -8,9 +8,12 @@
  * that reports a spawn failure from the loop.
  *
  * Life of a command:
- *   exec_start -> posix_spawn (or fork+exec when switching user) -> ev_child
- *   started before we return to the loop, so libev cannot reap the shell
- *   before a watcher exists for it.
+ *   exec_start -> posix_spawn, or fork+exec when switching user or when the
+ *   caller must learn the process group before the command runs (before_run:
+ *   the child waits on a gate pipe until the hook has returned; if the
+ *   daemon dies first, the gate reads EOF and the child exits without
+ *   exec'ing anything) -> ev_child started before we return to the loop, so
+ *   libev cannot reap the shell before a watcher exists for it.
  *   The shell is reaped -> the whole group gets SIGKILL right away (the job
  *   is over when its shell is; no process of it may outlive it), and a drain
  *   timer starts. Both pipes at EOF, or the drain timer fires (a process that
@@ -359,6 +362,7 @@ out:
 /* What the fork+exec child reports through its close-on-exec pipe. */
 enum fork_stage {
 	STAGE_SETPGID,
+	STAGE_GATE,
 	STAGE_DUP2,
 	STAGE_SETGROUPS,
 	STAGE_SETGID,
@@ -369,7 +373,7 @@ enum fork_stage {
 	STAGE_N
 };
 static const char *const stage_names[STAGE_N] = {
-    "setpgid", "dup2", "setgroups", "setgid", "setuid", "chdir", "close_range", "execve",
+    "setpgid", "gate", "dup2", "setgroups", "setgid", "setuid", "chdir", "close_range", "execve",
 };
 struct fork_report {
 	int stage;
@@ -378,8 +382,8 @@ struct fork_report {
 
 /* In the forked child: async-signal-safe calls only (the parent may have
  * held locks at fork time). Never returns. */
-static void __attribute__((noreturn))
-fork_child(const struct exec_spec *spec, char *const argv[], const int child_fd[3], int report_fd)
+static void __attribute__((noreturn)) fork_child(const struct exec_spec *spec, char *const argv[],
+						 const int child_fd[3], int report_fd, int gate_fd)
 {
 	struct fork_report r;
 	struct sigaction sa;
@@ -395,6 +399,18 @@ fork_child(const struct exec_spec *spec, char *const argv[], const int child_fd[
 		r.stage = STAGE_SETPGID;
 		goto fail;
 	}
+	if (gate_fd >= 0) {
+		/* Nothing of the command runs before the parent has registered
+		 * the group: one byte means go; EOF (the parent died, or the
+		 * registration failed) means exit, having done nothing. */
+		char go;
+		ssize_t n;
+		do
+			n = read(gate_fd, &go, 1);
+		while (n < 0 && errno == EINTR);
+		if (n != 1)
+			_exit(127);
+	}
 	for (int i = 0; i < 3; i++) {
 		if (dup2(child_fd[i], i) < 0) {
 			r.stage = STAGE_DUP2;
@@ -403,15 +419,15 @@ fork_child(const struct exec_spec *spec, char *const argv[], const int child_fd[
 	}
 	/* Drop privileges before chdir so the directory is entered with the
 	 * job's own permissions. Supplementary groups: just the job's gid. */
-	if (setgroups(1, &spec->gid) < 0) {
+	if (spec->set_user && setgroups(1, &spec->gid) < 0) {
 		r.stage = STAGE_SETGROUPS;
 		goto fail;
 	}
-	if (setgid(spec->gid) < 0) {
+	if (spec->set_user && setgid(spec->gid) < 0) {
 		r.stage = STAGE_SETGID;
 		goto fail;
 	}
-	if (setuid(spec->uid) < 0) {
+	if (spec->set_user && setuid(spec->uid) < 0) {
 		r.stage = STAGE_SETUID;
 		goto fail;
 	}
@@ -438,20 +454,27 @@ fail:
 	_exit(127);
 }
 
-/* fork+exec, needed only to switch user (posix_spawn cannot). Returns 0 when
+/* fork+exec, needed to switch user (posix_spawn cannot) and to run
+ * spec->before_run between the child's setpgid and its exec. Returns 0 when
  * a process exists (*pid set; it may still have failed before exec, then
  * spawn_err and what are set and it exits 127 by itself), else a positive
  * errno (no process). */
 static int spawn_fork(const struct exec_spec *spec, char *const argv[], const int child_fd[3],
 		      pid_t *pid, int *spawn_err, const char **what)
 {
-	int rp[2];
+	int rp[2], gate[2] = {-1, -1};
 	sigset_t all, old;
 
 	*spawn_err = 0;
 	*what = "fork";
 	if (pipe2(rp, O_CLOEXEC) < 0)
 		return errno;
+	if (spec->before_run && pipe2(gate, O_CLOEXEC) < 0) {
+		int e = errno;
+		close(rp[0]);
+		close(rp[1]);
+		return e;
+	}
 	/* Block every signal across fork so no daemon handler runs in the
 	 * child before its dispositions are reset. */
 	sigfillset(&all);
@@ -459,14 +482,45 @@ static int spawn_fork(const struct exec_spec *spec, char *const argv[], const in
 	pid_t c = fork();
 	if (c == 0) {
 		close(rp[0]);
-		fork_child(spec, argv, child_fd, rp[1]);
+		if (gate[1] >= 0)
+			close(gate[1]); /* or EOF could never come */
+		fork_child(spec, argv, child_fd, rp[1], gate[0]);
 	}
 	int saved = errno;
 	sigprocmask(SIG_SETMASK, &old, NULL);
 	close(rp[1]);
+	if (gate[0] >= 0)
+		close(gate[0]);
 	if (c < 0) {
 		close(rp[0]);
+		if (gate[1] >= 0)
+			close(gate[1]);
 		return saved;
+	}
+	if (gate[1] >= 0) {
+		/* The group must exist before it is registered: the child may not
+		 * have run its own setpgid yet. EACCES cannot happen (the child
+		 * waits at the gate, before exec); ESRCH: it died already. */
+		if (setpgid(c, c) < 0 && errno != EACCES && errno != ESRCH)
+			log_warn("msg=\"cannot set the command's process group\" err=\"%s\"",
+				 strerror(errno));
+		bool go = spec->before_run(c, spec->before_run_arg) == 0;
+		if (go) {
+			ssize_t w;
+			do
+				w = write(gate[1], "g", 1);
+			while (w < 0 && errno == EINTR);
+			go = w == 1;
+		}
+		close(gate[1]); /* without the byte: the child exits 127 at once */
+		if (!go) {
+			/* Reap it like any other child; report it as not started. */
+			close(rp[0]);
+			*pid = c;
+			*spawn_err = EPERM;
+			*what = "register";
+			return 0;
+		}
 	}
 	/* A few bytes at most: read returns at exec (EOF) or at failure. */
 	struct fork_report r;
@@ -535,7 +589,7 @@ struct exec_proc *exec_start(struct ev_loop *loop, const struct exec_spec *spec,
 	int rc, spawn_err = 0;
 	const char *what;
 	pid_t pid = 0;
-	if (spec->set_user) {
+	if (spec->set_user || spec->before_run) {
 		rc = spawn_fork(spec, argv, child_fd, &pid, &spawn_err, &what);
 	} else {
 		rc = spawn_posix(spec, argv, child_fd, &pid, &what);
@@ -704,6 +758,7 @@ char **exec_env_build(const struct exec_env_in *in)
 	env_set(&e, xasprintf("PGJOBD_GROUP_ID=%s", in->group_id ? in->group_id : ""));
 	env_set(&e, xasprintf("PGJOBD_ATTEMPT=%d", in->attempt));
 	env_set(&e, xasprintf("PGJOBD_MAX_ATTEMPTS=%d", in->max_attempts));
+	env_set(&e, xasprintf("PGJOBD_FENCE=%lld", in->fence));
 	size_t args_total = 0;
 	for (size_t i = 0; i < in->nargs; i++) {
 		const char *k = in->arg_keys[i], *v = in->arg_vals[i];

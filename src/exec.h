@@ -48,6 +48,12 @@ struct exec_spec {
 	uid_t uid;
 	gid_t gid;
 	size_t max_output; /* head of stdout, tail of stderr */
+	/* NULL, or called with the new process group's id after the child has
+	 * its group and before it may exec; the command runs only if it
+	 * returns 0 (else the outcome is a spawn failure, step "register").
+	 * Used to register the group with the supervisor first. */
+	int (*before_run)(pid_t pgid, void *arg);
+	void *before_run_arg;
 };
 
 /* Start the command. The spec is copied as needed; the caller may free it
@@ -80,13 +86,14 @@ struct exec_env_in {
 	const char *group_id; /* NULL: PGJOBD_GROUP_ID is set to "" */
 	int attempt;
 	int max_attempts;
+	long long fence;	     /* the claim's fencing token */
 	const char *const *arg_keys; /* top-level scalars of data, as text */
 	const char *const *arg_vals;
 	size_t nargs;
 };
 /* Builds PATH=/usr/local/bin:/usr/bin:/bin, HOME, LANG (if set), then the
  * queue env (which may override those three), then PGJOBD_JOB_ID, _QUEUE,
- * _GROUP_ID, _ATTEMPT, _MAX_ATTEMPTS, then PGJOBD_ARG_<key> for each arg whose
+ * _GROUP_ID, _ATTEMPT, _MAX_ATTEMPTS, _FENCE, then PGJOBD_ARG_<key> for each arg whose
  * key matches [A-Za-z_][A-Za-z0-9_]* and whose whole "PGJOBD_ARG_key=value"
  * entry (with its NUL) fits in EXEC_ARG_MAX, the kernel's per-string limit,
  * while all such entries stay within EXEC_ARGS_TOTAL_MAX (others are skipped

@@ -1,24 +1,46 @@
-/* guard.c - the supervisor process behind SPEC §1 guarantee 6.
+/* guard.c - the supervisor process: a command never outlives its daemon's
+ * claim (see guard.h).
  *
  * Owns: the daemon's end of a SOCK_SEQPACKET socketpair (close-on-exec, so
  * no job inherits it) and, in the forked guard process, a table of
- * duplicated database sockets (key = the daemon's fd number) and a set of
- * process-group ids of running commands.
+ * duplicated database sockets (key = the daemon's fd number), a set of
+ * process-group ids of running commands, and the fencing deadline.
+ *
+ * The guard is started in a session of its own (setsid), so nothing aimed at
+ * the daemon's process group (`kill -9 -PGID`, a supervisor's "kill as
+ * group", a terminal's SIGINT) reaches it; it ignores SIGTERM, SIGINT and
+ * SIGHUP. Only a signal sent to its own pid ends it early.
  *
  * Protocol: one fixed-size struct guard_msg per packet, processed in order.
  * ADD_FD carries the socket in SCM_RIGHTS. Sends are blocking on purpose: a
  * registration that was silently dropped would break the guarantee, and the
- * guard answers each packet at once.
+ * guard answers each packet at once. Because packets are processed in order
+ * and EOF comes after every packet sent before it, a registration whose send
+ * returned is acted on even if the daemon is killed right after.
+ *
+ * Fencing: DEADLINE carries a CLOCK_BOOTTIME time in ms. The daemon sends it
+ * each time a heartbeat of its claims succeeded: the heartbeat's send time
+ * plus the fence deadline. Once that time has passed, the guard SIGKILLs
+ * every registered process group, again every GUARD_POLL_MS while any stays
+ * registered, and whether or not the daemon runs (a daemon stopped with
+ * SIGSTOP or cut off from the database sends nothing more). Before the first
+ * DEADLINE there is none (unit tests, `pgjobd check`).
  *
  * The guard never execs and never forks. It exits when its channel reaches
  * EOF: the daemon died (any way, SIGKILL included: the kernel closes its end)
  * or called guard_stop. Then, in this order:
  *   1. SIGKILL every registered process group;
  *   2. wait until /proc shows no live (non-zombie) process in those groups
- *      (polling every 10 ms, giving up after 10 s with an error line);
+ *      (polling every 10 ms, giving up after 10 s with an error line: a
+ *      process in uninterruptible sleep has SIGKILL pending and runs no more
+ *      of its own code, but a system call it is blocked in may complete);
  *   3. close its copies of the database sockets, so PostgreSQL ends the
  *      sessions, and so releases the jobs' locks, only after step 2;
- *   4. _exit(0).
+ *   4. if step 2 confirmed every command dead and the daemon told it its
+ *      worker id, connect on its own and declare that instance gone
+ *      (the exit statement given to guard_start), so other daemons may take
+ *      its jobs over at once instead of after the fence deadline;
+ *   5. _exit(0).
  * The guard logs through log_* to the shared stderr, each message starting
  * with "guard". */
 #include "guard.h"
@@ -27,6 +49,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -37,15 +61,25 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <libpq-fe.h>
+
 #include "log.h"
 #include "util.h"
 
-enum guard_op { GUARD_ADD_FD = 1, GUARD_DEL_FD, GUARD_ADD_PG, GUARD_DEL_PG };
+enum guard_op {
+	GUARD_ADD_FD = 1,
+	GUARD_DEL_FD,
+	GUARD_ADD_PG,
+	GUARD_DEL_PG,
+	GUARD_DEADLINE,
+	GUARD_WORKER
+};
 
 struct guard_msg {
 	int op;
 	int key;
 	pid_t pgid;
+	int64_t value; /* DEADLINE: CLOCK_BOOTTIME ms; WORKER: the instance id */
 };
 
 struct guard {
@@ -54,6 +88,9 @@ struct guard {
 };
 
 #define GUARD_POLL_NS (10 * 1000 * 1000)
+/* While the fence deadline has passed: how often registered groups are
+ * killed again (a process that was forking when it was killed). */
+#define GUARD_POLL_MS 50
 #define GUARD_GIVE_UP_MS 10000
 /* Bounds on what the guard keeps (the daemon has a few dozen of each). */
 #define GUARD_MAX_ENTRIES 65536
@@ -69,6 +106,11 @@ struct guard_state {
 	size_t nfds, capfds;
 	pid_t *pgs;
 	size_t npgs, cappgs;
+	int64_t deadline;     /* CLOCK_BOOTTIME ms; INT64_MAX: none yet */
+	bool fence_logged;    /* the kill for the current deadline was logged */
+	long long worker_id;  /* 0: not told */
+	const char *conninfo; /* for the exit statement; from guard_start */
+	const char *exit_sql;
 };
 
 static void state_add_fd(struct guard_state *s, int key, int fd)
@@ -184,11 +226,13 @@ static int count_live_groups(const struct guard_state *s, bool *live)
 	return n;
 }
 
-/* Steps 1 and 2 of the exit sequence (see the top of the file). */
-static void kill_groups(struct guard_state *s)
+/* Steps 1 and 2 of the exit sequence (see the top of the file). Returns
+ * true when every registered group is confirmed empty. */
+static bool kill_groups(struct guard_state *s)
 {
+	bool all_dead = false;
 	if (s->npgs == 0)
-		return;
+		return true;
 	int64_t start = util_now_ms();
 	log_warn("msg=\"guard: channel closed, killing registered commands\" groups=%zu", s->npgs);
 	for (size_t i = 0; i < s->npgs; i++)
@@ -198,8 +242,10 @@ static void kill_groups(struct guard_state *s)
 	bool *live = xcalloc(s->npgs, sizeof(*live));
 	for (;;) {
 		int n = count_live_groups(s, live);
-		if (n == 0)
+		if (n == 0) {
+			all_dead = true;
 			break;
+		}
 		if (n < 0) {
 			log_error("msg=\"guard cannot read /proc, not waiting for commands\" "
 				  "err=\"%s\"",
@@ -224,6 +270,57 @@ static void kill_groups(struct guard_state *s)
 	free(live);
 	log_info("msg=\"guard: commands killed\" groups=%zu ms=%lld", s->npgs,
 		 (long long)(util_now_ms() - start));
+	return all_dead;
+}
+
+/* The fence deadline passed: SIGKILL every registered group. The groups stay
+ * registered until the daemon, which reaps them, unregisters them. */
+static void fence_kill(struct guard_state *s, int64_t now)
+{
+	if (!s->fence_logged) {
+		log_error("msg=\"guard: fence deadline passed; killing every command\" groups=%zu "
+			  "late_ms=%lld",
+			  s->npgs, (long long)(now - s->deadline));
+		s->fence_logged = true;
+	}
+	for (size_t i = 0; i < s->npgs; i++)
+		if (kill(-s->pgs[i], SIGKILL) < 0 && errno != ESRCH)
+			log_error("msg=\"guard cannot kill process group\" pgid=%d err=\"%s\"",
+				  (int)s->pgs[i], strerror(errno));
+}
+
+/* Step 4 of the exit sequence: a connection of its own (blocking: nothing
+ * else is left to do), one statement, bounded by connect and statement
+ * timeouts. Failure only delays the takeover to the fence deadline. */
+static void declare_gone(const struct guard_state *s)
+{
+	if (s->worker_id <= 0 || !s->conninfo || !s->exit_sql)
+		return;
+	const char *const keys[] = {"dbname", "connect_timeout", "application_name", "options",
+				    NULL};
+	const char *const vals[] = {s->conninfo, "5", "pgjobd supervisor",
+				    "-c statement_timeout=5000", NULL};
+	PGconn *pg = PQconnectdbParams(keys, vals, 1);
+	if (PQstatus(pg) != CONNECTION_OK) {
+		log_warn("msg=\"guard cannot connect to release the daemon's jobs early; they are "
+			 "taken over after the fence deadline\"");
+		PQfinish(pg);
+		return;
+	}
+	char id[24];
+	snprintf(id, sizeof(id), "%lld", s->worker_id);
+	const char *params[] = {id};
+	PGresult *r = PQexecParams(pg, s->exit_sql, 1, NULL, params, NULL, NULL, 0);
+	if (PQresultStatus(r) != PGRES_TUPLES_OK && PQresultStatus(r) != PGRES_COMMAND_OK)
+		log_warn("msg=\"guard could not release the daemon's jobs early\" err=\"%s\"",
+			 PQresultErrorField(r, PG_DIAG_SQLSTATE)
+			     ? PQresultErrorField(r, PG_DIAG_SQLSTATE)
+			     : "connection");
+	else
+		log_info("msg=\"guard: the daemon's jobs may be taken over now\" worker_id=%lld",
+			 s->worker_id);
+	PQclear(r);
+	PQfinish(pg);
 }
 
 /* Receive one message (and its fd, if any). Returns 1, 0 at EOF, -1 on a
@@ -262,45 +359,84 @@ static int recv_msg(int ch, struct guard_msg *m, int *fd)
 	return 1;
 }
 
-static void __attribute__((noreturn)) guard_main(int ch)
+/* Apply one message to the state. */
+static void handle(struct guard_state *s, const struct guard_msg *m, int fd)
+{
+	switch (m->op) {
+	case GUARD_ADD_FD:
+		if (fd < 0)
+			log_error("msg=\"guard: ADD_FD without a socket\" key=%d", m->key);
+		else
+			state_add_fd(s, m->key, fd);
+		return; /* the fd is the table's now */
+	case GUARD_DEL_FD:
+		state_del_fd(s, m->key);
+		break;
+	case GUARD_ADD_PG:
+		state_add_pg(s, m->pgid);
+		break;
+	case GUARD_DEL_PG:
+		state_del_pg(s, m->pgid);
+		break;
+	case GUARD_DEADLINE:
+		if (m->value > s->deadline || s->deadline == INT64_MAX)
+			s->fence_logged = false;
+		s->deadline = m->value;
+		break;
+	case GUARD_WORKER:
+		s->worker_id = (long long)m->value;
+		break;
+	case 0:
+		break; /* malformed, already logged */
+	default:
+		log_error("msg=\"guard got an unknown message\" op=%d", m->op);
+		break;
+	}
+	if (fd >= 0)
+		close(fd);
+}
+
+static void __attribute__((noreturn)) guard_main(int ch, const char *conninfo, const char *exit_sql)
 {
 	struct guard_state s = {0};
+	s.deadline = INT64_MAX;
+	s.conninfo = conninfo;
+	s.exit_sql = exit_sql;
 	struct guard_msg m;
-	int fd, r;
+	int fd, r = 1;
 
-	while ((r = recv_msg(ch, &m, &fd)) > 0) {
-		switch (m.op) {
-		case GUARD_ADD_FD:
-			if (fd < 0)
-				log_error("msg=\"guard: ADD_FD without a socket\" key=%d", m.key);
-			else
-				state_add_fd(&s, m.key, fd);
-			fd = -1;
-			break;
-		case GUARD_DEL_FD:
-			state_del_fd(&s, m.key);
-			break;
-		case GUARD_ADD_PG:
-			state_add_pg(&s, m.pgid);
-			break;
-		case GUARD_DEL_PG:
-			state_del_pg(&s, m.pgid);
-			break;
-		case 0:
-			break; /* malformed, already logged */
-		default:
-			log_error("msg=\"guard got an unknown message\" op=%d", m.op);
+	for (;;) {
+		int timeout = -1;
+		if (s.npgs > 0 && s.deadline != INT64_MAX) {
+			int64_t now = util_boot_ms();
+			if (now >= s.deadline) {
+				fence_kill(&s, now);
+				timeout = GUARD_POLL_MS;
+			} else {
+				int64_t left = s.deadline - now;
+				timeout = left > INT_MAX ? INT_MAX : (int)left;
+			}
+		}
+		struct pollfd pfd = {.fd = ch, .events = POLLIN};
+		int pr = poll(&pfd, 1, timeout);
+		if (pr < 0 && errno != EINTR) {
+			r = -1;
 			break;
 		}
-		if (fd >= 0)
-			close(fd);
+		if (pr <= 0)
+			continue;
+		if ((r = recv_msg(ch, &m, &fd)) <= 0)
+			break;
+		handle(&s, &m, fd);
 	}
 	if (r < 0)
 		log_error("msg=\"guard channel failed\" err=\"%s\"", strerror(errno));
-	kill_groups(&s);
+	bool all_dead = kill_groups(&s);
 	/* Only now may PostgreSQL see the daemon's sessions end. */
 	for (size_t i = 0; i < s.nfds; i++)
 		close(s.fds[i].fd);
+	if (all_dead)
+		declare_gone(&s);
 	log_debug("msg=\"guard exiting\"");
 	_exit(0);
 }
@@ -308,7 +444,7 @@ static void __attribute__((noreturn)) guard_main(int ch)
 /* In the new guard process: keep only the channel and 0-2, default signal
  * handling (the daemon's handlers and loop are meaningless here) except the
  * signals meant for the daemon, which the guard must survive. */
-static void guard_child_setup(int ch)
+static void guard_child_setup(int ch, const char *conninfo, const char *exit_sql)
 {
 	struct sigaction sa;
 	memset(&sa, 0, sizeof(sa));
@@ -327,6 +463,10 @@ static void guard_child_setup(int ch)
 	sigset_t empty;
 	sigemptyset(&empty);
 	sigprocmask(SIG_SETMASK, &empty, NULL);
+	/* A session of its own: signals to the daemon's process group or
+	 * session (kill -PGID, a terminal hang-up) do not reach it. */
+	if (setsid() < 0)
+		log_warn("msg=\"guard cannot start its own session\" err=\"%s\"", strerror(errno));
 
 	/* Keep 0-2 and ch; close the rest (the daemon's own fds). */
 	int target = 3;
@@ -341,10 +481,10 @@ static void guard_child_setup(int ch)
 		for (long i = 4; i < (max > 0 ? max : 1024); i++)
 			close((int)i);
 	}
-	guard_main(ch);
+	guard_main(ch, conninfo, exit_sql);
 }
 
-struct guard *guard_start(void)
+struct guard *guard_start(const char *conninfo, const char *exit_sql)
 {
 	int sv[2];
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
@@ -359,7 +499,7 @@ struct guard *guard_start(void)
 	pid_t pid = fork();
 	if (pid == 0) {
 		close(sv[0]);
-		guard_child_setup(sv[1]);
+		guard_child_setup(sv[1], conninfo, exit_sql);
 	}
 	int saved = errno;
 	sigprocmask(SIG_SETMASK, &old, NULL);
@@ -376,9 +516,9 @@ struct guard *guard_start(void)
 	return g;
 }
 
-static int guard_send(struct guard *g, int op, int key, pid_t pgid, int fd)
+static int guard_send(struct guard *g, int op, int key, pid_t pgid, int64_t value, int fd)
 {
-	struct guard_msg m = {op, key, pgid};
+	struct guard_msg m = {op, key, pgid, value};
 	union {
 		char buf[CMSG_SPACE(sizeof(int))];
 		struct cmsghdr align;
@@ -411,22 +551,32 @@ static int guard_send(struct guard *g, int op, int key, pid_t pgid, int fd)
 
 int guard_add_fd(struct guard *g, int fd)
 {
-	return guard_send(g, GUARD_ADD_FD, fd, 0, fd);
+	return guard_send(g, GUARD_ADD_FD, fd, 0, 0, fd);
 }
 
 int guard_del_fd(struct guard *g, int fd)
 {
-	return guard_send(g, GUARD_DEL_FD, fd, 0, -1);
+	return guard_send(g, GUARD_DEL_FD, fd, 0, 0, -1);
 }
 
 int guard_add_pgroup(struct guard *g, pid_t pgid)
 {
-	return guard_send(g, GUARD_ADD_PG, 0, pgid, -1);
+	return guard_send(g, GUARD_ADD_PG, 0, pgid, 0, -1);
 }
 
 int guard_del_pgroup(struct guard *g, pid_t pgid)
 {
-	return guard_send(g, GUARD_DEL_PG, 0, pgid, -1);
+	return guard_send(g, GUARD_DEL_PG, 0, pgid, 0, -1);
+}
+
+int guard_set_deadline(struct guard *g, int64_t boot_ms)
+{
+	return guard_send(g, GUARD_DEADLINE, 0, 0, boot_ms, -1);
+}
+
+int guard_set_worker(struct guard *g, long long worker_id)
+{
+	return guard_send(g, GUARD_WORKER, 0, 0, (int64_t)worker_id, -1);
 }
 
 void guard_stop(struct guard *g)

@@ -15,16 +15,21 @@
 #ifndef PGJOBD_GUARD_H
 #define PGJOBD_GUARD_H
 
+#include <stdint.h>
 #include <sys/types.h>
 
 struct guard;
 
-/* Fork the guard. Must be called before the event loop starts child
- * watchers and before any database connection is opened. The guard closes
- * every fd except its channel and stderr, ignores SIGINT/SIGTERM/SIGHUP/SIGPIPE
- * and exits when the daemon closes the channel (after doing its kills if any
- * process group is still registered). Returns NULL on failure (logged). */
-struct guard *guard_start(void);
+/* Fork the guard, in a session of its own. Must be called before the event
+ * loop starts child watchers and before any database connection is opened.
+ * The guard closes every fd except its channel and stderr, ignores
+ * SIGINT/SIGTERM/SIGHUP/SIGPIPE and exits when the daemon closes the channel
+ * (after doing its kills if any process group is still registered). When
+ * every command is confirmed dead then and a worker id was set, it connects
+ * with `conninfo` and runs `exit_sql` with the id as $1 (both may be NULL:
+ * no such step; both are borrowed and must stay valid, which they do in the
+ * forked copy). Returns NULL on failure (logged). */
+struct guard *guard_start(const char *conninfo, const char *exit_sql);
 
 /* Register a connected database socket (the guard dup's it via SCM_RIGHTS).
  * Call guard_del_fd(g, fd) BEFORE the daemon closes that fd (PQfinish). */
@@ -34,6 +39,14 @@ int guard_del_fd(struct guard *g, int fd);
 /* Register/unregister the process group of a running command. */
 int guard_add_pgroup(struct guard *g, pid_t pgid);
 int guard_del_pgroup(struct guard *g, pid_t pgid);
+
+/* The fence deadline, a CLOCK_BOOTTIME time in ms (util_boot_ms): once it
+ * has passed, the guard SIGKILLs every registered process group, whatever
+ * the daemon does. Each call replaces the previous deadline (it may move it
+ * back, too). Until the first call there is none. */
+int guard_set_deadline(struct guard *g, int64_t boot_ms);
+/* The daemon's instance id (pgjobd.workers.id), for the exit statement. */
+int guard_set_worker(struct guard *g, long long worker_id);
 
 /* Orderly end: close the channel and reap the guard (blocking waitpid is fine
  * here: it only runs at the very end of shutdown). guard_stop(NULL) no-op. */

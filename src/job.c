@@ -32,6 +32,7 @@
 #include "claim.h"
 #include "db.h"
 #include "exec.h"
+#include "fence.h"
 #include "guard.h"
 #include "log.h"
 #include "metrics.h"
@@ -47,12 +48,13 @@ enum job_state {
 	J_RUNNING,
 	J_FINISHING,
 	J_LOST,
+	J_RELEASING,
 	J_STOPPED,
 };
 
-static const char *const state_names[] = {"connecting", "idle",	     "reserved",
-					  "holding",	"ending_tx", "running",
-					  "finishing",	"lost",	     "stopped"};
+static const char *const state_names[] = {"connecting", "idle",	   "reserved",	"holding",
+					  "ending_tx",	"running", "finishing", "lost",
+					  "releasing",	"stopped"};
 
 struct job {
 	const struct job_env *env;
@@ -72,8 +74,14 @@ struct job {
 	double claim_sent; /* metrics_now() when the slot was reserved for a claim */
 	struct hold_params hparams;
 	struct finish_params fparams;
+	struct release_params rparams;
 	char *result; /* JSON of the outcome being written */
 	char *error;
+	/* The session holding cj was lost and its command is dead: cj is
+	 * released from the next session (pgjobd.release_claim), with `error`
+	 * as the attempt's outcome. */
+	bool release_pending;
+	ev_timer release_again; /* the row was still locked: try again */
 };
 
 #define log_job(level, j, fmt, ...)                                                                \
@@ -96,6 +104,8 @@ static void emit(struct job *j, enum job_event ev, int64_t ms)
 static void clear_run(struct job *j)
 {
 	ev_timer_stop(j->env->loop, &j->timeout);
+	ev_timer_stop(j->env->loop, &j->release_again);
+	j->release_pending = false;
 	claim_job_free(&j->cj);
 	free(j->result);
 	free(j->error);
@@ -147,6 +157,14 @@ static void on_finished(struct db_conn *c, PGresult *const *res, int n, void *ar
 	if (!db_batch_ok(res, n)) {
 		outcome_lost(j, db_batch_error(res, n));
 		return;
+	}
+	if (strcmp(PQcmdTuples(res[0]), "1") != 0) {
+		/* The row is locked by this transaction, so this cannot happen
+		 * unless the protocol is broken: say so loudly. */
+		log_job(
+		    LOG_ERROR, j,
+		    "msg=\"outcome not recorded: the claim is no longer this slot's\" fence=%lld",
+		    j->cj.fence);
 	}
 	clear_run(j);
 	job_step(j, J_IDLE);
@@ -200,7 +218,9 @@ static void write_outcome(struct job *j, const struct exec_outcome *o)
 		j->error = result_error_json(reason, exit_code, sig, msg[0] ? msg : NULL, err, len,
 					     o->err ? capture_truncated(o->err) : false);
 		out.error = j->error;
-		if (strcmp(reason, "shutdown") == 0) {
+		if (strcmp(reason, "shutdown") == 0 || strcmp(reason, "unstarted") == 0) {
+			/* Interrupted by a shutdown, or never started (the fence
+			 * could not be confirmed in time): not an attempt. */
 			out.status = "queued";
 			out.give_back = true;
 		} else if (strcmp(reason, "cancelled") == 0) {
@@ -221,7 +241,7 @@ static void write_outcome(struct job *j, const struct exec_outcome *o)
 	if (strcmp(out.status, "queued") == 0 && !out.give_back)
 		emit(j, JOB_EV_RETRY, out.retry_in_ms);
 	struct db_stmt st[CLAIM_FINISH_MAX];
-	int n = claim_build_finish(st, &j->fparams, j->cj.id, &out);
+	int n = claim_build_finish(st, &j->fparams, j->cj.id, j->cj.fence, &out);
 	job_step(j, J_FINISHING);
 	if (db_send(j->db, st, n, on_finished, j) < 0)
 		outcome_lost(j, "cannot send");
@@ -235,13 +255,24 @@ static void on_exec_done(struct exec_proc *p, const struct exec_outcome *o, void
 	j->pgid = 0;
 	ev_timer_stop(j->env->loop, &j->timeout);
 	if (j->state == J_LOST) {
+		/* Its session (and lock) is gone but our daemon is alive, so no
+		 * other daemon takes the job over: release it ourselves from the
+		 * next session, as a failed attempt. */
 		log_job(LOG_WARN, j,
 			"msg=\"command ended after its claim was lost\" reason=lost_lock");
 		metrics_job_finished(j->env->metrics, j->run_q->name, METRICS_INTERRUPTED,
 				     (double)(util_now_ms() - j->started_ms) / 1000.0);
+		size_t len = 0;
+		const char *err = o->err ? capture_data(o->err, &len) : "";
+		free(j->error);
+		j->error = result_error_json(
+		    "lost_lock", o->status == EXEC_EXITED ? o->exit_code : -1,
+		    o->status == EXEC_SIGNALED ? o->signal : 0,
+		    "the database session holding the job was lost; the command was killed", err,
+		    len, o->err ? capture_truncated(o->err) : false);
 		exec_free(p);
 		j->proc = NULL;
-		clear_run(j);
+		j->release_pending = true;
 		reconnect(j);
 		return;
 	}
@@ -263,6 +294,18 @@ static void on_timeout(struct ev_loop *loop, ev_timer *w, int revents)
 	exec_kill(j->proc, j->run_q->kill_grace_ms);
 }
 
+/* exec's before_run hook: the supervisor knows the group before the
+ * command may run, so even a SIGKILL of the daemon right after the spawn
+ * cannot leave a command that nothing will kill. */
+static int register_pgroup(pid_t pgid, void *arg)
+{
+	struct job *j = arg;
+	if (guard_add_pgroup(j->env->guard, pgid) < 0)
+		return -1;
+	j->pgid = pgid;
+	return 0;
+}
+
 static void start_command(struct job *j)
 {
 	const struct queue_conf *q = j->run_q;
@@ -275,6 +318,7 @@ static void start_command(struct job *j)
 	    .group_id = j->cj.group_id,
 	    .attempt = j->cj.attempts,
 	    .max_attempts = j->cj.max_attempts,
+	    .fence = j->cj.fence,
 	    .arg_keys = (const char *const *)j->cj.arg_keys,
 	    .arg_vals = (const char *const *)j->cj.arg_vals,
 	    .nargs = j->cj.nargs,
@@ -290,7 +334,10 @@ static void start_command(struct job *j)
 	    .uid = q->uid,
 	    .gid = q->gid,
 	    .max_output = (size_t)q->max_output,
+	    .before_run = j->env->guard ? register_pgroup : NULL,
+	    .before_run_arg = j,
 	};
+	j->pgid = 0;
 	j->started_ms = util_now_ms();
 	j->proc = exec_start(j->env->loop, &spec, on_exec_done, j);
 	util_strv_free(envp);
@@ -304,16 +351,15 @@ static void start_command(struct job *j)
 		write_outcome(j, &o);
 		return;
 	}
-	j->pgid = exec_pgid(j->proc);
-	if (j->pgid > 0 && j->env->guard)
-		guard_add_pgroup(j->env->guard, j->pgid);
+	if (!j->env->guard)
+		j->pgid = exec_pgid(j->proc);
 	int64_t tmo = j->cj.timeout_ms >= 0 ? j->cj.timeout_ms : q->timeout_ms;
 	if (tmo > 0) {
 		ev_timer_set(&j->timeout, (double)tmo / 1000.0, 0.);
 		ev_timer_start(j->env->loop, &j->timeout);
 	}
-	log_job(LOG_INFO, j, "msg=\"job started\" group=%s pgid=%d",
-		j->cj.group_id ? j->cj.group_id : "", (int)j->pgid);
+	log_job(LOG_INFO, j, "msg=\"job started\" group=%s pgid=%d fence=%lld",
+		j->cj.group_id ? j->cj.group_id : "", (int)j->pgid, j->cj.fence);
 }
 
 static void on_tx_ended(struct db_conn *c, PGresult *const *res, int n, void *arg)
@@ -356,10 +402,19 @@ static void on_held(struct db_conn *c, PGresult *const *res, int n, void *arg)
 		reconnect(j);
 		return;
 	}
-	if (PQntuples(res[CLAIM_HOLD_JOB]) != 1) {
-		/* Not ours any more: our claimer's session was lost and another
-		 * claimer took the job over. */
-		log_job(LOG_WARN, j, "msg=\"claimed job was taken over before it started\"");
+	bool group_lost = j->cj.group_row && PQntuples(res[CLAIM_HOLD_JOB - 1]) != 1;
+	if (PQntuples(res[CLAIM_HOLD_JOB]) != 1 || group_lost) {
+		/* Not ours any more (our daemon's claims lapsed and another
+		 * daemon took the job over), or the group's lock row went away
+		 * between claim and hold: running without it would leave the
+		 * group unlocked. Either way the command does not start; a job
+		 * still ours is handed back by our claimer's orphan pass. */
+		if (group_lost)
+			log_job(LOG_WARN, j,
+				"msg=\"group lock row vanished before the job started\"");
+		else
+			log_job(LOG_WARN, j,
+				"msg=\"claimed job was taken over before it started\"");
 		not_held(j);
 		struct db_stmt st = {.sql = claim_sql_commit};
 		job_step(j, J_ENDING_TX);
@@ -375,6 +430,13 @@ static void on_held(struct db_conn *c, PGresult *const *res, int n, void *arg)
 		log_job(LOG_INFO, j, "msg=\"job cancelled before its command started\"");
 		j->kill_reason = "cancelled";
 	}
+	if (!j->kill_reason && j->env->fence &&
+	    !fence_holds(j->env->fence, fence_timeout_ms(j->env->fence) / 4)) {
+		/* Our claims may lapse before the command could do much: it
+		 * would be killed soon anyway. Not an attempt. */
+		log_job(LOG_WARN, j, "msg=\"claims not confirmed recently; job not started\"");
+		j->kill_reason = "unstarted";
+	}
 	if (j->kill_reason) {
 		/* Shutdown or cancel came while the hold was in flight: do not
 		 * start the command. */
@@ -387,7 +449,7 @@ static void on_held(struct db_conn *c, PGresult *const *res, int n, void *arg)
 
 bool job_reserve(struct job *j)
 {
-	if (j->state != J_IDLE || j->draining || !db_is_ready(j->db))
+	if (j->state != J_IDLE || j->draining || j->release_pending || !db_is_ready(j->db))
 		return false;
 	job_step(j, J_RESERVED);
 	j->claim_sent = metrics_now();
@@ -430,6 +492,62 @@ const char *job_worker(const struct job *j)
 	return j->worker;
 }
 
+static void send_release(struct job *j);
+
+static void on_released(struct db_conn *c, PGresult *const *res, int n, void *arg)
+{
+	(void)c;
+	struct job *j = arg;
+	if (!res)
+		return; /* on_db_event reconnects; the release stays pending */
+	if (!db_batch_ok(res, n) || PQntuples(res[0]) != 1) {
+		log_job(LOG_WARN, j, "msg=\"cannot release lost claim; retrying\" err=\"%s\"",
+			db_batch_error(res, n));
+		job_step(j, J_IDLE);
+		ev_timer_set(&j->release_again, 1.0, 0.);
+		ev_timer_start(j->env->loop, &j->release_again);
+		return;
+	}
+	const char *r = PQgetvalue(res[0], 0, 0);
+	if (strcmp(r, "locked") == 0) {
+		/* The old backend has not noticed its end yet. */
+		job_step(j, J_IDLE);
+		ev_timer_set(&j->release_again, 0.5, 0.);
+		ev_timer_start(j->env->loop, &j->release_again);
+		return;
+	}
+	if (strcmp(r, "released") == 0)
+		log_job(LOG_INFO, j, "msg=\"lost claim released\" reason=lost_lock");
+	else
+		log_job(LOG_WARN, j, "msg=\"lost claim was no longer ours\" result=%s", r);
+	clear_run(j);
+	job_step(j, J_IDLE);
+	if (!maybe_stop(j))
+		emit(j, JOB_EV_IDLE, 0);
+}
+
+static void send_release(struct job *j)
+{
+	struct db_stmt st;
+	claim_build_release(&st, &j->rparams, &j->cj, true, j->error,
+			    retry_delay(j->run_q ? j->run_q : j->q, j->cj.attempts));
+	job_step(j, J_RELEASING);
+	if (db_send(j->db, &st, 1, on_released, j) < 0) {
+		job_step(j, J_IDLE);
+		ev_timer_set(&j->release_again, 1.0, 0.);
+		ev_timer_start(j->env->loop, &j->release_again);
+	}
+}
+
+static void on_release_again(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	struct job *j = w->data;
+	if (j->release_pending && j->state == J_IDLE && db_is_ready(j->db))
+		send_release(j);
+}
+
 static void on_db_event(struct db_conn *c, enum db_event ev, void *arg)
 {
 	(void)c;
@@ -437,6 +555,10 @@ static void on_db_event(struct db_conn *c, enum db_event ev, void *arg)
 	if (ev == DB_UP) {
 		if (j->state == J_CONNECTING) {
 			job_step(j, J_IDLE);
+			if (j->release_pending) {
+				send_release(j);
+				return;
+			}
 			if (!maybe_stop(j))
 				emit(j, JOB_EV_IDLE, 0);
 		}
@@ -456,7 +578,10 @@ static void on_db_event(struct db_conn *c, enum db_event ev, void *arg)
 		    "msg=\"connection lost while recording the outcome; the job will run again\"");
 	if (j->state == J_RUNNING || j->state == J_FINISHING)
 		clear_run(j);
-	reconnect(j); /* RESERVED: the claim for it then finds it not ready */
+	if (j->state == J_RELEASING || j->release_pending)
+		ev_timer_stop(j->env->loop, &j->release_again);
+	reconnect(j); /* RESERVED: the claim for it then finds it not ready;
+			 a pending release is sent from the next session */
 }
 
 static void on_guard_fd(int fd, bool opened, void *arg)
@@ -479,6 +604,8 @@ struct job *job_new(const struct job_env *env, struct queue_conf *q, int index)
 	snprintf(j->worker, sizeof(j->worker), "%s:%s.%d", env->worker_prefix, q->name, index);
 	ev_init(&j->timeout, on_timeout);
 	j->timeout.data = j;
+	ev_init(&j->release_again, on_release_again);
+	j->release_again.data = j;
 	char app[64];
 	snprintf(app, sizeof(app), "pgjobd %s.%d", q->name, index);
 	static const char *const setup[] = {
@@ -512,7 +639,27 @@ void job_free(struct job *j)
 bool job_is_busy(const struct job *j)
 {
 	return j->state == J_HOLDING || j->state == J_RUNNING || j->state == J_FINISHING ||
-	       j->state == J_LOST;
+	       j->state == J_LOST || j->state == J_RELEASING || j->release_pending;
+}
+
+long long job_held_id(const struct job *j)
+{
+	return job_is_busy(j) ? j->cj.id : 0;
+}
+
+void job_fence_lost(struct job *j)
+{
+	if (j->state == J_RESERVED || j->state == J_HOLDING) {
+		if (!j->kill_reason)
+			j->kill_reason = "unstarted"; /* on_held does not start it */
+		return;
+	}
+	if (j->state != J_RUNNING || !j->proc)
+		return;
+	if (!j->kill_reason || strcmp(j->kill_reason, "cancelled") != 0)
+		j->kill_reason = "lost_lock";
+	log_job(LOG_ERROR, j, "msg=\"claim could not be confirmed in time; killing its command\"");
+	exec_kill(j->proc, 0);
 }
 
 void job_drain(struct job *j)

@@ -14,6 +14,7 @@
 #include "config.h"
 
 struct job;
+struct fence;
 struct guard;
 struct metrics;
 
@@ -34,6 +35,7 @@ struct job_env {
 	const char *home;	   /* HOME for commands of queues without `user` */
 	const char *lang;	   /* the daemon's LANG, NULL if unset */
 	struct guard *guard;
+	struct fence *fence; /* the daemon's liveness; NULL: not fenced (tests) */
 	job_event_fn *on_event;
 	void *arg;
 	struct metrics *metrics; /* job counters and latencies (metrics.h); may be NULL */
@@ -57,8 +59,15 @@ void job_hold(struct job *j, struct claim_job *cj);
 const struct claim_job *job_claimed(const struct job *j);
 /* The worker name claims are made for ("host:pid:queue.N"). */
 const char *job_worker(const struct job *j);
-/* True while a job is being held or run or its outcome written. */
+/* True while a job is being held or run, its outcome written, or a lost
+ * claim of it released. */
 bool job_is_busy(const struct job *j);
+/* The id of the job this slot holds or is still responsible for (its
+ * claimer must not hand it back), 0 when none. */
+long long job_held_id(const struct job *j);
+/* The daemon's claims could not be confirmed in time (fence.h): SIGKILL the
+ * running command now (its outcome: lost_lock), and start nothing. */
+void job_fence_lost(struct job *j);
 
 /* Stop claiming; let a running job finish; then close the session and emit
  * JOB_EV_STOPPED. */

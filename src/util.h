@@ -40,6 +40,11 @@ void util_strv_free(char **v);
 
 /* Milliseconds of CLOCK_MONOTONIC. */
 int64_t util_now_ms(void);
+/* Milliseconds of CLOCK_BOOTTIME: like CLOCK_MONOTONIC, one clock for every
+ * process of the machine, but it also counts time the machine spent
+ * suspended. Fencing deadlines use it: a claim must not look younger to the
+ * daemon after a suspend than it looks to the database server. */
+int64_t util_boot_ms(void);
 
 /* fcntl helpers; return 0 or -1 with errno set. */
 int util_set_nonblock(int fd);

@@ -94,12 +94,15 @@ id=$(run_one text)
 is "$(job_field "$id" "status || ' ' || result::text")" 'succeeded {"stdout": "hello"}' "text stdout becomes {\"stdout\": ...}"
 id=$(run_one stdin '{"k": "v", "n": [1, 2.5, null], "s": "é \"q\""}')
 is "$(job_field "$id" "status || ' ' || (result = data)")" "succeeded true" "stdin carries data as JSON"
-id=$(run_one env '{"name": "world", "num": 42, "flag": true, "obj": {"x": 1}, "bad-key": "x"}' grp 7)
+id=$(run_one env '{"name": "world", "num": 42, "flag": true, "obj": {"x": 1}, "bad-key": "x"}' grp 3)
 is "$(job_field "$id" "status || ' ' || (result->>'stdout')")" \
-	"succeeded $id|env|1|7|grp|world|42|true|unset|3" \
+	"succeeded $id|env|1|3|grp|world|42|true|unset|3" \
 	"PGJOBD_JOB_ID/QUEUE/ATTEMPT/MAX_ATTEMPTS/GROUP_ID and PGJOBD_ARG_ (scalars, valid keys only)"
 id=$(run_one env '{}')
 like "$(job_field "$id" "result->>'stdout'")" "^$id\\|env\\|1\\|4\\|\\|" "queue max_attempts, empty group id"
+id=$(run_one env '{}' grp2 9)
+like "$(job_field "$id" "result->>'stdout'")" "^$id\\|env\\|1\\|4\\|" \
+	"a job's max_attempts cannot raise the queue's (a ceiling)"
 
 pid_alive "$d"
 ok $? "the daemon is still running"

@@ -39,8 +39,10 @@ like "$p" "Index (Only )?Scan using jobs_group_head" "group head probe uses jobs
 # calls it for one slot), measured in one warm session (a new session's first
 # call compiles the function and reads the catalogs), each claim followed by
 # the job's finish and the release of its bridge lock.
+# The claims are made for a registered daemon instance that stays alive for the test.
+W=$(psql_q "SELECT pgjobd.register_worker('test:1', 600000)")
 claim_buffers() { # QUEUE [SQL] -> median buffers (hit + read) of the last 9 claims
-	local round="EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF) SELECT * FROM pgjobd.claim_batch('$1', '{test}', 5, 1000, false, '{}', '{}', '{}');
+	local round="EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF) SELECT * FROM pgjobd.claim_batch('$1', $W, '{test}', 5, 0, 1048576, 1000, false, '{}', '{}', '{}');
 UPDATE pgjobd.jobs SET status = 'succeeded', finished_at = now() WHERE worker = 'test' AND status = 'running';
 SELECT pg_advisory_unlock_all();
 " sql="" i

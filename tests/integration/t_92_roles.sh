@@ -110,7 +110,7 @@ refused app "SELECT pgjobd.cancel($pj)" "producer: SELECT pgjobd.cancel(id) is r
 refused app "SELECT pgjobd.pause('nobody')" "producer: SELECT pgjobd.pause(queue) is refused"
 refused app "SELECT pgjobd.resume('nobody')" "producer: SELECT pgjobd.resume(queue) is refused"
 refused app "SELECT * FROM pgjobd.maintain('{nobody}', '{1}', 500)" "producer: pgjobd.maintain() is refused"
-refused app "SELECT * FROM pgjobd.claim_batch('nobody', '{x:1:0}', 1, 10, false, '{}', '{}', '{}')" \
+refused app "SELECT * FROM pgjobd.claim_batch('nobody', 1, '{x:1:0}', 1, 0, 1024, 10, false, '{}', '{}', '{}')" \
 	"producer: pgjobd.claim_batch() is refused"
 refused app "INSERT INTO pgjobd.groups (queue, group_id) VALUES ('nobody', 'forged')" \
 	"producer: INSERT into pgjobd.groups is refused"
@@ -132,7 +132,7 @@ is "$(psql_q "SELECT (SELECT count(*) FROM pgjobd.paused_queues) || ' ' ||
 # Nothing in a row can name a command: the table's columns are exactly these.
 is "$(psql_q "SELECT string_agg(column_name, ' ' ORDER BY ordinal_position) FROM information_schema.columns
                WHERE table_schema = 'pgjobd' AND table_name = 'jobs'")" \
-	"id queue group_id data priority run_at expires_at max_attempts timeout dedupe_key status attempts result error worker created_at started_at finished_at updated_at created_by" \
+	"id queue group_id data priority run_at expires_at max_attempts timeout dedupe_key status attempts result error worker created_at started_at finished_at updated_at created_by worker_id fence" \
 	"pgjobd.jobs has exactly the documented columns (none names a command or environment)"
 # The columns a producer may write are exactly the documented input columns.
 is "$(psql_q "SELECT string_agg(column_name, ' ' ORDER BY column_name) FROM information_schema.column_privileges

@@ -19,9 +19,10 @@ static void test_finish(void)
 	struct finish_params p;
 	struct claim_outcome ok_out = {.status = "succeeded", .result = "{}"};
 	dirty(st, CLAIM_FINISH_MAX);
-	int n = claim_build_finish(st, &p, 42, &ok_out);
+	int n = claim_build_finish(st, &p, 42, 31, &ok_out);
 	is_int(n, 2, "succeeded: UPDATE and COMMIT");
-	is_int(st[0].nparams, 6, "the UPDATE has 6 parameters");
+	is_int(st[0].nparams, 7, "the UPDATE has 7 parameters");
+	is_str(st[0].params[6], "31", "... the fencing token last");
 	is_str(st[0].params[0], "42", "... the job id first");
 	is_str(st[0].params[1], "succeeded", "... then the status");
 	ok(st[0].params[3] == NULL, "... no error: SQL NULL");
@@ -30,7 +31,7 @@ static void test_finish(void)
 
 	struct claim_outcome c = {.status = "cancelled", .error = "{\"reason\": \"cancelled\"}"};
 	dirty(st, CLAIM_FINISH_MAX);
-	n = claim_build_finish(st, &p, 7, &c);
+	n = claim_build_finish(st, &p, 7, 1, &c);
 	is_int(n, 3, "cancelled: UPDATE, drop the cancel request, COMMIT");
 	ok(strstr(st[1].sql, "cancel_requests") != NULL, "the second drops the cancel request");
 	is_int(st[1].nparams, 1, "... by job id");
@@ -40,7 +41,7 @@ static void test_finish(void)
 	ok(!st[2].sync, "... and no stray sync flag");
 
 	struct claim_outcome r = {.status = "queued", .retry_in_ms = 1500, .give_back = true};
-	n = claim_build_finish(st, &p, 9, &r);
+	n = claim_build_finish(st, &p, 9, 1, &r);
 	is_int(n, 2, "queued: UPDATE and COMMIT");
 	is_str(st[0].params[4], "1500", "retry delay in ms");
 	is_str(st[0].params[5], "1", "give_back 1");

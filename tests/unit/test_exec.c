@@ -179,6 +179,7 @@ static void test_env_build(void)
 	in.group_id = NULL;
 	in.attempt = 2;
 	in.max_attempts = 5;
+	in.fence = 77;
 	in.arg_keys = keys;
 	in.arg_vals = vals;
 	in.nargs = sizeof(keys) / sizeof(keys[0]);
@@ -197,19 +198,20 @@ static void test_env_build(void)
 	    "PGJOBD_GROUP_ID=",
 	    "PGJOBD_ATTEMPT=2",
 	    "PGJOBD_MAX_ATTEMPTS=5",
+	    "PGJOBD_FENCE=77",
 	    "PGJOBD_ARG_path=/b", /* a duplicate key: the last value wins */
 	    NULL,		  /* exact and _u9 are checked below */
 	};
 	size_t n = 0;
 	while (e[n])
 		n++;
-	is_int(n, 13, "env has 13 entries");
+	is_int(n, 14, "env has 14 entries");
 	for (size_t i = 0; want[i] && i < n; i++)
 		is_str(e[i], want[i], "env[%zu]", i);
-	ok(n > 12 && strncmp(e[11], "PGJOBD_ARG_exact=", 17) == 0 &&
-	       strlen(e[11]) + 1 == EXEC_ARG_MAX,
+	ok(n > 13 && strncmp(e[12], "PGJOBD_ARG_exact=", 17) == 0 &&
+	       strlen(e[12]) + 1 == EXEC_ARG_MAX,
 	   "an entry of exactly 128 KiB with its NUL is kept");
-	is_str(n > 12 ? e[12] : NULL, "PGJOBD_ARG__u9='; rm -rf / #", "data kept verbatim");
+	is_str(n > 13 ? e[13] : NULL, "PGJOBD_ARG__u9='; rm -rf / #", "data kept verbatim");
 	bool bad = false;
 	for (size_t i = 0; i < n; i++)
 		if (strstr(e[i], "bad") || strstr(e[i], "noequals") || strstr(e[i], "has-dash") ||
@@ -235,6 +237,7 @@ static void test_env_build(void)
 			       "PGJOBD_GROUP_ID=customer-42",
 			       "PGJOBD_ATTEMPT=1",
 			       "PGJOBD_MAX_ATTEMPTS=1",
+			       "PGJOBD_FENCE=0",
 			       NULL};
 	size_t i;
 	for (i = 0; want2[i] && e[i]; i++)

@@ -167,7 +167,7 @@ struct report {
 static void __attribute__((noreturn)) fake_daemon(int db_sock, int report_fd, bool with_work)
 {
 	struct report rep = {0, 0};
-	struct guard *g = guard_start();
+	struct guard *g = guard_start(NULL, NULL);
 	if (!g)
 		_exit(1);
 	rep.guard = guard_pid(g);
@@ -285,7 +285,7 @@ static void test_in_process(void)
 {
 	bool before[1024], after[1024];
 	open_fds(before, 1024);
-	struct guard *g = guard_start();
+	struct guard *g = guard_start(NULL, NULL);
 	open_fds(after, 1024);
 	ok(g != NULL, "guard_start in process");
 	if (!g)
@@ -344,7 +344,7 @@ static void test_in_process(void)
 	wait_exit(a, 5000);
 
 	/* Nothing registered: guard_stop is quick. */
-	g = guard_start();
+	g = guard_start(NULL, NULL);
 	t0 = util_now_ms();
 	gp = g ? guard_pid(g) : 0;
 	guard_stop(g);

@@ -1,0 +1,258 @@
+/* fence.c - the daemon's liveness (see fence.h).
+ *
+ * States: no instance (worker_id 0: register at the next tick) -> alive
+ * (heartbeat at every tick) -> declared dead (the heartbeat answered false:
+ * someone may have taken our jobs; FENCE_EXPIRED, register a new instance).
+ * A lost session is reconnected with db.c's backoff; meanwhile the deadline
+ * simply runs out.
+ *
+ * Deadlines are CLOCK_BOOTTIME ms (util_boot_ms). `sent` is taken right
+ * before a statement is handed to libpq, so the deadline derived from its
+ * answer can only be earlier than the server's view of it, never later. The
+ * expiry timer fires FENCE_EARLY_MS before the deadline; it is rechecked at
+ * every tick against CLOCK_BOOTTIME, because libev's timers run on the
+ * monotonic clock, which stops while the machine is suspended.
+ *
+ * Owns its session, two timers and a copy of the name. */
+#include "fence.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "claim.h"
+#include "db.h"
+#include "guard.h"
+#include "log.h"
+#include "util.h"
+
+/* Kill our own commands this long before the supervisor would. */
+#define FENCE_EARLY_MS 300
+/* How often instance rows long gone are deleted (any daemon may do it). */
+#define FENCE_FORGET_S 600.0
+
+struct fence {
+	struct ev_loop *loop;
+	struct db_conn *db;
+	struct guard *guard;
+	char *name;
+	int64_t fence_ms;
+	long long worker_id;
+	int64_t deadline; /* CLOCK_BOOTTIME ms; 0: none */
+	int64_t sent;	  /* send time of the statement in flight */
+	bool expired;	  /* FENCE_EXPIRED was emitted for the current deadline */
+	bool forget_due;
+	ev_timer tick, expire, forget;
+	struct fence_params params;
+	fence_event_fn *cb;
+	void *arg;
+};
+
+static void emit(struct fence *f, enum fence_event ev)
+{
+	f->cb(f, ev, f->arg);
+}
+
+static void set_expired(struct fence *f, const char *why)
+{
+	ev_timer_stop(f->loop, &f->expire);
+	if (f->expired)
+		return;
+	f->expired = true;
+	log_error("msg=\"cannot confirm this daemon's claims in time; killing running commands\" "
+		  "reason=\"%s\" fence_timeout_ms=%lld",
+		  why, (long long)f->fence_ms);
+	emit(f, FENCE_EXPIRED);
+}
+
+static void arm_expiry(struct fence *f)
+{
+	ev_timer_stop(f->loop, &f->expire);
+	int64_t left = f->deadline - FENCE_EARLY_MS - util_boot_ms();
+	if (left <= 0) {
+		set_expired(f, "deadline passed");
+		return;
+	}
+	ev_timer_set(&f->expire, (double)left / 1000.0, 0.);
+	ev_timer_start(f->loop, &f->expire);
+}
+
+/* A statement sent at f->sent succeeded: the claims held then. */
+static void confirmed(struct fence *f)
+{
+	int64_t d = f->sent + f->fence_ms;
+	if (d <= f->deadline)
+		return;
+	f->deadline = d;
+	if (f->guard)
+		guard_set_deadline(f->guard, d);
+	arm_expiry(f);
+	if (f->expired) {
+		f->expired = false;
+		log_info("msg=\"claims confirmed again\" worker_id=%lld", f->worker_id);
+		emit(f, FENCE_UP);
+	}
+}
+
+static void on_registered(struct db_conn *c, PGresult *const *res, int n, void *arg)
+{
+	(void)c;
+	struct fence *f = arg;
+	if (!res)
+		return; /* on_db_event reconnects */
+	if (!db_batch_ok(res, n) || PQntuples(res[0]) != 1) {
+		log_warn("msg=\"cannot register this daemon\" err=\"%s\"", db_batch_error(res, n));
+		return; /* again at the next tick */
+	}
+	f->worker_id = strtoll(PQgetvalue(res[0], 0, 0), NULL, 10);
+	if (f->guard)
+		guard_set_worker(f->guard, f->worker_id);
+	log_info("msg=\"registered\" worker=%s worker_id=%lld fence_timeout_ms=%lld", f->name,
+		 f->worker_id, (long long)f->fence_ms);
+	/* A new instance: nothing of the old one's deadline carries over. */
+	f->deadline = 0;
+	f->expired = true;
+	confirmed(f);
+}
+
+static void on_beat(struct db_conn *c, PGresult *const *res, int n, void *arg)
+{
+	(void)c;
+	struct fence *f = arg;
+	if (!res)
+		return;
+	if (!db_batch_ok(res, n) || PQntuples(res[0]) != 1) {
+		log_warn("msg=\"heartbeat failed\" err=\"%s\"", db_batch_error(res, n));
+		return;
+	}
+	if (PQgetvalue(res[0], 0, 0)[0] == 't') {
+		confirmed(f);
+		return;
+	}
+	/* Declared dead: our jobs may run elsewhere already. Kill everything
+	 * now (the supervisor too) and start over as a new instance. */
+	log_error("msg=\"this daemon was declared dead (heartbeat too late, or released by an "
+		  "operator); registering again\" worker_id=%lld",
+		  f->worker_id);
+	f->worker_id = 0;
+	f->deadline = 0;
+	if (f->guard)
+		guard_set_deadline(f->guard, 0);
+	set_expired(f, "declared dead");
+}
+
+static void on_forgotten(struct db_conn *c, PGresult *const *res, int n, void *arg)
+{
+	(void)c;
+	(void)arg;
+	if (res && !db_batch_ok(res, n))
+		log_warn("msg=\"cannot delete old daemon rows\" err=\"%s\"",
+			 db_batch_error(res, n));
+}
+
+static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	struct fence *f = w->data;
+	if (f->deadline && !f->expired && util_boot_ms() >= f->deadline - FENCE_EARLY_MS)
+		set_expired(f, "deadline passed");
+	if (!db_is_ready(f->db))
+		return;
+	struct db_stmt st;
+	f->sent = util_boot_ms();
+	if (f->worker_id == 0) {
+		claim_build_register(&st, &f->params, f->name, f->fence_ms);
+		db_send(f->db, &st, 1, on_registered, f);
+	} else if (f->forget_due) {
+		f->forget_due = false;
+		st = (struct db_stmt){.sql = claim_sql_forget_workers};
+		db_send(f->db, &st, 1, on_forgotten, f);
+	} else {
+		claim_build_heartbeat(&st, &f->params, f->worker_id);
+		db_send(f->db, &st, 1, on_beat, f);
+	}
+}
+
+static void on_expire(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	struct fence *f = w->data;
+	/* The monotonic timer may run early or late against CLOCK_BOOTTIME. */
+	if (util_boot_ms() < f->deadline - FENCE_EARLY_MS) {
+		arm_expiry(f);
+		return;
+	}
+	set_expired(f, "deadline passed");
+}
+
+static void on_forget(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	struct fence *f = w->data;
+	f->forget_due = true;
+}
+
+static void on_db_event(struct db_conn *c, enum db_event ev, void *arg)
+{
+	struct fence *f = arg;
+	if (ev == DB_DOWN) {
+		log_warn("msg=\"fence session lost; reconnecting\" worker_id=%lld", f->worker_id);
+		db_reconnect(c);
+		return;
+	}
+	on_tick(f->loop, &f->tick, 0); /* at once: do not wait a tick */
+}
+
+struct fence *fence_new(struct ev_loop *loop, const char *conninfo, const char *name,
+			int64_t fence_ms, struct guard *guard, struct metrics *metrics,
+			fence_event_fn *cb, void *arg)
+{
+	struct fence *f = xcalloc(1, sizeof(*f));
+	f->loop = loop;
+	f->guard = guard;
+	f->name = xstrdup(name);
+	f->fence_ms = fence_ms;
+	f->cb = cb;
+	f->arg = arg;
+	f->expired = true; /* nothing confirmed yet */
+	double every = (double)fence_ms / 5000.0;
+	ev_timer_init(&f->tick, on_tick, every, every);
+	ev_timer_init(&f->expire, on_expire, 0., 0.);
+	ev_timer_init(&f->forget, on_forget, FENCE_FORGET_S, FENCE_FORGET_S);
+	f->tick.data = f->expire.data = f->forget.data = f;
+	ev_timer_start(loop, &f->tick);
+	ev_timer_start(loop, &f->forget);
+	struct db_callbacks cbs = {.on_event = on_db_event, .arg = f, .metrics = metrics};
+	f->db = db_conn_new(loop, conninfo, "pgjobd fence", NULL, &cbs);
+	return f;
+}
+
+void fence_free(struct fence *f)
+{
+	if (!f)
+		return;
+	ev_timer_stop(f->loop, &f->tick);
+	ev_timer_stop(f->loop, &f->expire);
+	ev_timer_stop(f->loop, &f->forget);
+	db_conn_free(f->db);
+	free(f->name);
+	free(f);
+}
+
+long long fence_worker_id(const struct fence *f)
+{
+	return f->worker_id;
+}
+
+bool fence_holds(const struct fence *f, int64_t min_left_ms)
+{
+	return f->worker_id != 0 && !f->expired && f->deadline - util_boot_ms() >= min_left_ms;
+}
+
+int64_t fence_timeout_ms(const struct fence *f)
+{
+	return f->fence_ms;
+}

@@ -1,0 +1,48 @@
+/* fence.h - the daemon's liveness, which bounds every claim in time.
+ *
+ * One PostgreSQL session of its own ("pgjobd fence") registers the daemon
+ * instance (a row of pgjobd.workers) and sends a heartbeat every fifth of
+ * the fence deadline (`fence_timeout`). Each heartbeat that succeeds proves
+ * that the daemon's claims still held when it was sent; the deadline is then
+ * "send time + fence_timeout" on CLOCK_BOOTTIME, and it is handed to the
+ * supervisor (guard.h), which kills every command once it passes whether or
+ * not the daemon still runs. On the server side the same heartbeat keeps
+ * other daemons from taking the daemon's jobs over until fence_timeout plus
+ * a margin after it (sql/006_fencing.sql). The daemon kills its commands a
+ * little before the supervisor would (FENCE_EXPIRED), so that their outcome
+ * says why (lost_lock). */
+#ifndef PGJOBD_FENCE_H
+#define PGJOBD_FENCE_H
+
+#include <ev.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+struct fence;
+struct guard;
+struct metrics;
+
+enum fence_event {
+	FENCE_UP,      /* registered, or a heartbeat succeeded after the deadline had
+			  come close: claiming may go on */
+	FENCE_EXPIRED, /* the deadline is (about to be) over, or the instance was
+			  declared dead: every running command must die now */
+};
+typedef void fence_event_fn(struct fence *f, enum fence_event ev, void *arg);
+
+/* Start connecting and registering `name` ("host:pid"). guard may be NULL
+ * (no supervisor: tests). Strings are copied. Owned by the daemon. */
+struct fence *fence_new(struct ev_loop *loop, const char *conninfo, const char *name,
+			int64_t fence_ms, struct guard *guard, struct metrics *metrics,
+			fence_event_fn *cb, void *arg);
+/* Stops the timers and closes the session. fence_free(NULL) is a no-op. */
+void fence_free(struct fence *f);
+
+/* The registered instance (pgjobd.workers.id), 0 while there is none. */
+long long fence_worker_id(const struct fence *f);
+/* True when registered and the deadline is at least min_left_ms away. */
+bool fence_holds(const struct fence *f, int64_t min_left_ms);
+/* fence_timeout in ms. */
+int64_t fence_timeout_ms(const struct fence *f);
+
+#endif
