@@ -53,8 +53,9 @@ struct qstate {
 	int nslots;
 	int next_index;
 	struct claimer *cl;
-	/* The slots the claim in flight is for, in the order of its workers.
-	 * Written by kick_queue only, taken over and emptied by on_claimed. */
+	/* The slots the claim in flight is for, in the order of its workers
+	 * (NULL: that slot stopped meanwhile). Written by kick_queue only,
+	 * taken over and emptied by on_claimed. */
 	struct job **reserved;
 	const char **workers; /* their worker names */
 	int nreserved, reserved_cap;
@@ -155,7 +156,6 @@ static void kick_queue(struct qstate *q)
 static void on_claimed(struct claimer *cl, struct claim_job *jobs, const int *slots, int n,
 		       void *arg)
 {
-	(void)cl;
 	struct qstate *q = arg;
 	/* Take the reservation over: the loop works on this copy, and any
 	 * kick it causes waits for the end (see kick_queue). */
@@ -169,6 +169,13 @@ static void on_claimed(struct claimer *cl, struct claim_job *jobs, const int *sl
 		assert(slots[i] >= 0 && slots[i] < asked);
 		struct job *j = mine[slots[i]];
 		mine[slots[i]] = NULL;
+		if (!j) {
+			/* The slot stopped while the claim was in flight: drop
+			 * the bridge, the job is an orphan for the next pass. */
+			claimer_release(cl, &jobs[i]);
+			claim_job_free(&jobs[i]);
+			continue;
+		}
 		/* Nothing reserves a slot while its claim is in flight, so it
 		 * is still reserved, or it lost its session (job_hold then
 		 * reports JOB_EV_NOT_HELD): never busy with another job. */
@@ -252,7 +259,8 @@ static void qstate_free(struct qstate *q)
 	 * committed any, are orphans for the next orphan pass). */
 	claimer_free(q->cl);
 	for (int i = 0; i < q->nreserved; i++)
-		job_unreserve(q->reserved[i]);
+		if (q->reserved[i])
+			job_unreserve(q->reserved[i]);
 	free(q->reserved);
 	free(q->workers);
 	for (int i = 0; i < q->nslots; i++)
@@ -312,6 +320,13 @@ static void on_job_event(struct job *j, enum job_event ev, int64_t ms, void *arg
 		}
 		break;
 	case JOB_EV_STOPPED: {
+		/* A slot reserved for a claim in flight can stop (its session
+		 * was lost while draining); the answer must not reach it once
+		 * it has been freed. */
+		for (size_t qi = 0; qi < d->nqueues; qi++)
+			for (int i = 0; i < d->queues[qi]->nreserved; i++)
+				if (d->queues[qi]->reserved[i] == j)
+					d->queues[qi]->reserved[i] = NULL;
 		bool found = false;
 		for (size_t i = 0; i < d->nretiring && !found; i++) {
 			if (d->retiring[i] == j) {

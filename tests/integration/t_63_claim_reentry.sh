@@ -8,6 +8,8 @@
 # the second job to the second slot (not to a slot of a later claim), must
 # leave the lost slot's job to the orphan pass (it then runs once, on another
 # attempt), and must leave no slot reserved for a claim that is over.
+# Then the same while the daemon drains (SIGTERM): the lost slot stops and is
+# freed before the answer comes, which must not reach it.
 #
 # How the claim is kept in flight: a session holds a LOCK on
 # pgjobd.paused_queues, which claim_batch reads before anything else, so the
@@ -152,5 +154,44 @@ cmp_ok "$(count_jobs "id IN ($all) AND attempts > 1")" -le 1 "at most the lost s
 is "$(grep -c 'taken over before it started' "$T/d.log")" 0 "no slot was handed a job claimed for another slot"
 is "$(grep -c -E 'AddressSanitizer|LeakSanitizer|runtime error' "$T/d.log")" 0 "no sanitizer report"
 stop_daemon "$d"
+is $? 0 "SIGTERM: exit status 0"
+
+# While draining: a slot that loses its session stops at once, and is freed
+# while the claim for it is still in flight.
+start_daemon e "$T/d.ini"
+e=$DAEMON_PID
+wait_until 20 "[ \"\$(slot_sessions)\" = 4 ]"
+ok $? "a new daemon: the four slots are connected"
+a=$(psql_q "INSERT INTO pgjobd.jobs (queue, data) VALUES ('q', '{\"gate\": \"ab2\"}') RETURNING id")
+b=$(psql_q "INSERT INTO pgjobd.jobs (queue, data) VALUES ('q', '{\"gate\": \"ab2\"}') RETURNING id")
+wait_until 20 "all_started $a $b"
+ok $? "two jobs run"
+lock claim pgjobd.paused_queues "ACCESS EXCLUSIVE"
+wait_until 20 claimer_waits
+ok $? "a claim is in flight"
+ids=$(psql_q "INSERT INTO pgjobd.jobs (queue, run_at)
+	SELECT 'q', now() - interval '1 hour' FROM generate_series(1, 2) RETURNING id" | tr '\n' ' ')
+first=$(psql_q "SELECT application_name FROM pg_stat_activity
+	WHERE application_name LIKE 'pgjobd q.%' AND state = 'idle'
+	ORDER BY substring(application_name FROM '[0-9]+$')::int LIMIT 1")
+kill -TERM "$e"
+wait_until 20 "grep -q 'msg=\"shutting down\"' '$T/e.log'"
+ok $? "the daemon drains"
+psql_q "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '$first'" >/dev/null
+n=${first##*.}
+wait_until 20 "grep -q 'msg=\"slot state\" queue=q slot=$n from=connecting to=stopped' '$T/e.log'"
+ok $? "'$first' loses its session and stops"
+unlock claim
+touch "$T/gate.ab2"
+wait_daemon_exit "$e" 30
+is "$DAEMON_STATUS" 0 "the daemon ends its jobs and exits 0"
+is "$(grep -c -E 'AddressSanitizer|LeakSanitizer|runtime error' "$T/e.log")" 0 "no sanitizer report"
+# The job claimed for the stopped slot is an orphan: the next daemon runs it.
+start_daemon f "$T/d.ini"
+wait_until 30 "succeeded $a $b $ids"
+ok $? "every job of the drained daemon's claim succeeds (its orphan on the next daemon)"
+twice=$(awk '$1 == "start" { n[$2]++ } END { for (i in n) if (n[i] != 1) print i " x" n[i] }' "$T/runs.log")
+is "$twice" "" "no command ran twice"
+stop_daemon "$DAEMON_PID"
 is $? 0 "SIGTERM: exit status 0"
 done_testing
