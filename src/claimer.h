@@ -17,7 +17,10 @@ struct claimer;
 /* jobs[i] was claimed for workers[slots[i]]; the callee takes ownership of
  * each jobs[i] (moves it out, or claim_job_free). n < 0: the claim failed
  * (the connection was lost or the statement failed); nothing was claimed
- * that this daemon will run. */
+ * that this daemon will run. The claimer is ready again when this is
+ * called: the callee may call claimer_release (a job whose slot cannot
+ * hold it: its bridge is dropped with the next call, and the job is an
+ * orphan for the next orphan pass) and then claimer_claim. */
 typedef void claimer_result_fn(struct claimer *cl, struct claim_job *jobs, const int *slots, int n,
 			       void *arg);
 /* The session came up (claims can be sent). */

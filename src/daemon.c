@@ -18,6 +18,7 @@
  * shutdown would hang until then). */
 #include "daemon.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <pwd.h>
@@ -53,11 +54,15 @@ struct qstate {
 	int nslots;
 	int next_index;
 	struct claimer *cl;
-	struct job **reserved; /* the slots the claim in flight is for */
-	const char **workers;  /* their worker names */
+	/* The slots the claim in flight is for, in the order of its workers
+	 * (NULL: that slot stopped meanwhile). Written by kick_queue only,
+	 * taken over and emptied by on_claimed. */
+	struct job **reserved;
+	const char **workers; /* their worker names */
 	int nreserved, reserved_cap;
-	bool again;    /* a wake-up came while a claim was in flight */
-	ev_timer wake; /* retry wake-up */
+	bool dispatching; /* on_claimed is handing a claim's jobs to its slots */
+	bool again;	  /* a wake-up came while a claim was in flight */
+	ev_timer wake;	  /* retry wake-up */
 };
 
 struct daemon {
@@ -128,7 +133,17 @@ static int held_jobs(struct daemon *d, const struct qstate *q)
 	return n;
 }
 
-/* Claim for every idle slot of q, in one call of its claimer. */
+/* Claim for every idle slot of q, in one call of its claimer.
+ *
+ * The dispatcher is kick_queue plus on_claimed, and it is never re-entered:
+ * q->reserved describes the one claim in flight, and each job of a claim's
+ * answer goes to the slot at its worker's index in that claim. A slot's
+ * callbacks can ask for a kick while on_claimed hands jobs out (job_hold on
+ * a slot that lost its session reports JOB_EV_NOT_HELD at once); such a kick
+ * only sets q->again, and on_claimed kicks once it is done. Claiming there
+ * would reserve slots anew and rewrite q->reserved under the loop, so that
+ * later jobs of the answer went to the slots of the new claim, and slots of
+ * the old one were left reserved with nobody to claim for them. */
 static void kick_queue(struct qstate *q)
 {
 	struct daemon *d = q->d;
@@ -140,7 +155,7 @@ static void kick_queue(struct qstate *q)
 		q->again = true;
 		return;
 	}
-	if (!claimer_is_ready(q->cl)) {
+	if (q->dispatching || !claimer_is_ready(q->cl)) {
 		/* The claim in flight may have missed what woke us: claim again
 		 * when it is back (or when the claimer's session is up). */
 		q->again = true;
@@ -180,21 +195,42 @@ static void kick_queue(struct qstate *q)
 static void on_claimed(struct claimer *cl, struct claim_job *jobs, const int *slots, int n,
 		       void *arg)
 {
-	(void)cl;
 	struct qstate *q = arg;
+	/* Take the reservation over: the loop works on this copy, and any
+	 * kick it causes waits for the end (see kick_queue). */
 	int asked = q->nreserved;
+	struct job **mine = xcalloc((size_t)asked + 1, sizeof(*mine));
+	if (asked > 0)
+		memcpy(mine, q->reserved, sizeof(*mine) * (size_t)asked);
+	q->nreserved = 0;
+	q->dispatching = true;
 	for (int i = 0; i < n; i++) {
-		struct job *j = q->reserved[slots[i]];
-		q->reserved[slots[i]] = NULL;
+		assert(slots[i] >= 0 && slots[i] < asked);
+		struct job *j = mine[slots[i]];
+		mine[slots[i]] = NULL;
+		if (!j) {
+			/* The slot stopped while the claim was in flight: drop
+			 * the bridge, the job is an orphan for the next pass. */
+			claimer_release(cl, &jobs[i]);
+			claim_job_free(&jobs[i]);
+			continue;
+		}
+		/* Nothing reserves a slot while its claim is in flight, so it
+		 * is still reserved, or it lost its session (job_hold then
+		 * reports JOB_EV_NOT_HELD): never busy with another job. */
+		assert(!job_is_busy(j));
 		job_hold(j, &jobs[i]);
 	}
 	for (int i = 0; i < asked; i++)
-		if (q->reserved[i])
-			job_unreserve(q->reserved[i]);
-	q->nreserved = 0;
+		if (mine[i])
+			job_unreserve(mine[i]);
+	free(mine);
+	q->dispatching = false;
 	if (n < 0)
 		return; /* the claimer reconnects; its on_up kicks */
-	/* A full batch: there may be more (slots that became idle meanwhile). */
+	/* A full batch: there may be more (slots that became idle meanwhile).
+	 * Or a kick was asked for meanwhile, or bridges wait to be dropped
+	 * (a job that a slot could not hold is one). */
 	if ((asked > 0 && n == asked) || q->again || claimer_has_releases(q->cl))
 		kick_queue(q);
 }
@@ -262,7 +298,8 @@ static void qstate_free(struct qstate *q)
 	 * committed any, are orphans for the next orphan pass). */
 	claimer_free(q->cl);
 	for (int i = 0; i < q->nreserved; i++)
-		job_unreserve(q->reserved[i]);
+		if (q->reserved[i])
+			job_unreserve(q->reserved[i]);
 	free(q->reserved);
 	free(q->workers);
 	for (int i = 0; i < q->nslots; i++)
@@ -304,7 +341,8 @@ static void on_job_event(struct job *j, enum job_event ev, int64_t ms, void *arg
 			claimer_release(q->cl, job_claimed(j));
 		break;
 	case JOB_EV_NOT_HELD:
-		/* Drop the bridge now: the job is an orphan for the next pass. */
+		/* Drop the bridge now: the job is an orphan for the next pass.
+		 * (From inside on_claimed, the kick waits for its end.) */
 		if (q) {
 			claimer_release(q->cl, job_claimed(j));
 			kick_queue(q);
@@ -321,6 +359,13 @@ static void on_job_event(struct job *j, enum job_event ev, int64_t ms, void *arg
 		}
 		break;
 	case JOB_EV_STOPPED: {
+		/* A slot reserved for a claim in flight can stop (its session
+		 * was lost while draining); the answer must not reach it once
+		 * it has been freed. */
+		for (size_t qi = 0; qi < d->nqueues; qi++)
+			for (int i = 0; i < d->queues[qi]->nreserved; i++)
+				if (d->queues[qi]->reserved[i] == j)
+					d->queues[qi]->reserved[i] = NULL;
 		bool found = false;
 		for (size_t i = 0; i < d->nretiring && !found; i++) {
 			if (d->retiring[i] == j) {
