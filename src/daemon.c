@@ -726,6 +726,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 		return 1;
 	}
 	d->loop = EV_DEFAULT;
+	notify_init(d->loop); /* the loop retries what a full notify socket refused */
 	d->conninfo = xstrdup(cfg->database);
 	char *wn = config_worker_name(cfg);
 	d->worker_prefix = xasprintf("%s:%d", wn, (int)getpid());
@@ -813,6 +814,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 	free(d->home);
 	metrics_free(d->metrics);
 	free(d);
+	notify_fini(); /* a last try for a held STOPPING=1 */
 	ev_loop_destroy(EV_DEFAULT);
 	log_info("msg=\"stopped\" exit_code=%d", code);
 	return code;
