@@ -133,7 +133,7 @@ static void outcome_lost(struct job *j, const char *why)
 {
 	/* The row stays `running` with its lock gone once the session ends:
 	 * it is run again (at-least-once). */
-	log_job(LOG_ERROR, j, "msg=\"cannot record outcome\" err=\"%s\"", why);
+	log_job(LOG_ERROR, j, "msg=\"cannot record outcome\" err=%s", log_value(why));
 	clear_run(j);
 	reconnect(j);
 }
@@ -312,8 +312,8 @@ static void start_command(struct job *j)
 		ev_timer_set(&j->timeout, (double)tmo / 1000.0, 0.);
 		ev_timer_start(j->env->loop, &j->timeout);
 	}
-	log_job(LOG_INFO, j, "msg=\"job started\" group=%s pgid=%d",
-		j->cj.group_id ? j->cj.group_id : "", (int)j->pgid);
+	log_job(LOG_INFO, j, "msg=\"job started\" group=%s pgid=%d", log_value(j->cj.group_id),
+		(int)j->pgid);
 }
 
 static void on_tx_ended(struct db_conn *c, PGresult *const *res, int n, void *arg)
@@ -323,8 +323,8 @@ static void on_tx_ended(struct db_conn *c, PGresult *const *res, int n, void *ar
 	if (!res)
 		return;
 	if (!db_batch_ok(res, n)) {
-		log_warn("msg=\"cannot end hold transaction\" queue=%s err=\"%s\"", j->q->name,
-			 db_batch_error(res, n));
+		log_warn("msg=\"cannot end hold transaction\" queue=%s err=%s", j->q->name,
+			 log_value(db_batch_error(res, n)));
 		reconnect(j);
 		return;
 	}
@@ -350,8 +350,8 @@ static void on_held(struct db_conn *c, PGresult *const *res, int n, void *arg)
 		return;
 	}
 	if (!db_batch_ok(res, n)) {
-		log_job(LOG_WARN, j, "msg=\"cannot hold claimed job\" err=\"%s\"",
-			db_batch_error(res, n));
+		log_job(LOG_WARN, j, "msg=\"cannot hold claimed job\" err=%s",
+			log_value(db_batch_error(res, n)));
 		not_held(j);
 		reconnect(j);
 		return;

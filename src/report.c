@@ -92,8 +92,8 @@ static void on_count(struct db_conn *c, PGresult *const *res, int n, void *arg)
 		/* connection lost (the daemon reconnects) or a failing query:
 		 * say we do not know rather than show an old number */
 		if (res)
-			log_debug("msg=\"cannot count queued jobs\" err=\"%s\"",
-				  db_batch_error(res, n));
+			log_debug("msg=\"cannot count queued jobs\" err=%s",
+				  log_value(db_batch_error(res, n)));
 		r->queued = -1;
 	}
 	update_status(r);
