@@ -125,7 +125,9 @@ static void write_metrics(struct report *r)
 		if (!r->write_failing)
 			log_warn("msg=\"cannot write the metrics file; will keep trying\" path=%s "
 				 "err=\"%s\"",
-				 log_quote(q, sizeof(q), r->metrics_file), strerror(errno));
+				 log_quote(q, sizeof(q), r->metrics_file),
+				 errno == EINVAL ? "not a regular file, left alone"
+						 : strerror(errno));
 		r->write_failing = true;
 	} else if (r->write_failing) {
 		log_info("msg=\"metrics file written again\" path=%s",
