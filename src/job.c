@@ -263,6 +263,19 @@ static void on_timeout(struct ev_loop *loop, ev_timer *w, int revents)
 	exec_kill(j->proc, j->run_q->kill_grace_ms);
 }
 
+/* A job's timeout lowers the queue's, never raises or disables it, whatever
+ * the row says: under 1 ms (0 once rounded) counts as 1 ms, and a queue
+ * timeout of 0 (none) lets the job's stand. job_ms < 0: the job gave none.
+ * Returns the timeout to arm, 0 for none. */
+static int64_t effective_timeout_ms(int64_t job_ms, int64_t queue_ms)
+{
+	if (job_ms < 0)
+		return queue_ms;
+	if (job_ms < 1)
+		job_ms = 1;
+	return queue_ms > 0 && queue_ms < job_ms ? queue_ms : job_ms;
+}
+
 static void start_command(struct job *j)
 {
 	const struct queue_conf *q = j->run_q;
@@ -307,7 +320,7 @@ static void start_command(struct job *j)
 	j->pgid = exec_pgid(j->proc);
 	if (j->pgid > 0 && j->env->guard)
 		guard_add_pgroup(j->env->guard, j->pgid);
-	int64_t tmo = j->cj.timeout_ms >= 0 ? j->cj.timeout_ms : q->timeout_ms;
+	int64_t tmo = effective_timeout_ms(j->cj.timeout_ms, q->timeout_ms);
 	if (tmo > 0) {
 		ev_timer_set(&j->timeout, (double)tmo / 1000.0, 0.);
 		ev_timer_start(j->env->loop, &j->timeout);
@@ -331,6 +344,17 @@ static void on_tx_ended(struct db_conn *c, PGresult *const *res, int n, void *ar
 	job_step(j, J_IDLE);
 	if (!maybe_stop(j))
 		emit(j, JOB_EV_IDLE, 0);
+}
+
+/* The queue's max_attempts is a ceiling a job may lower, never raise,
+ * whatever the row says; below 1 counts as 1. Decides the retry and
+ * PGJOBD_MAX_ATTEMPTS. */
+static void apply_ceilings(struct job *j)
+{
+	if (j->cj.max_attempts > j->run_q->max_attempts)
+		j->cj.max_attempts = j->run_q->max_attempts;
+	if (j->cj.max_attempts < 1)
+		j->cj.max_attempts = 1;
 }
 
 /* The hold did not take: tell the daemon (the claimer drops the bridge, and
@@ -368,6 +392,7 @@ static void on_held(struct db_conn *c, PGresult *const *res, int n, void *arg)
 		return;
 	}
 	j->run_q = queue_conf_ref(j->q);
+	apply_ceilings(j);
 	metrics_job_started(j->env->metrics, j->run_q->name, metrics_now() - j->claim_sent);
 	job_step(j, J_RUNNING);
 	emit(j, JOB_EV_HELD, 0);
