@@ -470,8 +470,8 @@ static void on_version(struct db_conn *c, PGresult *const *res, int n, void *arg
 	if (have != migrate_latest()) {
 		if (have < 0)
 			log_error(
-			    "msg=\"cannot read the schema version; run pgjobd migrate\" err=\"%s\"",
-			    db_batch_error(res, n));
+			    "msg=\"cannot read the schema version; run pgjobd migrate\" err=%s",
+			    log_value(db_batch_error(res, n)));
 		else
 			log_error(
 			    "msg=\"schema version mismatch; run pgjobd migrate\" have=%d need=%d",
@@ -657,12 +657,12 @@ static void on_sighup(struct ev_loop *loop, ev_signal *w, int revents)
 		 (unsigned long long)ts.tv_sec * 1000000ULL +
 		     (unsigned long long)ts.tv_nsec / 1000);
 	notify_send(msg);
-	log_info("msg=\"reloading configuration\" path=%s", d->config_path);
+	log_info("msg=\"reloading configuration\" path=%s", log_value(d->config_path));
 	struct config *nc = config_load(d->config_path, true, stderr);
 	if (!nc) {
 		log_error("msg=\"configuration not reloaded: the file has errors; keeping the "
 			  "current one\" path=%s",
-			  d->config_path);
+			  log_value(d->config_path));
 	} else if (d->state != D_DRAINING) {
 		apply_config(d, nc);
 		log_info("msg=\"configuration reloaded\" queues=%zu", d->nqueues);
@@ -772,7 +772,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 	}
 
 	log_info("msg=\"starting\" version=%s worker=%s queues=%zu", PGJOBD_VERSION,
-		 d->worker_prefix, cfg->nqueues);
+		 log_value(d->worker_prefix), cfg->nqueues);
 	/* pgjobd: a queue has new jobs (payload: the queue); pgjobd_cancel:
 	 * pgjobd.cancel() was called for a running job (payload: its id). */
 	static const char *const setup[] = {"LISTEN pgjobd", "LISTEN pgjobd_cancel", NULL};

@@ -466,6 +466,57 @@ static void test_values(void)
 	    "...' for 'timeout': value too large (at most 100 years)\n");
 }
 
+/* database: what libpq cannot parse is an error naming the line, and no part
+ * of the value (a password) is ever printed. */
+static void test_database(void)
+{
+	static const char *const bad[] = {
+	    "postgresql://u:Pw%zzSecret@localhost/db",
+	    "host=/tmp password=my SecretTail dbname=x",
+	    "host=/tmp password='my SecretTail dbname=x",
+	    "host=/tmp nosuchoption=SecretTail",
+	    "postgresql://u@localhost/db?password=Secret%zzTail",
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char *text = xasprintf("[pgjobd]\ndatabase = %s\n[queue.a]\ncommand = x\n", bad[i]);
+		char *diag;
+		struct config *c = load(text, &diag);
+		ok(c == NULL, "bad conninfo %zu: rejected", i);
+		ok(strncmp(diag, "F:2: error: bad value for 'database': libpq cannot parse it",
+			   59) == 0,
+		   "bad conninfo %zu: names F:2 and the key", i);
+		ok(!strstr(diag, "Secret") && !strstr(diag, "Pw") && !strstr(diag, "my "),
+		   "bad conninfo %zu: no part of the value is shown", i);
+		if (i == 0)
+			is_str(
+			    diag,
+			    "F:2: error: bad value for 'database': libpq cannot parse it as a "
+			    "connection string or URI (the value and libpq's message are not "
+			    "shown: they may contain a password)\n"
+			    "  hint: write key=value pairs ('...' around a value with spaces) or "
+			    "a postgresql:// URI (%XX escapes); keep passwords in a passfile\n",
+			    "bad conninfo: the whole diagnostic");
+		config_free(c);
+		free(diag);
+		free(text);
+	}
+	static const char *const good[] = {
+	    "postgresql://u:p%41ss@localhost/db?sslmode=disable",
+	    "postgres:///app",
+	    "host=/tmp password='my Secret' dbname=x",
+	    "app_db",
+	    "",
+	};
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		char *text =
+		    xasprintf("[pgjobd]\ndatabase = %s\n[queue.a]\ncommand = x\n", good[i]);
+		struct config *c = expect_ok(good[i], text);
+		is_str(c ? c->database : NULL, good[i], "database kept as written");
+		config_free(c);
+		free(text);
+	}
+}
+
 static void test_env(void)
 {
 	struct config *c = expect_ok(
@@ -566,8 +617,73 @@ static void test_files(void)
 	c = config_load("/tmp", true, f);
 	fclose(f);
 	ok(c == NULL, "directory: NULL");
-	is_str(out, "/tmp: error: cannot read: Is a directory\n", "directory: one diagnostic");
+	is_str(out, "/tmp: error: is a directory; the configuration must be a regular file\n",
+	       "directory: one diagnostic");
 	free(out);
+
+	/* Neither a device (endless, or random bytes) nor a FIFO (a reload
+	 * would block on it) is read. */
+	static const struct {
+		const char *path, *what;
+	} odd[] = {{"/dev/zero", "is a device"}, {"/dev/urandom", "is a device"}};
+	for (size_t i = 0; i < sizeof(odd) / sizeof(odd[0]); i++) {
+		out = NULL;
+		f = open_memstream(&out, &outlen);
+		c = config_load(odd[i].path, true, f);
+		fclose(f);
+		char *want = xasprintf("%s: error: %s; the configuration must be a regular file\n",
+				       odd[i].path, odd[i].what);
+		ok(c == NULL, "%s: NULL", odd[i].path);
+		is_str(out, want, "%s: refused without reading it", odd[i].path);
+		free(want);
+		free(out);
+	}
+	char fifo[] = "/tmp/pgjobd-test-config-fifo-XXXXXX";
+	int tfd = mkstemp(fifo);
+	if (tfd >= 0) {
+		close(tfd);
+		unlink(fifo);
+	}
+	if (tfd >= 0 && mkfifo(fifo, 0600) == 0) {
+		out = NULL;
+		f = open_memstream(&out, &outlen);
+		c = config_load(fifo, true, f); /* would block forever if opened for reading */
+		fclose(f);
+		char *want = xasprintf("%s: error: is a FIFO; the configuration must be a regular "
+				       "file\n",
+				       fifo);
+		ok(c == NULL, "FIFO: NULL, at once");
+		is_str(out, want, "FIFO: refused");
+		free(want);
+		free(out);
+		unlink(fifo);
+	} else {
+		ok(0, "mkfifo %s: %s", fifo, strerror(errno));
+		ok(0, "FIFO: refused");
+	}
+
+	/* At most 1 MiB: a file of exactly 1 MiB loads, one byte more not. */
+	struct buf big;
+	buf_init(&big);
+	buf_puts(&big, "[queue.a]\ncommand = x\n");
+	while (big.len + 80 < 1024 * 1024)
+		buf_puts(&big, "; padding padding padding padding padding padding padding pad\n");
+	while (big.len < 1024 * 1024 - 1)
+		buf_putc(&big, ';');
+	buf_putc(&big, '\n');
+	char *diag;
+	c = load_n(big.data, big.len, true, &diag);
+	ok(c != NULL && big.len == 1024 * 1024, "a file of exactly 1 MiB loads");
+	is_str(diag, "", "... without diagnostics");
+	config_free(c);
+	free(diag);
+	buf_putc(&big, '\n');
+	c = load_n(big.data, big.len, true, &diag);
+	ok(c == NULL, "a file of 1 MiB + 1 byte is refused");
+	is_str(diag, "F: error: the file is larger than 1 MiB (1048577 bytes)\n", "... saying why");
+	config_free(c);
+	free(diag);
+	buf_fini(&big);
 
 	ok(config_load("/nonexistent/x.ini", true, NULL) == NULL, "diag may be NULL");
 
@@ -671,6 +787,7 @@ int main(void)
 	test_keys();
 	test_values();
 	test_env();
+	test_database();
 	test_user();
 	test_many_errors();
 	test_files();
