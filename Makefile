@@ -38,7 +38,7 @@ BENCH_TOOLS := $(B)/bench/spawnbench $(B)/bench/pickup $(B)/bench/stamp
 
 UNITS := pgjobd.service pgjobd@.service
 MANPAGES := man/pgjobd.8 man/pgjobd.ini.5
-TEST_HELPERS := $(B)/tests/notify-sink
+TEST_HELPERS := $(B)/tests/notify-sink $(B)/tests/chaos-proxy
 
 .PHONY: all check check-unit check-integration check-asan asan install uninstall clean format format-check bench
 
@@ -87,7 +87,7 @@ check-unit: $(UNIT_TESTS)
 
 check-integration: $(B)/pgjobd $(TEST_HELPERS)
 	PGJOBD=$(abspath $(B)/pgjobd) NOTIFY_SINK=$(abspath $(B)/tests/notify-sink) \
-		prove -j1 tests/integration/t_*.sh
+		CHAOS_PROXY=$(abspath $(B)/tests/chaos-proxy) prove -j1 tests/integration/t_*.sh
 
 # Measurements, not tests: exits 0 whatever the figures (see tests/bench/README).
 # Results in $(B)/bench/results.json; BENCH_QUICK=1 for a 10x smaller run.

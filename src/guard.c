@@ -91,6 +91,8 @@ struct guard {
 /* While the fence deadline has passed: how often registered groups are
  * killed again (a process that was forking when it was killed). */
 #define GUARD_POLL_MS 50
+/* How often the deadline is compared with CLOCK_BOOTTIME while commands run. */
+#define GUARD_CLOCK_MS 250
 #define GUARD_GIVE_UP_MS 10000
 /* Bounds on what the guard keeps (the daemon has a few dozen of each). */
 #define GUARD_MAX_ENTRIES 65536
@@ -413,8 +415,11 @@ static void __attribute__((noreturn)) guard_main(int ch, const char *conninfo, c
 				fence_kill(&s, now);
 				timeout = GUARD_POLL_MS;
 			} else {
+				/* At most GUARD_CLOCK_MS: poll's timeout runs on the
+				 * monotonic clock, which stops while the machine is
+				 * suspended; the deadline is on CLOCK_BOOTTIME. */
 				int64_t left = s.deadline - now;
-				timeout = left > INT_MAX ? INT_MAX : (int)left;
+				timeout = left > GUARD_CLOCK_MS ? GUARD_CLOCK_MS : (int)left;
 			}
 		}
 		struct pollfd pfd = {.fd = ch, .events = POLLIN};

@@ -813,6 +813,51 @@ static void on_sigpipe(int sig)
 	(void)sig;
 }
 
+/* before_run: the group exists and the command has not run yet. */
+struct gate_probe {
+	pid_t pgid;
+	bool group_ok, not_yet, refuse;
+	char marker[300];
+};
+
+static int probe_before_run(pid_t pgid, void *arg)
+{
+	struct gate_probe *g = arg;
+	g->pgid = pgid;
+	g->group_ok = getpgid(pgid) == pgid;
+	g->not_yet = access(g->marker, F_OK) != 0;
+	return g->refuse ? -1 : 0;
+}
+
+static void test_gate(char **env)
+{
+	struct gate_probe g = {0};
+	snprintf(g.marker, sizeof(g.marker), "%s/gate-marker", tmpdir);
+	char cmd[400];
+	snprintf(cmd, sizeof(cmd), "touch '%s'; echo ran", g.marker);
+	struct res r;
+	struct exec_spec s = mkspec(cmd, env);
+	s.before_run = probe_before_run;
+	s.before_run_arg = &g;
+	run(&s, &r);
+	ok(g.pgid > 0 && g.group_ok, "before_run: the child leads its own group already");
+	ok(g.not_yet, "before_run: nothing of the command has run yet");
+	is_str(r.out, "ran\n", "with before_run = 0 the command runs");
+	res_fini(&r);
+	unlink(g.marker);
+
+	g = (struct gate_probe){.refuse = true};
+	snprintf(g.marker, sizeof(g.marker), "%s/gate-marker", tmpdir);
+	s = mkspec(cmd, env);
+	s.before_run = probe_before_run;
+	s.before_run_arg = &g;
+	run(&s, &r);
+	is_int(r.o.status, EXEC_SPAWN_FAILED, "before_run refused: a spawn failure");
+	is_str(r.o.spawn_what, "register", "... at the step 'register'");
+	ok(access(g.marker, F_OK) != 0, "... and the command never ran");
+	res_fini(&r);
+}
+
 int main(void)
 {
 	log_init(LOG_INFO);
@@ -845,6 +890,7 @@ int main(void)
 	test_kill(env);
 	test_grandchildren(env);
 	test_free_running(env);
+	test_gate(env);
 	util_strv_free(env);
 	rmdir(tmpdir);
 	return tap_done();
