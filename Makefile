@@ -70,6 +70,7 @@ TEST_DEPS_log :=
 TEST_DEPS_metrics := metrics
 TEST_DEPS_claim := claim
 TEST_DEPS_notify := notify
+TEST_DEPS_sha256 := sha256
 .SECONDEXPANSION:
 # addprefix/addsuffix, not patsubst: make replaces a pattern rule's % with the
 # stem before the second expansion, which broke $$(patsubst %,...).
