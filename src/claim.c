@@ -83,11 +83,13 @@ static const char sql_drop_cancel[] =
 
 /* Housekeeping (sql/003_job_control.sql): under a try-lock, so one daemon at
  * a time; bounded batches with SKIP LOCKED. Then the pending cancel
- * requests, for running jobs whose NOTIFY this daemon may have missed: a
- * plain read of a table that is empty nearly always. */
+ * requests: a plain read of a table that is empty nearly always, and the
+ * only source of the ids of jobs to cancel. Only the owner and the worker
+ * role may write it; a NOTIFY on pgjobd_cancel, which any role can send,
+ * only makes the daemon read it at once. */
 static const char sql_maintain[] = "SELECT locked, expired, deleted, more "
 				   "FROM pgjobd.maintain($1::text[], $2::bigint[], $3::int)";
-static const char sql_cancel_requests[] = "SELECT job_id FROM pgjobd.cancel_requests";
+const char claim_sql_cancel_requests[] = "SELECT job_id FROM pgjobd.cancel_requests";
 
 /* A slot's own release of a claim it lost (sql/006_fencing.sql). */
 static const char sql_release[] =
@@ -312,7 +314,7 @@ int claim_build_maintain(struct db_stmt *st, struct maintain_params *p, const ch
 	st[0].params[0] = text_array(&p->queues, queues, nqueues);
 	st[0].params[1] = bigint_array(&p->retention, retention_ms, nqueues);
 	st[0].params[2] = p->limit;
-	st[CLAIM_MAINTAIN_CANCELS].sql = sql_cancel_requests;
+	st[CLAIM_MAINTAIN_CANCELS].sql = claim_sql_cancel_requests;
 	return 2;
 }
 

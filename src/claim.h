@@ -152,6 +152,8 @@ struct maintain_params {
 };
 int claim_build_maintain(struct db_stmt *st, struct maintain_params *p, const char *const *queues,
 			 const long long *retention_ms, int nqueues, int limit);
+/* The pending cancel requests alone: one job_id per row. */
+extern const char claim_sql_cancel_requests[];
 
 /* Parse a PostgreSQL text[] literal ({a,"b c",NULL}) into a malloc'd,
  * NULL-terminated array (NULL elements become ""). Returns the count, -1 on a

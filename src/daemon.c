@@ -10,6 +10,12 @@
  * queue; a slot that starts a job kicks the next idle slot, so a burst of
  * jobs spreads over the slots without every slot querying on every NOTIFY.
  *
+ * Any role may NOTIFY any channel, so nothing is ever done on the strength
+ * of a payload: a wake-up only makes a claimer look for jobs, and a NOTIFY
+ * on `pgjobd_cancel` only makes the maintenance session read
+ * pgjobd.cancel_requests at once (maint_look); the ids read there are the
+ * only ones cancelled.
+ *
  * Ownership: struct daemon owns the config, the listener, every slot (in its
  * queue's array, or in `retiring` while a removed slot finishes its job) and
  * the guard. Slots that have stopped are freed from an ev_check watcher, never
@@ -504,10 +510,9 @@ static void on_notify(struct db_conn *c, const char *channel, const char *payloa
 	(void)c;
 	struct daemon *d = arg;
 	if (strcmp(channel, "pgjobd_cancel") == 0) {
-		char *end;
-		long long id = strtoll(payload, &end, 10);
-		if (end != payload && *end == '\0')
-			cancel_job(id, d);
+		/* A hint only: the ids come from pgjobd.cancel_requests. */
+		if (d->maint)
+			maint_look(d->maint);
 		return;
 	}
 	struct qstate *q = find_queue(d, payload);
@@ -540,8 +545,10 @@ static void begin_drain(struct daemon *d, bool now)
 	notify_send("STOPPING=1");
 	report_stopping(d->report);
 	ev_timer_stop(d->loop, &d->poll);
-	maint_free(d->maint); /* a draining daemon does no housekeeping */
-	d->maint = NULL;
+	/* No more housekeeping; cancel requests are still read, so that a
+	 * cancel still stops a command that runs out its shutdown_grace. */
+	if (d->maint)
+		maint_drain(d->maint);
 	for (size_t i = 0; i < d->nqueues; i++)
 		ev_timer_stop(d->loop, &d->queues[i]->wake);
 	size_t busy = 0;
@@ -774,7 +781,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 	log_info("msg=\"starting\" version=%s worker=%s queues=%zu", PGJOBD_VERSION,
 		 log_value(d->worker_prefix), cfg->nqueues);
 	/* pgjobd: a queue has new jobs (payload: the queue); pgjobd_cancel:
-	 * pgjobd.cancel() was called for a running job (payload: its id). */
+	 * pgjobd.cancel() was called for a running job (a hint: see the top). */
 	static const char *const setup[] = {"LISTEN pgjobd", "LISTEN pgjobd_cancel", NULL};
 	struct db_callbacks cbs = {
 	    .on_event = on_listener_event, .on_notify = on_notify, .on_fd = NULL, .arg = d};

@@ -13,22 +13,34 @@
  * hit its bound, the next pass comes after MAINT_AGAIN instead, until the
  * backlog (of expired or old finished jobs) is gone.
  *
- * The timer runs whether or not the session is up; a tick with the session
- * down or a pass still in flight does nothing. A lost session is reconnected
- * with db.c's backoff. Owns its session, timer and a copy of the queues'
- * names and retention. */
+ * Cancel requests: pgjobd.cancel_requests is the only source of the ids of
+ * jobs to cancel (only the owner and the worker role may write it). A NOTIFY
+ * on pgjobd_cancel, which any role may send with any payload, is only a hint:
+ * maint_look() reads the table at once (the second statement alone), at most
+ * once per MAINT_LOOK_GAP, so that a flood of notifications costs one small
+ * read per gap and never crowds out the pass. A draining daemon does no
+ * housekeeping but still reads the requests, every MAINT_INTERVAL and on a
+ * hint, so that a cancel reaches a command that runs out its shutdown_grace.
+ *
+ * One batch is in flight at a time. A tick or a look that finds the session
+ * busy is remembered and sent when the batch in flight is done (the pass
+ * first: it reads the requests too), or when the session is up again; a lost
+ * session is reconnected with db.c's backoff. Owns its session, timers and a
+ * copy of the queues' names and retention. */
 #include "maint.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "claim.h"
 #include "db.h"
 #include "log.h"
 #include "util.h"
 
-#define MAINT_INTERVAL 1.0 /* seconds between passes */
-#define MAINT_AGAIN 0.05   /* seconds, after a pass that hit MAINT_BATCH */
-#define MAINT_BATCH 500	   /* rows per step and pass */
+#define MAINT_INTERVAL 1.0  /* seconds between passes */
+#define MAINT_AGAIN 0.05    /* seconds, after a pass that hit MAINT_BATCH */
+#define MAINT_BATCH 500	    /* rows per step and pass */
+#define MAINT_LOOK_GAP 0.05 /* seconds between reads of cancel requests on hints */
 
 struct maint {
 	struct ev_loop *loop;
@@ -40,7 +52,14 @@ struct maint {
 	struct maintain_params params;
 	maint_cancel_fn *on_cancel;
 	void *arg;
+	ev_timer look;	     /* a hinted read of the cancel requests, MAINT_LOOK_GAP apart */
+	ev_tstamp last_read; /* when the requests were last asked for (ev_now) */
+	bool tick_wanted;    /* a tick found the session busy or down */
+	bool look_wanted;    /* a hinted read found the session busy or down */
+	bool draining;	     /* no more housekeeping: cancel requests only */
 };
+
+static void send_pending(struct maint *m);
 
 static void schedule(struct maint *m, double after)
 {
@@ -49,7 +68,15 @@ static void schedule(struct maint *m, double after)
 	ev_timer_start(m->loop, &m->tick);
 }
 
-static void on_done(struct db_conn *c, PGresult *const *res, int n, void *arg)
+/* Each request read is reported upward; the slot running the job (if any
+ * of ours does) terminates it. */
+static void report_cancels(struct maint *m, const PGresult *cr)
+{
+	for (int i = 0; i < PQntuples(cr); i++)
+		m->on_cancel(strtoll(PQgetvalue(cr, i, 0), NULL, 10), m->arg);
+}
+
+static void on_pass_done(struct db_conn *c, PGresult *const *res, int n, void *arg)
 {
 	(void)c;
 	struct maint *m = arg;
@@ -60,6 +87,7 @@ static void on_done(struct db_conn *c, PGresult *const *res, int n, void *arg)
 		 * at the next tick */
 		log_warn("msg=\"maintenance pass failed\" err=%s",
 			 log_value(db_batch_error(res, n)));
+		send_pending(m);
 		return;
 	}
 	if (PQntuples(res[0]) == 1 && PQgetvalue(res[0], 0, 0)[0] == 't') {
@@ -73,9 +101,40 @@ static void on_done(struct db_conn *c, PGresult *const *res, int n, void *arg)
 		if (PQgetvalue(res[0], 0, 3)[0] == 't')
 			schedule(m, MAINT_AGAIN);
 	}
-	PGresult *cr = res[CLAIM_MAINTAIN_CANCELS];
-	for (int i = 0; i < PQntuples(cr); i++)
-		m->on_cancel(strtoll(PQgetvalue(cr, i, 0), NULL, 10), m->arg);
+	report_cancels(m, res[CLAIM_MAINTAIN_CANCELS]);
+	send_pending(m);
+}
+
+static void on_look_done(struct db_conn *c, PGresult *const *res, int n, void *arg)
+{
+	(void)c;
+	struct maint *m = arg;
+	if (!res)
+		return;
+	if (!db_batch_ok(res, n))
+		log_warn("msg=\"cannot read cancel requests\" err=%s",
+			 log_value(db_batch_error(res, n)));
+	else
+		report_cancels(m, res[0]);
+	send_pending(m);
+}
+
+/* The pass (draining: the read of the requests alone), now. */
+static void send_pass(struct maint *m)
+{
+	struct db_stmt st[2];
+	m->tick_wanted = false;
+	m->look_wanted = false; /* the pass reads the requests too */
+	m->last_read = ev_now(m->loop);
+	if (m->draining) {
+		memset(st, 0, sizeof(st[0]));
+		st[0].sql = claim_sql_cancel_requests;
+		db_send(m->db, st, 1, on_look_done, m);
+		return;
+	}
+	int n = claim_build_maintain(st, &m->params, (const char *const *)m->queues,
+				     m->retention_ms, m->nqueues, MAINT_BATCH);
+	db_send(m->db, st, n, on_pass_done, m);
 }
 
 static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
@@ -83,19 +142,64 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
 	(void)loop;
 	(void)revents;
 	struct maint *m = w->data;
+	if (!db_is_ready(m->db)) {
+		m->tick_wanted = true; /* sent once the session is free */
+		return;
+	}
+	send_pass(m);
+}
+
+static void on_look(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	struct maint *m = w->data;
+	if (!db_is_ready(m->db)) {
+		m->look_wanted = true;
+		return;
+	}
+	struct db_stmt st;
+	memset(&st, 0, sizeof(st));
+	st.sql = claim_sql_cancel_requests;
+	m->look_wanted = false;
+	m->last_read = ev_now(m->loop);
+	db_send(m->db, &st, 1, on_look_done, m);
+}
+
+void maint_look(struct maint *m)
+{
+	if (ev_is_active(&m->look))
+		return; /* one is due already: this hint is folded into it */
+	ev_tstamp wait = m->last_read + MAINT_LOOK_GAP - ev_now(m->loop);
+	ev_timer_set(&m->look, wait > 0 ? wait : 0., 0.);
+	ev_timer_start(m->loop, &m->look);
+}
+
+/* What a busy or absent session held back: the pass first (it reads the
+ * requests as well), else a hinted read, spaced as maint_look spaces them. */
+static void send_pending(struct maint *m)
+{
 	if (!db_is_ready(m->db))
 		return;
-	struct db_stmt st[2];
-	int n = claim_build_maintain(st, &m->params, (const char *const *)m->queues,
-				     m->retention_ms, m->nqueues, MAINT_BATCH);
-	db_send(m->db, st, n, on_done, m);
+	if (m->tick_wanted) {
+		send_pass(m);
+	} else if (m->look_wanted) {
+		m->look_wanted = false;
+		maint_look(m);
+	}
+}
+
+void maint_drain(struct maint *m)
+{
+	m->draining = true;
 }
 
 static void on_db_event(struct db_conn *c, enum db_event ev, void *arg)
 {
-	(void)arg;
 	if (ev == DB_DOWN)
 		db_reconnect(c);
+	else
+		send_pending(arg);
 }
 
 static void clear_queues(struct maint *m)
@@ -133,6 +237,9 @@ struct maint *maint_new(struct ev_loop *loop, const char *conninfo, const struct
 	m->db = db_conn_new(loop, conninfo, "pgjobd maintenance", NULL, &cbs);
 	ev_init(&m->tick, on_tick);
 	m->tick.data = m;
+	ev_init(&m->look, on_look);
+	m->look.data = m;
+	m->last_read = ev_now(loop) - MAINT_LOOK_GAP;
 	schedule(m, MAINT_INTERVAL);
 	return m;
 }
@@ -142,6 +249,7 @@ void maint_free(struct maint *m)
 	if (!m)
 		return;
 	ev_timer_stop(m->loop, &m->tick);
+	ev_timer_stop(m->loop, &m->look);
 	db_conn_free(m->db);
 	clear_queues(m);
 	buf_fini(&m->params.queues);

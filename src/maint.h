@@ -1,8 +1,9 @@
 /* maint.h - the daemon's maintenance session: once a second it runs
  * pgjobd.maintain() (expiry, cancel-request sweep, retention; one daemon at a
  * time, see sql/003_job_control.sql) and reads the pending cancel requests,
- * which it reports upward so that a NOTIFY missed while the listener was
- * reconnecting still reaches the slot running the job. */
+ * which it reports upward. The requests are the only thing the daemon
+ * cancels by: a NOTIFY on pgjobd_cancel (maint_look) only makes it read them
+ * sooner. */
 #ifndef PGJOBD_MAINT_H
 #define PGJOBD_MAINT_H
 
@@ -26,5 +27,12 @@ struct maint *maint_new(struct ev_loop *loop, const char *conninfo, const struct
 void maint_free(struct maint *m);
 /* The queues and their retention, after a reload (copied). */
 void maint_configure(struct maint *m, const struct config *cfg);
+/* A hint (NOTIFY pgjobd_cancel): read the cancel requests now, or as soon as
+ * the session is free; hints that come faster than one read per 50 ms are
+ * folded together. Never acts on anything but what the table holds. */
+void maint_look(struct maint *m);
+/* The daemon is draining: no more housekeeping, but the cancel requests are
+ * still read (every second and on hints) until maint_free. */
+void maint_drain(struct maint *m);
 
 #endif
