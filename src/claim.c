@@ -86,10 +86,14 @@ static const char sql_drop_cancel[] =
  * requests: a plain read of a table that is empty nearly always, and the
  * only source of the ids of jobs to cancel. Only the owner and the worker
  * role may write it; a NOTIFY on pgjobd_cancel, which any role can send,
- * only makes the daemon read it at once. */
+ * only makes the daemon read it at once (sql/008_security.sql). */
 static const char sql_maintain[] = "SELECT locked, expired, deleted, more "
 				   "FROM pgjobd.maintain($1::text[], $2::bigint[], $3::int)";
 const char claim_sql_cancel_requests[] = "SELECT job_id FROM pgjobd.cancel_requests";
+
+/* The installation's secret for wake-up payloads (sql/008_security.sql),
+ * read by the listener at each connect. */
+const char claim_sql_wake_secret[] = "SELECT secret FROM pgjobd.wake_secret";
 
 /* A slot's own release of a claim it lost (sql/006_fencing.sql). */
 static const char sql_release[] =

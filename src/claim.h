@@ -154,6 +154,8 @@ int claim_build_maintain(struct db_stmt *st, struct maintain_params *p, const ch
 			 const long long *retention_ms, int nqueues, int limit);
 /* The pending cancel requests alone: one job_id per row. */
 extern const char claim_sql_cancel_requests[];
+/* The wake-up secret: one row, one column (64 hex digits). */
+extern const char claim_sql_wake_secret[];
 
 /* Parse a PostgreSQL text[] literal ({a,"b c",NULL}) into a malloc'd,
  * NULL-terminated array (NULL elements become ""). Returns the count, -1 on a

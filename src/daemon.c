@@ -5,10 +5,14 @@
  * shutdown_grace, then are terminated and their jobs re-queued) -> the loop
  * ends when every slot has stopped.
  *
- * Wake-ups: a NOTIFY on channel `pgjobd` (payload: the queue), the queue's
- * retry timer, and the poll_interval fallback each kick ONE idle slot of the
- * queue; a slot that starts a job kicks the next idle slot, so a burst of
- * jobs spreads over the slots without every slot querying on every NOTIFY.
+ * Wake-ups: a NOTIFY on channel `pgjobd`, the queue's retry timer, and the
+ * poll_interval fallback each kick ONE idle slot of the queue; a slot that
+ * starts a job kicks the next idle slot, so a burst of jobs spreads over the
+ * slots without every slot querying on every NOTIFY. A wake-up's payload is
+ * not the queue's name, which any role listening could read, but the hex
+ * SHA-256 of the installation's secret and the name (sql/008_security.sql):
+ * the listener reads the secret at each connect, each queue carries its
+ * payload, and a payload that matches none is ignored.
  *
  * Any role may NOTIFY any channel, so nothing is ever done on the strength
  * of a payload: a wake-up only makes a claimer look for jobs, and a NOTIFY
@@ -48,6 +52,7 @@
 #include "migrate.h"
 #include "notify.h"
 #include "report.h"
+#include "sha256.h"
 #include "util.h"
 
 enum daemon_state { D_STARTING, D_RUNNING, D_DRAINING };
@@ -69,6 +74,7 @@ struct qstate {
 	bool dispatching; /* on_claimed is handing a claim's jobs to its slots */
 	bool again;	  /* a wake-up came while a claim was in flight */
 	ev_timer wake;	  /* retry wake-up */
+	char wake_payload[SHA256_HEX_LEN + 1]; /* of NOTIFY pgjobd; "" while unknown */
 };
 
 struct daemon {
@@ -82,6 +88,7 @@ struct daemon {
 	struct guard *guard;
 	struct fence *fence; /* registration and heartbeat: bounds every claim */
 	struct db_conn *listener;
+	char *wake_secret;   /* pgjobd.wake_secret, read by the listener; NULL: unknown */
 	struct maint *maint; /* expiry, retention, cancel requests; from start_serving */
 	struct metrics *metrics;
 	struct report *report; /* STATUS= and the metrics file */
@@ -260,6 +267,15 @@ static void on_wake(struct ev_loop *loop, ev_timer *w, int revents)
 	kick_queue(w->data);
 }
 
+/* The payload of the NOTIFY pgjobd that wakes q (pgjobd.wake_payload()). */
+static void set_wake_payload(struct qstate *q)
+{
+	if (q->d->wake_secret)
+		sha256_hex2(q->d->wake_secret, q->conf->name, q->wake_payload);
+	else
+		q->wake_payload[0] = '\0';
+}
+
 static void add_slot(struct qstate *q)
 {
 	q->slots = xrealloc(q->slots, sizeof(*q->slots) * (size_t)(q->nslots + 1));
@@ -275,6 +291,7 @@ static struct qstate *qstate_new(struct daemon *d, struct queue_conf *conf)
 	q->wake.data = q;
 	struct claimer_callbacks cbs = {.on_result = on_claimed, .on_up = on_claimer_up, .arg = q};
 	q->cl = claimer_new(d->loop, d->conninfo, conf->name, d->metrics, &cbs);
+	set_wake_payload(q);
 	for (int i = 0; i < conf->concurrency; i++)
 		add_slot(q);
 	log_info("msg=\"serving queue\" queue=%s concurrency=%d", conf->name, conf->concurrency);
@@ -465,19 +482,39 @@ static void start_serving(struct daemon *d)
 
 static void begin_drain(struct daemon *d, bool now);
 
+/* The wake-up secret read at a connect (NULL: it could not be read). A
+ * secret that changed (an operator replaced it) changes every payload. */
+static void set_wake_secret(struct daemon *d, const char *secret)
+{
+	if (secret && d->wake_secret && strcmp(secret, d->wake_secret) == 0)
+		return;
+	free(d->wake_secret);
+	d->wake_secret = secret ? xstrdup(secret) : NULL;
+	for (size_t i = 0; i < d->nqueues; i++)
+		set_wake_payload(d->queues[i]);
+}
+
+/* The listener's first batch after each connect: the schema version (its
+ * own transaction: the second statement failing must not hide it), then
+ * the wake-up secret. */
+enum { LISTENER_VERSION, LISTENER_SECRET, LISTENER_STMTS };
+
 static void on_version(struct db_conn *c, PGresult *const *res, int n, void *arg)
 {
 	(void)c;
 	struct daemon *d = arg;
 	if (!res)
 		return;
-	int have =
-	    db_batch_ok(res, n) && PQntuples(res[0]) == 1 ? atoi(PQgetvalue(res[0], 0, 0)) : -1;
+	assert(n == LISTENER_STMTS);
+	PGresult *v = res[LISTENER_VERSION];
+	int have = db_batch_ok(&res[LISTENER_VERSION], 1) && PQntuples(v) == 1
+		       ? atoi(PQgetvalue(v, 0, 0))
+		       : -1;
 	if (have != migrate_latest()) {
 		if (have < 0)
 			log_error(
 			    "msg=\"cannot read the schema version; run pgjobd migrate\" err=%s",
-			    log_value(db_batch_error(res, n)));
+			    log_value(db_batch_error(&res[LISTENER_VERSION], 1)));
 		else
 			log_error(
 			    "msg=\"schema version mismatch; run pgjobd migrate\" have=%d need=%d",
@@ -485,6 +522,21 @@ static void on_version(struct db_conn *c, PGresult *const *res, int n, void *arg
 		d->exit_code = 1;
 		begin_drain(d, true);
 		return;
+	}
+	PGresult *s = res[LISTENER_SECRET];
+	if (db_batch_ok(&res[LISTENER_SECRET], 1) && PQntuples(s) == 1 &&
+	    PQgetlength(s, 0, 0) == SHA256_HEX_LEN) {
+		set_wake_secret(d, PQgetvalue(s, 0, 0));
+	} else {
+		/* Wake-ups still work, less precisely: every one wakes every
+		 * queue (a wake-up only ever makes a claimer look). */
+		log_warn("msg=\"cannot read the wake-up secret; every NOTIFY wakes every queue\" "
+			 "hint=\"grant the daemon's role pgjobd_worker, or SELECT on "
+			 "pgjobd.wake_secret\" err=%s",
+			 log_value(db_batch_ok(&res[LISTENER_SECRET], 1)
+				       ? "not one row of 64 hex digits"
+				       : db_batch_error(&res[LISTENER_SECRET], 1)));
+		set_wake_secret(d, NULL);
 	}
 	if (d->state == D_STARTING)
 		start_serving(d);
@@ -500,9 +552,13 @@ static void on_listener_event(struct db_conn *c, enum db_event ev, void *arg)
 			db_reconnect(c);
 		return;
 	}
-	static const struct db_stmt st = {
-	    .sql = "SELECT coalesce(max(version), 0) FROM pgjobd.schema_version"};
-	db_send(c, &st, 1, on_version, d);
+	static const struct db_stmt st[LISTENER_STMTS] = {
+	    [LISTENER_VERSION] = {.sql = "SELECT coalesce(max(version), 0) FROM "
+					 "pgjobd.schema_version",
+				  .sync = true},
+	    [LISTENER_SECRET] = {.sql = claim_sql_wake_secret},
+	};
+	db_send(c, st, LISTENER_STMTS, on_version, d);
 }
 
 static void on_notify(struct db_conn *c, const char *channel, const char *payload, void *arg)
@@ -515,9 +571,16 @@ static void on_notify(struct db_conn *c, const char *channel, const char *payloa
 			maint_look(d->maint);
 		return;
 	}
-	struct qstate *q = find_queue(d, payload);
-	if (q)
-		kick_queue(q);
+	if (!d->wake_secret) {
+		kick_all(d);
+		return;
+	}
+	for (size_t i = 0; i < d->nqueues; i++) {
+		if (strcmp(d->queues[i]->wake_payload, payload) == 0) {
+			kick_queue(d->queues[i]);
+			return;
+		}
+	}
 }
 
 static void on_grace(struct ev_loop *loop, ev_timer *w, int revents)
@@ -780,8 +843,9 @@ int daemon_run(const char *config_path, struct config *cfg)
 
 	log_info("msg=\"starting\" version=%s worker=%s queues=%zu", PGJOBD_VERSION,
 		 log_value(d->worker_prefix), cfg->nqueues);
-	/* pgjobd: a queue has new jobs (payload: the queue); pgjobd_cancel:
-	 * pgjobd.cancel() was called for a running job (a hint: see the top). */
+	/* pgjobd: a queue may have new jobs (payload: the queue's wake-up
+	 * payload); pgjobd_cancel: pgjobd.cancel() was called for a running
+	 * job (no payload: see the top). */
 	static const char *const setup[] = {"LISTEN pgjobd", "LISTEN pgjobd_cancel", NULL};
 	struct db_callbacks cbs = {
 	    .on_event = on_listener_event, .on_notify = on_notify, .on_fd = NULL, .arg = d};
@@ -817,6 +881,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 	guard_stop(d->guard);
 	config_free(d->cfg);
 	free(d->conninfo);
+	free(d->wake_secret);
 	free(d->worker_prefix);
 	free(d->home);
 	metrics_free(d->metrics);
