@@ -30,6 +30,10 @@ is "$(psql_q "SELECT string_agg(rolname || ':' || rolcanlogin || ':' || rolsuper
 	"setup_roles created the two NOLOGIN, non-superuser group roles"
 psql_q "CREATE ROLE app LOGIN IN ROLE pgjobd_producer; CREATE ROLE wrk LOGIN IN ROLE pgjobd_worker"
 ok $? "login roles app (producer) and wrk (worker)"
+# A new installation grants producers no queue (t_94_attacks.sh tests per-queue grants);
+# here every producer may use every queue, the single-team choice.
+is "$(psql_q "SELECT pgjobd.grant_queue('pgjobd_producer', '*')")" t \
+	"SELECT pgjobd.grant_queue('pgjobd_producer', '*'): every producer, every queue"
 
 # as USER SQL: run SQL as USER; prints output (errors with their SQLSTATE) and returns
 # psql's exit status.
@@ -294,6 +298,7 @@ ok $? "nothing in the data was executed (\$T/pwned and \$T/pwned-bash-env do not
 # ---------------------------------------------------------------- the worker role's limits
 
 ntables=$(psql_q "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'pgjobd'")
+ntriggers=$(psql_q "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'pgjobd.jobs'::regclass AND NOT tgisinternal")
 refused wrk "DROP TABLE pgjobd.jobs" "worker: DROP TABLE is refused"
 refused wrk "DROP TABLE pgjobd.groups" "worker: DROP TABLE pgjobd.groups is refused"
 refused wrk "ALTER TABLE pgjobd.jobs ADD COLUMN command text" "worker: ALTER TABLE is refused"
@@ -306,8 +311,9 @@ refused wrk "DROP SCHEMA pgjobd CASCADE" "worker: DROP SCHEMA is refused"
 refused wrk "UPDATE pgjobd.schema_version SET version = 1" "worker: UPDATE schema_version is refused"
 is "$(psql_q "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'pgjobd'")" \
 	"$ntables" "after the refusals: schema pgjobd has the same relations"
-is "$(psql_q "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'pgjobd.jobs'::regclass AND NOT tgisinternal AND tgenabled = 'O'")" \
-	3 "the three pgjobd.jobs triggers are still enabled"
+is "$(psql_q "SELECT count(*) FILTER (WHERE tgenabled = 'O') || ' of ' || count(*) FROM pg_trigger
+               WHERE tgrelid = 'pgjobd.jobs'::regclass AND NOT tgisinternal")" \
+	"$ntriggers of $ntriggers" "every pgjobd.jobs trigger is still enabled ($ntriggers)"
 
 # ---------------------------------------------------------------- idempotence
 
