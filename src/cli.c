@@ -1,10 +1,11 @@
 /* cli.c - the short-lived subcommands: check, migrate, enqueue, status,
- * cancel, pause and resume.
+ * cancel, pause, resume, grant-queue and revoke-queue.
  *
  * Each one loads the file, opens one blocking libpq connection (a struct
  * session), runs a few parameterised statements and exits; none of this
  * code runs inside the daemon. The SQL is the interface of SPEC §1 (the
- * jobs table, pgjobd.cancel/pause/resume, the queue_stats view), called the
+ * jobs table, pgjobd.cancel/pause/resume/grant_queue/revoke_queue, the
+ * queue_stats view), called the
  * way any producer or operator would; values from the command line only
  * ever travel as query parameters. `status` also reads pg_stat_activity
  * (the daemons' open claims) and pgjobd.workers (the live daemons).
@@ -46,6 +47,11 @@ const char cli_usage[] =
     "       pgjobd cancel  ID [-c FILE]        cancel a queued job, or stop a running one\n"
     "       pgjobd pause   QUEUE [-c FILE]     start no more jobs of QUEUE\n"
     "       pgjobd resume  QUEUE [-c FILE]     start jobs of QUEUE again\n"
+    "       pgjobd grant-queue  ROLE QUEUE [-c FILE]\n"
+    "                                          let ROLE (and its members) enqueue into\n"
+    "                                          QUEUE ('*': every queue); the owner's right\n"
+    "       pgjobd revoke-queue ROLE QUEUE [-c FILE]\n"
+    "                                          take that grant back\n"
     "       pgjobd --version | --help\n"
     "FILE defaults to " CLI_DEFAULT_CONFIG ". T is a time PostgreSQL accepts as a\n"
     "timestamptz; DURATION is e.g. 500ms, 30s, 5m, 1h30m or 2d.\n";
@@ -786,5 +792,54 @@ int cli_resume(const struct cli_args *a)
 		printf("resumed queue %s\n", a->operand);
 	else if (b == 0)
 		printf("queue %s was not paused\n", a->operand);
+	return rc;
+}
+
+/* ---------------------------------------------------------------- grant-queue, revoke-queue */
+
+/* Calls sql (pgjobd.grant_queue or pgjobd.revoke_queue of $1 = ROLE, $2 =
+ * QUEUE). QUEUE is checked here ('*' or a queue name); ROLE is PostgreSQL's
+ * to judge (grant_queue names a role that does not exist). Returns the
+ * function's boolean as 1 or 0, or -1 with *rc the exit status after
+ * printing why. */
+static int queue_grant(const struct cli_args *a, const char *sql, int *rc)
+{
+	if (strcmp(a->operand2, "*") != 0 && !parse_is_queue_name(a->operand2)) {
+		*rc = bad_value(a, "bad QUEUE '%s': use * or 1 to 63 of A-Z a-z 0-9 _ . -",
+				a->operand2);
+		return -1;
+	}
+	if (!*a->operand) {
+		*rc = bad_value(a, "bad ROLE '': a role name is not empty");
+		return -1;
+	}
+	const char *vals[2] = {a->operand, a->operand2};
+	PGresult *r = query_once(a, sql, 2, vals, rc);
+	if (!r)
+		return -1;
+	int b = strcmp(PQgetvalue(r, 0, 0), "t") == 0;
+	PQclear(r);
+	return b;
+}
+
+int cli_grant_queue(const struct cli_args *a)
+{
+	int rc;
+	int b = queue_grant(a, "SELECT pgjobd.grant_queue($1, $2)", &rc);
+	if (b == 1)
+		printf("granted queue %s to %s\n", a->operand2, a->operand);
+	else if (b == 0)
+		printf("%s already had queue %s\n", a->operand, a->operand2);
+	return rc;
+}
+
+int cli_revoke_queue(const struct cli_args *a)
+{
+	int rc;
+	int b = queue_grant(a, "SELECT pgjobd.revoke_queue($1, $2)", &rc);
+	if (b == 1)
+		printf("revoked queue %s from %s\n", a->operand2, a->operand);
+	else if (b == 0)
+		printf("%s had no grant of queue %s\n", a->operand, a->operand2);
 	return rc;
 }

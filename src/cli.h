@@ -1,6 +1,7 @@
 /* cli.h - the short-lived subcommands (check, migrate, enqueue, status,
- * cancel, pause, resume). They use blocking libpq and are never part of the
- * daemon. main.c parses argv into a struct cli_args and calls one of them. */
+ * cancel, pause, resume, grant-queue, revoke-queue). They use blocking libpq
+ * and are never part of the daemon. main.c parses argv into a struct
+ * cli_args and calls one of them. */
 #ifndef PGJOBD_CLI_H
 #define PGJOBD_CLI_H
 
@@ -11,9 +12,12 @@
 /* The command line, as given: every string is borrowed from argv and not
  * yet validated (each subcommand checks what it uses). NULL: not given. */
 struct cli_args {
-	const char *cmd;     /* the subcommand's name, "run" when none was given */
-	const char *config;  /* -c FILE, never NULL (main sets the default) */
-	const char *operand; /* QUEUE of enqueue, pause, resume; ID of cancel */
+	const char *cmd;    /* the subcommand's name, "run" when none was given */
+	const char *config; /* -c FILE, never NULL (main sets the default) */
+	/* QUEUE of enqueue, pause, resume; ID of cancel; ROLE of grant-queue
+	 * and revoke-queue */
+	const char *operand;
+	const char *operand2; /* QUEUE of grant-queue and revoke-queue */
 	/* enqueue */
 	const char *group;
 	const char *data;
@@ -47,5 +51,7 @@ int cli_status(const struct cli_args *a);
 int cli_cancel(const struct cli_args *a);
 int cli_pause(const struct cli_args *a);
 int cli_resume(const struct cli_args *a);
+int cli_grant_queue(const struct cli_args *a);
+int cli_revoke_queue(const struct cli_args *a);
 
 #endif

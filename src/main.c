@@ -42,23 +42,28 @@ enum {
 	CMD_CANCEL = 1 << 5,
 	CMD_PAUSE = 1 << 6,
 	CMD_RESUME = 1 << 7,
-	CMD_ALL = (1 << 8) - 1,
+	CMD_GRANT_QUEUE = 1 << 8,
+	CMD_REVOKE_QUEUE = 1 << 9,
+	CMD_ALL = (1 << 10) - 1,
 };
 
 static const struct command {
 	const char *name;
 	unsigned bit;
-	const char *operand; /* the one operand it requires, as named in the usage */
+	const char *operand;  /* the operand it requires, as named in the usage */
+	const char *operand2; /* a second one it requires, or NULL */
 	int (*run)(const struct cli_args *a);
 } commands[] = {
-    {"run", CMD_RUN, NULL, cmd_run},
-    {"check", CMD_CHECK, NULL, cli_check},
-    {"migrate", CMD_MIGRATE, NULL, cli_migrate},
-    {"enqueue", CMD_ENQUEUE, "QUEUE", cli_enqueue},
-    {"status", CMD_STATUS, NULL, cli_status},
-    {"cancel", CMD_CANCEL, "ID", cli_cancel},
-    {"pause", CMD_PAUSE, "QUEUE", cli_pause},
-    {"resume", CMD_RESUME, "QUEUE", cli_resume},
+    {"run", CMD_RUN, NULL, NULL, cmd_run},
+    {"check", CMD_CHECK, NULL, NULL, cli_check},
+    {"migrate", CMD_MIGRATE, NULL, NULL, cli_migrate},
+    {"enqueue", CMD_ENQUEUE, "QUEUE", NULL, cli_enqueue},
+    {"status", CMD_STATUS, NULL, NULL, cli_status},
+    {"cancel", CMD_CANCEL, "ID", NULL, cli_cancel},
+    {"pause", CMD_PAUSE, "QUEUE", NULL, cli_pause},
+    {"resume", CMD_RESUME, "QUEUE", NULL, cli_resume},
+    {"grant-queue", CMD_GRANT_QUEUE, "ROLE", "QUEUE", cli_grant_queue},
+    {"revoke-queue", CMD_REVOKE_QUEUE, "ROLE", "QUEUE", cli_revoke_queue},
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 
@@ -139,6 +144,8 @@ int main(int argc, char **argv)
 					return cli_usage_error("unknown command '%s'", s);
 			} else if (cmd->operand && !a.operand) {
 				a.operand = s;
+			} else if (cmd->operand2 && !a.operand2) {
+				a.operand2 = s;
 			} else {
 				return cli_usage_error("%s: unexpected argument '%s'", cmd->name,
 						       s);
@@ -183,6 +190,8 @@ int main(int argc, char **argv)
 	a.cmd = cmd->name;
 	if (cmd->operand && !a.operand)
 		return cli_usage_error("%s: missing %s", cmd->name, cmd->operand);
+	if (cmd->operand2 && !a.operand2)
+		return cli_usage_error("%s: missing %s", cmd->name, cmd->operand2);
 	for (size_t i = 0; i < NOPTIONS; i++)
 		if (given[i] && !(options[i].cmds & cmd->bit))
 			return foreign_option(cmd, &options[i]);
