@@ -123,8 +123,11 @@ is "$(psql_q "WITH j(v) AS (SELECT $(sql_lit "$out")::jsonb)
 
 # ---------------------------------------------------------------- a role that may not see it
 
+# queue_stats runs with its reader's rights: the watcher also reads the columns it reads.
 psql_q "CREATE ROLE watcher LOGIN; GRANT USAGE ON SCHEMA pgjobd TO watcher;
-        GRANT SELECT ON pgjobd.queue_stats TO watcher"
+        GRANT SELECT ON pgjobd.queue_stats TO watcher;
+        GRANT SELECT (queue, status, run_at, finished_at) ON pgjobd.jobs TO watcher;
+        GRANT SELECT (queue) ON pgjobd.paused_queues TO watcher"
 sed "s/user=postgres/user=watcher/" "$conf" >"$T/watcher.ini"
 cli status --claim-warn 1s -c "$T/watcher.ini"
 is "$rc:$err" "0:" "a role without pg_read_all_stats: exit 0, no warning it cannot back"
