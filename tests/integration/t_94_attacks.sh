@@ -75,7 +75,7 @@ refused app1 "INSERT INTO pgjobd.jobs (queue) VALUES ('a')" \
 	"permission denied to enqueue into queue 'a'"
 for q in a small big w; do grant app1 "$q"; done
 for q in b long; do grant app2 "$q"; done
-is "$(psql_q "SELECT string_agg(role || ':' || queue, ' ' ORDER BY role, queue) FROM pgjobd.queue_grants")" \
+is "$(psql_q "SELECT string_agg(role::text || ':' || queue, ' ' ORDER BY role, queue) FROM pgjobd.queue_grants")" \
 	"app1:a app1:big app1:small app1:w app2:b app2:long" "the owner granted app1 a, big, small, w and app2 b, long"
 
 like "$(as app1 "INSERT INTO pgjobd.jobs (queue) VALUES ('a') RETURNING id")" '^[0-9]+$' \
@@ -141,6 +141,11 @@ psql_q "CREATE ROLE team NOLOGIN; GRANT team TO app1; SELECT pgjobd.grant_queue(
 like "$(as app1 "INSERT INTO pgjobd.jobs (queue) VALUES ('c') RETURNING id")" '^[0-9]+$' \
 	"a grant to role team counts for its member app1"
 refused app2 "INSERT INTO pgjobd.jobs (queue) VALUES ('c')" "... and not for app2, which is not a member"
+psql_q "ALTER ROLE team RENAME TO team2" >/dev/null
+like "$(as app1 "INSERT INTO pgjobd.jobs (queue) VALUES ('c') RETURNING id")" '^[0-9]+$' \
+	"the grant follows its role through a rename"
+psql_q "ALTER ROLE team2 RENAME TO team; DELETE FROM pgjobd.jobs WHERE created_by = 'app1' AND queue = 'c'
+        AND id > (SELECT min(id) FROM pgjobd.jobs WHERE created_by = 'app1' AND queue = 'c')" >/dev/null
 
 # The same from the shell, as the owner (and refused to the worker role).
 cli() { out=$("$PGJOBD" "$@" 2>&1); rc=$?; }
@@ -177,9 +182,9 @@ for u in app1 wrk; do
 	refused "$u" "INSERT INTO pgjobd.queue_grants (role, queue) VALUES ('$u', '*')" "$u may not write queue_grants"
 done
 refused stranger "SELECT pgjobd.grant_queue('stranger', '*')" "the stranger may not call grant_queue"
-is "$(as app1 "SELECT string_agg(role || ':' || queue, ' ' ORDER BY role, queue) FROM pgjobd.queue_grants")" \
+is "$(as app1 "SELECT string_agg(role::text || ':' || queue, ' ' ORDER BY role, queue) FROM pgjobd.queue_grants")" \
 	"app1:a app1:big app1:small app1:w team:c" "app1 sees its own grants and its group role's, not app2's"
-is "$(as app2 "SELECT string_agg(role || ':' || queue, ' ' ORDER BY role, queue) FROM pgjobd.queue_grants")" \
+is "$(as app2 "SELECT string_agg(role::text || ':' || queue, ' ' ORDER BY role, queue) FROM pgjobd.queue_grants")" \
 	"app2:b app2:long" "app2 sees its own grants only"
 
 # app1's own = operator and functions first in its search_path do not reach the check.
