@@ -28,22 +28,27 @@
 --                  owner and the worker role only; a daemon computes the
 --                  payload of each queue it serves and ignores any other.
 --   cancel         pgjobd.cancel() notifies pgjobd_cancel with an empty
---                  payload. A daemon never acted on a payload of that
---                  channel in this version: a notification only makes it
---                  read pgjobd.cancel_requests at once, which only the
---                  owner and the worker role can write.
+--                  payload. Daemons of this version act on no payload of
+--                  that channel: a notification only makes them read
+--                  pgjobd.cancel_requests at once, which only the owner and
+--                  the worker role can write.
 --
 -- Locks taken by this migration, in one transaction with every other
 -- statement of the upgrade: ACCESS EXCLUSIVE on pgjobd.jobs to replace the
 -- producer_insert policy (as every migration's grant_roles() already takes
 -- for ALTER TABLE ... ENABLE ROW LEVEL SECURITY once producers exist): the
 -- upgrade waits for running jobs of lock mode `transaction` to finish, and
--- INSERTs and claims wait for the upgrade's commit. Nothing else here locks
--- more than the new tables and pgjobd.paused_queues, briefly.
+-- INSERTs and claims wait for the upgrade's commit. The new trigger takes
+-- SHARE ROW EXCLUSIVE on pgjobd.jobs, the view and pgjobd.paused_queues
+-- ACCESS EXCLUSIVE; those are held for no longer than the first.
 --
--- Daemons of version 6 keep running against this schema (claim_batch is
--- unchanged), but they no longer recognise wake-up payloads: they start
--- jobs at their poll_interval until they are upgraded.
+-- Daemons of older versions keep running against this schema until they
+-- are upgraded, or until their listener reconnects and stops them on the
+-- version mismatch (this migration changes no function they call), with two
+-- differences: they no longer recognise wake-up payloads, so they start
+-- jobs at their poll_interval, and they see cancel notifications without
+-- an id, so they cancel a running job at their once-a-second read of
+-- pgjobd.cancel_requests.
 
 -- ---------------------------------------------------------------- queue grants
 
