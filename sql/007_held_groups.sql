@@ -226,18 +226,21 @@ BEGIN
         RETURN;
     END IF;
 
-    -- Marks whose time has come: the head they wait for is ready now (or
-    -- about to be started), so its group's later jobs go back into
-    -- jobs_ready_grouped before the scans below. One probe of jobs_held when
-    -- there are none; row locks with SKIP LOCKED (a locked one is cleared by
-    -- a later call; until then its head, ready at the same time, holds it
-    -- back anyway).
-    UPDATE pgjobd.jobs j SET held_until = NULL
-     WHERE j.id IN (SELECT h.id FROM pgjobd.jobs h
-                     WHERE h.queue = p_queue AND h.status = 'queued'
-                       AND h.held_until <= statement_timestamp()
-                     ORDER BY h.held_until LIMIT p_scan
-                     FOR UPDATE SKIP LOCKED);
+    -- Marks whose time has come: the head they wait for is due now, so it
+    -- and its group's later jobs go back into jobs_ready_grouped before the
+    -- scans below. A plain probe of jobs_held first: usually there are none.
+    -- At most p_scan a call (the rest go in the next calls), row locks with
+    -- SKIP LOCKED (a locked one is cleared by a later call).
+    IF EXISTS (SELECT 1 FROM pgjobd.jobs h
+                WHERE h.queue = p_queue AND h.status = 'queued'
+                  AND h.held_until <= statement_timestamp()) THEN
+        UPDATE pgjobd.jobs j SET held_until = NULL
+         WHERE j.id IN (SELECT h.id FROM pgjobd.jobs h
+                         WHERE h.queue = p_queue AND h.status = 'queued'
+                           AND h.held_until <= statement_timestamp()
+                         ORDER BY h.held_until LIMIT p_scan
+                         FOR UPDATE SKIP LOCKED);
+    END IF;
 
     -- Orphans first. The bridge is tried before the rows: a live claim
     -- holds one or the other, so live jobs are never row-locked here.
