@@ -66,6 +66,7 @@ TEST_DEPS_capture := capture
 TEST_DEPS_result := result
 TEST_DEPS_exec := exec capture parse
 TEST_DEPS_guard := guard
+TEST_DEPS_procfs := procfs
 TEST_DEPS_log :=
 TEST_DEPS_metrics := metrics
 TEST_DEPS_claim := claim
