@@ -32,6 +32,7 @@
 #include <ev.h>
 
 #include "claimer.h"
+#include "contain.h"
 #include "db.h"
 #include "fence.h"
 #include "guard.h"
@@ -74,7 +75,8 @@ struct daemon {
 	char *worker_prefix;
 	char *home;
 	struct guard *guard;
-	struct fence *fence; /* registration and heartbeat: bounds every claim */
+	struct contain *contain; /* what commands leave behind dies with them */
+	struct fence *fence;	 /* registration and heartbeat: bounds every claim */
 	struct db_conn *listener;
 	struct maint *maint; /* expiry, retention, cancel requests; from start_serving */
 	struct metrics *metrics;
@@ -726,6 +728,9 @@ int daemon_run(const char *config_path, struct config *cfg)
 		return 1;
 	}
 	d->loop = EV_DEFAULT;
+	/* Before any command: a cgroup per command, or the daemon as a
+	 * subreaper; also clears job cgroups an earlier run left. */
+	d->contain = contain_new(d->loop, d->guard);
 	notify_init(d->loop); /* the loop retries what a full notify socket refused */
 	d->conninfo = xstrdup(cfg->database);
 	char *wn = config_worker_name(cfg);
@@ -742,6 +747,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 	    .home = d->home,
 	    .lang = getenv("LANG"),
 	    .guard = d->guard,
+	    .contain = d->contain,
 	    .fence = d->fence,
 	    .on_event = on_job_event,
 	    .arg = d,
@@ -807,6 +813,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 	ev_signal_stop(d->loop, &d->sigterm);
 	ev_signal_stop(d->loop, &d->sigint);
 	ev_signal_stop(d->loop, &d->sighup);
+	contain_free(d->contain); /* every command has ended; before the guard goes */
 	guard_stop(d->guard);
 	config_free(d->cfg);
 	free(d->conninfo);

@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "claim.h"
+#include "contain.h"
 #include "db.h"
 #include "exec.h"
 #include "fence.h"
@@ -247,11 +248,23 @@ static void write_outcome(struct job *j, const struct exec_outcome *o)
 		outcome_lost(j, "cannot send");
 }
 
+/* The command is over (its shell reaped, its group sent SIGKILL): kill what
+ * it left outside its group, then forget the group. Before the outcome is
+ * written, so nothing of a job outlives its claim. */
+static void end_containment(struct job *j)
+{
+	if (j->pgid <= 0)
+		return;
+	if (j->env->contain)
+		contain_job_end(j->env->contain, j->pgid);
+	if (j->env->guard)
+		guard_del_pgroup(j->env->guard, j->pgid);
+}
+
 static void on_exec_done(struct exec_proc *p, const struct exec_outcome *o, void *arg)
 {
 	struct job *j = arg;
-	if (j->pgid > 0 && j->env->guard)
-		guard_del_pgroup(j->env->guard, j->pgid);
+	end_containment(j);
 	j->pgid = 0;
 	ev_timer_stop(j->env->loop, &j->timeout);
 	if (j->state == J_LOST) {
@@ -296,13 +309,16 @@ static void on_timeout(struct ev_loop *loop, ev_timer *w, int revents)
 
 /* exec's before_run hook: the supervisor knows the group before the
  * command may run, so even a SIGKILL of the daemon right after the spawn
- * cannot leave a command that nothing will kill. */
+ * cannot leave a command that nothing will kill. Then the command gets its
+ * cgroup (contain.h), still before it runs anything. */
 static int register_pgroup(pid_t pgid, void *arg)
 {
 	struct job *j = arg;
 	if (guard_add_pgroup(j->env->guard, pgid) < 0)
 		return -1;
 	j->pgid = pgid;
+	if (j->env->contain)
+		contain_job_start(j->env->contain, pgid);
 	return 0;
 }
 
@@ -627,8 +643,7 @@ void job_free(struct job *j)
 		return;
 	if (j->proc) {
 		exec_free(j->proc);
-		if (j->pgid > 0 && j->env->guard)
-			guard_del_pgroup(j->env->guard, j->pgid);
+		end_containment(j);
 	}
 	clear_run(j);
 	db_conn_free(j->db);
