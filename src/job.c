@@ -314,7 +314,7 @@ static void on_timeout(struct ev_loop *loop, ev_timer *w, int revents)
 static int register_pgroup(pid_t pgid, void *arg)
 {
 	struct job *j = arg;
-	if (guard_add_pgroup(j->env->guard, pgid) < 0)
+	if (j->env->guard && guard_add_pgroup(j->env->guard, pgid) < 0)
 		return -1;
 	j->pgid = pgid;
 	if (j->env->contain)
@@ -350,7 +350,8 @@ static void start_command(struct job *j)
 	    .uid = q->uid,
 	    .gid = q->gid,
 	    .max_output = (size_t)q->max_output,
-	    .before_run = j->env->guard ? register_pgroup : NULL,
+	    /* Without the hook, contain would take the shell for an orphan. */
+	    .before_run = j->env->guard || j->env->contain ? register_pgroup : NULL,
 	    .before_run_arg = j,
 	};
 	j->pgid = 0;
@@ -367,7 +368,7 @@ static void start_command(struct job *j)
 		write_outcome(j, &o);
 		return;
 	}
-	if (!j->env->guard)
+	if (!j->env->guard && !j->env->contain)
 		j->pgid = exec_pgid(j->proc);
 	int64_t tmo = j->cj.timeout_ms >= 0 ? j->cj.timeout_ms : q->timeout_ms;
 	if (tmo > 0) {
