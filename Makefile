@@ -105,6 +105,11 @@ $(B)/bench/pickup: tests/bench/pickup.c | $(B)/bench
 $(B)/bench/stamp: tests/bench/pickup.c | $(B)/bench
 	$(CC) $(ALL_CFLAGS) -DPICKUP_STAMP_ONLY $(LDFLAGS) -o $@ $<
 
+# The chaos run's TCP relay (tests/chaos/proxy.c), plain libc like the integration
+# tests' helpers.
+$(B)/tests/chaos-proxy: tests/chaos/proxy.c | $(B)
+	$(CC) $(CFLAGS) -std=c11 -D_GNU_SOURCE $(WARN) $(WERROR) $(LDFLAGS) -o $@ $<
+
 asan:
 	$(MAKE) B=build-asan CFLAGS='-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all' LDFLAGS='-fsanitize=address,undefined'
 
@@ -147,7 +152,8 @@ uninstall:
 clean:
 	rm -rf build build-asan
 
-FORMATTED := src/*.c src/*.h tests/unit/*.c tests/unit/*.h tests/integration/*.c $(wildcard tests/bench/*.c)
+FORMATTED := src/*.c src/*.h tests/unit/*.c tests/unit/*.h tests/integration/*.c tests/chaos/*.c \
+	$(wildcard tests/bench/*.c)
 
 format:
 	clang-format -i $(FORMATTED)
