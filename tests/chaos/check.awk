@@ -6,14 +6,18 @@
 #
 # EVENTS is the jobs' log sorted by time (field 7), ties CLASH, END, START (`sort -s -k7,7n
 # -k1,1`); it is read twice: pass 1 learns which runs logged an END, pass 2 checks. Lines:
-#   F KIND TARGET START END DETAIL       a fault, from START to END (wall-clock seconds)
+#   F KIND TARGET START END DETAIL       a fault, from START to END (wall-clock seconds), aimed
+#                                        at TARGET: NAME:PID a daemon process, NAME the relay
+#                                        of daemon NAME, - every daemon
 #   C|U|X SEQ ID QUEUE GROUP             an enqueued job; SEQ is its transaction's place in
 #                                        commit order; C committed, U unknown (committed if
 #                                        the table has it), X place unknown (no order check)
 #   J ID QUEUE GROUP STATUS ATTEMPTS     pgjobd.jobs at the end
+#   D start NAME PID TIME                a daemon was started
 #   D exit|stop NAME STATUS TIME         a daemon that exited on its own / its SIGTERM status
 #   P PID WHAT                           a process left after the daemons stopped
-#   START|END|CLASH QUEUE ID GROUP ATTEMPT FENCE TIME PID [ok|fail]   the jobs' own lines
+#   START|CLASH QUEUE ID GROUP ATTEMPT FENCE TIME PID DAEMON_PID       the jobs' own lines
+#   END QUEUE ID GROUP ATTEMPT FENCE TIME PID ok|fail
 # GROUP is "-" for none. A run is (ID, ATTEMPT, PID); its lock key is QUEUE:GROUP, or the job
 # itself when ungrouped.
 #
@@ -39,6 +43,9 @@
 #   exit       a daemon exited on its own during the run
 #   stop       a daemon's SIGTERM exit status was not 0
 #   trivial    no job ran, or faults were asked for and none was injected
+# A clash or an overlap is also laid at the door of the faults that hit the daemon of the run
+# that held the lock (or hit every daemon: a restart, a session terminated) while it ran: the
+# table "what the holder went through" counts them by combination of fault kinds.
 # More attempts than STARTs is not a violation (a run may die before it logs START): it is
 # reported as a count.
 
@@ -65,6 +72,36 @@ function rank(id) {
 	return ""
 }
 
+# What the daemon (pid dpid) of a run that started at `since` went through until `until`: the
+# kinds of the faults aimed at that process, at its relay or at every daemon, joined by "+",
+# in kind_list order.
+function went_through(dpid, since, until, k, f, dn, combo) {
+	dn = (dpid in dname) ? dname[dpid] : "?"
+	combo = ""
+	for (k = 1; k <= nkinds; k++) {
+		for (f = 1; f <= nf; f++) {
+			if (fkind[f] == kind_list[k] &&
+			    (ftarget[f] == dn ":" dpid || ftarget[f] == dn || ftarget[f] == "-") &&
+			    fend[f] + 0 >= since - 1 && fstart[f] + 0 <= until + 0) {
+				combo = combo (combo == "" ? "" : "+") kind_list[k]
+				break
+			}
+		}
+	}
+	return (combo == "" ? "no fault" : combo) " (daemon " dn ")"
+}
+
+# A clash or overlap at time t on key: note what the lock's holder went through.
+function blame(t, key, i, c) {
+	if (!(key in lastdpid))
+		return
+	c = went_through(lastdpid[key], laststart[key], t)
+	vholder[nv] = "holder: job " lastjob[key] " attempt " lastatt[key] " since " \
+	    sprintf("%.1f", t - laststart[key]) " s, " c
+	sub(/ \(daemon [^)]*\)$/, "", c)
+	holdcount[c]++
+}
+
 function fmt_t(t) {
 	return t == "" ? "-" : sprintf("%.6f", t)
 }
@@ -73,7 +110,7 @@ BEGIN {
 	nkinds = split(kinds, kind_list, " ")
 	nvk = split("clash overlap order holdback commit-order fence unfinished lost unknown noend attempts leftover exit stop trivial", vkinds, " ")
 	if (window == "")
-		window = 6
+		window = 8
 	t_first = ""
 }
 
@@ -107,7 +144,9 @@ $1 == "J" {
 }
 
 $1 == "D" {
-	if ($2 == "exit")
+	if ($2 == "start")
+		dname[$4] = $3
+	else if ($2 == "exit")
 		viol("exit", $5, "daemon " $3 " exited on its own with status " $4)
 	else if ($2 == "stop" && $4 != 0)
 		viol("stop", "", "daemon " $3 " exited with status " $4 " after SIGTERM")
@@ -131,6 +170,7 @@ pass == 1 {
 $1 == "CLASH" {
 	nclash++
 	viol("clash", $7, "job " $3 " attempt " $5 " of " keyof($2, $3, $4) ": the lock is held by another command")
+	blame($7, keyof($2, $3, $4))
 	next
 }
 
@@ -147,10 +187,16 @@ $1 == "START" {
 		viol("unknown", t, "START of job " id ", which is not in the table")
 
 	# (a) overlap: another run of the key is between its START and its END.
-	if (open[key] > 0)
+	if (open[key] > 0) {
 		viol("overlap", t, "job " id " attempt " att " started on " key " while job " \
 		    openjob[key] " attempt " openatt[key] " (started " fmt_t(openstart[key]) \
 		    ") had not ended")
+		blame(t, key)
+	}
+	lastjob[key] = id
+	lastatt[key] = att
+	laststart[key] = t
+	lastdpid[key] = $9
 	if (run in hasend) {
 		open[key]++
 		openjob[key] = id
@@ -269,7 +315,8 @@ END {
 	}
 
 	print "== faults injected, and violations within " window " s after each (a violation counts"
-	print "   for every kind of fault near it; see the detail below) =="
+	print "   for every kind of fault near it: faults overlap, so this is only a hint; for clash"
+	print "   and overlap, the next table says which faults hit the lock's holder) =="
 	printf "%-14s %8s", "fault", "injected"
 	for (c = 1; c <= ntk; c++)
 		printf " %8s", tkinds[c] == "commit-order" ? "c-order" : tkinds[c]
@@ -291,6 +338,26 @@ END {
 			missing = missing " " kind_list[k]
 	if (missing != "")
 		print "not injected this time:" missing
+	print ""
+	print "== clash and overlap, by what the daemon of the run holding the lock went through"
+	print "   while it ran (faults aimed at that daemon or at all of them) =="
+	# Largest count first (a selection: the list is short).
+	n = 0
+	for (c in holdcount)
+		hc[++n] = c
+	for (i = 1; i <= n; i++) {
+		m = i
+		for (j = i + 1; j <= n; j++)
+			if (holdcount[hc[j]] > holdcount[hc[m]] || \
+			    (holdcount[hc[j]] == holdcount[hc[m]] && hc[j] < hc[m]))
+				m = j
+		c = hc[i]
+		hc[i] = hc[m]
+		hc[m] = c
+		printf "%6d  %s\n", holdcount[hc[i]], hc[i]
+	}
+	if (!n)
+		print "     0"
 	print ""
 	print "== violations =="
 	printf "%-14s %9s\n", "kind", "count"
@@ -319,6 +386,8 @@ END {
 		print "== violations in detail (first 60; faults near each, time relative to it) =="
 		for (i = 1; i <= nv && i <= 60; i++) {
 			printf "%-10s %s %s\n", vkind[i], fmt_t(vtime[i]), vmsg[i]
+			if (i in vholder)
+				printf "           %s\n", vholder[i]
 			if (vtime[i] != "")
 				printf "           near:%s\n", nearlist[i] == "" ? " none" : nearlist[i]
 		}

@@ -12,7 +12,8 @@
 # Each job runs job.sh (written below): it takes flock -n on its group's lock file (ungrouped:
 # its own), logs CLASH if the lock is held, else START, sleeps, logs END and exits 0, or 1 while
 # its attempt is at most data->fail (retries). Every line carries the queue, job, group, attempt,
-# PGJOBD_FENCE ("-" when unset), a wall-clock time in microseconds and the shell's pid. Every
+# PGJOBD_FENCE ("-" when unset), a wall-clock time in microseconds and the shell's pid; START
+# and CLASH also the daemon's pid (the shell's parent: the command execs bash). Every
 # process of a job carries CHAOS_MARK=<this run> in its environment (the queue's `env`), so any
 # that is left behind is found.
 #
@@ -20,7 +21,8 @@
 #   kill9          kill -9 of a daemon, restarted 0-2 s later
 #   kill9-group    kill -9 of the daemon's process group (each daemon runs under setsid), restarted
 #   stop           SIGSTOP of a daemon for 1-12 s, then SIGCONT
-#   terminate      pg_terminate_backend of one random pgjobd session
+#   terminate      pg_terminate_backend of one random pgjobd session (every other time, one
+#                  inside a transaction: a slot holding a running job)
 #   pg-fast        pg_ctl restart -m fast (the relays keep listening)
 #   pg-immediate   pg_ctl restart -m immediate
 #   partition      SIGSTOP of a daemon's relay for 1-12 s, then SIGCONT
@@ -37,7 +39,7 @@
 #   CHAOS_SETTLE     deadline for every job to end afterwards (default 180)
 #   CHAOS_FAULT_GAP  mean seconds between faults (default 1.5)
 #   CHAOS_WINDOW     seconds after a fault in which the report counts a violation against it
-#                    (default 6)
+#                    (default 8)
 #   CHAOS_FAULTS     fault kinds to inject, space-separated (default all; `none` for a baseline)
 #   CHAOS_SEED       seed of the random choices (printed; timing makes a rerun differ anyway)
 #   CHAOS_BREAK      break the job command on purpose, to see the checks fire:
@@ -52,8 +54,8 @@ CHAOS_SECONDS=${CHAOS_SECONDS:-60}
 CHAOS_SETTLE=${CHAOS_SETTLE:-180}
 CHAOS_FAULT_GAP=${CHAOS_FAULT_GAP:-1.5}
 # Seconds after a fault in which a violation is counted against it in the report: a command
-# runs up to 6 s, so what a fault leaves running shows within that.
-CHAOS_WINDOW=${CHAOS_WINDOW:-6}
+# runs up to 8 s, so what a fault leaves running shows within that.
+CHAOS_WINDOW=${CHAOS_WINDOW:-8}
 CHAOS_SEED=${CHAOS_SEED:-$((RANDOM * 32768 + RANDOM))}
 CHAOS_BREAK=${CHAOS_BREAK:-}
 PROXY=${CHAOS_PROXY:-$REPO_ROOT/build/tests/chaos-proxy}
@@ -117,7 +119,7 @@ pg_restart_mode() {
 write_job_script() {
 	local lock_take="exec 9>>\"\$lock\"
 if ! flock -n 9; then
-	echo \"CLASH \$q \$id \$g \$att \$fence \$EPOCHREALTIME \$\$\" >>\"\$log\"
+	echo \"CLASH \$q \$id \$g \$att \$fence \$EPOCHREALTIME \$\$ \$PPID\" >>\"\$log\"
 	exit 1
 fi"
 	local run='sleep "$s"
@@ -142,7 +144,7 @@ rm -f \"\$dir/ready.\$\$\""
 	esac
 	cat >"$T/job.sh" <<EOF
 #!/bin/bash
-# A chaos job (written by tests/chaos/run.sh). Sleeps 0.1-1.5 s, one job in eight 2-6 s so
+# A chaos job (written by tests/chaos/run.sh). Sleeps 0.1-1.5 s, one run in four 2-8 s so
 # that faults often land while a command runs; fails while its attempt <= data->fail.
 dir='$T'
 log=\$dir/events.txt
@@ -150,12 +152,12 @@ q=\$PGJOBD_QUEUE id=\$PGJOBD_JOB_ID att=\$PGJOBD_ATTEMPT g=\${PGJOBD_GROUP_ID:--
 fence=\${PGJOBD_FENCE:--}
 fence=\${fence//[[:space:]]/_}
 if [ "\$g" != - ]; then lock=\$dir/locks/g.\$g; else lock=\$dir/locks/j.\$id; fi
-if [ \$((RANDOM % 8)) = 0 ]; then ms=\$((RANDOM % 4001 + 2000)); else ms=\$((RANDOM % 1401 + 100)); fi
+if [ \$((RANDOM % 4)) = 0 ]; then ms=\$((RANDOM % 6001 + 2000)); else ms=\$((RANDOM % 1401 + 100)); fi
 printf -v s '%d.%03d' \$((ms / 1000)) \$((ms % 1000))
 res=ok
 [ "\${PGJOBD_ARG_fail:-0}" -ge "\$att" ] && res=fail
 $lock_take
-echo "START \$q \$id \$g \$att \$fence \$EPOCHREALTIME \$\$" >>"\$log"
+echo "START \$q \$id \$g \$att \$fence \$EPOCHREALTIME \$\$ \$PPID" >>"\$log"
 $run
 [ \$res = ok ]
 EOF
@@ -240,6 +242,7 @@ start_chaos_daemon() {
 	echo "$pid" >"$T/$n.pid"
 	STOP_UNTIL[$n]=0
 	RESTART_AT[$n]=0
+	echo "D start $n $pid $(now_s)" >>"$T/daemons.txt"
 	# The process group must be the daemon's own, or kill9-group would hit this shell.
 	wait_until 5 "[ \"\$(pgid_of $pid)\" = $pid ]" ||
 		bail_out "daemon $n (pid $pid) is not the leader of its own process group"
@@ -257,7 +260,9 @@ reap() {
 
 # ---------------------------------------------------------------- faults
 
-# fault KIND TARGET START END DETAIL: one line of faults.txt.
+# fault KIND TARGET START END DETAIL: one line of faults.txt. TARGET is NAME:PID for a fault
+# aimed at one daemon process, NAME for one aimed at its relay (whichever process of that
+# daemon uses it), - for one aimed at all of them.
 fault() {
 	echo "F $1 $2 $3 $4 ${5:--}" >>"$T/faults.txt"
 	say "fault $1 $2 ${5:-}"
@@ -267,7 +272,7 @@ end_stop() {
 	local n=$1
 	[ "${STOP_UNTIL[$n]:-0}" = 0 ] && return
 	[ -n "${DPID[$n]}" ] && kill -CONT "${DPID[$n]}" 2>/dev/null
-	fault stop "$n" "${STOP_FROM[$n]}" "$(now_s)" "$(($(now_ms) - ${STOP_START_MS[$n]}))ms"
+	fault stop "$n:${DPID[$n]}" "${STOP_FROM[$n]}" "$(now_s)" "$(($(now_ms) - ${STOP_START_MS[$n]}))ms"
 	STOP_UNTIL[$n]=0
 }
 
@@ -289,6 +294,15 @@ pick_daemon() {
 	PICK=${cands[RANDOM % ${#cands[@]}]}
 }
 
+# terminate_one FILTER: pg_terminate_backend of one random pgjobd session that matches the SQL
+# FILTER; prints its application_name and state, nothing when there was none.
+terminate_one() {
+	psql_q "SELECT replace(application_name || '(' || state || ')', ' ', '_') FROM (
+		SELECT pid, application_name, state FROM pg_stat_activity
+		WHERE application_name LIKE 'pgjobd%' AND pid <> pg_backend_pid() $1
+		ORDER BY random() LIMIT 1) s WHERE pg_terminate_backend(pid)" 2>/dev/null
+}
+
 # inject KIND: one fault; 1 when it was not possible now (nothing to act on).
 inject() {
 	local kind=$1 n pid t0 t1 app
@@ -307,11 +321,11 @@ inject() {
 		fi
 		reap "$n"
 		if [ "${STOP_UNTIL[$n]:-0}" != 0 ]; then
-			fault stop "$n" "${STOP_FROM[$n]}" "$t0" "killed"
+			fault stop "$n:$pid" "${STOP_FROM[$n]}" "$t0" "killed"
 			STOP_UNTIL[$n]=0
 		fi
 		RESTART_AT[$n]=$(($(now_ms) + $(rand_ms 0 2000)))
-		fault "$kind" "$n" "$t0" "$t0" "pid=$pid"
+		fault "$kind" "$n:$pid" "$t0" "$t0"
 		;;
 	stop)
 		pick_daemon '[ -n "${DPID[$n]}" ] && [ "${STOP_UNTIL[$n]:-0}" = 0 ]' || return 1
@@ -339,11 +353,15 @@ inject() {
 		fault cut "$n" "$t0" "$t0"
 		;;
 	terminate)
+		# Every other time, a session inside a transaction (a slot holding a running job, in
+		# transaction lock mode): a random one of all is most often an idle one, and the loss
+		# of a claim is what tests the daemon.
 		t0=$(now_s)
-		app=$(psql_q "SELECT replace(application_name, ' ', '_') FROM (
-			SELECT pid, application_name FROM pg_stat_activity
-			WHERE application_name LIKE 'pgjobd%' AND pid <> pg_backend_pid()
-			ORDER BY random() LIMIT 1) s WHERE pg_terminate_backend(pid)" 2>/dev/null)
+		app=
+		if [ $((RANDOM % 2)) = 0 ]; then
+			app=$(terminate_one "AND state = 'idle in transaction'")
+		fi
+		[ -n "$app" ] || app=$(terminate_one "")
 		[ -n "$app" ] || return 1
 		fault terminate - "$t0" "$t0" "$app"
 		;;

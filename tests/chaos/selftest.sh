@@ -14,7 +14,7 @@ failed=0
 # beside them; one fault. Each case below starts from it and changes one thing.
 base() {
 	cat >"$D/faults.txt" <<'EOF'
-F kill9 a 99.5 99.5 pid=1
+F kill9 a:1 99.5 99.5
 EOF
 	cat >"$D/enqueue.txt" <<'EOF'
 C 1 1 cg g1
@@ -195,10 +195,23 @@ grep -Eq '^kill9 +1( +0)+$' "$D/out" && grep -Eq '^\(none\) +1( +0)+$' "$D/out"
 ok $? "a violation long after a fault is not counted against it"
 grep -q '^not injected this time: stop$' "$D/out"
 ok $? "a fault kind asked for but not injected is named"
-echo "F stop b 100.0 102.0 2000ms" >>"$D/faults.txt"
+echo "F stop b:2 100.0 102.0 2000ms" >>"$D/faults.txt"
 run_check -v window=1
-grep -Eq '^stop +1 +1( +0)+$' "$D/out" && grep -q 'near: stop(b)@-2.7s' "$D/out"
+grep -Eq '^stop +1 +1( +0)+$' "$D/out" && grep -q 'near: stop(b:2)@-2.7s' "$D/out"
 ok $? "a violation within the window after a fault is counted against it"
+
+base
+# Job 3 runs on daemon a (pid 500), which is stopped meanwhile; a command of daemon b (pid 600)
+# finds the lock taken. The fault on b does not count: b did not hold the lock.
+printf '%s\n' "D start a 500 99.0" "D start b 600 99.0" >>"$D/daemons.txt"
+sed -i 's/^START cg 3 g1 1 - 102.600000 31$/START cg 3 g1 1 - 102.600000 31 500/' "$D/events.txt"
+echo "CLASH cg 3 g1 2 - 102.700000 32 600" >>"$D/events.txt"
+# A kill of an earlier process of daemon a does not count either.
+printf '%s\n' "F stop a:500 102.650000 102.900000 250ms" "F kill9 b:600 102.680000 102.680000" \
+	"F kill9 a:400 102.610000 102.610000" >>"$D/faults.txt"
+run_check
+grep -Eq '^ +1  stop$' "$D/out" && grep -q 'holder: job 3 attempt 1 since 0.1 s, stop (daemon a)$' "$D/out"
+ok $? "a clash is laid at the door of what the lock holder's daemon went through"
 
 echo "1..$n"
 exit $((failed > 0))
