@@ -453,7 +453,7 @@ producer() {
 		local n=$1 line
 		OUT=()
 		sess_up "$n"
-		if ! printf '%s\n\\echo @@ok\n' "$2" >&"${sw[$n]}" 2>/dev/null; then
+		if ! printf '%s\n\\echo @@ok\n' "$2" 1>&"${sw[$n]}" 2>/dev/null; then
 			sess_down "$n"
 			return 1
 		fi
