@@ -609,10 +609,8 @@ trap chaos_cleanup EXIT
 marked_pids() {
 	local d
 	for d in /proc/[0-9]*; do
-		[ -r "$d/environ" ] || continue
-		if tr '\0' '\n' <"$d/environ" 2>/dev/null | grep -qx "CHAOS_MARK=$MARK"; then
-			echo "${d#/proc/}"
-		fi
+		# -z: the entries end in NUL; -s: processes that end meanwhile, kernel threads.
+		grep -qsxzF -- "CHAOS_MARK=$MARK" "$d/environ" && echo "${d#/proc/}"
 	done
 }
 
@@ -717,11 +715,14 @@ for n in "${DAEMONS[@]}"; do
 	echo "D stop $n $REAPED_STATUS $(now_s)" >>"$T/daemons.txt"
 done
 
-# Anything of a job still alive now outlived its daemon's claim; so does a daemon's helper.
+# Anything of a job still alive now outlived its daemon's claim: the daemon stops its commands
+# before it exits. Its helper process (the same command line) exits once it sees the daemon
+# gone, which may take a moment: it has 5 s.
 for p in $(marked_pids); do
 	echo "P $p $(tr '\0' ' ' </proc/"$p"/cmdline 2>/dev/null | tr -s ' ' | cut -c1-80 | tr ' ' _)"
 done >>"$T/procs.txt"
 for n in "${DAEMONS[@]}"; do
+	wait_until 5 "! pgrep -f -- '$T/$n.ini' >/dev/null" && continue
 	for p in $(pgrep -f -- "$T/$n.ini"); do
 		echo "P $p daemon-$n-helper"
 	done
