@@ -40,7 +40,8 @@ UNITS := pgjobd.service pgjobd@.service
 MANPAGES := man/pgjobd.8 man/pgjobd.ini.5
 TEST_HELPERS := $(B)/tests/notify-sink $(B)/tests/chaos-proxy
 
-.PHONY: all check check-unit check-integration check-asan asan install uninstall clean format format-check bench
+.PHONY: all check check-unit check-integration check-asan asan install uninstall clean format format-check bench \
+	chaos
 
 all: $(B)/pgjobd
 
@@ -106,10 +107,19 @@ $(B)/bench/pickup: tests/bench/pickup.c | $(B)/bench
 $(B)/bench/stamp: tests/bench/pickup.c | $(B)/bench
 	$(CC) $(ALL_CFLAGS) -DPICKUP_STAMP_ONLY $(LDFLAGS) -o $@ $<
 
-# The chaos run's TCP relay (tests/chaos/proxy.c), plain libc like the integration
-# tests' helpers.
+# The chaos run (tests/chaos/run.sh): three daemons under random faults for CHAOS_SECONDS,
+# then the guarantees checked; exits non-zero on any violation. Not part of `make check`.
+# check.awk's self-test (tests/chaos/selftest.sh) runs first: the checks must be able to fail.
+CHAOS_SECONDS ?= 60
+
+# Its TCP relay, plain libc like the integration tests' helpers.
 $(B)/tests/chaos-proxy: tests/chaos/proxy.c | $(B)
 	$(CC) $(CFLAGS) -std=c11 -D_GNU_SOURCE $(WARN) $(WERROR) $(LDFLAGS) -o $@ $<
+
+chaos: $(B)/pgjobd $(B)/tests/chaos-proxy
+	bash tests/chaos/selftest.sh
+	PGJOBD=$(abspath $(B)/pgjobd) CHAOS_PROXY=$(abspath $(B)/tests/chaos-proxy) \
+		CHAOS_SECONDS=$(CHAOS_SECONDS) bash tests/chaos/run.sh
 
 asan:
 	$(MAKE) B=build-asan CFLAGS='-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all' LDFLAGS='-fsanitize=address,undefined'
