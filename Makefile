@@ -64,12 +64,13 @@ TEST_DEPS_parse := parse
 TEST_DEPS_config := config parse
 TEST_DEPS_capture := capture
 TEST_DEPS_result := result
-TEST_DEPS_exec := exec capture parse
+TEST_DEPS_exec := exec capture parse priv
 TEST_DEPS_guard := guard
 TEST_DEPS_log :=
 TEST_DEPS_metrics := metrics
 TEST_DEPS_claim := claim
 TEST_DEPS_notify := notify
+TEST_DEPS_priv := priv
 .SECONDEXPANSION:
 # addprefix/addsuffix, not patsubst: make replaces a pattern rule's % with the
 # stem before the second expansion, which broke $$(patsubst %,...).

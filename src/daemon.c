@@ -41,6 +41,7 @@
 #include "metrics.h"
 #include "migrate.h"
 #include "notify.h"
+#include "priv.h"
 #include "report.h"
 #include "util.h"
 
@@ -707,6 +708,12 @@ static char *default_home(void)
 
 int daemon_run(const char *config_path, struct config *cfg)
 {
+	/* First, before the supervisor is forked (it inherits both) and before
+	 * any connection or command exists. */
+	if (priv_harden() < 0) {
+		config_free(cfg);
+		return 1;
+	}
 	struct daemon *d = xcalloc(1, sizeof(*d));
 	d->config_path = config_path;
 	d->cfg = cfg;
