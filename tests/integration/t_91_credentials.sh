@@ -14,7 +14,8 @@
 # connect. Each must fail, and no secret may appear in the job's result, error or the
 # daemon's log. A process of the daemon's own uid (another command run as that user, say)
 # cannot read the two environments or copy the sockets either: both are non-dumpable.
-# And without the capabilities, the daemon refuses to start (exit 2, naming them).
+# Without the capabilities, the daemon refuses to start (exit 2, naming them); with them,
+# it still stops the other user's commands (timeout; the supervisor after kill -9).
 #
 # The server uses trust authentication: the passwords only have to be there to be stolen.
 #
@@ -158,7 +159,22 @@ $(conf_header database="$DB_CONNINFO password=$INI_SECRET")
 command = '$T/steal.sh'
 timeout = 60s
 $user_line
+
+[queue.slow]
+command = sleep 300 & echo \$! >'$T/cmd/slow.pids'; wait
+timeout = 1s
+kill_grace = 1s
+max_attempts = 1
+working_dir = $T/cmd
+$user_line
+
+[queue.hang]
+command = sleep 300 & echo \$! >'$T/cmd/hang.pids'; wait
+working_dir = $T/cmd
+$user_line
 EOF
+# Where the commands leave their pids: writable by the commands' user only.
+install -d -m 0700 -o "$([ "$mode" = daemon ] && echo "$DUID" || echo "$CMD_UID")" "$T/cmd"
 chown "root:$DUID" "$T/d.ini"
 chmod 0640 "$T/d.ini"
 pgjobd_migrate "$T/d.ini" >"$T/migrate.log" 2>&1 || bail_out "pgjobd migrate failed"
@@ -251,13 +267,37 @@ fi
 grep -qF -- "$ENV_SECRET" <<<"$out$out2$out3"
 isnt $? 0 "PGPASSWORD did not leak to a process of the daemon's uid"
 
+# 4. The daemon still stops commands of another user: its timeout, then the supervisor
+# after a kill -9 of the daemon (CAP_KILL, inherited by the supervisor).
+id=$(psql_q "INSERT INTO pgjobd.jobs (queue) VALUES ('slow') RETURNING id")
+wait_until 30 "[ \"\$(job_field $id status)\" = failed ]"
+ok $? "a command past its timeout is stopped"
+is "$(job_field "$id" "error->>'reason'")" timeout "... with reason timeout"
+cp "$T/cmd/slow.pids" "$T/slow.pids" 2>/dev/null # for the cleanup, should it be alive
+all_dead "$T/slow.pids"
+ok $? "... and its process group is gone"
+
 pid_alive "$d"
 ok $? "the daemon is still running"
 stop_daemon "$d"
 is "$?" 0 "the daemon stops cleanly (exit 0)"
+
+PGJOBD=$T/as-daemon start_daemon d2 "$T/d.ini" HOME="$DHOME" PGPASSWORD="$ENV_SECRET"
+d=$DAEMON_PID
+psql_q "INSERT INTO pgjobd.jobs (queue) VALUES ('hang')" >/dev/null
+wait_until 30 "[ -s '$T/cmd/hang.pids' ]" || bail_out "the hang job did not start"
+cp "$T/cmd/hang.pids" "$T/hang.pids"
+pid_alive "$(cat "$T/hang.pids")"
+ok $? "a command runs"
+kill -KILL "$d"
+wait "$d" 2>/dev/null
+forget_daemon "$d"
+wait_until 15 "all_dead '$T/hang.pids'"
+ok $? "after kill -9 of the daemon, the supervisor kills the command of the other user"
+
 leaked=
 for s in "$ENV_SECRET" "$PGPASS_SECRET" "$INI_SECRET"; do
-	grep -qF -- "$s" "$T/d.log" && leaked="$leaked ${s%-*}"
+	grep -qF -- "$s" "$T/d.log" "$T/d2.log" && leaked="$leaked ${s%-*}"
 done
 is "$leaked" "" "no secret in the daemon's log"
 done_testing
