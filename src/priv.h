@@ -17,8 +17,9 @@
  * or -1 after logging why. */
 int priv_harden(void);
 
-/* Can this process run commands as another user and stop them: it is root,
- * or CAP_SETUID, CAP_SETGID and CAP_KILL are in its effective set. When not,
+/* Can this process run commands as another user and stop them: CAP_SETUID,
+ * CAP_SETGID and CAP_KILL are in its effective set (root's normally holds
+ * every capability; under the shipped unit pgjobd's holds these). When not,
  * and `missing` is not NULL, writes the names of the missing capabilities
  * (space-separated) there, truncated to `size`. */
 bool priv_has_switch_caps(char *missing, size_t size);

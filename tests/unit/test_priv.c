@@ -133,6 +133,21 @@ static void child_no_kill(FILE *out)
 	fprintf(out, "has=%d missing='%s'", has, missing);
 }
 
+/* Root itself, with CAP_KILL out of its effective set (a unit's narrower
+ * CapabilityBoundingSet=): the uid alone does not count. */
+static void child_root_no_kill(FILE *out)
+{
+	char missing[64];
+	struct __user_cap_data_struct d[2];
+	caps(d);
+	if (set_caps(d[0].effective & ~BIT(CAP_KILL), d[0].permitted, 0) < 0) {
+		fprintf(out, "setup failed: %s", strerror(errno));
+		return;
+	}
+	bool has = priv_has_switch_caps(missing, sizeof(missing));
+	fprintf(out, "has=%d missing='%s'", has, missing);
+}
+
 static void child_plain_nobody(FILE *out)
 {
 	char missing[64];
@@ -174,6 +189,8 @@ int main(void)
 	is_str(got, "has=1 missing=''", "not root, the three capabilities: can switch");
 	in_child(child_no_kill, got, sizeof(got));
 	is_str(got, "has=0 missing='CAP_KILL'", "without CAP_KILL: cannot, and says which");
+	in_child(child_root_no_kill, got, sizeof(got));
+	is_str(got, "has=0 missing='CAP_KILL'", "root without CAP_KILL: cannot either");
 	in_child(child_plain_nobody, got, sizeof(got));
 	is_str(got, "has=0 missing='CAP_SETUID CAP_SETGID CAP_KILL'",
 	       "no capability: cannot, all three named");
