@@ -12,6 +12,10 @@ MANDIR ?= $(mandir)
 # systemd reads units from /usr/local/lib/systemd/system as well as from
 # /usr/lib/systemd/system; for another PREFIX, set UNITDIR=/etc/systemd/system.
 UNITDIR ?= $(PREFIX)/lib/systemd/system
+# The two users and their directories, for systemd-sysusers and systemd-tmpfiles
+# (both read /usr/local/lib/ as well as /usr/lib/).
+SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
+TMPFILESDIR ?= $(PREFIX)/lib/tmpfiles.d
 DESTDIR ?=
 
 CC ?= cc
@@ -65,12 +69,13 @@ TEST_DEPS_parse := parse
 TEST_DEPS_config := config parse
 TEST_DEPS_capture := capture
 TEST_DEPS_result := result
-TEST_DEPS_exec := exec capture parse
+TEST_DEPS_exec := exec capture parse priv
 TEST_DEPS_guard := guard
 TEST_DEPS_log :=
 TEST_DEPS_metrics := metrics
 TEST_DEPS_claim := claim
 TEST_DEPS_notify := notify
+TEST_DEPS_priv := priv
 .SECONDEXPANSION:
 # addprefix/addsuffix, not patsubst: make replaces a pattern rule's % with the
 # stem before the second expansion, which broke $$(patsubst %,...).
@@ -141,6 +146,8 @@ install: $(B)/pgjobd
 		chmod 0644 $(DESTDIR)$(UNITDIR)/$$u.tmp && \
 		mv $(DESTDIR)$(UNITDIR)/$$u.tmp $(DESTDIR)$(UNITDIR)/$$u || exit 1; \
 	done
+	install -D -m 0644 systemd/pgjobd.sysusers $(DESTDIR)$(SYSUSERSDIR)/pgjobd.conf
+	install -D -m 0644 systemd/pgjobd.tmpfiles $(DESTDIR)$(TMPFILESDIR)/pgjobd.conf
 	install -D -m 0644 man/pgjobd.8 $(DESTDIR)$(MANDIR)/man8/pgjobd.8
 	install -D -m 0644 man/pgjobd.ini.5 $(DESTDIR)$(MANDIR)/man5/pgjobd.ini.5
 	@if [ -e $(DESTDIR)$(SYSCONFDIR)/pgjobd/pgjobd.ini ]; then \
@@ -158,6 +165,7 @@ install: $(B)/pgjobd
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/pgjobd
 	for u in $(UNITS); do rm -f $(DESTDIR)$(UNITDIR)/$$u; done
+	rm -f $(DESTDIR)$(SYSUSERSDIR)/pgjobd.conf $(DESTDIR)$(TMPFILESDIR)/pgjobd.conf
 	rm -f $(DESTDIR)$(MANDIR)/man8/pgjobd.8 $(DESTDIR)$(MANDIR)/man5/pgjobd.ini.5
 
 clean:

@@ -41,6 +41,7 @@
 #include "metrics.h"
 #include "migrate.h"
 #include "notify.h"
+#include "priv.h"
 #include "report.h"
 #include "util.h"
 
@@ -645,6 +646,36 @@ static void apply_config(struct daemon *d, struct config *nc)
 	kick_all(d);
 }
 
+/* Who runs the commands of c's queues (pgjobd(8), SECURITY MODEL). A queue
+ * with another user needs this process to be able to switch to it and to
+ * signal its commands: when it cannot, logs why and returns -1 (a start
+ * fails with exit status 2, a reload is refused), rather than failing every
+ * job at setuid. A queue whose commands run as the daemon's own user is
+ * allowed but warned about: its commands can read the daemon's credentials
+ * (~/.pgpass, the configuration file) and rewrite them. */
+static int check_users(const struct config *c)
+{
+	int rc = 0;
+	for (size_t i = 0; i < c->nqueues; i++) {
+		const struct queue_conf *q = c->queues[i];
+		char missing[64];
+		if (!q->has_user || (q->uid == geteuid() && q->gid == getegid())) {
+			log_warn("msg=\"commands run as the daemon's own user and can read its "
+				 "database credentials\" queue=%s uid=%d hint=\"set user, see "
+				 "pgjobd(8), SECURITY MODEL\"",
+				 q->name, (int)geteuid());
+		} else if (!priv_has_switch_caps(missing, sizeof(missing))) {
+			log_error(
+			    "msg=\"cannot run commands as another user: the daemon needs root "
+			    "or CAP_SETUID, CAP_SETGID and CAP_KILL\" queue=%s user=%s "
+			    "missing=\"%s\" path=%s",
+			    q->name, log_value(q->user), missing, log_value(c->path));
+			rc = -1;
+		}
+	}
+	return rc;
+}
+
 static void on_sighup(struct ev_loop *loop, ev_signal *w, int revents)
 {
 	(void)loop;
@@ -659,6 +690,10 @@ static void on_sighup(struct ev_loop *loop, ev_signal *w, int revents)
 	notify_send(msg);
 	log_info("msg=\"reloading configuration\" path=%s", log_value(d->config_path));
 	struct config *nc = config_load(d->config_path, true, stderr);
+	if (nc && check_users(nc) < 0) {
+		config_free(nc);
+		nc = NULL;
+	}
 	if (!nc) {
 		log_error("msg=\"configuration not reloaded: the file has errors; keeping the "
 			  "current one\" path=%s",
@@ -707,6 +742,16 @@ static char *default_home(void)
 
 int daemon_run(const char *config_path, struct config *cfg)
 {
+	/* First, before the supervisor is forked (it inherits both) and before
+	 * any connection or command exists. */
+	if (priv_harden() < 0) {
+		config_free(cfg);
+		return 1;
+	}
+	if (check_users(cfg) < 0) {
+		config_free(cfg);
+		return 2;
+	}
 	struct daemon *d = xcalloc(1, sizeof(*d));
 	d->config_path = config_path;
 	d->cfg = cfg;

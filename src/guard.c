@@ -201,6 +201,14 @@ static int read_proc_stat(const char *pid, char *state, pid_t *pgrp)
 /* Marks live[i] for each registered group that still has a live process.
  * Zombies (Z) and dead tasks (X) count as gone: they hold no resources a
  * job could use and may never be reaped if their parent is gone too.
+ *
+ * Commands that run as another user may be invisible in /proc: the shipped
+ * unit mounts it with hidepid (ProtectProc=invisible), which hides other
+ * users' processes. A group of which /proc shows no process at all is asked
+ * directly: kill(-pgid, 0) fails with ESRCH only when the group has no
+ * process left, zombies included (so such a group counts as live until its
+ * zombies are reaped: slower, never early). The guard has CAP_KILL whenever
+ * it has such commands, and EPERM would prove a process exists as well.
  * Returns the number of groups with a live member, or -1 if /proc cannot
  * be read. */
 static int count_live_groups(const struct guard_state *s, bool *live)
@@ -209,22 +217,31 @@ static int count_live_groups(const struct guard_state *s, bool *live)
 	if (!d)
 		return -1;
 	memset(live, 0, s->npgs * sizeof(*live));
+	bool *seen = xcalloc(s->npgs ? s->npgs : 1, sizeof(*seen));
 	struct dirent *de;
 	while ((de = readdir(d)) != NULL) {
 		if (!isdigit((unsigned char)de->d_name[0]))
 			continue;
 		char st;
 		pid_t pg;
-		if (read_proc_stat(de->d_name, &st, &pg) < 0 || st == 'Z' || st == 'X')
+		if (read_proc_stat(de->d_name, &st, &pg) < 0)
 			continue;
-		for (size_t i = 0; i < s->npgs; i++)
-			if (s->pgs[i] == pg)
+		for (size_t i = 0; i < s->npgs; i++) {
+			if (s->pgs[i] != pg)
+				continue;
+			seen[i] = true;
+			if (st != 'Z' && st != 'X')
 				live[i] = true;
+		}
 	}
 	closedir(d);
 	int n = 0;
-	for (size_t i = 0; i < s->npgs; i++)
+	for (size_t i = 0; i < s->npgs; i++) {
+		if (!seen[i] && (kill(-s->pgs[i], 0) == 0 || errno != ESRCH))
+			live[i] = true;
 		n += live[i];
+	}
+	free(seen);
 	return n;
 }
 

@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "claim.h"
 #include "db.h"
@@ -337,13 +338,16 @@ static void start_command(struct job *j)
 	    .nargs = j->cj.nargs,
 	};
 	char **envp = exec_env_build(&in);
+	/* A queue whose user is the daemon's own needs no switch (and a daemon
+	 * without CAP_SETGID could not even call setgroups for it). */
+	bool switch_user = q->has_user && (q->uid != geteuid() || q->gid != getegid());
 	struct exec_spec spec = {
 	    .command = q->command,
 	    .working_dir = q->working_dir,
 	    .envp = envp,
 	    .stdin_data = j->cj.data,
 	    .stdin_len = strlen(j->cj.data),
-	    .set_user = q->has_user,
+	    .set_user = switch_user,
 	    .uid = q->uid,
 	    .gid = q->gid,
 	    .max_output = (size_t)q->max_output,
