@@ -114,6 +114,8 @@ struct guard {
 /* While the fence deadline has passed: how often registered groups are
  * killed again (a process that was forking when it was killed). */
 #define GUARD_POLL_MS 50
+/* How often the deadline is compared with CLOCK_BOOTTIME while commands run. */
+#define GUARD_CLOCK_MS 250
 #define GUARD_GIVE_UP_MS 10000
 /* Bounds on what the guard keeps (the daemon has a few dozen of each). */
 #define GUARD_MAX_ENTRIES 65536
@@ -425,6 +427,46 @@ static int kill_everything(struct guard_state *s, bool daemon_children)
 
 /* Steps 1 and 2 of the exit sequence (see the top of the file). Returns
  * true when every registered group and cgroup is confirmed empty. */
+/* Registered groups of which /proc shows no process at all, not even a
+ * zombie: commands that run as another user are hidden when /proc is
+ * mounted with hidepid (the shipped unit's ProtectProc=invisible). The
+ * kernel is asked directly: kill(-pgid, 0) fails with ESRCH only when the
+ * group has no process left, zombies included (so such a group counts as
+ * live until its zombies are reaped: slower, never early); EPERM proves a
+ * process exists as well. Such a group is sent SIGKILL. Returns how many
+ * there are. */
+static int kill_hidden_groups(const struct guard_state *s)
+{
+	if (s->npgs == 0)
+		return 0;
+	bool *shown = xcalloc(s->npgs, sizeof(*shown));
+	DIR *d = opendir("/proc");
+	if (d) {
+		struct dirent *de;
+		while ((de = readdir(d)) != NULL) {
+			if (!isdigit((unsigned char)de->d_name[0]))
+				continue;
+			char st;
+			pid_t ppid, pg;
+			if (procfs_read_stat((pid_t)atoi(de->d_name), &st, &ppid, &pg) < 0)
+				continue;
+			for (size_t i = 0; i < s->npgs; i++)
+				if (s->pgs[i] == pg)
+					shown[i] = true;
+		}
+		closedir(d);
+	}
+	int n = 0;
+	for (size_t i = 0; i < s->npgs; i++) {
+		if (shown[i] || (kill(-s->pgs[i], 0) < 0 && errno == ESRCH))
+			continue;
+		n++;
+		kill(-s->pgs[i], SIGKILL);
+	}
+	free(shown);
+	return n;
+}
+
 static bool kill_and_wait(struct guard_state *s)
 {
 	bool all_dead = false;
@@ -444,6 +486,8 @@ static bool kill_and_wait(struct guard_state *s)
 		}
 		size_t n = mark(s, false);
 		int cg = count_populated(s);
+		if (n == 0 && cg == 0)
+			n = (size_t)kill_hidden_groups(s);
 		if (n == 0 && cg == 0) {
 			all_dead = true;
 			break;
@@ -630,8 +674,11 @@ guard_main(int ch, pid_t daemon_pid, const char *conninfo, const char *exit_sql)
 				fence_kill(&s, now);
 				timeout = GUARD_POLL_MS;
 			} else {
+				/* At most GUARD_CLOCK_MS: poll's timeout runs on the
+				 * monotonic clock, which stops while the machine is
+				 * suspended; the deadline is on CLOCK_BOOTTIME. */
 				int64_t left = s.deadline - now;
-				timeout = left > INT_MAX ? INT_MAX : (int)left;
+				timeout = left > GUARD_CLOCK_MS ? GUARD_CLOCK_MS : (int)left;
 			}
 		}
 		struct pollfd pfd = {.fd = ch, .events = POLLIN};
