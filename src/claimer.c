@@ -90,8 +90,8 @@ static void on_claimed(struct db_conn *c, PGresult *const *res, int n, void *arg
 		return;
 	}
 	if (!db_batch_ok(res, 1)) {
-		log_warn("msg=\"claim failed; reconnecting\" queue=%s err=\"%s\"", cl->queue,
-			 db_batch_error(res, 1));
+		log_warn("msg=\"claim failed; reconnecting\" queue=%s err=%s", cl->queue,
+			 log_value(db_batch_error(res, 1)));
 		forget_all(cl);
 		db_reconnect(cl->db);
 		cl->cbs.on_result(cl, NULL, NULL, -1, cl->cbs.arg);

@@ -6,7 +6,8 @@
  * code runs inside the daemon. The SQL is the interface of SPEC §1 (the
  * jobs table, pgjobd.cancel/pause/resume, the queue_stats view), called the
  * way any producer or operator would; values from the command line only
- * ever travel as query parameters.
+ * ever travel as query parameters. `status` also reads pg_stat_activity
+ * (the daemons' open claims) and pgjobd.workers (the live daemons).
  *
  * Exit status: 0 done; 1 a run time error: the database is unreachable or
  * refused a statement (PostgreSQL's message is printed, prefixed with
@@ -23,6 +24,7 @@
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "config.h"
@@ -38,7 +40,9 @@ const char cli_usage[] =
     "                      [--dedupe-key K] [--expires-at T] [--max-attempts N]\n"
     "                      [--timeout DURATION] [-c FILE]\n"
     "                                          insert a job and print its id\n"
-    "       pgjobd status  [--json] [-c FILE]  jobs per queue and status, paused queues\n"
+    "       pgjobd status  [--json | --json-object] [--claim-warn DURATION] [-c FILE]\n"
+    "                                          jobs per queue and status, paused queues,\n"
+    "                                          the oldest open claim, live daemons\n"
     "       pgjobd cancel  ID [-c FILE]        cancel a queued job, or stop a running one\n"
     "       pgjobd pause   QUEUE [-c FILE]     start no more jobs of QUEUE\n"
     "       pgjobd resume  QUEUE [-c FILE]     start jobs of QUEUE again\n"
@@ -411,18 +415,257 @@ static void print_table(const PGresult *r)
 	}
 }
 
+/* The claims of lock mode `transaction`: each running job is one open
+ * transaction of a slot session, and as long as it is open PostgreSQL keeps
+ * every row version it might still see, in every table of the database
+ * (the VACUUM horizon). Slot sessions are the daemon's sessions named
+ * "pgjobd QUEUE.N" (job.c); its other sessions are named "pgjobd WORD" or
+ * "pgjobd QUEUE claimer", and ours "pgjobd". A slot's name that was cut to
+ * 63 bytes (a queue name of more than about 50) has lost its ".N": any
+ * 63-byte "pgjobd " name without a space counts too, its queue shown cut
+ * (a long queue's claimer may count as well, for the moment its short
+ * transactions are open). Any open transaction counts, not only 'idle in
+ * transaction': the slot is 'active' while it writes the outcome.
+ *
+ * pg_stat_activity shows every role the application_name, pid, backend_xid
+ * and backend_xmin of every session, but state, xact_start and query only of
+ * its own roles' sessions unless it has pg_read_all_stats (query then reads
+ * '<insufficient privilege>'). So the one row has three parts (the enum
+ * below numbers the columns):
+ *   0     hidden: how many slot sessions this role may not look into;
+ *   1-5   the oldest open transaction among the others (pid, queue, queue
+ *         as JSON, age in ms, xid age);
+ *   6-9   the slot session holding the oldest xid (pid, queue, queue as
+ *         JSON, xid age), which any role may know: with hidden sessions the
+ *         best this role can say.
+ * xid age: transactions since the older of the session's xid and xmin
+ * (age()); a slot has an xid once it has locked its job's rows. */
+static const char claims_sql[] =
+    "WITH s AS (SELECT pid, regexp_replace(substr(application_name, 8), '\\.[0-9]+$', '') AS q, "
+    "query IS NOT DISTINCT FROM '<insufficient privilege>' AS hidden, now() - xact_start AS age, "
+    "greatest(age(backend_xid), age(backend_xmin)) AS xid_age "
+    "FROM pg_stat_activity WHERE datname = current_database() "
+    "AND (application_name ~ '^pgjobd [A-Za-z0-9_.-]+\\.[0-9]+$' "
+    "OR (octet_length(application_name) = 63 AND application_name ~ '^pgjobd [A-Za-z0-9_.-]+$'))) "
+    "SELECT (SELECT count(*) FROM s WHERE hidden), "
+    "o.pid, o.q, to_json(o.q), floor(extract(epoch FROM o.age) * 1000)::bigint, o.xid_age, "
+    "x.pid, x.q, to_json(x.q), x.xid_age "
+    "FROM (VALUES (1)) AS one "
+    "LEFT JOIN LATERAL (SELECT * FROM s WHERE NOT hidden AND age IS NOT NULL "
+    "ORDER BY age DESC LIMIT 1) o ON true "
+    "LEFT JOIN LATERAL (SELECT * FROM s WHERE xid_age IS NOT NULL "
+    "ORDER BY xid_age DESC LIMIT 1) x ON true";
+
+enum {
+	CLAIMS_HIDDEN,
+	CLAIMS_PID,
+	CLAIMS_QUEUE,
+	CLAIMS_QUEUE_JSON,
+	CLAIMS_AGE_MS,
+	CLAIMS_XID_AGE,
+	CLAIMS_X_PID,
+	CLAIMS_X_QUEUE,
+	CLAIMS_X_QUEUE_JSON,
+	CLAIMS_X_XID_AGE,
+	CLAIMS_COLUMNS
+};
+
+/* Daemons alive by the server's clock (sql/006_fencing.sql): a daemon that
+ * stopped, or whose supervisor saw it die, has alive_until '-infinity'. */
+static const char live_daemons_sql[] =
+    "SELECT count(*) FROM pgjobd.workers WHERE alive_until > now()";
+
+/* --claim-warn's default: a job of more than ten minutes is past what
+ * lock mode `transaction` suits (pgjobd(8), "Lock modes"). */
+#define CLAIM_WARN_DEFAULT "10m"
+
+/* ms as "3s", "12m 3s", "1h 0m 5s", "2d 1h 0m 0s": every unit from the
+ * largest that is not zero down to seconds (the fraction dropped). */
+static void fmt_age(char *buf, size_t size, long long ms)
+{
+	static const struct {
+		const char *unit;
+		long long secs;
+	} units[] = {{"d", 86400}, {"h", 3600}, {"m", 60}, {"s", 1}};
+	long long secs = ms < 0 ? 0 : ms / 1000;
+	size_t n = 0;
+	buf[0] = '\0';
+	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+		long long v = secs / units[i].secs;
+		secs %= units[i].secs;
+		if (v == 0 && n == 0 && units[i].secs > 1)
+			continue;
+		n += (size_t)snprintf(buf + n, n < size ? size - n : 0, "%s%lld%s", n ? " " : "", v,
+				      units[i].unit);
+	}
+}
+
+/* What `status` found, for the three forms of output. Strings are borrowed
+ * from the PGresults. */
+struct status_report {
+	const PGresult *queues; /* the table, or the JSON array */
+	const PGresult *claims; /* one row of claims_sql */
+	const char *live;	/* the count of live daemons; NULL: unknown */
+};
+
+static bool claims_null(const struct status_report *st, int col)
+{
+	return PQgetisnull(st->claims, 0, col);
+}
+
+static const char *claims_val(const struct status_report *st, int col)
+{
+	return PQgetvalue(st->claims, 0, col);
+}
+
+static long long claims_hidden(const struct status_report *st)
+{
+	return atoll(claims_val(st, CLAIMS_HIDDEN));
+}
+
+/* The lines under the table: the oldest open claim and the live daemons. */
+static void print_claims(const struct status_report *st)
+{
+	char age[64];
+	printf("\noldest open claim: ");
+	if (claims_hidden(st) == 0 && claims_null(st, CLAIMS_PID)) {
+		printf("none\n");
+	} else if (claims_hidden(st) == 0) {
+		fmt_age(age, sizeof(age), atoll(claims_val(st, CLAIMS_AGE_MS)));
+		printf("%s (queue %s, pid %s", age, claims_val(st, CLAIMS_QUEUE),
+		       claims_val(st, CLAIMS_PID));
+		if (!claims_null(st, CLAIMS_XID_AGE))
+			printf(", xid age %s", claims_val(st, CLAIMS_XID_AGE));
+		printf("); it holds back VACUUM in the whole database\n");
+	} else {
+		/* How long other roles' transactions have been open is not
+		 * ours to see; which slot holds the oldest xid is. */
+		printf("unknown (needs pg_read_all_stats)");
+		if (!claims_null(st, CLAIMS_X_PID))
+			printf("; the oldest xid is held by queue %s, pid %s, xid age %s; it holds "
+			       "back VACUUM in the whole database",
+			       claims_val(st, CLAIMS_X_QUEUE), claims_val(st, CLAIMS_X_PID),
+			       claims_val(st, CLAIMS_X_XID_AGE));
+		printf("\n");
+	}
+	printf("live daemons: %s\n",
+	       st->live ? st->live : "unknown (needs SELECT on pgjobd.workers)");
+}
+
+/* --json-object: {"queues": [the --json array], "oldest_claim": ...,
+ * "hidden_sessions": n, "live_daemons": n or null}. Every string in it
+ * comes JSON-escaped from PostgreSQL (to_json), every number as PostgreSQL
+ * printed it. */
+static void print_json_object(const struct status_report *st)
+{
+	printf("{\"queues\": %s, \"oldest_claim\": ", PQgetvalue(st->queues, 0, 0));
+	if (claims_hidden(st) == 0 && !claims_null(st, CLAIMS_PID)) {
+		long long ms = atoll(claims_val(st, CLAIMS_AGE_MS));
+		printf("{\"age\": %lld.%03lld, \"queue\": %s, \"pid\": %s, \"xid_age\": %s}",
+		       ms / 1000, ms % 1000, claims_val(st, CLAIMS_QUEUE_JSON),
+		       claims_val(st, CLAIMS_PID),
+		       claims_null(st, CLAIMS_XID_AGE) ? "null" : claims_val(st, CLAIMS_XID_AGE));
+	} else if (claims_hidden(st) > 0 && !claims_null(st, CLAIMS_X_PID)) {
+		printf("{\"age\": null, \"queue\": %s, \"pid\": %s, \"xid_age\": %s}",
+		       claims_val(st, CLAIMS_X_QUEUE_JSON), claims_val(st, CLAIMS_X_PID),
+		       claims_val(st, CLAIMS_X_XID_AGE));
+	} else {
+		printf("null");
+	}
+	printf(", \"hidden_sessions\": %s, \"live_daemons\": %s}\n", claims_val(st, CLAIMS_HIDDEN),
+	       st->live ? st->live : "null");
+}
+
+/* The warning on stderr when the oldest claim this role can see has been
+ * open longer than warn_ms (0: never). With hidden sessions an older claim
+ * may exist; the one seen is still a true lower bound. */
+static void warn_claim(const struct status_report *st, long long warn_ms, const char *warn)
+{
+	if (warn_ms <= 0 || claims_null(st, CLAIMS_PID))
+		return;
+	long long ms = atoll(claims_val(st, CLAIMS_AGE_MS));
+	if (ms <= warn_ms)
+		return;
+	char age[64];
+	fmt_age(age, sizeof(age), ms);
+	fprintf(stderr,
+		"pgjobd: status: warning: a claim of queue %s (pid %s) has been open for %s, "
+		"more than %s: its transaction holds back VACUUM in the whole database\n"
+		"pgjobd: status: hint: run jobs this long in lease mode (lock_mode = lease), "
+		"which this version does not accept yet; see \"Lock modes\" in pgjobd(8)\n",
+		claims_val(st, CLAIMS_QUEUE), claims_val(st, CLAIMS_PID), age, warn);
+}
+
+/* The count of live daemons into *live (owned by the caller's PGresult
+ * *out), or NULL when this role may not read pgjobd.workers (a producer
+ * role may run `status`). Returns 0, or -1 after printing why. */
+static int query_live(struct session *s, PGresult **out, const char **live)
+{
+	PGresult *r = PQexecParams(s->pg, live_daemons_sql, 0, NULL, NULL, NULL, NULL, 0);
+	*out = NULL;
+	*live = NULL;
+	if (PQresultStatus(r) == PGRES_TUPLES_OK) {
+		*out = r;
+		*live = PQgetvalue(r, 0, 0);
+		return 0;
+	}
+	const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+	if (state && strcmp(state, "42501") == 0) { /* insufficient_privilege */
+		PQclear(r);
+		return 0;
+	}
+	report_error(s, r);
+	PQclear(r);
+	return -1;
+}
+
 int cli_status(const struct cli_args *a)
 {
-	int rc;
-	PGresult *r = query_once(a, a->json ? status_json_sql : status_sql, 0, NULL, &rc);
-	if (!r)
+	const char *warn = a->claim_warn ? a->claim_warn : CLAIM_WARN_DEFAULT;
+	int64_t warn_ms;
+	const char *err = NULL;
+	if (parse_duration_ms(warn, &warn_ms, &err) < 0)
+		return bad_value(a, "bad --claim-warn '%s': %s", warn, err);
+	if (a->json && a->json_object)
+		return bad_value(a, "give --json or --json-object, not both");
+
+	struct session s;
+	int rc = session_open(&s, a, false);
+	if (rc)
 		return rc;
-	if (a->json)
-		printf("%s\n", PQgetvalue(r, 0, 0));
-	else
-		print_table(r);
-	PQclear(r);
-	return 0;
+	/* Every question first, then the answer: a failure prints nothing on
+	 * stdout. */
+	rc = 1;
+	struct status_report st = {0};
+	PGresult *queues = NULL, *claims = NULL, *live = NULL;
+	queues =
+	    session_query(&s, a->json || a->json_object ? status_json_sql : status_sql, 0, NULL);
+	if (!queues)
+		goto out;
+	claims = session_query(&s, claims_sql, 0, NULL);
+	if (!claims)
+		goto out;
+	assert(PQntuples(claims) == 1 && PQnfields(claims) == CLAIMS_COLUMNS);
+	if (query_live(&s, &live, &st.live) < 0)
+		goto out;
+	st.queues = queues;
+	st.claims = claims;
+	if (a->json) {
+		printf("%s\n", PQgetvalue(queues, 0, 0));
+	} else if (a->json_object) {
+		print_json_object(&st);
+	} else {
+		print_table(queues);
+		print_claims(&st);
+	}
+	warn_claim(&st, warn_ms, warn);
+	rc = 0;
+out:
+	PQclear(live);
+	PQclear(claims);
+	PQclear(queues);
+	session_close(&s);
+	return rc;
 }
 
 /* ---------------------------------------------------------------- cancel */

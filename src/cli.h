@@ -23,8 +23,11 @@ struct cli_args {
 	const char *expires_at;
 	const char *max_attempts;
 	const char *timeout;
-	bool json;  /* status --json */
-	bool grant; /* migrate --grant */
+	/* status */
+	const char *claim_warn; /* --claim-warn DURATION */
+	bool json;		/* --json: the queues as a JSON array */
+	bool json_object;	/* --json-object: everything as one JSON object */
+	bool grant;		/* migrate --grant */
 };
 
 /* The usage text printed by --help and after a usage error. */

@@ -29,6 +29,13 @@
  * bytes and never reports an empty section, and we need both the header's
  * line number and the full [queue.NAME] (names are up to 63 characters).
  *
+ * What is read: only a regular file of at most 1 MiB (FILE_MAX_BYTES),
+ * opened without blocking, so that neither a FIFO nor a device (/dev/zero,
+ * /dev/urandom) can hang a reload or eat memory. `database` is parsed by libpq
+ * (PQconninfoParse) at load, so a string libpq cannot use is an error here,
+ * not a connection failure forever; neither its value nor libpq's message
+ * about it is ever printed, as both can quote the password.
+ *
  * Invariants:
  *   - config_load() never returns a partly valid config: it builds a fresh
  *     struct, collects *every* problem, prints them sorted by line, and
@@ -42,6 +49,7 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pwd.h>
 #include <stdarg.h>
@@ -49,9 +57,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <ini.h>
+#include <libpq-fe.h>
 
 #include "parse.h"
 #include "util.h"
@@ -59,6 +69,10 @@
 /* A physical line longer than this is an error, not a value: it keeps a
  * runaway file (or a binary one) from costing unbounded memory. */
 #define LINE_MAX_BYTES (64 * 1024)
+/* The whole file: a configuration is a few KiB; anything much larger is a
+ * mistake (-c /dev/urandom, a log file), refused before it costs memory. */
+#define FILE_MAX_BYTES (1024 * 1024)
+#define FILE_MAX_TEXT "1 MiB"
 
 #define MS_SECOND ((int64_t)1000)
 #define MS_MINUTE (60 * MS_SECOND)
@@ -78,6 +92,7 @@ enum section_kind {
 enum key_kind {
 	KIND_COMMAND,	  /* char *, verbatim rest of the line, non-empty */
 	KIND_STRING,	  /* char *, anything (also empty) */
+	KIND_CONNINFO,	  /* char *, a libpq conninfo, URI or database name */
 	KIND_PATH,	  /* char *, absolute path */
 	KIND_WORKER_NAME, /* char *, non-empty, only %h %p %% escapes */
 	KIND_DURATION,	  /* int64_t milliseconds, parse_duration_ms */
@@ -111,7 +126,7 @@ static const struct key_def keys[] = {
     {"backoff_max", SEC_QUEUE, KIND_DURATION, 0, 30 * MS_DAY, "1h", true, Q(backoff_max_ms)},
     {"command", SEC_QUEUE, KIND_COMMAND, 0, 0, NULL, true, Q(command)},
     {"concurrency", SEC_QUEUE, KIND_INT, 1, 1024, "1", true, Q(concurrency)},
-    {"database", SEC_PGJOBD, KIND_STRING, 0, 0, "", false, P(database)},
+    {"database", SEC_PGJOBD, KIND_CONNINFO, 0, 0, "", false, P(database)},
     {"env", SEC_QUEUE, KIND_ENV, 0, 0, "", true, Q(env)},
     {"fence_timeout", SEC_PGJOBD, KIND_DURATION, 1000, 10 * MS_MINUTE, "5s", false,
      P(fence_timeout_ms)},
@@ -165,6 +180,8 @@ struct load {
 	enum line_kind kind; /* of the current line */
 	bool handled;	     /* current key line already processed */
 	int read_errno;
+	size_t bytes; /* read so far */
+	bool too_big; /* more than FILE_MAX_BYTES: reading stopped */
 
 	enum section_kind sec;
 	size_t cur_q;	 /* index into qs when sec == SEC_QUEUE */
@@ -378,12 +395,11 @@ static int resolve_user(struct load *L, int line, struct queue_conf *q, const ch
 		diagf(L, line, "bad value '%s' for 'user': no such user", name);
 		goto fail;
 	}
-	/* Switching user needs root; naming ourselves is harmless and lets the
-	 * same file work for a non-root test run of the daemon's own user. */
-	if (geteuid() != 0 && pw.pw_uid != geteuid()) {
-		diagf(L, line, "user= needs the daemon to run as root");
-		goto fail;
-	}
+	/* Whether this process could switch to the user is not checked here:
+	 * root or three capabilities suffice (the shipped unit runs the daemon
+	 * as pgjobd with them), and the other subcommands read this file too,
+	 * run by an operator who has neither (`sudo -u pgjobd pgjobd check`).
+	 * The daemon checks it at start and at reload (daemon.c). */
 	free(q->user);
 	free(q->user_home);
 	q->user = xstrdup(name);
@@ -409,6 +425,45 @@ static bool is_good_worker_name(const char *s)
 	return true;
 }
 
+/* Would libpq read `s` (given as dbname with expand_dbname) as a connection
+ * string rather than as a database name? Its own rule: a URI prefix or an
+ * '='. */
+static bool is_connection_string(const char *s)
+{
+	return strncmp(s, "postgresql://", 13) == 0 || strncmp(s, "postgres://", 11) == 0 ||
+	       strchr(s, '=') != NULL;
+}
+
+/* database: a string libpq cannot parse would only fail at every connect,
+ * forever, so it is a configuration error. Neither the value nor libpq's
+ * message is shown: both can contain the password (libpq quotes the token
+ * it stopped at, e.g. a password with a bad %-escape, or the rest of an
+ * unquoted one). Returns 0, or -1 after a diagnostic at `line`. */
+static int check_conninfo(struct load *L, int line, const char *name, const char *val)
+{
+	if (!is_connection_string(val))
+		return 0; /* a database name: anything goes */
+	char *err = NULL;
+	PQconninfoOption *opts = PQconninfoParse(val, &err);
+	if (opts) {
+		PQconninfoFree(opts);
+		return 0;
+	}
+	bool oom = err == NULL;
+	PQfreemem(err);
+	if (oom) {
+		diagf(L, line, "cannot check '%s': out of memory", name);
+		return -1;
+	}
+	diagf(L, line,
+	      "bad value for '%s': libpq cannot parse it as a connection string or URI "
+	      "(the value and libpq's message are not shown: they may contain a password)",
+	      name);
+	hintf(L, "write key=value pairs ('...' around a value with spaces) or a "
+		 "postgresql:// URI (%%XX escapes); keep passwords in a passfile");
+	return -1;
+}
+
 /* Parse `val` for key k into the struct at `base` (a struct config or a
  * struct queue_conf, per k->section). Returns 0, or -1 after one diagnostic
  * at `line` naming the key, the value and the reason. */
@@ -423,8 +478,11 @@ static int apply_value(struct load *L, int line, const struct key_def *k, void *
 	switch (k->kind) {
 	case KIND_COMMAND:
 	case KIND_STRING:
+	case KIND_CONNINFO:
 	case KIND_PATH:
 	case KIND_WORKER_NAME:
+		if (k->kind == KIND_CONNINFO && check_conninfo(L, line, k->name, val) < 0)
+			return -1;
 		if (k->kind == KIND_COMMAND && !*val)
 			err = "the command is empty";
 		else if (k->kind == KIND_PATH && val[0] != '/')
@@ -743,6 +801,12 @@ static int read_physical(struct load *L, bool *bad)
 	int ch;
 	errno = 0;
 	while ((ch = getc(L->f)) != EOF && ch != '\n') {
+		/* The size was checked at open; this holds if the file grows
+		 * while we read it or is a pseudo-file that says size 0. */
+		if (++L->bytes > FILE_MAX_BYTES) {
+			L->too_big = true;
+			return 0;
+		}
 		if (ch == '\0')
 			nul = true;
 		if (total++ < LINE_MAX_BYTES + 1) /* +1 for a CR before LF */
@@ -877,6 +941,15 @@ static void check_queues(struct load *L, bool need_queues)
 	for (size_t i = 0; i < L->nq; i++) {
 		struct qbuild *qb = &L->qs[i];
 		struct queue_conf *q = qb->q;
+		/* A command run as another user starts in that user's home, like
+		 * a login (and in "/" when the home is missing, as login does):
+		 * the daemon's own directory holds its credentials and is closed
+		 * to the command's user. */
+		if (q->has_user && !q->working_dir) {
+			struct stat st;
+			bool home_ok = stat(q->user_home, &st) == 0 && S_ISDIR(st.st_mode);
+			q->working_dir = xstrdup(home_ok ? q->user_home : "/");
+		}
 		/* Not when a command line was there but bad or unreadable:
 		 * that line already has its own diagnostic. */
 		if (!q->command && !qb->broken && !qb->key_line[kc])
@@ -901,6 +974,60 @@ static void check_table(void)
 		assert(strcmp(keys[i - 1].name, keys[i].name) < 0);
 }
 
+/* Open the file for reading, or print why not and return NULL. Only a
+ * regular file of at most FILE_MAX_BYTES is read: a FIFO would block the
+ * loop (a reload runs inside it), a device can be endless (/dev/zero) or
+ * random (/dev/urandom). O_NONBLOCK makes the open itself return at once,
+ * whatever the path names; it changes nothing for a regular file. */
+static FILE *open_config(const char *path, FILE *diag)
+{
+	const char *why = NULL;
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+	struct stat st;
+	if (fd < 0) {
+		if (diag)
+			fprintf(diag, "%s: error: cannot open: %s\n", path, strerror(errno));
+		return NULL;
+	}
+	if (fstat(fd, &st) < 0) {
+		if (diag)
+			fprintf(diag, "%s: error: cannot stat: %s\n", path, strerror(errno));
+		close(fd);
+		return NULL;
+	}
+	if (S_ISDIR(st.st_mode))
+		why = "is a directory";
+	else if (S_ISFIFO(st.st_mode))
+		why = "is a FIFO";
+	else if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode))
+		why = "is a device";
+	else if (!S_ISREG(st.st_mode))
+		why = "is not a regular file";
+	if (why) {
+		if (diag)
+			fprintf(diag, "%s: error: %s; the configuration must be a regular file\n",
+				path, why);
+		close(fd);
+		return NULL;
+	}
+	if (st.st_size > FILE_MAX_BYTES) {
+		if (diag)
+			fprintf(diag,
+				"%s: error: the file is larger than " FILE_MAX_TEXT
+				" (%lld bytes)\n",
+				path, (long long)st.st_size);
+		close(fd);
+		return NULL;
+	}
+	FILE *f = fdopen(fd, "r");
+	if (!f) {
+		if (diag)
+			fprintf(diag, "%s: error: cannot open: %s\n", path, strerror(errno));
+		close(fd);
+	}
+	return f;
+}
+
 struct config *config_load(const char *path, bool need_queues, FILE *diag)
 {
 	struct load L;
@@ -909,20 +1036,18 @@ struct config *config_load(const char *path, bool need_queues, FILE *diag)
 	L.path = path;
 	check_table();
 
-	L.f = fopen(path, "re");
-	if (!L.f) {
-		int e = errno;
-		if (diag)
-			fprintf(diag, "%s: error: cannot open: %s\n", path, strerror(e));
+	L.f = open_config(path, diag);
+	if (!L.f)
 		return NULL;
-	}
 	L.c = xcalloc(1, sizeof(*L.c));
 	L.c->path = xstrdup(path);
 	apply_defaults(&L, SEC_PGJOBD, L.c);
 
 	int rc = ini_parse_stream(read_line, &L, on_ini_pair, &L);
 	finish_line(&L);
-	if (L.read_errno)
+	if (L.too_big)
+		diagf(&L, 0, "the file is larger than " FILE_MAX_TEXT);
+	else if (L.read_errno)
 		diagf(&L, 0, "cannot read: %s", strerror(L.read_errno));
 	else if (rc != 0 && L.nd == 0 && !is_excused(&L, rc))
 		/* inih saw a problem our own reading did not, on a line where we
@@ -1071,6 +1196,7 @@ const char *config_restart_key(const struct config *old, const struct config *cu
 		bool same;
 		switch (k->kind) {
 		case KIND_STRING:
+		case KIND_CONNINFO:
 		case KIND_WORKER_NAME:
 		case KIND_PATH:
 		case KIND_COMMAND:

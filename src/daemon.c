@@ -32,6 +32,7 @@
 #include <ev.h>
 
 #include "claimer.h"
+#include "contain.h"
 #include "db.h"
 #include "fence.h"
 #include "guard.h"
@@ -41,6 +42,7 @@
 #include "metrics.h"
 #include "migrate.h"
 #include "notify.h"
+#include "priv.h"
 #include "report.h"
 #include "util.h"
 
@@ -74,7 +76,8 @@ struct daemon {
 	char *worker_prefix;
 	char *home;
 	struct guard *guard;
-	struct fence *fence; /* registration and heartbeat: bounds every claim */
+	struct contain *contain; /* what commands leave behind dies with them */
+	struct fence *fence;	 /* registration and heartbeat: bounds every claim */
 	struct db_conn *listener;
 	struct maint *maint; /* expiry, retention, cancel requests; from start_serving */
 	struct metrics *metrics;
@@ -470,8 +473,8 @@ static void on_version(struct db_conn *c, PGresult *const *res, int n, void *arg
 	if (have != migrate_latest()) {
 		if (have < 0)
 			log_error(
-			    "msg=\"cannot read the schema version; run pgjobd migrate\" err=\"%s\"",
-			    db_batch_error(res, n));
+			    "msg=\"cannot read the schema version; run pgjobd migrate\" err=%s",
+			    log_value(db_batch_error(res, n)));
 		else
 			log_error(
 			    "msg=\"schema version mismatch; run pgjobd migrate\" have=%d need=%d",
@@ -645,6 +648,36 @@ static void apply_config(struct daemon *d, struct config *nc)
 	kick_all(d);
 }
 
+/* Who runs the commands of c's queues (pgjobd(8), SECURITY MODEL). A queue
+ * with another user needs this process to be able to switch to it and to
+ * signal its commands: when it cannot, logs why and returns -1 (a start
+ * fails with exit status 2, a reload is refused), rather than failing every
+ * job at setuid. A queue whose commands run as the daemon's own user is
+ * allowed but warned about: its commands can read the daemon's credentials
+ * (~/.pgpass, the configuration file) and rewrite them. */
+static int check_users(const struct config *c)
+{
+	int rc = 0;
+	for (size_t i = 0; i < c->nqueues; i++) {
+		const struct queue_conf *q = c->queues[i];
+		char missing[64];
+		if (!q->has_user || (q->uid == geteuid() && q->gid == getegid())) {
+			log_warn("msg=\"commands run as the daemon's own user and can read its "
+				 "database credentials\" queue=%s uid=%d hint=\"set user, see "
+				 "pgjobd(8), SECURITY MODEL\"",
+				 q->name, (int)geteuid());
+		} else if (!priv_has_switch_caps(missing, sizeof(missing))) {
+			log_error(
+			    "msg=\"cannot run commands as another user: the daemon needs root "
+			    "or CAP_SETUID, CAP_SETGID and CAP_KILL\" queue=%s user=%s "
+			    "missing=\"%s\" path=%s",
+			    q->name, log_value(q->user), missing, log_value(c->path));
+			rc = -1;
+		}
+	}
+	return rc;
+}
+
 static void on_sighup(struct ev_loop *loop, ev_signal *w, int revents)
 {
 	(void)loop;
@@ -657,12 +690,16 @@ static void on_sighup(struct ev_loop *loop, ev_signal *w, int revents)
 		 (unsigned long long)ts.tv_sec * 1000000ULL +
 		     (unsigned long long)ts.tv_nsec / 1000);
 	notify_send(msg);
-	log_info("msg=\"reloading configuration\" path=%s", d->config_path);
+	log_info("msg=\"reloading configuration\" path=%s", log_value(d->config_path));
 	struct config *nc = config_load(d->config_path, true, stderr);
+	if (nc && check_users(nc) < 0) {
+		config_free(nc);
+		nc = NULL;
+	}
 	if (!nc) {
 		log_error("msg=\"configuration not reloaded: the file has errors; keeping the "
 			  "current one\" path=%s",
-			  d->config_path);
+			  log_value(d->config_path));
 	} else if (d->state != D_DRAINING) {
 		apply_config(d, nc);
 		log_info("msg=\"configuration reloaded\" queues=%zu", d->nqueues);
@@ -707,6 +744,16 @@ static char *default_home(void)
 
 int daemon_run(const char *config_path, struct config *cfg)
 {
+	/* First, before the supervisor is forked (it inherits both) and before
+	 * any connection or command exists. */
+	if (priv_harden() < 0) {
+		config_free(cfg);
+		return 1;
+	}
+	if (check_users(cfg) < 0) {
+		config_free(cfg);
+		return 2;
+	}
 	struct daemon *d = xcalloc(1, sizeof(*d));
 	d->config_path = config_path;
 	d->cfg = cfg;
@@ -726,6 +773,9 @@ int daemon_run(const char *config_path, struct config *cfg)
 		return 1;
 	}
 	d->loop = EV_DEFAULT;
+	/* Before any command: a cgroup per command, or the daemon as a
+	 * subreaper; also clears job cgroups an earlier run left. */
+	d->contain = contain_new(d->loop, d->guard);
 	notify_init(d->loop); /* the loop retries what a full notify socket refused */
 	d->conninfo = xstrdup(cfg->database);
 	char *wn = config_worker_name(cfg);
@@ -742,6 +792,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 	    .home = d->home,
 	    .lang = getenv("LANG"),
 	    .guard = d->guard,
+	    .contain = d->contain,
 	    .fence = d->fence,
 	    .on_event = on_job_event,
 	    .arg = d,
@@ -772,7 +823,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 	}
 
 	log_info("msg=\"starting\" version=%s worker=%s queues=%zu", PGJOBD_VERSION,
-		 d->worker_prefix, cfg->nqueues);
+		 log_value(d->worker_prefix), cfg->nqueues);
 	/* pgjobd: a queue has new jobs (payload: the queue); pgjobd_cancel:
 	 * pgjobd.cancel() was called for a running job (payload: its id). */
 	static const char *const setup[] = {"LISTEN pgjobd", "LISTEN pgjobd_cancel", NULL};
@@ -807,6 +858,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 	ev_signal_stop(d->loop, &d->sigterm);
 	ev_signal_stop(d->loop, &d->sigint);
 	ev_signal_stop(d->loop, &d->sighup);
+	contain_free(d->contain); /* every command has ended; before the guard goes */
 	guard_stop(d->guard);
 	config_free(d->cfg);
 	free(d->conninfo);

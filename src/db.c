@@ -83,16 +83,14 @@ static void save_error(struct db_conn *c, const char *msg)
 {
 	if (!msg || !*msg)
 		msg = "unknown error";
-	/* libpq's messages span lines; a log line must not, and it is quoted
-	 * with "" by the callers, so whitespace runs become one space and
-	 * double quotes become single ones. */
+	/* libpq's messages span lines and end in a newline: runs of whitespace
+	 * become one space, so the message reads as one sentence. The callers
+	 * still print it through log_value(), which escapes what is left. */
 	size_t o = 0;
 	for (const char *p = msg; *p && o + 1 < sizeof(c->err); p++) {
 		char ch = *p;
 		if (ch == '\n' || ch == '\t' || ch == '\r')
 			ch = ' ';
-		if (ch == '"')
-			ch = '\'';
 		if (ch == ' ' && (o == 0 || c->err[o - 1] == ' '))
 			continue;
 		c->err[o++] = ch;
@@ -175,12 +173,12 @@ static void fail(struct db_conn *c, const char *why)
 		ev_io_stop(c->loop, &c->io);
 	ev_timer_stop(c->loop, &c->timer);
 	if (was == DB_CONNECT || was == DB_WAIT) {
-		log_warn("msg=\"cannot connect to database\" app=%s err=\"%s\"", c->appname,
-			 c->err);
+		log_warn("msg=\"cannot connect to database\" app=%s err=%s", c->appname,
+			 log_value(c->err));
 		schedule_connect(c);
 		return;
 	}
-	log_warn("msg=\"database connection lost\" app=%s err=\"%s\"", c->appname, c->err);
+	log_warn("msg=\"database connection lost\" app=%s err=%s", c->appname, log_value(c->err));
 	set_state(c, DB_BROKEN);
 	if (was == DB_BUSY)
 		finish_batch(c, true);
@@ -268,8 +266,8 @@ static void setup_done(struct db_conn *c, PGresult *const *res, int n, void *arg
 	if (!res)
 		return; /* fail() already handled it */
 	if (!db_batch_ok(res, n)) {
-		log_error("msg=\"connection setup failed\" app=%s err=\"%s\"", c->appname,
-			  db_batch_error(res, n));
+		log_error("msg=\"connection setup failed\" app=%s err=%s", c->appname,
+			  log_value(db_batch_error(res, n)));
 		/* e.g. the schema is missing: retry later rather than spin */
 		c->state = DB_BROKEN;
 		schedule_connect(c);

@@ -40,6 +40,7 @@
 #include <grp.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -48,6 +49,7 @@
 
 #include "log.h"
 #include "parse.h"
+#include "priv.h"
 #include "util.h"
 
 /* How long to wait for the pipes to reach EOF once the shell is reaped. */
@@ -367,13 +369,17 @@ enum fork_stage {
 	STAGE_SETGROUPS,
 	STAGE_SETGID,
 	STAGE_SETUID,
+	STAGE_CAPS,
 	STAGE_CHDIR,
 	STAGE_CLOSE,
 	STAGE_EXECVE,
 	STAGE_N
 };
 static const char *const stage_names[STAGE_N] = {
-    "setpgid", "gate", "dup2", "setgroups", "setgid", "setuid", "chdir", "close_range", "execve",
+    [STAGE_SETPGID] = "setpgid",     [STAGE_GATE] = "gate",	[STAGE_DUP2] = "dup2",
+    [STAGE_SETGROUPS] = "setgroups", [STAGE_SETGID] = "setgid", [STAGE_SETUID] = "setuid",
+    [STAGE_CAPS] = "capabilities",   [STAGE_CHDIR] = "chdir",	[STAGE_CLOSE] = "close_range",
+    [STAGE_EXECVE] = "execve",
 };
 struct fork_report {
 	int stage;
@@ -429,6 +435,13 @@ static void __attribute__((noreturn)) fork_child(const struct exec_spec *spec, c
 	}
 	if (spec->set_user && setuid(spec->uid) < 0) {
 		r.stage = STAGE_SETUID;
+		goto fail;
+	}
+	/* A daemon that is not root (the shipped unit: user pgjobd with
+	 * CAP_SETUID, CAP_SETGID and CAP_KILL) still holds them after setuid;
+	 * the command must not, or it could become the daemon's user again. */
+	if (spec->set_user && priv_drop_all() < 0) {
+		r.stage = STAGE_CAPS;
 		goto fail;
 	}
 	if (spec->working_dir && chdir(spec->working_dir) < 0) {
@@ -706,85 +719,198 @@ void exec_free(struct exec_proc *p)
 
 /* ---- environment ---------------------------------------------------- */
 
+/* Everything here is linear in the size of the job's data, up to a sort:
+ * job data may carry any number of keys (up to max_data), and the
+ * environment is built inside the event loop. Names are deduplicated with
+ * one sort, never by scanning the list for each new name. */
+
 struct env_list {
-	char **v;
+	char **v; /* "NAME=VALUE", owned; NULL once merged into another entry */
 	size_t n, cap;
 };
 
-/* Add "NAME=VALUE" (owned, malloc'd). A variable already present keeps its
- * position and gets the new value, so later sources override earlier ones
- * and no name appears twice. */
-static void env_set(struct env_list *e, char *entry)
+static void env_add(struct env_list *e, char *entry)
 {
-	size_t nl = (size_t)(strchr(entry, '=') - entry);
-	for (size_t i = 0; i < e->n; i++) {
-		if (strncmp(e->v[i], entry, nl + 1) == 0) {
-			free(e->v[i]);
-			e->v[i] = entry;
-			return;
-		}
-	}
-	if (e->n + 2 > e->cap) {
-		e->cap = e->cap ? e->cap * 2 : 16;
+	assert(strchr(entry, '='));
+	if (e->n == e->cap) {
+		e->cap = e->cap ? e->cap * 2 : 32;
 		e->v = xrealloc(e->v, e->cap * sizeof(*e->v));
 	}
 	e->v[e->n++] = entry;
-	e->v[e->n] = NULL;
+}
+
+static size_t name_len(const char *entry)
+{
+	return (size_t)(strchr(entry, '=') - entry);
+}
+
+static bool same_name(const char *a, const char *b)
+{
+	size_t n = name_len(a);
+	return n == name_len(b) && memcmp(a, b, n) == 0;
+}
+
+/* Order of "NAME=..." entries by NAME, then by position (they are pointers
+ * into one array, so comparing them is comparing positions). */
+static int env_ref_cmp(const void *a, const void *b)
+{
+	char *const *x = *(char **const *)a, *const *y = *(char **const *)b;
+	const char *s = *x, *t = *y;
+	size_t sl = name_len(s), tl = name_len(t);
+	int c = memcmp(s, t, sl < tl ? sl : tl);
+	if (c == 0)
+		c = (sl > tl) - (sl < tl);
+	if (c == 0)
+		c = (x > y) - (x < y);
+	return c;
+}
+
+/* One entry per name: a name set more than once keeps the position of its
+ * first entry and the value of its last, so later sources override earlier
+ * ones. Returns the NULL-terminated array and empties e. */
+static char **env_finish(struct env_list *e)
+{
+	char ***ref = xmalloc((e->n ? e->n : 1) * sizeof(*ref));
+	for (size_t i = 0; i < e->n; i++)
+		ref[i] = &e->v[i];
+	qsort(ref, e->n, sizeof(*ref), env_ref_cmp);
+	for (size_t i = 0; i < e->n;) {
+		size_t j = i + 1;
+		while (j < e->n && same_name(*ref[i], *ref[j]))
+			j++;
+		if (j - i > 1) {
+			free(*ref[i]);
+			*ref[i] = *ref[j - 1];
+			*ref[j - 1] = NULL;
+			for (size_t k = i + 1; k + 1 < j; k++) {
+				free(*ref[k]);
+				*ref[k] = NULL;
+			}
+		}
+		i = j;
+	}
+	free(ref);
+	char **out = xmalloc((e->n + 1) * sizeof(*out));
+	size_t o = 0;
+	for (size_t i = 0; i < e->n; i++)
+		if (e->v[i])
+			out[o++] = e->v[i];
+	out[o] = NULL;
+	free(e->v);
+	memset(e, 0, sizeof(*e));
+	return out;
+}
+
+/* A data argument that may be exported: its index in the input. */
+struct arg_ref {
+	const char *key, *val;
+	size_t i;
+};
+
+static int arg_ref_cmp(const void *a, const void *b)
+{
+	const struct arg_ref *x = a, *y = b;
+	int c = strcmp(x->key, y->key);
+	return c ? c : (x->i > y->i) - (x->i < y->i);
+}
+
+/* Why a data key was not exported, for the one summary line per job. */
+enum skip_reason { SKIP_INVALID_NAME, SKIP_TOO_LARGE, SKIP_OVER_LIMIT, SKIP_N };
+static const char *const skip_names[SKIP_N] = {"invalid_name", "too_large", "over_limit"};
+
+struct skips {
+	size_t count[SKIP_N];
+	const char *first[SKIP_N]; /* the first key skipped for it (borrowed) */
+};
+
+static void skip(struct skips *sk, enum skip_reason r, const char *key)
+{
+	if (sk->count[r]++ == 0)
+		sk->first[r] = key;
+}
+
+/* One line per job however many keys were skipped: counts by reason and the
+ * first key of each, never a value (values are job data). */
+static void log_skips(const struct exec_env_in *in, const struct skips *sk)
+{
+	char tail[SKIP_N * (LOG_VALUE_MAX + 32)];
+	size_t o = 0;
+	for (int r = 0; r < SKIP_N; r++)
+		if (sk->count[r] > 0 && o < sizeof(tail))
+			o += (size_t)snprintf(tail + o, sizeof(tail) - o, " first_%s=%s",
+					      skip_names[r], log_value(sk->first[r]));
+	log_warn("msg=\"job data keys not exported to the environment\" job=%lld queue=%s "
+		 "invalid_name=%zu too_large=%zu over_limit=%zu%s",
+		 in->job_id, log_value(in->queue), sk->count[SKIP_INVALID_NAME],
+		 sk->count[SKIP_TOO_LARGE], sk->count[SKIP_OVER_LIMIT], o ? tail : "");
 }
 
 char **exec_env_build(const struct exec_env_in *in)
 {
 	struct env_list e = {0};
-	char namebuf[128];
 
-	env_set(&e, xstrdup("PATH=/usr/local/bin:/usr/bin:/bin"));
+	env_add(&e, xstrdup("PATH=/usr/local/bin:/usr/bin:/bin"));
 	if (in->home)
-		env_set(&e, xasprintf("HOME=%s", in->home));
+		env_add(&e, xasprintf("HOME=%s", in->home));
 	if (in->lang)
-		env_set(&e, xasprintf("LANG=%s", in->lang));
+		env_add(&e, xasprintf("LANG=%s", in->lang));
 	for (char *const *q = in->queue_env; q && *q; q++) {
 		const char *eq = strchr(*q, '=');
 		if (!eq || !parse_is_env_name_n(*q, (size_t)(eq - *q))) {
 			/* config validates env; this only guards the invariant
 			 * that every entry has a valid NAME= prefix. */
 			log_warn("msg=\"skipping malformed queue env entry\" entry=%s",
-				 log_quote(namebuf, sizeof(namebuf), *q));
+				 log_value(*q));
 			continue;
 		}
-		env_set(&e, xstrdup(*q));
+		env_add(&e, xstrdup(*q));
 	}
-	env_set(&e, xasprintf("PGJOBD_JOB_ID=%lld", in->job_id));
-	env_set(&e, xasprintf("PGJOBD_QUEUE=%s", in->queue ? in->queue : ""));
-	env_set(&e, xasprintf("PGJOBD_GROUP_ID=%s", in->group_id ? in->group_id : ""));
-	env_set(&e, xasprintf("PGJOBD_ATTEMPT=%d", in->attempt));
-	env_set(&e, xasprintf("PGJOBD_MAX_ATTEMPTS=%d", in->max_attempts));
-	env_set(&e, xasprintf("PGJOBD_FENCE=%lld", in->fence));
-	size_t args_total = 0;
+	env_add(&e, xasprintf("PGJOBD_JOB_ID=%lld", in->job_id));
+	env_add(&e, xasprintf("PGJOBD_QUEUE=%s", in->queue ? in->queue : ""));
+	env_add(&e, xasprintf("PGJOBD_GROUP_ID=%s", in->group_id ? in->group_id : ""));
+	env_add(&e, xasprintf("PGJOBD_ATTEMPT=%d", in->attempt));
+	env_add(&e, xasprintf("PGJOBD_MAX_ATTEMPTS=%d", in->max_attempts));
+	env_add(&e, xasprintf("PGJOBD_FENCE=%lld", in->fence));
+
+	/* The data's keys in key order, a key given twice once (its last
+	 * value), so that which keys fit the limits does not depend on the
+	 * order the database listed them in. */
+	struct skips sk = {0};
+	struct arg_ref *args = xmalloc((in->nargs ? in->nargs : 1) * sizeof(*args));
+	size_t na = 0;
 	for (size_t i = 0; i < in->nargs; i++) {
-		const char *k = in->arg_keys[i], *v = in->arg_vals[i];
-		if (!k || !parse_is_env_name(k)) {
-			log_warn(
-			    "msg=\"data key is not a valid variable name, not exported\" key=%s",
-			    log_quote(namebuf, sizeof(namebuf), k ? k : ""));
+		const char *k = in->arg_keys[i];
+		if (!k || !parse_is_env_name(k))
+			skip(&sk, SKIP_INVALID_NAME, k ? k : "");
+		else if (in->arg_vals[i]) /* NULL: not a scalar, nothing to export */
+			args[na++] = (struct arg_ref){k, in->arg_vals[i], i};
+	}
+	qsort(args, na, sizeof(*args), arg_ref_cmp);
+	size_t exported = 0, total = 0;
+	for (size_t a = 0; a < na; a++) {
+		if (a + 1 < na && strcmp(args[a].key, args[a + 1].key) == 0)
+			continue; /* a later value of the same key wins */
+		const char *k = args[a].key, *v = args[a].val;
+		if (exported == EXEC_ARGS_MAX_KEYS) {
+			skip(&sk, SKIP_OVER_LIMIT, k);
 			continue;
 		}
-		if (!v)
-			continue; /* a NULL value means "no scalar": nothing to export */
 		/* Linux refuses any single "NAME=VALUE" string longer than
 		 * MAX_ARG_STRLEN (128 KiB including the NUL) with E2BIG, so the
 		 * bound applies to the whole entry: a job whose value cannot be
 		 * exported still runs (stdin carries all of data). The sum has a
-		 * budget too, below the kernel's total limit (ARG_MAX). Never
-		 * log the value: it is job data. */
+		 * budget too, below the kernel's total limit (ARG_MAX). */
 		size_t entry = strlen("PGJOBD_ARG_") + strlen(k) + 1 + strlen(v) + 1;
-		if (entry > EXEC_ARG_MAX || args_total + entry > EXEC_ARGS_TOTAL_MAX) {
-			log_warn("msg=\"data value too large for the environment, not exported\" "
-				 "key=%s bytes=%zu",
-				 log_quote(namebuf, sizeof(namebuf), k), strlen(v));
+		if (entry > EXEC_ARG_MAX || total + entry > EXEC_ARGS_TOTAL_MAX) {
+			skip(&sk, SKIP_TOO_LARGE, k);
 			continue;
 		}
-		args_total += entry;
-		env_set(&e, xasprintf("PGJOBD_ARG_%s=%s", k, v));
+		total += entry;
+		exported++;
+		env_add(&e, xasprintf("PGJOBD_ARG_%s=%s", k, v));
 	}
-	return e.v;
+	if (sk.count[SKIP_INVALID_NAME] || sk.count[SKIP_TOO_LARGE] || sk.count[SKIP_OVER_LIMIT])
+		log_skips(in, &sk);
+	free(args);
+	return env_finish(&e);
 }

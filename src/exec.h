@@ -44,7 +44,11 @@ struct exec_spec {
 	char *const *envp;	 /* full environment, NULL-terminated */
 	const char *stdin_data;	 /* written then closed (EOF); EPIPE is not an error */
 	size_t stdin_len;
-	bool set_user; /* switch to uid/gid (daemon is root) */
+	/* Switch to uid/gid (groups: just gid) and drop every capability in
+	 * the child before chdir and exec; the daemon must be root or hold
+	 * CAP_SETUID and CAP_SETGID (priv_has_switch_caps), else the outcome is
+	 * a spawn failure naming the step (setgroups, setgid, setuid). */
+	bool set_user;
 	uid_t uid;
 	gid_t gid;
 	size_t max_output; /* head of stdout, tail of stderr */
@@ -93,15 +97,22 @@ struct exec_env_in {
 };
 /* Builds PATH=/usr/local/bin:/usr/bin:/bin, HOME, LANG (if set), then the
  * queue env (which may override those three), then PGJOBD_JOB_ID, _QUEUE,
- * _GROUP_ID, _ATTEMPT, _MAX_ATTEMPTS, _FENCE, then PGJOBD_ARG_<key> for each arg whose
- * key matches [A-Za-z_][A-Za-z0-9_]* and whose whole "PGJOBD_ARG_key=value"
- * entry (with its NUL) fits in EXEC_ARG_MAX, the kernel's per-string limit,
- * while all such entries stay within EXEC_ARGS_TOTAL_MAX (others are skipped
- * with a log_warn naming the key, never the value). Returns a malloc'd
- * NULL-terminated array; free with util_strv_free. */
+ * _GROUP_ID, _ATTEMPT, _MAX_ATTEMPTS, _FENCE, then PGJOBD_ARG_<key> for the args, in
+ * byte order of their keys (a key given twice: its last value). A NULL value
+ * is not exported. An arg is skipped when its key does not match
+ * [A-Za-z_][A-Za-z0-9_]* (invalid_name), when its whole "PGJOBD_ARG_key=value"
+ * entry (with its NUL) is over EXEC_ARG_MAX, the kernel's per-string limit,
+ * or would take all exported entries over EXEC_ARGS_TOTAL_MAX (too_large),
+ * and once EXEC_ARGS_MAX_KEYS args are exported (over_limit: the later keys
+ * in key order). Skips are logged as one log_warn per call, with counts by
+ * reason and the first key of each, never a value. A name set twice keeps
+ * its first position and its last value. Cost: O(n log n) in the number of
+ * entries, linear in their size. Returns a malloc'd NULL-terminated array;
+ * free with util_strv_free. */
 char **exec_env_build(const struct exec_env_in *in);
 
 #define EXEC_ARG_MAX (128 * 1024)	  /* MAX_ARG_STRLEN */
 #define EXEC_ARGS_TOTAL_MAX (1024 * 1024) /* well under ARG_MAX (usually 2 MiB) */
+#define EXEC_ARGS_MAX_KEYS 1000		  /* PGJOBD_ARG_* variables per command */
 
 #endif

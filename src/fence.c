@@ -101,7 +101,8 @@ static void on_registered(struct db_conn *c, PGresult *const *res, int n, void *
 	if (!res)
 		return; /* on_db_event reconnects */
 	if (!db_batch_ok(res, n) || PQntuples(res[0]) != 1) {
-		log_warn("msg=\"cannot register this daemon\" err=\"%s\"", db_batch_error(res, n));
+		log_warn("msg=\"cannot register this daemon\" err=%s",
+			 log_value(db_batch_error(res, n)));
 		return; /* again at the next tick */
 	}
 	f->worker_id = strtoll(PQgetvalue(res[0], 0, 0), NULL, 10);
@@ -122,7 +123,7 @@ static void on_beat(struct db_conn *c, PGresult *const *res, int n, void *arg)
 	if (!res)
 		return;
 	if (!db_batch_ok(res, n) || PQntuples(res[0]) != 1) {
-		log_warn("msg=\"heartbeat failed\" err=\"%s\"", db_batch_error(res, n));
+		log_warn("msg=\"heartbeat failed\" err=%s", log_value(db_batch_error(res, n)));
 		return;
 	}
 	if (PQgetvalue(res[0], 0, 0)[0] == 't') {
@@ -146,8 +147,8 @@ static void on_forgotten(struct db_conn *c, PGresult *const *res, int n, void *a
 	(void)c;
 	(void)arg;
 	if (res && !db_batch_ok(res, n))
-		log_warn("msg=\"cannot delete old daemon rows\" err=\"%s\"",
-			 db_batch_error(res, n));
+		log_warn("msg=\"cannot delete old daemon rows\" err=%s",
+			 log_value(db_batch_error(res, n)));
 }
 
 static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)

@@ -28,8 +28,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "claim.h"
+#include "contain.h"
 #include "db.h"
 #include "exec.h"
 #include "fence.h"
@@ -143,7 +145,7 @@ static void outcome_lost(struct job *j, const char *why)
 {
 	/* The row stays `running` with its lock gone once the session ends:
 	 * it is run again (at-least-once). */
-	log_job(LOG_ERROR, j, "msg=\"cannot record outcome\" err=\"%s\"", why);
+	log_job(LOG_ERROR, j, "msg=\"cannot record outcome\" err=%s", log_value(why));
 	clear_run(j);
 	reconnect(j);
 }
@@ -247,11 +249,23 @@ static void write_outcome(struct job *j, const struct exec_outcome *o)
 		outcome_lost(j, "cannot send");
 }
 
+/* The command is over (its shell reaped, its group sent SIGKILL): kill what
+ * it left outside its group, then forget the group. Before the outcome is
+ * written, so nothing of a job outlives its claim. */
+static void end_containment(struct job *j)
+{
+	if (j->pgid <= 0)
+		return;
+	if (j->env->contain)
+		contain_job_end(j->env->contain, j->pgid);
+	if (j->env->guard)
+		guard_del_pgroup(j->env->guard, j->pgid);
+}
+
 static void on_exec_done(struct exec_proc *p, const struct exec_outcome *o, void *arg)
 {
 	struct job *j = arg;
-	if (j->pgid > 0 && j->env->guard)
-		guard_del_pgroup(j->env->guard, j->pgid);
+	end_containment(j);
 	j->pgid = 0;
 	ev_timer_stop(j->env->loop, &j->timeout);
 	if (j->state == J_LOST) {
@@ -296,14 +310,30 @@ static void on_timeout(struct ev_loop *loop, ev_timer *w, int revents)
 
 /* exec's before_run hook: the supervisor knows the group before the
  * command may run, so even a SIGKILL of the daemon right after the spawn
- * cannot leave a command that nothing will kill. */
+ * cannot leave a command that nothing will kill. Then the command gets its
+ * cgroup (contain.h), still before it runs anything. */
 static int register_pgroup(pid_t pgid, void *arg)
 {
 	struct job *j = arg;
-	if (guard_add_pgroup(j->env->guard, pgid) < 0)
+	if (j->env->guard && guard_add_pgroup(j->env->guard, pgid) < 0)
 		return -1;
 	j->pgid = pgid;
+	if (j->env->contain)
+		contain_job_start(j->env->contain, pgid);
 	return 0;
+}
+
+/* A job's timeout lowers the queue's, never raises or disables it, whatever
+ * the row says: under 1 ms (0 once rounded) counts as 1 ms, and a queue
+ * timeout of 0 (none) lets the job's stand. job_ms < 0: the job gave none.
+ * Returns the timeout to arm, 0 for none. */
+static int64_t effective_timeout_ms(int64_t job_ms, int64_t queue_ms)
+{
+	if (job_ms < 0)
+		return queue_ms;
+	if (job_ms < 1)
+		job_ms = 1;
+	return queue_ms > 0 && queue_ms < job_ms ? queue_ms : job_ms;
 }
 
 static void start_command(struct job *j)
@@ -324,17 +354,21 @@ static void start_command(struct job *j)
 	    .nargs = j->cj.nargs,
 	};
 	char **envp = exec_env_build(&in);
+	/* A queue whose user is the daemon's own needs no switch (and a daemon
+	 * without CAP_SETGID could not even call setgroups for it). */
+	bool switch_user = q->has_user && (q->uid != geteuid() || q->gid != getegid());
 	struct exec_spec spec = {
 	    .command = q->command,
 	    .working_dir = q->working_dir,
 	    .envp = envp,
 	    .stdin_data = j->cj.data,
 	    .stdin_len = strlen(j->cj.data),
-	    .set_user = q->has_user,
+	    .set_user = switch_user,
 	    .uid = q->uid,
 	    .gid = q->gid,
 	    .max_output = (size_t)q->max_output,
-	    .before_run = j->env->guard ? register_pgroup : NULL,
+	    /* Without the hook, contain would take the shell for an orphan. */
+	    .before_run = j->env->guard || j->env->contain ? register_pgroup : NULL,
 	    .before_run_arg = j,
 	};
 	j->pgid = 0;
@@ -351,15 +385,15 @@ static void start_command(struct job *j)
 		write_outcome(j, &o);
 		return;
 	}
-	if (!j->env->guard)
+	if (!j->env->guard && !j->env->contain)
 		j->pgid = exec_pgid(j->proc);
-	int64_t tmo = j->cj.timeout_ms >= 0 ? j->cj.timeout_ms : q->timeout_ms;
+	int64_t tmo = effective_timeout_ms(j->cj.timeout_ms, q->timeout_ms);
 	if (tmo > 0) {
 		ev_timer_set(&j->timeout, (double)tmo / 1000.0, 0.);
 		ev_timer_start(j->env->loop, &j->timeout);
 	}
 	log_job(LOG_INFO, j, "msg=\"job started\" group=%s pgid=%d fence=%lld",
-		j->cj.group_id ? j->cj.group_id : "", (int)j->pgid, j->cj.fence);
+		log_value(j->cj.group_id), (int)j->pgid, j->cj.fence);
 }
 
 static void on_tx_ended(struct db_conn *c, PGresult *const *res, int n, void *arg)
@@ -369,14 +403,25 @@ static void on_tx_ended(struct db_conn *c, PGresult *const *res, int n, void *ar
 	if (!res)
 		return;
 	if (!db_batch_ok(res, n)) {
-		log_warn("msg=\"cannot end hold transaction\" queue=%s err=\"%s\"", j->q->name,
-			 db_batch_error(res, n));
+		log_warn("msg=\"cannot end hold transaction\" queue=%s err=%s", j->q->name,
+			 log_value(db_batch_error(res, n)));
 		reconnect(j);
 		return;
 	}
 	job_step(j, J_IDLE);
 	if (!maybe_stop(j))
 		emit(j, JOB_EV_IDLE, 0);
+}
+
+/* The queue's max_attempts is a ceiling a job may lower, never raise,
+ * whatever the row says; below 1 counts as 1. Decides the retry and
+ * PGJOBD_MAX_ATTEMPTS. */
+static void apply_ceilings(struct job *j)
+{
+	if (j->cj.max_attempts > j->run_q->max_attempts)
+		j->cj.max_attempts = j->run_q->max_attempts;
+	if (j->cj.max_attempts < 1)
+		j->cj.max_attempts = 1;
 }
 
 /* The hold did not take: tell the daemon (the claimer drops the bridge, and
@@ -396,8 +441,8 @@ static void on_held(struct db_conn *c, PGresult *const *res, int n, void *arg)
 		return;
 	}
 	if (!db_batch_ok(res, n)) {
-		log_job(LOG_WARN, j, "msg=\"cannot hold claimed job\" err=\"%s\"",
-			db_batch_error(res, n));
+		log_job(LOG_WARN, j, "msg=\"cannot hold claimed job\" err=%s",
+			log_value(db_batch_error(res, n)));
 		not_held(j);
 		reconnect(j);
 		return;
@@ -423,6 +468,7 @@ static void on_held(struct db_conn *c, PGresult *const *res, int n, void *arg)
 		return;
 	}
 	j->run_q = queue_conf_ref(j->q);
+	apply_ceilings(j);
 	metrics_job_started(j->env->metrics, j->run_q->name, metrics_now() - j->claim_sent);
 	job_step(j, J_RUNNING);
 	emit(j, JOB_EV_HELD, 0);
@@ -501,8 +547,8 @@ static void on_released(struct db_conn *c, PGresult *const *res, int n, void *ar
 	if (!res)
 		return; /* on_db_event reconnects; the release stays pending */
 	if (!db_batch_ok(res, n) || PQntuples(res[0]) != 1) {
-		log_job(LOG_WARN, j, "msg=\"cannot release lost claim; retrying\" err=\"%s\"",
-			db_batch_error(res, n));
+		log_job(LOG_WARN, j, "msg=\"cannot release lost claim; retrying\" err=%s",
+			log_value(db_batch_error(res, n)));
 		job_step(j, J_IDLE);
 		ev_timer_set(&j->release_again, 1.0, 0.);
 		ev_timer_start(j->env->loop, &j->release_again);
@@ -519,7 +565,8 @@ static void on_released(struct db_conn *c, PGresult *const *res, int n, void *ar
 	if (strcmp(r, "released") == 0)
 		log_job(LOG_INFO, j, "msg=\"lost claim released\" reason=lost_lock");
 	else
-		log_job(LOG_WARN, j, "msg=\"lost claim was no longer ours\" result=%s", r);
+		log_job(LOG_WARN, j, "msg=\"lost claim was no longer ours\" result=%s",
+			log_value(r));
 	clear_run(j);
 	job_step(j, J_IDLE);
 	if (!maybe_stop(j))
@@ -627,8 +674,7 @@ void job_free(struct job *j)
 		return;
 	if (j->proc) {
 		exec_free(j->proc);
-		if (j->pgid > 0 && j->env->guard)
-			guard_del_pgroup(j->env->guard, j->pgid);
+		end_containment(j);
 	}
 	clear_run(j);
 	db_conn_free(j->db);

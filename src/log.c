@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,6 +74,7 @@ void log_msg(enum log_level level, const char *fmt, ...)
 		n += (size_t)snprintf(line + n, sizeof(line) - n, ".%03ldZ ", ts.tv_nsec / 1000000);
 	}
 	n += (size_t)snprintf(line + n, sizeof(line) - n, "level=%s ", level_names[level]);
+	size_t body = n;
 	va_list ap;
 	va_start(ap, fmt);
 	int m = vsnprintf(line + n, sizeof(line) - n, fmt, ap);
@@ -82,50 +84,100 @@ void log_msg(enum log_level level, const char *fmt, ...)
 	n += (size_t)m;
 	if (n > sizeof(line) - 2)
 		n = sizeof(line) - 2;
+	/* Values are escaped by log_quote; a control byte here means a caller
+	 * printed an unquoted value. It must still not start a line. */
+	for (size_t i = body; i < n; i++)
+		if ((unsigned char)line[i] < 0x20 || line[i] == 0x7f)
+			line[i] = '?';
 	line[n++] = '\n';
 	ssize_t w = write(STDERR_FILENO, line, n);
 	(void)w;
 	errno = saved;
 }
 
+/* The escape for byte c inside a quoted value, into e (at least 5 bytes);
+ * returns its length. Control bytes, DEL, '"' and '\\' are escaped so that
+ * a value can neither end its quotes early nor start a new line (and with it
+ * a forged entry or a journal <N> priority). */
+static size_t escape_byte(unsigned char c, char *e)
+{
+	static const char hex[] = "0123456789abcdef";
+	switch (c) {
+	case '"':
+	case '\\':
+		e[0] = '\\';
+		e[1] = (char)c;
+		return 2;
+	case '\n':
+		memcpy(e, "\\n", 2);
+		return 2;
+	case '\r':
+		memcpy(e, "\\r", 2);
+		return 2;
+	case '\t':
+		memcpy(e, "\\t", 2);
+		return 2;
+	default:
+		break;
+	}
+	if (c < 0x20 || c == 0x7f) {
+		e[0] = '\\';
+		e[1] = 'x';
+		e[2] = hex[c >> 4];
+		e[3] = hex[c & 15];
+		return 4;
+	}
+	e[0] = (char)c;
+	return 1;
+}
+
+static bool is_bare(const char *s)
+{
+	if (!*s)
+		return false;
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+		if (*p <= ' ' || *p == '"' || *p == '=' || *p == '\\' || *p == 0x7f)
+			return false;
+	return true;
+}
+
 char *log_quote(char *dst, size_t n, const char *s)
 {
 	if (n == 0)
 		return dst;
-	int bare = *s != '\0';
-	for (const char *p = s; *p; p++) {
-		unsigned char c = (unsigned char)*p;
-		if (c <= ' ' || c == '"' || c == '=' || c == '\\' || c == 0x7f) {
-			bare = 0;
-			break;
-		}
-	}
-	size_t o = 0;
-	if (bare) {
-		snprintf(dst, n, "%s", s);
+	if (!s)
+		s = "";
+	size_t len = strlen(s);
+	if (is_bare(s) && len < n) {
+		memcpy(dst, s, len + 1);
 		return dst;
 	}
-	if (o + 1 < n)
-		dst[o++] = '"';
-	for (const char *p = s; *p && o + 3 < n; p++) {
-		char c = *p;
-		if (c == '"' || c == '\\') {
-			dst[o++] = '\\';
-			dst[o++] = c;
-		} else if (c == '\n') {
-			dst[o++] = '\\';
-			dst[o++] = 'n';
-		} else if (c == '\t') {
-			dst[o++] = '\\';
-			dst[o++] = 't';
-		} else if ((unsigned char)c < ' ') {
-			dst[o++] = '?';
-		} else {
-			dst[o++] = c;
-		}
+	if (n < 3) { /* not even room for "" */
+		dst[0] = '\0';
+		return dst;
 	}
-	if (o + 1 < n)
-		dst[o++] = '"';
-	dst[o < n ? o : n - 1] = '\0';
+	/* Room inside the quotes: n less both quotes and the NUL. When the
+	 * whole value does not fit, it is cut at an escape boundary (never
+	 * half an escape) and marked with "...". */
+	size_t room = n - 3, full = 0;
+	char e[5];
+	for (const char *p = s; *p && full <= room; p++)
+		full += escape_byte((unsigned char)*p, e);
+	size_t limit = full <= room ? room : (room >= 3 ? room - 3 : 0);
+	size_t o = 0;
+	dst[o++] = '"';
+	for (const char *p = s; *p; p++) {
+		size_t k = escape_byte((unsigned char)*p, e);
+		if (o - 1 + k > limit)
+			break;
+		memcpy(dst + o, e, k);
+		o += k;
+	}
+	if (full > room && room >= 3) {
+		memcpy(dst + o, "...", 3);
+		o += 3;
+	}
+	dst[o++] = '"';
+	dst[o] = '\0';
 	return dst;
 }

@@ -2,7 +2,10 @@
  *
  * Every line: [<N> | ISO-8601 time] level=LEVEL <rest>, where <rest> is the
  * caller's format, itself logfmt: `msg="job finished" job=42 status=ok`.
- * Use log_quote() for any value that may contain spaces, quotes or newlines.
+ * Every value that does not come from the program itself is printed through
+ * log_value() (or log_quote()), never with a bare "%s": then no value can
+ * start a line or forge a key. log_msg() also replaces any control byte left
+ * in a line, so a missed value still cannot start a line.
  * Logging preserves errno. The level and output mode are the only globals. */
 #ifndef PGJOBD_LOG_H
 #define PGJOBD_LOG_H
@@ -25,9 +28,20 @@ void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(p
 #define log_info(...) log_msg(LOG_INFO, __VA_ARGS__)
 #define log_debug(...) log_msg(LOG_DEBUG, __VA_ARGS__)
 
-/* Write s into dst as a logfmt value: bare when it has no space, quote, '=' or
- * control character, else double-quoted with \" \\ \n \t escaped. Truncated to
- * fit n bytes (always NUL-terminated). Returns dst. */
+/* Write s into dst as a logfmt value: bare when it is non-empty and has no
+ * space, quote, '=', backslash or control character, else double-quoted with
+ * \" \\ \n \r \t and \xNN (other control bytes) escaped, so that no value
+ * can end its quotes, start a new line or forge a key. Cut to fit n bytes at
+ * an escape boundary, marked "..." (always NUL-terminated). NULL is written
+ * as "". Returns dst. */
 char *log_quote(char *dst, size_t n, const char *s);
+
+/* The quoted value of s for a "%s" in a log format, in a buffer that lives
+ * until the end of the enclosing block (a compound literal):
+ *     log_warn("msg=\"x failed\" group=%s err=%s", log_value(gid), log_value(e));
+ * Use it for every value that does not come from this program itself: data
+ * from the database (group ids, error messages, worker names), paths, keys. */
+#define LOG_VALUE_MAX 256
+#define log_value(s) log_quote((char[LOG_VALUE_MAX]){0}, LOG_VALUE_MAX, (s))
 
 #endif

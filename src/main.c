@@ -71,6 +71,7 @@ static const struct option {
 	size_t offset;
 	unsigned cmds; /* the subcommands that take it */
 } options[] = {
+    {"--claim-warn", NULL, true, offsetof(struct cli_args, claim_warn), CMD_STATUS},
     {"--config", "-c", true, offsetof(struct cli_args, config), CMD_ALL},
     {"--data", NULL, true, offsetof(struct cli_args, data), CMD_ENQUEUE},
     {"--dedupe-key", NULL, true, offsetof(struct cli_args, dedupe_key), CMD_ENQUEUE},
@@ -78,6 +79,7 @@ static const struct option {
     {"--grant", NULL, false, offsetof(struct cli_args, grant), CMD_MIGRATE},
     {"--group", NULL, true, offsetof(struct cli_args, group), CMD_ENQUEUE},
     {"--json", NULL, false, offsetof(struct cli_args, json), CMD_STATUS},
+    {"--json-object", NULL, false, offsetof(struct cli_args, json_object), CMD_STATUS},
     {"--max-attempts", NULL, true, offsetof(struct cli_args, max_attempts), CMD_ENQUEUE},
     {"--priority", NULL, true, offsetof(struct cli_args, priority), CMD_ENQUEUE},
     {"--run-at", NULL, true, offsetof(struct cli_args, run_at), CMD_ENQUEUE},

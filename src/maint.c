@@ -58,7 +58,8 @@ static void on_done(struct db_conn *c, PGresult *const *res, int n, void *arg)
 	if (!db_batch_ok(res, n)) {
 		/* e.g. a statement_timeout, or a lock the DBA holds: try again
 		 * at the next tick */
-		log_warn("msg=\"maintenance pass failed\" err=\"%s\"", db_batch_error(res, n));
+		log_warn("msg=\"maintenance pass failed\" err=%s",
+			 log_value(db_batch_error(res, n)));
 		return;
 	}
 	if (PQntuples(res[0]) == 1 && PQgetvalue(res[0], 0, 0)[0] == 't') {

@@ -17,6 +17,8 @@
  *
  * The file is replaced with write-to-temporary + rename(2), so a reader (the
  * textfile collector) sees either the old or the new content, never a part.
+ * The temporary file is created exclusively under a random name (mkostemp),
+ * so a file another user placed in the directory is never opened.
  * It is not fsync'ed: a metrics file has no value after a crash, and a sync
  * could stall the event loop on a busy disk. */
 #include "metrics.h"
@@ -333,15 +335,29 @@ int metrics_render(const struct metrics *m, FILE *f)
 int metrics_write_file(const struct metrics *m, const char *path)
 {
 	int rc = -1, err = 0;
-	char *tmp = xasprintf("%s.tmp", path);
+	struct stat st;
+	/* Replace only a regular file: anything else at the path is not ours
+	 * to remove (a rename would replace a FIFO, a socket or a symlink). */
+	if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+		errno = EINVAL;
+		return -1;
+	}
+	/* The temporary file is new, with an unpredictable name, in the
+	 * target's directory (rename(2) does not cross file systems): nothing
+	 * another user placed there (a FIFO that would block the open, a
+	 * symlink) is ever opened. The name does not end in .prom, so the
+	 * textfile collector never reads a half-written one. */
+	const char *slash = strrchr(path, '/');
+	size_t dirlen = slash ? (size_t)(slash - path) + 1 : 0;
+	char *tmp = xasprintf("%.*s.%s.XXXXXX", (int)dirlen, path, path + dirlen);
 	FILE *f = NULL;
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+	int fd = mkostemp(tmp, O_CLOEXEC);
 	if (fd < 0) {
 		err = errno;
 		goto out;
 	}
 	/* The textfile collector runs as another user: readable by all,
-	 * whatever our umask (the unit sets 0027). */
+	 * whatever our umask (the unit sets 0027; mkostemp makes 0600). */
 	if (fchmod(fd, 0644) < 0 || !(f = fdopen(fd, "w"))) {
 		err = errno;
 		close(fd);

@@ -53,9 +53,13 @@ int64_t metrics_running(const struct metrics *m);
 /* Write every metric in the Prometheus text exposition format 0.0.4.
  * Returns 0, or -1 with errno set when writing to f failed. */
 int metrics_render(const struct metrics *m, FILE *f);
-/* Replace the file at `path` atomically: write path.tmp (mode 0644, so that
- * node_exporter can read it whatever our umask), then rename(2) it over path.
- * Returns 0, or -1 with errno set (path.tmp is removed). Does not log. */
+/* Replace the file at `path` atomically: write a new temporary file with a
+ * random name in path's directory (".NAME.XXXXXX", created exclusively, mode
+ * 0644 so that node_exporter can read it whatever our umask), then rename(2)
+ * it over path. Returns 0, or -1 with errno set (the temporary file is
+ * removed); errno EINVAL: something other than a regular file (a FIFO, a
+ * directory, a symlink...) is at path, and is left alone. Never blocks on
+ * what another user put in the directory. Does not log. */
 int metrics_write_file(const struct metrics *m, const char *path);
 
 #endif

@@ -92,8 +92,8 @@ static void on_count(struct db_conn *c, PGresult *const *res, int n, void *arg)
 		/* connection lost (the daemon reconnects) or a failing query:
 		 * say we do not know rather than show an old number */
 		if (res)
-			log_debug("msg=\"cannot count queued jobs\" err=\"%s\"",
-				  db_batch_error(res, n));
+			log_debug("msg=\"cannot count queued jobs\" err=%s",
+				  log_value(db_batch_error(res, n)));
 		r->queued = -1;
 	}
 	update_status(r);
@@ -125,7 +125,9 @@ static void write_metrics(struct report *r)
 		if (!r->write_failing)
 			log_warn("msg=\"cannot write the metrics file; will keep trying\" path=%s "
 				 "err=\"%s\"",
-				 log_quote(q, sizeof(q), r->metrics_file), strerror(errno));
+				 log_quote(q, sizeof(q), r->metrics_file),
+				 errno == EINVAL ? "not a regular file, left alone"
+						 : strerror(errno));
 		r->write_failing = true;
 	} else if (r->write_failing) {
 		log_info("msg=\"metrics file written again\" path=%s",

@@ -94,6 +94,59 @@ err=$(cat "$T/err.txt")
 like "$err" "two_errors.ini:5: error:" "two errors: line 5 reported"
 like "$err" "two_errors.ini:7: error:" "two errors: line 7 reported too"
 
+# Only a regular file of at most 1 MiB is read (a device can be endless or random, a FIFO
+# blocks): refused at once, exit 2, naming the file.
+# expect_file_error NAME FILE PATTERN: run and check both exit 2, quickly, with
+# "FILE: error: ...PATTERN" on stderr.
+expect_file_error() {
+	local name=$1 file=$2 pattern=$3 mode status
+	for mode in run check; do
+		if [ $mode = run ]; then
+			timeout 5 "$PGJOBD" -c "$file" >"$T/out.txt" 2>"$T/err.txt"
+		else
+			timeout 5 "$PGJOBD" check -c "$file" >"$T/out.txt" 2>"$T/err.txt"
+		fi
+		status=$?
+		is "$status" 2 "$name ($mode): exit status 2 at once"
+		like "$(head -c 2000 "$T/err.txt")" "^$file: error: .*$pattern" "$name ($mode): stderr says why"
+	done
+}
+expect_file_error "/dev/urandom" /dev/urandom "is a device; the configuration must be a regular file"
+expect_file_error "/dev/zero" /dev/zero "is a device"
+mkfifo "$T/fifo.ini"
+expect_file_error "a FIFO" "$T/fifo.ini" "is a FIFO"
+{
+	printf '[pgjobd]\ndatabase = %s\n[queue.a]\ncommand = true\n' "$DB_CONNINFO"
+	head -c 1100000 /dev/zero | tr '\0' '\n' | sed 's/^/;/'
+} >"$T/big.ini"
+expect_file_error "a 1.1 MB file" "$T/big.ini" "larger than 1 MiB"
+
+# A database string libpq cannot parse is a configuration error, and no part of the
+# password reaches the output (libpq's own message quotes the token it stopped at).
+# expect_secret_kept NAME FILE: exit 2 naming FILE:2 and 'database', no "Secret" anywhere.
+expect_secret_kept() {
+	local name=$1 file=$2 mode status
+	for mode in run check; do
+		if [ $mode = run ]; then
+			timeout 10 "$PGJOBD" -c "$file" >"$T/out.txt" 2>"$T/err.txt"
+		else
+			timeout 10 "$PGJOBD" check -c "$file" >"$T/out.txt" 2>"$T/err.txt"
+		fi
+		status=$?
+		is "$status" 2 "$name ($mode): exit status 2"
+		like "$(cat "$T/err.txt")" "$(basename "$file"):2: error: bad value for 'database'" \
+			"$name ($mode): names the file, line and key"
+		is "$(cat "$T/out.txt" "$T/err.txt" | grep -ac -e Secret -e 'Pw%' -e 'password=my')" 0 \
+			"$name ($mode): no part of the password is printed" || diag "$(cat "$T/err.txt")"
+	done
+}
+printf '[pgjobd]\ndatabase = postgresql://u:Pw%%zzSecret@/pgjobd_test?host=%s\n[queue.a]\ncommand = true\n' \
+	"$T/sock" >"$T/pw_uri.ini"
+expect_secret_kept "a URI with a bad %-escape in the password" "$T/pw_uri.ini"
+printf '[pgjobd]\ndatabase = host=%s password=my SecretTail dbname=pgjobd_test user=postgres\n[queue.a]\ncommand = true\n' \
+	"$T/sock" >"$T/pw_space.ini"
+expect_secret_kept "an unquoted password with a space" "$T/pw_space.ini"
+
 # A good file: `check` connects and verifies the schema version.
 good=$T/good.ini
 write_conf "$good" <<EOF
@@ -148,6 +201,34 @@ pid_alive "$d"
 ok $? "the daemon keeps running after SIGHUP with a broken file"
 id=$(run_job a)
 is "$(job_field "$id" "status || ' ' || (result->>'stdout')")" "succeeded a" "the old config stays in force"
+
+# The file replaced by a FIFO: the reload must neither block nor read it.
+mv "$conf" "$conf.saved"
+mkfifo "$conf"
+kill -HUP "$d"
+wait_until 10 "grep -q 'hup.ini: error: is a FIFO' '$T/d.log'"
+ok $? "SIGHUP with a FIFO in place of the file: refused, and said why"
+id=$(run_job a)
+is "$(job_field "$id" "status || ' ' || (result->>'stdout')")" "succeeded a" \
+	"... without blocking the daemon; the old config stays" ||
+	timeout 2 sh -c "exec 3>'$conf'" # unblock a daemon stuck in open(2), for the tests below
+rm -f "$conf"
+mv "$conf.saved" "$conf"
+
+# A database string libpq cannot parse: refused at reload, the secret never logged.
+refused=$(grep -c 'configuration not reloaded' "$T/d.log")
+{
+	conf_header database="postgresql://u:Pw%zzSecret@/pgjobd_test?host=$T/sock"
+	printf '\n[queue.a]\ncommand = echo a3\n'
+} >"$conf"
+kill -HUP "$d"
+wait_until 10 "[ \"\$(grep -c 'configuration not reloaded' '$T/d.log')\" -gt $refused ]"
+ok $? "SIGHUP with a database libpq cannot parse: the file is refused"
+grep -q "hup.ini:2: error: bad value for 'database'" "$T/d.log"
+ok $? "... naming hup.ini:2 and the key"
+is "$(grep -ac -e Secret -e 'Pw%' "$T/d.log")" 0 "... and no part of the password is logged"
+id=$(run_job a)
+is "$(job_field "$id" "status || ' ' || (result->>'stdout')")" "succeeded a" "... the old config stays"
 
 {
 	conf_header

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The command line (SPEC §4): `migrate --grant` sets up the roles (idempotent; without
 # CREATEROLE it fails with PostgreSQL's message); `pause`/`resume` say what they did;
-# `status` prints queue_stats as an aligned table or as JSON; `enqueue` stores every
-# option and reports a deduplicated job instead of an id; `cancel` of a queued, a
-# running, a finished and a missing job. A bad argument is a usage error (exit 2) whose
-# message names it, and nothing reaches the table; a database error prints PostgreSQL's
-# message (exit 1). Only the running-job cancel needs a daemon.
+# `status` prints queue_stats as an aligned table (then the lines t_98_status.sh tests) or
+# as a JSON array; `enqueue` stores every option and reports a deduplicated job instead of
+# an id; `cancel` of a queued, a running, a finished and a missing job. A bad argument is
+# a usage error (exit 2) whose message names it, and nothing reaches the table; a
+# database error prints PostgreSQL's message (exit 1). Only the running-job cancel needs
+# a daemon.
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
 # The newest migration in sql/ (e.g. 004_cheap_enqueue) and its schema version.
@@ -79,8 +80,11 @@ is "$rc:$out" "0:schema pgjobd is up to date (version $SCHEMA_V)" "migrate witho
 # ---------------------------------------------------------------- status, empty
 
 cli status -c "$conf"
-is "$rc:$out" "0:QUEUE  QUEUED  RUNNING  SUCCEEDED  FAILED  CANCELLED  OLDEST_QUEUED  PAUSED  FAILED_LAST_HOUR" \
-	"status with no queue: the header only"
+is "$rc:$out" "0:QUEUE  QUEUED  RUNNING  SUCCEEDED  FAILED  CANCELLED  OLDEST_QUEUED  PAUSED  FAILED_LAST_HOUR
+
+oldest open claim: none
+live daemons: 0" \
+	"status with no queue: the header only, then no open claim and no live daemon (t_98_status.sh)"
 cli status --json -c "$conf"
 is "$rc:$out" "0:[]" "status --json with no queue: []"
 
@@ -118,13 +122,15 @@ psql_q "INSERT INTO pgjobd.jobs (queue, status, run_at, finished_at) VALUES
 cli status -c "$conf"
 is "$rc" 0 "status exits 0"
 mapfile -t lines <<<"$out"
-is "${#lines[@]}" 3 "status: a header and one line per queue"
+is "${#lines[@]}" 6 "status: a header, one line per queue, a blank line and two lines under the table"
 is "${lines[0]}" "QUEUE  QUEUED  RUNNING  SUCCEEDED  FAILED  CANCELLED  OLDEST_QUEUED  PAUSED  FAILED_LAST_HOUR" \
 	"status: the header names every column"
 like "${lines[1]}" '^alpha +2 +1 +1 +2 +1 +01:00:0[0-9] +no +1$' "status: alpha's counts, age (in seconds) and not paused"
 like "${lines[2]}" '^beta +0 +0 +0 +0 +0 +yes +0$' "status: beta, paused, no jobs, no age"
 ok "$([ ${#lines[1]} = ${#lines[0]} ] && [ ${#lines[2]} = ${#lines[0]} ]; echo $?)" \
 	"status: the columns are aligned (right-aligned, so every line has the header's length)"
+is "${lines[3]}|${lines[4]}|${lines[5]}" "|oldest open claim: none|live daemons: 0" \
+	"status: under the table, no open claim (a running row without a slot session is none) and no daemon"
 
 cli status --json -c "$conf"
 is "$rc" 0 "status --json exits 0"
@@ -214,7 +220,8 @@ usage_error "^pgjobd: run: --data is an option of enqueue$" --data '{}' -c "$con
 is "$(count_jobs true)" "$njobs" "no usage error inserted a job"
 cli --help
 ok "$([ "$rc" = 0 ] && [[ $out == usage:* ]] && [[ $out == *--dedupe-key* ]] &&
-	[[ $out == *"pgjobd cancel"* ]] && [[ $out == *--grant* ]] && [[ $out == *--json* ]]; echo $?)" \
+	[[ $out == *"pgjobd cancel"* ]] && [[ $out == *--grant* ]] && [[ $out == *--json* ]] &&
+	[[ $out == *--json-object* ]] && [[ $out == *"--claim-warn DURATION"* ]]; echo $?)" \
 	"--help shows the new subcommands and options"
 
 # ---------------------------------------------------------------- cancel

@@ -6,7 +6,9 @@
  * captured through open_memstream, and compares the text after replacing the
  * temp path by "F". */
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
+#include <pwd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -466,6 +468,57 @@ static void test_values(void)
 	    "...' for 'timeout': value too large (at most 100 years)\n");
 }
 
+/* database: what libpq cannot parse is an error naming the line, and no part
+ * of the value (a password) is ever printed. */
+static void test_database(void)
+{
+	static const char *const bad[] = {
+	    "postgresql://u:Pw%zzSecret@localhost/db",
+	    "host=/tmp password=my SecretTail dbname=x",
+	    "host=/tmp password='my SecretTail dbname=x",
+	    "host=/tmp nosuchoption=SecretTail",
+	    "postgresql://u@localhost/db?password=Secret%zzTail",
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char *text = xasprintf("[pgjobd]\ndatabase = %s\n[queue.a]\ncommand = x\n", bad[i]);
+		char *diag;
+		struct config *c = load(text, &diag);
+		ok(c == NULL, "bad conninfo %zu: rejected", i);
+		ok(strncmp(diag, "F:2: error: bad value for 'database': libpq cannot parse it",
+			   59) == 0,
+		   "bad conninfo %zu: names F:2 and the key", i);
+		ok(!strstr(diag, "Secret") && !strstr(diag, "Pw") && !strstr(diag, "my "),
+		   "bad conninfo %zu: no part of the value is shown", i);
+		if (i == 0)
+			is_str(
+			    diag,
+			    "F:2: error: bad value for 'database': libpq cannot parse it as a "
+			    "connection string or URI (the value and libpq's message are not "
+			    "shown: they may contain a password)\n"
+			    "  hint: write key=value pairs ('...' around a value with spaces) or "
+			    "a postgresql:// URI (%XX escapes); keep passwords in a passfile\n",
+			    "bad conninfo: the whole diagnostic");
+		config_free(c);
+		free(diag);
+		free(text);
+	}
+	static const char *const good[] = {
+	    "postgresql://u:p%41ss@localhost/db?sslmode=disable",
+	    "postgres:///app",
+	    "host=/tmp password='my Secret' dbname=x",
+	    "app_db",
+	    "",
+	};
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		char *text =
+		    xasprintf("[pgjobd]\ndatabase = %s\n[queue.a]\ncommand = x\n", good[i]);
+		struct config *c = expect_ok(good[i], text);
+		is_str(c ? c->database : NULL, good[i], "database kept as written");
+		config_free(c);
+		free(text);
+	}
+}
+
 static void test_env(void)
 {
 	struct config *c = expect_ok(
@@ -502,12 +555,15 @@ static void test_user(void)
 	expect_errors("unknown user", "[queue.x]\ncommand = x\nuser = no-such-user-xyz\n",
 		      "F:3: error: bad value 'no-such-user-xyz' for 'user': no such user\n");
 
-	/* Non-root daemon: another user is refused, its own user is fine. */
+	/* Switching is the daemon's check (root or CAP_SETUID, CAP_SETGID and
+	 * CAP_KILL), not the file's: an operator without them, as the daemon's
+	 * user, still reads the file (`pgjobd check`, `status`). */
 	if (geteuid() == 0 && seteuid(65534) == 0) {
-		expect_errors("user= as non-root", "[queue.x]\ncommand = x\nuser = root\n",
-			      "F:3: error: user= needs the daemon to run as root\n");
-		c = expect_ok("user= naming ourselves as non-root",
-			      "[queue.x]\ncommand = x\nuser = nobody\n");
+		c = expect_ok("user= naming another user, read by a non-root process",
+			      "[queue.x]\ncommand = x\nuser = root\n");
+		if (c)
+			ok(c->queues[0]->has_user && c->queues[0]->uid == 0,
+			   "... resolved to root");
 		config_free(c);
 		if (seteuid(0) != 0) {
 			perror("seteuid");
@@ -516,8 +572,32 @@ static void test_user(void)
 	} else {
 		ok(1, "# SKIP not root: cannot test user= as non-root by seteuid");
 		ok(1, "# SKIP not root");
-		ok(1, "# SKIP not root");
-		ok(1, "# SKIP not root");
+	}
+
+	/* Without working_dir, a command run as another user starts in that
+	 * user's home, or in / when the home is missing (nobody's usually is). */
+	c = expect_ok("user root, no working_dir", "[queue.x]\ncommand = x\nuser = root\n");
+	if (c) {
+		struct stat st;
+		bool root_home = stat("/root", &st) == 0 && S_ISDIR(st.st_mode);
+		is_str(c->queues[0]->working_dir, root_home ? "/root" : "/",
+		       "working_dir defaults to the user's home");
+		config_free(c);
+	}
+	c = expect_ok("user nobody, no working_dir", "[queue.x]\ncommand = x\nuser = nobody\n");
+	if (c) {
+		struct stat st;
+		const char *home = c->queues[0]->user_home;
+		bool has_home = stat(home, &st) == 0 && S_ISDIR(st.st_mode);
+		is_str(c->queues[0]->working_dir, has_home ? home : "/",
+		       "working_dir: the home if it exists, else / (%s)", home);
+		config_free(c);
+	}
+	c = expect_ok("user with working_dir",
+		      "[queue.x]\ncommand = x\nuser = nobody\nworking_dir = /srv\n");
+	if (c) {
+		is_str(c->queues[0]->working_dir, "/srv", "an explicit working_dir wins");
+		config_free(c);
 	}
 }
 
@@ -566,17 +646,105 @@ static void test_files(void)
 	c = config_load("/tmp", true, f);
 	fclose(f);
 	ok(c == NULL, "directory: NULL");
-	is_str(out, "/tmp: error: cannot read: Is a directory\n", "directory: one diagnostic");
+	is_str(out, "/tmp: error: is a directory; the configuration must be a regular file\n",
+	       "directory: one diagnostic");
 	free(out);
+
+	/* Neither a device (endless, or random bytes) nor a FIFO (a reload
+	 * would block on it) is read. */
+	static const struct {
+		const char *path, *what;
+	} odd[] = {{"/dev/zero", "is a device"}, {"/dev/urandom", "is a device"}};
+	for (size_t i = 0; i < sizeof(odd) / sizeof(odd[0]); i++) {
+		out = NULL;
+		f = open_memstream(&out, &outlen);
+		c = config_load(odd[i].path, true, f);
+		fclose(f);
+		char *want = xasprintf("%s: error: %s; the configuration must be a regular file\n",
+				       odd[i].path, odd[i].what);
+		ok(c == NULL, "%s: NULL", odd[i].path);
+		is_str(out, want, "%s: refused without reading it", odd[i].path);
+		free(want);
+		free(out);
+	}
+	char fifo[] = "/tmp/pgjobd-test-config-fifo-XXXXXX";
+	int tfd = mkstemp(fifo);
+	if (tfd >= 0) {
+		close(tfd);
+		unlink(fifo);
+	}
+	if (tfd >= 0 && mkfifo(fifo, 0600) == 0) {
+		out = NULL;
+		f = open_memstream(&out, &outlen);
+		c = config_load(fifo, true, f); /* would block forever if opened for reading */
+		fclose(f);
+		char *want = xasprintf("%s: error: is a FIFO; the configuration must be a regular "
+				       "file\n",
+				       fifo);
+		ok(c == NULL, "FIFO: NULL, at once");
+		is_str(out, want, "FIFO: refused");
+		free(want);
+		free(out);
+		unlink(fifo);
+	} else {
+		ok(0, "mkfifo %s: %s", fifo, strerror(errno));
+		ok(0, "FIFO: refused");
+	}
+
+	/* At most 1 MiB: a file of exactly 1 MiB loads, one byte more not. */
+	struct buf big;
+	buf_init(&big);
+	buf_puts(&big, "[queue.a]\ncommand = x\n");
+	while (big.len + 80 < 1024 * 1024)
+		buf_puts(&big, "; padding padding padding padding padding padding padding pad\n");
+	while (big.len < 1024 * 1024 - 1)
+		buf_putc(&big, ';');
+	buf_putc(&big, '\n');
+	char *diag;
+	c = load_n(big.data, big.len, true, &diag);
+	ok(c != NULL && big.len == 1024 * 1024, "a file of exactly 1 MiB loads");
+	is_str(diag, "", "... without diagnostics");
+	config_free(c);
+	free(diag);
+	buf_putc(&big, '\n');
+	c = load_n(big.data, big.len, true, &diag);
+	ok(c == NULL, "a file of 1 MiB + 1 byte is refused");
+	is_str(diag, "F: error: the file is larger than 1 MiB (1048577 bytes)\n", "... saying why");
+	config_free(c);
+	free(diag);
+	buf_fini(&big);
 
 	ok(config_load("/nonexistent/x.ini", true, NULL) == NULL, "diag may be NULL");
 
-	/* The shipped example must always load cleanly. */
+	/* The shipped example must always load cleanly. Its queues run their
+	 * commands as pgjobd-run, which the install steps create: where that
+	 * user does not exist, a copy names nobody instead. */
 	if (access("conf/pgjobd.ini", R_OK) == 0) {
+		const char *path = "conf/pgjobd.ini";
+		char *copy = NULL;
+		if (!getpwnam("pgjobd-run")) {
+			FILE *in = fopen(path, "r");
+			struct buf b;
+			char line[512];
+			buf_init(&b);
+			while (in && fgets(line, sizeof(line), in))
+				buf_puts(&b, strcmp(line, "user = pgjobd-run\n") == 0
+						 ? "user = nobody\n"
+						 : line);
+			if (in)
+				fclose(in);
+			copy = write_file_n(b.data, b.len);
+			buf_fini(&b);
+			path = copy;
+		}
 		out = NULL;
 		f = open_memstream(&out, &outlen);
-		c = config_load("conf/pgjobd.ini", true, f);
+		c = config_load(path, true, f);
 		fclose(f);
+		if (copy) {
+			unlink(copy);
+			free(copy);
+		}
 		ok(c != NULL, "conf/pgjobd.ini loads");
 		is_str(out, "", "conf/pgjobd.ini: no diagnostics");
 		ok(c && c->nqueues >= 2, "conf/pgjobd.ini has demo queues");
@@ -671,6 +839,7 @@ int main(void)
 	test_keys();
 	test_values();
 	test_env();
+	test_database();
 	test_user();
 	test_many_errors();
 	test_files();

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -199,8 +200,8 @@ static void test_env_build(void)
 	    "PGJOBD_ATTEMPT=2",
 	    "PGJOBD_MAX_ATTEMPTS=5",
 	    "PGJOBD_FENCE=77",
-	    "PGJOBD_ARG_path=/b", /* a duplicate key: the last value wins */
-	    NULL,		  /* exact and _u9 are checked below */
+	    "PGJOBD_ARG__u9='; rm -rf / #", /* data kept verbatim; args in key order */
+	    NULL,			    /* exact and path are checked below */
 	};
 	size_t n = 0;
 	while (e[n])
@@ -211,7 +212,7 @@ static void test_env_build(void)
 	ok(n > 13 && strncmp(e[12], "PGJOBD_ARG_exact=", 17) == 0 &&
 	       strlen(e[12]) + 1 == EXEC_ARG_MAX,
 	   "an entry of exactly 128 KiB with its NUL is kept");
-	is_str(n > 13 ? e[13] : NULL, "PGJOBD_ARG__u9='; rm -rf / #", "data kept verbatim");
+	is_str(n > 13 ? e[13] : NULL, "PGJOBD_ARG_path=/b", "a duplicate key: the last value wins");
 	bool bad = false;
 	for (size_t i = 0; i < n; i++)
 		if (strstr(e[i], "bad") || strstr(e[i], "noequals") || strstr(e[i], "has-dash") ||
@@ -247,6 +248,196 @@ static void test_env_build(void)
 	util_strv_free(NULL);
 	free(big);
 	free(exact);
+}
+
+/* Point stderr at a fresh temporary file; returns its fd (-1 on error) and
+ * the saved stderr in *saved. */
+static int stderr_capture(int *saved)
+{
+	char path[] = "/tmp/test_exec_log.XXXXXX";
+	int fd = mkstemp(path);
+	if (fd < 0)
+		return -1;
+	unlink(path);
+	fflush(stderr);
+	*saved = dup(STDERR_FILENO);
+	dup2(fd, STDERR_FILENO);
+	return fd;
+}
+
+/* Restore stderr; returns what was written (malloc'd) and closes fd. */
+static char *stderr_release(int fd, int saved)
+{
+	fflush(stderr);
+	dup2(saved, STDERR_FILENO);
+	close(saved);
+	off_t n = lseek(fd, 0, SEEK_END);
+	char *buf = xmalloc((size_t)(n > 0 ? n : 0) + 1);
+	ssize_t r = n > 0 ? pread(fd, buf, (size_t)n, 0) : 0;
+	buf[r > 0 ? r : 0] = '\0';
+	close(fd);
+	return buf;
+}
+
+static size_t count_lines(const char *s)
+{
+	size_t n = 0;
+	for (; *s; s++)
+		n += *s == '\n';
+	return n;
+}
+
+/* The first line of s without its newline, for a test name (static). */
+static const char *first_line(const char *s)
+{
+	static char line[512];
+	snprintf(line, sizeof(line), "%.*s", (int)strcspn(s, "\n"), s);
+	return line;
+}
+
+static double cpu_seconds(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* n args named prefix + i (zero-padded to width digits), all with value
+ * val; the caller frees both arrays with util_strv_free. */
+static void make_args(size_t n, const char *prefix, int width, const char *val, char ***keys,
+		      char ***vals)
+{
+	*keys = xcalloc(n + 1, sizeof(char *));
+	*vals = xcalloc(n + 1, sizeof(char *));
+	for (size_t i = 0; i < n; i++) {
+		(*keys)[i] = xasprintf("%s%0*zu", prefix, width, i);
+		(*vals)[i] = xstrdup(val);
+	}
+}
+
+static char **build_args(char **keys, char **vals, size_t n, char **log)
+{
+	struct exec_env_in in = {0};
+	in.home = "/h";
+	in.job_id = 77;
+	in.queue = "q";
+	in.attempt = 1;
+	in.max_attempts = 1;
+	in.arg_keys = (const char *const *)keys;
+	in.arg_vals = (const char *const *)vals;
+	in.nargs = n;
+	int saved, fd = stderr_capture(&saved);
+	char **e = exec_env_build(&in);
+	*log = fd >= 0 ? stderr_release(fd, saved) : xstrdup("");
+	return e;
+}
+
+static size_t count_args(char **e, const char **first, const char **last)
+{
+	size_t n = 0;
+	*first = *last = NULL;
+	for (; *e; e++) {
+		if (strncmp(*e, "PGJOBD_ARG_", 11) != 0)
+			continue;
+		if (!*first)
+			*first = *e;
+		*last = *e;
+		n++;
+	}
+	return n;
+}
+
+static void test_env_limits(void)
+{
+	char **keys, **vals, *log;
+	const char *first, *last;
+
+	/* 5000 valid keys, listed backwards: the first 1000 in key order. */
+	size_t n = 5000;
+	keys = xcalloc(n + 1, sizeof(char *));
+	vals = xcalloc(n + 1, sizeof(char *));
+	for (size_t i = 0; i < n; i++) {
+		keys[i] = xasprintf("k%04zu", n - 1 - i);
+		vals[i] = xasprintf("secret-value-%zu", i);
+	}
+	char **e = build_args(keys, vals, n, &log);
+	is_int(count_args(e, &first, &last), EXEC_ARGS_MAX_KEYS, "at most %d keys exported",
+	       EXEC_ARGS_MAX_KEYS);
+	ok(first && strncmp(first, "PGJOBD_ARG_k0000=", 17) == 0, "the first key in key order");
+	ok(last && strncmp(last, "PGJOBD_ARG_k0999=", 17) == 0, "... up to the 1000th");
+	is_int(count_lines(log), 1, "one warning line for 4000 skipped keys");
+	ok(strstr(log, "over_limit=4000") && strstr(log, "first_over_limit=k1000") &&
+	       strstr(log, "job=77"),
+	   "it counts them and names the first: %s", first_line(log));
+	ok(!strstr(log, "secret-value"), "no value is logged");
+	util_strv_free(e);
+	util_strv_free(keys);
+	util_strv_free(vals);
+	free(log);
+
+	/* 50,000 keys that are not variable names. */
+	make_args(50000, "bad-", 0, "v", &keys, &vals);
+	e = build_args(keys, vals, 50000, &log);
+	is_int(count_args(e, &first, &last), 0, "invalid names: nothing exported");
+	is_int(count_lines(log), 1, "one warning line for 50,000 invalid names");
+	ok(strstr(log, "invalid_name=50000 ") && strstr(log, "first_invalid_name=bad-0"),
+	   "it counts them and names the first: %s", first_line(log));
+	util_strv_free(e);
+	util_strv_free(keys);
+	util_strv_free(vals);
+	free(log);
+
+	/* The total budget: 1000 values of 2 KiB do not all fit in 1 MiB. */
+	char big[2048];
+	memset(big, 'v', sizeof(big) - 1);
+	big[sizeof(big) - 1] = '\0';
+	make_args(1000, "b", 3, big, &keys, &vals);
+	e = build_args(keys, vals, 1000, &log);
+	size_t got = count_args(e, &first, &last);
+	size_t per = strlen("PGJOBD_ARG_b000=") + sizeof(big);
+	is_int(got, EXEC_ARGS_TOTAL_MAX / per, "as many 2 KiB values as fit in 1 MiB (%zu)", got);
+	ok(last && strncmp(last, "PGJOBD_ARG_b", 12) == 0 && atoi(last + 12) == (int)got - 1,
+	   "... the first ones in key order");
+	is_int(count_lines(log), 1, "one warning line for the rest");
+	ok(strstr(log, "too_large=") && !strstr(log, "vvvv"), "too_large counted, no value: %s",
+	   first_line(log));
+	util_strv_free(e);
+	util_strv_free(keys);
+	util_strv_free(vals);
+	free(log);
+
+	/* Nothing skipped: nothing logged. */
+	make_args(10, "ok", 0, "1", &keys, &vals);
+	e = build_args(keys, vals, 10, &log);
+	is_str(log, "", "no warning when every key is exported");
+	util_strv_free(e);
+	util_strv_free(keys);
+	util_strv_free(vals);
+	free(log);
+
+	/* Cost: 60,000 valid keys (each twice) and 60,000 invalid ones take a
+	 * sort, not a scan of the list per key (that took seconds). */
+	n = 120000;
+	keys = xcalloc(n + 60000 + 1, sizeof(char *));
+	vals = xcalloc(n + 60000 + 1, sizeof(char *));
+	for (size_t i = 0; i < n; i++) {
+		keys[i] = xasprintf("key_%06zu", (i * 7919) % (n / 2));
+		vals[i] = xasprintf("%zu", i);
+	}
+	for (size_t i = n; i < n + 60000; i++) {
+		keys[i] = xasprintf("9bad%zu", i);
+		vals[i] = xstrdup("x");
+	}
+	double t0 = cpu_seconds();
+	e = build_args(keys, vals, n + 60000, &log);
+	double dt = cpu_seconds() - t0;
+	ok(dt < 1.5, "180,000 keys cost %.3f s of CPU (< 1.5 s)", dt);
+	is_int(count_args(e, &first, &last), EXEC_ARGS_MAX_KEYS, "... and export 1000 keys");
+	is_int(count_lines(log), 1, "... with one warning line");
+	util_strv_free(e);
+	util_strv_free(keys);
+	util_strv_free(vals);
+	free(log);
 }
 
 static void test_basic(char **env)
@@ -483,6 +674,19 @@ static void test_set_user(char **env)
 	is_str(r.out, "65534\n65534\n65534\n", "set_user: uid, gid and groups switched");
 	res_fini(&r);
 
+	/* No capability reaches the command (the shipped daemon is not root
+	 * and keeps its capabilities across setuid: exec drops them). */
+	s = mkspec("grep -E '^Cap(Inh|Prm|Eff|Amb)' /proc/self/status | tr -s '\\t\\n' '  '", env);
+	s.set_user = true;
+	s.uid = 65534;
+	s.gid = 65534;
+	run(&s, &r);
+	is_str(r.out,
+	       "CapInh: 0000000000000000 CapPrm: 0000000000000000 CapEff: 0000000000000000 "
+	       "CapAmb: 0000000000000000 ",
+	       "set_user: the command holds no capability");
+	res_fini(&r);
+
 	s = mkspec("echo never", env);
 	s.set_user = true;
 	s.uid = 65534;
@@ -622,6 +826,51 @@ static void on_sigpipe(int sig)
 	(void)sig;
 }
 
+/* before_run: the group exists and the command has not run yet. */
+struct gate_probe {
+	pid_t pgid;
+	bool group_ok, not_yet, refuse;
+	char marker[300];
+};
+
+static int probe_before_run(pid_t pgid, void *arg)
+{
+	struct gate_probe *g = arg;
+	g->pgid = pgid;
+	g->group_ok = getpgid(pgid) == pgid;
+	g->not_yet = access(g->marker, F_OK) != 0;
+	return g->refuse ? -1 : 0;
+}
+
+static void test_gate(char **env)
+{
+	struct gate_probe g = {0};
+	snprintf(g.marker, sizeof(g.marker), "%s/gate-marker", tmpdir);
+	char cmd[400];
+	snprintf(cmd, sizeof(cmd), "touch '%s'; echo ran", g.marker);
+	struct res r;
+	struct exec_spec s = mkspec(cmd, env);
+	s.before_run = probe_before_run;
+	s.before_run_arg = &g;
+	run(&s, &r);
+	ok(g.pgid > 0 && g.group_ok, "before_run: the child leads its own group already");
+	ok(g.not_yet, "before_run: nothing of the command has run yet");
+	is_str(r.out, "ran\n", "with before_run = 0 the command runs");
+	res_fini(&r);
+	unlink(g.marker);
+
+	g = (struct gate_probe){.refuse = true};
+	snprintf(g.marker, sizeof(g.marker), "%s/gate-marker", tmpdir);
+	s = mkspec(cmd, env);
+	s.before_run = probe_before_run;
+	s.before_run_arg = &g;
+	run(&s, &r);
+	is_int(r.o.status, EXEC_SPAWN_FAILED, "before_run refused: a spawn failure");
+	is_str(r.o.spawn_what, "register", "... at the step 'register'");
+	ok(access(g.marker, F_OK) != 0, "... and the command never ran");
+	res_fini(&r);
+}
+
 int main(void)
 {
 	log_init(LOG_INFO);
@@ -640,6 +889,7 @@ int main(void)
 	chmod(tmpdir, 0755);
 
 	test_env_build();
+	test_env_limits();
 	char **env = default_env();
 	test_basic(env);
 	test_stdin(env);
@@ -653,6 +903,7 @@ int main(void)
 	test_kill(env);
 	test_grandchildren(env);
 	test_free_running(env);
+	test_gate(env);
 	util_strv_free(env);
 	rmdir(tmpdir);
 	return tap_done();

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <regex.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,10 +126,64 @@ static void test_quote(void)
 	is_str(log_quote(b, sizeof(b), "plain"), "plain", "quote: bare word");
 	is_str(log_quote(b, sizeof(b), "a b"), "\"a b\"", "quote: space");
 	is_str(log_quote(b, sizeof(b), ""), "\"\"", "quote: empty");
+	is_str(log_quote(b, sizeof(b), NULL), "\"\"", "quote: NULL is empty");
 	is_str(log_quote(b, sizeof(b), "x=\"1\"\n"), "\"x=\\\"1\\\"\\n\"", "quote: = \" newline");
+	is_str(log_quote(b, sizeof(b), "a\\b"), "\"a\\\\b\"", "quote: backslash");
+	is_str(log_quote(b, sizeof(b), "\r\t\x01\x1b[2J\x7f"), "\"\\r\\t\\x01\\x1b[2J\\x7f\"",
+	       "quote: control bytes and DEL as escapes");
+	is_str(log_quote(b, sizeof(b), "caf\xc3\xa9"), "caf\xc3\xa9", "quote: UTF-8 kept");
 	char s[4];
 	log_quote(s, sizeof(s), "a long value");
 	ok(strlen(s) < sizeof(s), "quote: truncated to fit");
+
+	/* Cut values: never half an escape, always closed, marked "...". */
+	char t[12];
+	is_str(log_quote(t, sizeof(t), "0123456789abc"), "\"012345...\"",
+	       "quote: a long bare value is cut and quoted");
+	is_str(log_quote(t, sizeof(t), "ab\n\n\n\n"), "\"ab\\n\\n...\"",
+	       "quote: cut between escapes");
+	is_str(log_quote(t, sizeof(t), "abcd\x01zzzzzz"), "\"abcd...\"",
+	       "quote: a \\xNN escape is not split");
+	is_str(log_quote(t, sizeof(t), "\"\"\"\""), "\"\\\"\\\"\\\"\\\"\"",
+	       "quote: exactly full, not cut");
+	for (size_t n = 1; n <= 12; n++) {
+		char u[12];
+		memset(u, 'Z', sizeof(u));
+		log_quote(u, n, "x\"y\\z\nw\x02v long long long");
+		size_t len = strnlen(u, n);
+		bool good = len < n;
+		if (good && len >= 2)
+			good = u[0] == '"' && u[len - 1] == '"' &&
+			       (len < 3 || u[len - 2] != '\\' || u[len - 3] == '\\');
+		ok(good, "quote: into %zu bytes: NUL-terminated, closed (%.*s)", n, (int)len, u);
+	}
+}
+
+/* The forged-line attack: a value with a newline, a journal priority and a
+ * fake entry stays inside one quoted value of one line. */
+static void test_injection(const struct stat *st)
+{
+	const char *evil = "inj\n<0>level=error msg=\"FORGED\" \\\" x=\x01\r";
+	char v[64];
+	snprintf(v, sizeof(v), "%llu:%llu", (unsigned long long)st->st_dev,
+		 (unsigned long long)st->st_ino);
+	set_stream(v);
+	log_init(LOG_INFO);
+	capture_reset();
+	log_info("msg=\"job started\" group=%s pgid=1", log_value(evil));
+	const char *got = captured();
+	is_str(got,
+	       "<6>level=info msg=\"job started\" "
+	       "group=\"inj\\n<0>level=error msg=\\\"FORGED\\\" \\\\\\\" x=\\x01\\r\" pgid=1\n",
+	       "a hostile value is one escaped value on one line");
+
+	/* A caller that forgot to quote still cannot start a line. */
+	capture_reset();
+	log_info("msg=x group=%s", evil);
+	got = captured();
+	ok(strchr(got, '\n') == got + strlen(got) - 1 && !strstr(got, "\n<0>"),
+	   "an unquoted newline does not start a line (%s)", got);
+	set_stream(NULL);
 }
 
 int main(void)
@@ -163,6 +218,7 @@ int main(void)
 	test_errno();
 	test_long_line();
 	test_quote();
+	test_injection(&st);
 
 	dup2(saved, STDERR_FILENO);
 	close(saved);

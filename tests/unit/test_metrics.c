@@ -2,6 +2,7 @@
  * edges, cumulative rendering, +Inf == _count), label escaping, outcome
  * mapping, NULL no-ops, and the atomic file write (mode 0644 whatever the
  * umask, no temporary left behind, errors reported with errno). */
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -148,6 +149,19 @@ static void test_null(void)
 	ok(a > 0 && b >= a, "metrics_now is monotonic");
 }
 
+/* Entries of dir other than . and .. */
+static int dir_entries(const char *dir)
+{
+	DIR *d = opendir(dir);
+	int n = 0;
+	struct dirent *e;
+	while (d && (e = readdir(d)))
+		n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+	if (d)
+		closedir(d);
+	return n;
+}
+
 static void test_file(void)
 {
 	char dir[] = "/tmp/pgjobd-test-metrics.XXXXXX";
@@ -169,6 +183,7 @@ static void test_file(void)
 	ok(stat(path, &st) == 0 && (st.st_mode & 07777) == 0644,
 	   "the file is 0644 under umask 077");
 	ok(access(tmp, F_OK) != 0, "no temporary file left");
+	is_int(dir_entries(dir), 1, "only the file itself in the directory");
 	FILE *f = fopen(path, "r");
 	char line[256];
 	int found = 0;
@@ -190,6 +205,33 @@ static void test_file(void)
 	rc = metrics_write_file(m, bad);
 	ok(rc == -1 && errno == ENOENT, "missing directory: -1, errno ENOENT (%s)",
 	   strerror(errno));
+
+	/* A FIFO where the old code put its temporary file: opening it would
+	 * block until a reader came. It is never opened, and left alone. */
+	ok(mkfifo(tmp, 0666) == 0, "a FIFO at %s", tmp);
+	alarm(10); /* a blocked open would end the test here, not hang it */
+	rc = metrics_write_file(m, path);
+	alarm(0);
+	is_int(rc, 0, "write_file with a FIFO at PATH.tmp returns 0 (no block)");
+	ok(lstat(tmp, &st) == 0 && S_ISFIFO(st.st_mode), "the FIFO is left alone");
+	is_int(dir_entries(dir), 2, "no other file left");
+	unlink(tmp);
+
+	/* Something other than a regular file at the path itself: refused. */
+	unlink(path);
+	ok(mkfifo(path, 0666) == 0, "a FIFO at the path");
+	errno = 0;
+	rc = metrics_write_file(m, path);
+	ok(rc == -1 && errno == EINVAL, "a FIFO at the path: -1, errno EINVAL (%s)",
+	   strerror(errno));
+	ok(lstat(path, &st) == 0 && S_ISFIFO(st.st_mode), "... and it is left alone");
+	is_int(dir_entries(dir), 1, "... no temporary file left");
+	unlink(path);
+	ok(symlink("/etc/passwd", path) == 0, "a symlink at the path");
+	errno = 0;
+	rc = metrics_write_file(m, path);
+	ok(rc == -1 && errno == EINVAL, "a symlink at the path: -1, errno EINVAL");
+	ok(lstat(path, &st) == 0 && S_ISLNK(st.st_mode), "... and it is left alone");
 	unlink(path);
 	rmdir(dir);
 	metrics_free(m);

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# A network partition (guarantees 1, 5 and 7): daemon a reaches PostgreSQL through a TCP
+# relay that the test stops (connections stay open, nothing flows), daemon b directly.
+#  A. Partition, and the server ends a's sessions meanwhile: a (which runs on) kills its
+#     command at its fence deadline, b starts the job only after that, a's outcome is
+#     never recorded, and the job succeeds once.
+#  B. Partition alone (a's sessions and locks stay): a's command still dies at the
+#     deadline; the job is not lost and runs again after the partition heals.
+. "$(dirname "$0")/lib.sh"
+require_pgjobd
+[ -x "${CHAOS_PROXY:-}" ] || bail_out "CHAOS_PROXY (build/tests/chaos-proxy) not found; run make"
+
+# TCP on the loopback address as well, for the relay.
+PG_PORT=$("$CHAOS_PROXY" --free-port) || bail_out "no free port"
+pg_opts() {
+	echo "-c listen_addresses=127.0.0.1 -c unix_socket_directories=$T/sock -c fsync=off" \
+		"-c max_connections=200 -c port=$PG_PORT"
+}
+pg_start
+
+"$CHAOS_PROXY" "$T/relay.port" "$PG_PORT" 2>>"$T/relay.log" </dev/null &
+RELAY=$!
+DAEMON_PIDS+=("$RELAY")
+wait_until 10 "[ -s '$T/relay.port' ]" || bail_out "the relay did not start"
+RELAY_PORT=$(cat "$T/relay.port")
+
+make_mark_script "$T/mark.sh" "$T/marks.log"
+write_p_conf() {
+	write_conf "$1" <<EOF
+$(conf_header fence_timeout=2s "database=$2")
+
+[queue.p]
+command = exec '$T/mark.sh'
+concurrency = 1
+max_attempts = 5
+backoff = 100ms
+backoff_max = 100ms
+kill_grace = 1s
+EOF
+}
+write_p_conf "$T/a.ini" "host=127.0.0.1 port=$RELAY_PORT dbname=pgjobd_test user=postgres"
+write_p_conf "$T/b.ini" "$DB_CONNINFO"
+pgjobd_migrate "$T/b.ini" >"$T/migrate.log" 2>&1 || bail_out "pgjobd migrate failed"
+
+cmd_pid() { awk -v id="$1" -v a="$2" '$1 == "start" && $3 == id && $4 == a { p = $5 } END { print p }' "$T/marks.log"; }
+started() { grep -q "^start [^ ]* $1 $2 " "$T/marks.log" 2>/dev/null; }
+registered() { [ "$(psql_q "SELECT count(*) FROM pgjobd.workers WHERE alive_until > now()")" -ge "$1" ]; }
+
+start_daemon a "$T/a.ini"
+A=$DAEMON_PID
+wait_until 10 "registered 1" || bail_out "daemon a did not register"
+
+# ---- A: partition, and the server ends a's sessions
+id=$(psql_q "INSERT INTO pgjobd.jobs (queue, group_id, data) VALUES ('p', 'g1', '{\"sleep\": 10}') RETURNING id")
+wait_until 10 "started $id 1" || bail_out "job $id did not start on a"
+p1=$(cmd_pid "$id" 1)
+t_b=$(psql_q "SELECT now()")
+start_daemon b "$T/b.ini"
+B=$DAEMON_PID
+wait_until 10 "registered 2" || fail "daemon b registered"
+kill -STOP "$RELAY"
+cut_at=$(now_ms)
+psql_q "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+        WHERE application_name LIKE 'pgjobd%' AND backend_start < '$t_b'" >/dev/null
+wait_until 10 "! pid_alive $p1" || fail "A: a's command died during the partition"
+killed=$(($(now_ms) - cut_at))
+note "A: a's command was killed ${killed} ms after the partition began"
+cmp_ok "$killed" -le 4000 "A: within the fence deadline (2 s) plus slack"
+wait_until 20 "started $id 2" || fail "A: b ran the job"
+problems=$(check_markers --lenient "$T/marks.log")
+is "$problems" "" "A: never two commands of the group at once"
+ok "$(pid_alive "$A" && echo 0 || echo 1)" "A: daemon a is alive (it was never stopped)"
+kill -CONT "$RELAY"
+wait_until 20 "[ \"\$(job_field $id status)\" = succeeded ]" || fail "A: the job succeeded"
+is "$(job_field "$id" "status || ' ' || attempts")" "succeeded 2" "A: succeeded once, at attempt 2"
+if grep -q "msg=\"job finished\" status=succeeded .*job=$id " "$T/a.log"; then
+	fail "A: daemon a did not report a success it could not record"
+else
+	pass "A: daemon a did not report a success it could not record"
+fi
+wait_until 20 "registered 2" || fail "A: daemon a registered again after the partition"
+
+# ---- B: partition alone; a's sessions (and locks) stay
+stop_daemon "$B" >/dev/null
+id=$(psql_q "INSERT INTO pgjobd.jobs (queue, group_id, data) VALUES ('p', 'g2', '{\"sleep\": 30}') RETURNING id")
+wait_until 20 "started $id 1" || bail_out "job $id did not start on a"
+p1=$(cmd_pid "$id" 1)
+kill -STOP "$RELAY"
+cut_at=$(now_ms)
+wait_until 10 "! pid_alive $p1" || fail "B: a's command died during the partition"
+killed=$(($(now_ms) - cut_at))
+note "B: a's command was killed ${killed} ms after the partition began"
+cmp_ok "$killed" -le 4000 "B: within the fence deadline (2 s) plus slack"
+kill -CONT "$RELAY"
+wait_until 30 "started $id 2" || fail "B: the job ran again after the partition healed"
+psql_q "SELECT pgjobd.cancel($id)" >/dev/null
+wait_until 20 "[ \"\$(job_field $id status)\" = cancelled ]" || fail "B: cancelled"
+problems=$(check_markers --lenient "$T/marks.log")
+is "$problems" "" "B: never two commands of a group at once"
+
+stop_daemon "$A"
+is "$?" 0 "daemon a exits 0"
+done_testing
