@@ -132,7 +132,7 @@ is "$(psql_q "SELECT (SELECT count(*) FROM pgjobd.paused_queues) || ' ' ||
 # Nothing in a row can name a command: the table's columns are exactly these.
 is "$(psql_q "SELECT string_agg(column_name, ' ' ORDER BY ordinal_position) FROM information_schema.columns
                WHERE table_schema = 'pgjobd' AND table_name = 'jobs'")" \
-	"id queue group_id data priority run_at expires_at max_attempts timeout dedupe_key status attempts result error worker created_at started_at finished_at updated_at created_by worker_id fence" \
+	"id queue group_id data priority run_at expires_at max_attempts timeout dedupe_key status attempts result error worker created_at started_at finished_at updated_at created_by worker_id fence held_until" \
 	"pgjobd.jobs has exactly the documented columns (none names a command or environment)"
 # The columns a producer may write are exactly the documented input columns.
 is "$(psql_q "SELECT string_agg(column_name, ' ' ORDER BY column_name) FROM information_schema.column_privileges
@@ -307,7 +307,7 @@ refused wrk "UPDATE pgjobd.schema_version SET version = 1" "worker: UPDATE schem
 is "$(psql_q "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'pgjobd'")" \
 	"$ntables" "after the refusals: schema pgjobd has the same relations"
 is "$(psql_q "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'pgjobd.jobs'::regclass AND NOT tgisinternal AND tgenabled = 'O'")" \
-	3 "the three pgjobd.jobs triggers are still enabled"
+	5 "the five pgjobd.jobs triggers are still enabled"
 
 # ---------------------------------------------------------------- idempotence
 
