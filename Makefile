@@ -12,6 +12,10 @@ MANDIR ?= $(mandir)
 # systemd reads units from /usr/local/lib/systemd/system as well as from
 # /usr/lib/systemd/system; for another PREFIX, set UNITDIR=/etc/systemd/system.
 UNITDIR ?= $(PREFIX)/lib/systemd/system
+# The two users and their directories, for systemd-sysusers and systemd-tmpfiles
+# (both read /usr/local/lib/ as well as /usr/lib/).
+SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
+TMPFILESDIR ?= $(PREFIX)/lib/tmpfiles.d
 DESTDIR ?=
 
 CC ?= cc
@@ -40,7 +44,8 @@ UNITS := pgjobd.service pgjobd@.service
 MANPAGES := man/pgjobd.8 man/pgjobd.ini.5
 TEST_HELPERS := $(B)/tests/notify-sink $(B)/tests/chaos-proxy
 
-.PHONY: all check check-unit check-integration check-asan asan install uninstall clean format format-check bench
+.PHONY: all check check-unit check-integration check-asan asan install uninstall clean format format-check bench \
+	chaos
 
 all: $(B)/pgjobd
 
@@ -64,13 +69,15 @@ TEST_DEPS_parse := parse
 TEST_DEPS_config := config parse
 TEST_DEPS_capture := capture
 TEST_DEPS_result := result
-TEST_DEPS_exec := exec capture parse
-TEST_DEPS_guard := guard
+TEST_DEPS_exec := exec capture parse priv
+TEST_DEPS_guard := guard procfs
+TEST_DEPS_procfs := procfs
 TEST_DEPS_log :=
 TEST_DEPS_metrics := metrics
 TEST_DEPS_claim := claim
 TEST_DEPS_notify := notify
 TEST_DEPS_sha256 := sha256
+TEST_DEPS_priv := priv
 .SECONDEXPANSION:
 # addprefix/addsuffix, not patsubst: make replaces a pattern rule's % with the
 # stem before the second expansion, which broke $$(patsubst %,...).
@@ -107,10 +114,19 @@ $(B)/bench/pickup: tests/bench/pickup.c | $(B)/bench
 $(B)/bench/stamp: tests/bench/pickup.c | $(B)/bench
 	$(CC) $(ALL_CFLAGS) -DPICKUP_STAMP_ONLY $(LDFLAGS) -o $@ $<
 
-# The chaos run's TCP relay (tests/chaos/proxy.c), plain libc like the integration
-# tests' helpers.
+# The chaos run (tests/chaos/run.sh): three daemons under random faults for CHAOS_SECONDS,
+# then the guarantees checked; exits non-zero on any violation. Not part of `make check`.
+# check.awk's self-test (tests/chaos/selftest.sh) runs first: the checks must be able to fail.
+CHAOS_SECONDS ?= 60
+
+# Its TCP relay, plain libc like the integration tests' helpers.
 $(B)/tests/chaos-proxy: tests/chaos/proxy.c | $(B)
 	$(CC) $(CFLAGS) -std=c11 -D_GNU_SOURCE $(WARN) $(WERROR) $(LDFLAGS) -o $@ $<
+
+chaos: $(B)/pgjobd $(B)/tests/chaos-proxy
+	bash tests/chaos/selftest.sh
+	PGJOBD=$(abspath $(B)/pgjobd) CHAOS_PROXY=$(abspath $(B)/tests/chaos-proxy) \
+		CHAOS_SECONDS=$(CHAOS_SECONDS) bash tests/chaos/run.sh
 
 asan:
 	$(MAKE) B=build-asan CFLAGS='-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all' LDFLAGS='-fsanitize=address,undefined'
@@ -132,6 +148,8 @@ install: $(B)/pgjobd
 		chmod 0644 $(DESTDIR)$(UNITDIR)/$$u.tmp && \
 		mv $(DESTDIR)$(UNITDIR)/$$u.tmp $(DESTDIR)$(UNITDIR)/$$u || exit 1; \
 	done
+	install -D -m 0644 systemd/pgjobd.sysusers $(DESTDIR)$(SYSUSERSDIR)/pgjobd.conf
+	install -D -m 0644 systemd/pgjobd.tmpfiles $(DESTDIR)$(TMPFILESDIR)/pgjobd.conf
 	install -D -m 0644 man/pgjobd.8 $(DESTDIR)$(MANDIR)/man8/pgjobd.8
 	install -D -m 0644 man/pgjobd.ini.5 $(DESTDIR)$(MANDIR)/man5/pgjobd.ini.5
 	@if [ -e $(DESTDIR)$(SYSCONFDIR)/pgjobd/pgjobd.ini ]; then \
@@ -149,6 +167,7 @@ install: $(B)/pgjobd
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/pgjobd
 	for u in $(UNITS); do rm -f $(DESTDIR)$(UNITDIR)/$$u; done
+	rm -f $(DESTDIR)$(SYSUSERSDIR)/pgjobd.conf $(DESTDIR)$(TMPFILESDIR)/pgjobd.conf
 	rm -f $(DESTDIR)$(MANDIR)/man8/pgjobd.8 $(DESTDIR)$(MANDIR)/man5/pgjobd.ini.5
 
 clean:

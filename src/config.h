@@ -32,10 +32,11 @@ struct queue_conf {
 	int64_t max_output;	  /* bytes, default 1MiB, 1KiB..1GiB */
 	int64_t max_data;	  /* bytes of a job's data as stored, default 1MiB */
 	int64_t lease_ms;	  /* lease mode's claim length, default 30s */
-	char *working_dir;	  /* NULL = the daemon's working directory */
+	char *working_dir;	  /* NULL = the daemon's; with user: its home or "/" */
 	char **env;		  /* NULL-terminated "NAME=VALUE" array, never NULL */
 	size_t nenv;
-	char *user;    /* NULL = run as the daemon's user */
+	char *user;    /* NULL = run as the daemon's user; else switched to, which
+			* the daemon checks it can do (priv_has_switch_caps) */
 	bool has_user; /* user was set and resolved: */
 	uid_t uid;
 	gid_t gid;

@@ -42,6 +42,7 @@
 #include <ev.h>
 
 #include "claimer.h"
+#include "contain.h"
 #include "db.h"
 #include "fence.h"
 #include "guard.h"
@@ -51,6 +52,7 @@
 #include "metrics.h"
 #include "migrate.h"
 #include "notify.h"
+#include "priv.h"
 #include "report.h"
 #include "sha256.h"
 #include "util.h"
@@ -86,7 +88,8 @@ struct daemon {
 	char *worker_prefix;
 	char *home;
 	struct guard *guard;
-	struct fence *fence; /* registration and heartbeat: bounds every claim */
+	struct contain *contain; /* what commands leave behind dies with them */
+	struct fence *fence;	 /* registration and heartbeat: bounds every claim */
 	struct db_conn *listener;
 	char *wake_secret;   /* pgjobd.wake_secret, read by the listener; NULL: unknown */
 	struct maint *maint; /* expiry, retention, cancel requests; from start_serving */
@@ -715,6 +718,36 @@ static void apply_config(struct daemon *d, struct config *nc)
 	kick_all(d);
 }
 
+/* Who runs the commands of c's queues (pgjobd(8), SECURITY MODEL). A queue
+ * with another user needs this process to be able to switch to it and to
+ * signal its commands: when it cannot, logs why and returns -1 (a start
+ * fails with exit status 2, a reload is refused), rather than failing every
+ * job at setuid. A queue whose commands run as the daemon's own user is
+ * allowed but warned about: its commands can read the daemon's credentials
+ * (~/.pgpass, the configuration file) and rewrite them. */
+static int check_users(const struct config *c)
+{
+	int rc = 0;
+	for (size_t i = 0; i < c->nqueues; i++) {
+		const struct queue_conf *q = c->queues[i];
+		char missing[64];
+		if (!q->has_user || (q->uid == geteuid() && q->gid == getegid())) {
+			log_warn("msg=\"commands run as the daemon's own user and can read its "
+				 "database credentials\" queue=%s uid=%d hint=\"set user, see "
+				 "pgjobd(8), SECURITY MODEL\"",
+				 q->name, (int)geteuid());
+		} else if (!priv_has_switch_caps(missing, sizeof(missing))) {
+			log_error(
+			    "msg=\"cannot run commands as another user: the daemon needs root "
+			    "or CAP_SETUID, CAP_SETGID and CAP_KILL\" queue=%s user=%s "
+			    "missing=\"%s\" path=%s",
+			    q->name, log_value(q->user), missing, log_value(c->path));
+			rc = -1;
+		}
+	}
+	return rc;
+}
+
 static void on_sighup(struct ev_loop *loop, ev_signal *w, int revents)
 {
 	(void)loop;
@@ -729,6 +762,10 @@ static void on_sighup(struct ev_loop *loop, ev_signal *w, int revents)
 	notify_send(msg);
 	log_info("msg=\"reloading configuration\" path=%s", log_value(d->config_path));
 	struct config *nc = config_load(d->config_path, true, stderr);
+	if (nc && check_users(nc) < 0) {
+		config_free(nc);
+		nc = NULL;
+	}
 	if (!nc) {
 		log_error("msg=\"configuration not reloaded: the file has errors; keeping the "
 			  "current one\" path=%s",
@@ -777,6 +814,16 @@ static char *default_home(void)
 
 int daemon_run(const char *config_path, struct config *cfg)
 {
+	/* First, before the supervisor is forked (it inherits both) and before
+	 * any connection or command exists. */
+	if (priv_harden() < 0) {
+		config_free(cfg);
+		return 1;
+	}
+	if (check_users(cfg) < 0) {
+		config_free(cfg);
+		return 2;
+	}
 	struct daemon *d = xcalloc(1, sizeof(*d));
 	d->config_path = config_path;
 	d->cfg = cfg;
@@ -796,6 +843,9 @@ int daemon_run(const char *config_path, struct config *cfg)
 		return 1;
 	}
 	d->loop = EV_DEFAULT;
+	/* Before any command: a cgroup per command, or the daemon as a
+	 * subreaper; also clears job cgroups an earlier run left. */
+	d->contain = contain_new(d->loop, d->guard);
 	notify_init(d->loop); /* the loop retries what a full notify socket refused */
 	d->conninfo = xstrdup(cfg->database);
 	char *wn = config_worker_name(cfg);
@@ -812,6 +862,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 	    .home = d->home,
 	    .lang = getenv("LANG"),
 	    .guard = d->guard,
+	    .contain = d->contain,
 	    .fence = d->fence,
 	    .on_event = on_job_event,
 	    .arg = d,
@@ -878,6 +929,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 	ev_signal_stop(d->loop, &d->sigterm);
 	ev_signal_stop(d->loop, &d->sigint);
 	ev_signal_stop(d->loop, &d->sighup);
+	contain_free(d->contain); /* every command has ended; before the guard goes */
 	guard_stop(d->guard);
 	config_free(d->cfg);
 	free(d->conninfo);

@@ -49,6 +49,7 @@
 
 #include "log.h"
 #include "parse.h"
+#include "priv.h"
 #include "util.h"
 
 /* How long to wait for the pipes to reach EOF once the shell is reaped. */
@@ -368,13 +369,17 @@ enum fork_stage {
 	STAGE_SETGROUPS,
 	STAGE_SETGID,
 	STAGE_SETUID,
+	STAGE_CAPS,
 	STAGE_CHDIR,
 	STAGE_CLOSE,
 	STAGE_EXECVE,
 	STAGE_N
 };
 static const char *const stage_names[STAGE_N] = {
-    "setpgid", "gate", "dup2", "setgroups", "setgid", "setuid", "chdir", "close_range", "execve",
+    [STAGE_SETPGID] = "setpgid",     [STAGE_GATE] = "gate",	[STAGE_DUP2] = "dup2",
+    [STAGE_SETGROUPS] = "setgroups", [STAGE_SETGID] = "setgid", [STAGE_SETUID] = "setuid",
+    [STAGE_CAPS] = "capabilities",   [STAGE_CHDIR] = "chdir",	[STAGE_CLOSE] = "close_range",
+    [STAGE_EXECVE] = "execve",
 };
 struct fork_report {
 	int stage;
@@ -430,6 +435,13 @@ static void __attribute__((noreturn)) fork_child(const struct exec_spec *spec, c
 	}
 	if (spec->set_user && setuid(spec->uid) < 0) {
 		r.stage = STAGE_SETUID;
+		goto fail;
+	}
+	/* A daemon that is not root (the shipped unit: user pgjobd with
+	 * CAP_SETUID, CAP_SETGID and CAP_KILL) still holds them after setuid;
+	 * the command must not, or it could become the daemon's user again. */
+	if (spec->set_user && priv_drop_all() < 0) {
+		r.stage = STAGE_CAPS;
 		goto fail;
 	}
 	if (spec->working_dir && chdir(spec->working_dir) < 0) {

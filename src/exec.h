@@ -44,7 +44,11 @@ struct exec_spec {
 	char *const *envp;	 /* full environment, NULL-terminated */
 	const char *stdin_data;	 /* written then closed (EOF); EPIPE is not an error */
 	size_t stdin_len;
-	bool set_user; /* switch to uid/gid (daemon is root) */
+	/* Switch to uid/gid (groups: just gid) and drop every capability in
+	 * the child before chdir and exec; the daemon must be root or hold
+	 * CAP_SETUID and CAP_SETGID (priv_has_switch_caps), else the outcome is
+	 * a spawn failure naming the step (setgroups, setgid, setuid). */
+	bool set_user;
 	uid_t uid;
 	gid_t gid;
 	size_t max_output; /* head of stdout, tail of stderr */

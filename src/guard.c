@@ -4,7 +4,9 @@
  * Owns: the daemon's end of a SOCK_SEQPACKET socketpair (close-on-exec, so
  * no job inherits it) and, in the forked guard process, a table of
  * duplicated database sockets (key = the daemon's fd number), a set of
- * process-group ids of running commands, and the fencing deadline.
+ * process-group ids of running commands, a set of job cgroups (names under
+ * the daemon's cgroup directory, of which it holds an fd), and the fencing
+ * deadline.
  *
  * The guard is started in a session of its own (setsid), so nothing aimed at
  * the daemon's process group (`kill -9 -PGID`, a supervisor's "kill as
@@ -12,28 +14,44 @@
  * SIGHUP. Only a signal sent to its own pid ends it early.
  *
  * Protocol: one fixed-size struct guard_msg per packet, processed in order.
- * ADD_FD carries the socket in SCM_RIGHTS. Sends are blocking on purpose: a
- * registration that was silently dropped would break the guarantee, and the
- * guard answers each packet at once. Because packets are processed in order
- * and EOF comes after every packet sent before it, a registration whose send
- * returned is acted on even if the daemon is killed right after.
+ * ADD_FD and CG_DIR carry an fd in SCM_RIGHTS. Sends are blocking on purpose:
+ * a registration that was silently dropped would break the guarantee, and
+ * the guard answers each packet at once. Because packets are processed in
+ * order and EOF comes after every packet sent before it, a registration
+ * whose send returned is acted on even if the daemon is killed right after.
+ *
+ * What the guard kills (kill_everything): every registered cgroup, through
+ * cgroup.kill, which takes every process in it however it was started; and
+ * every process of a registered process group together with all of its
+ * descendants, found by walking the parent links in /proc. The walk is what
+ * reaches a command's processes that left its group (setsid) without a
+ * cgroup, as long as their parent chain still leads back to the command. To
+ * kill a tree that may be forking, the guard first stops it: it sends
+ * SIGSTOP to every process found and scans again until a scan finds nothing
+ * new and shows every process found stopped (a stopped process cannot fork,
+ * and one that shows as stopped has finished any fork it was in, so its
+ * child is in /proc already), then sends SIGKILL to all of them. At the fence deadline the daemon
+ * is alive, so its children (other than the guard) count too: without a cgroup the daemon adopts
+ * the orphans of its commands (contain.c).
  *
  * Fencing: DEADLINE carries a CLOCK_BOOTTIME time in ms. The daemon sends it
  * each time a heartbeat of its claims succeeded: the heartbeat's send time
- * plus the fence deadline. Once that time has passed, the guard SIGKILLs
- * every registered process group, again every GUARD_POLL_MS while any stays
- * registered, and whether or not the daemon runs (a daemon stopped with
- * SIGSTOP or cut off from the database sends nothing more). Before the first
- * DEADLINE there is none (unit tests, `pgjobd check`).
+ * plus the fence deadline. Once that time has passed, the guard kills
+ * everything (above), again every GUARD_POLL_MS while any group or cgroup
+ * stays registered, and whether or not the daemon runs (a daemon stopped
+ * with SIGSTOP or cut off from the database sends nothing more). Before the
+ * first DEADLINE there is none (unit tests, `pgjobd check`).
  *
  * The guard never execs and never forks. It exits when its channel reaches
  * EOF: the daemon died (any way, SIGKILL included: the kernel closes its end)
  * or called guard_stop. Then, in this order:
- *   1. SIGKILL every registered process group;
+ *   1. kill everything (above);
  *   2. wait until /proc shows no live (non-zombie) process in those groups
- *      (polling every 10 ms, giving up after 10 s with an error line: a
- *      process in uninterruptible sleep has SIGKILL pending and runs no more
- *      of its own code, but a system call it is blocked in may complete);
+ *      or below them, and every registered cgroup is empty (polling every
+ *      10 ms, giving up after 10 s with an error line: a process in
+ *      uninterruptible sleep has SIGKILL pending and runs no more of its own
+ *      code, but a system call it is blocked in may complete), and remove
+ *      the emptied cgroups;
  *   3. close its copies of the database sockets, so PostgreSQL ends the
  *      sessions, and so releases the jobs' locks, only after step 2;
  *   4. if step 2 confirmed every command dead and the daemon told it its
@@ -64,6 +82,7 @@
 #include <libpq-fe.h>
 
 #include "log.h"
+#include "procfs.h"
 #include "util.h"
 
 enum guard_op {
@@ -72,14 +91,18 @@ enum guard_op {
 	GUARD_ADD_PG,
 	GUARD_DEL_PG,
 	GUARD_DEADLINE,
-	GUARD_WORKER
+	GUARD_WORKER,
+	GUARD_CG_DIR,
+	GUARD_ADD_CG,
+	GUARD_DEL_CG
 };
 
 struct guard_msg {
 	int op;
 	int key;
 	pid_t pgid;
-	int64_t value; /* DEADLINE: CLOCK_BOOTTIME ms; WORKER: the instance id */
+	int64_t value;		   /* DEADLINE: CLOCK_BOOTTIME ms; WORKER: the instance id */
+	char name[GUARD_NAME_MAX]; /* ADD_CG, DEL_CG: the cgroup's name */
 };
 
 struct guard {
@@ -96,6 +119,13 @@ struct guard {
 #define GUARD_GIVE_UP_MS 10000
 /* Bounds on what the guard keeps (the daemon has a few dozen of each). */
 #define GUARD_MAX_ENTRIES 65536
+/* Scans while stopping a process tree; each one that finds a new process,
+ * or one not stopped yet, is followed by another (see the top of the file).
+ * Two or three suffice unless something forks as fast as the guard can
+ * scan, or a process is stuck in uninterruptible sleep. */
+#define GUARD_STOP_ROUNDS 20
+/* Between two scans that found nothing new but a process not stopped yet. */
+#define GUARD_STOP_NAP_NS (1000 * 1000)
 
 /* ---- the guard process ---------------------------------------------- */
 
@@ -103,11 +133,26 @@ struct fd_entry {
 	int key, fd;
 };
 
+/* One live process of the last /proc scan. */
+struct proc_ent {
+	pid_t pid, ppid, pgrp;
+	char state;  /* as in /proc/PID/stat: R, S, D, T... */
+	bool marked; /* to be killed: in a registered group, or below one */
+};
+
 struct guard_state {
 	struct fd_entry *fds;
 	size_t nfds, capfds;
 	pid_t *pgs;
 	size_t npgs, cappgs;
+	int cg_dir; /* the daemon's cgroup directory; -1: none */
+	char (*cgs)[GUARD_NAME_MAX];
+	size_t ncgs, capcgs;
+	pid_t daemon_pid;	/* the guard's parent when it started */
+	struct proc_ent *procs; /* the last scan, sorted by pid */
+	size_t nprocs, capprocs;
+	pid_t *stopped; /* kill_everything: every pid it stopped, sorted */
+	size_t nstopped, capstopped;
 	int64_t deadline;     /* CLOCK_BOOTTIME ms; INT64_MAX: none yet */
 	bool fence_logged;    /* the kill for the current deadline was logged */
 	long long worker_id;  /* 0: not told */
@@ -175,120 +220,315 @@ static void state_del_pg(struct guard_state *s, pid_t pg)
 	}
 }
 
-/* Reads /proc/PID/stat: state (field 3) and pgrp (field 5). comm (field 2)
- * may contain spaces and ')' so parsing starts after the LAST ')'.
- * Returns 0, or -1 when the process is gone or unreadable. */
-static int read_proc_stat(const char *pid, char *state, pid_t *pgrp)
+static void state_add_cg(struct guard_state *s, const char *name)
 {
-	char path[300], buf[1024]; /* d_name is at most 255 bytes */
-	snprintf(path, sizeof(path), "/proc/%s/stat", pid);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -1;
-	ssize_t n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return -1;
-	buf[n] = '\0';
-	char *rp = strrchr(buf, ')');
-	int ppid, pg;
-	if (!rp || sscanf(rp + 1, " %c %d %d", state, &ppid, &pg) != 3)
-		return -1;
-	*pgrp = (pid_t)pg;
-	return 0;
+	for (size_t i = 0; i < s->ncgs; i++)
+		if (strcmp(s->cgs[i], name) == 0)
+			return;
+	if (s->ncgs >= GUARD_MAX_ENTRIES) {
+		log_error("msg=\"guard cgroup table full\" cgroup=%s", name);
+		return;
+	}
+	if (s->ncgs == s->capcgs) {
+		s->capcgs = s->capcgs ? s->capcgs * 2 : 16;
+		s->cgs = xrealloc(s->cgs, s->capcgs * sizeof(*s->cgs));
+	}
+	snprintf(s->cgs[s->ncgs++], GUARD_NAME_MAX, "%s", name);
 }
 
-/* Marks live[i] for each registered group that still has a live process.
- * Zombies (Z) and dead tasks (X) count as gone: they hold no resources a
- * job could use and may never be reaped if their parent is gone too.
- * Returns the number of groups with a live member, or -1 if /proc cannot
- * be read. */
-static int count_live_groups(const struct guard_state *s, bool *live)
+static void state_del_cg(struct guard_state *s, const char *name)
+{
+	for (size_t i = 0; i < s->ncgs; i++) {
+		if (strcmp(s->cgs[i], name) == 0) {
+			memcpy(s->cgs[i], s->cgs[--s->ncgs], GUARD_NAME_MAX);
+			return;
+		}
+	}
+}
+
+static bool is_registered_pg(const struct guard_state *s, pid_t pg)
+{
+	for (size_t i = 0; i < s->npgs; i++)
+		if (s->pgs[i] == pg)
+			return true;
+	return false;
+}
+
+static int cmp_proc(const void *a, const void *b)
+{
+	pid_t x = ((const struct proc_ent *)a)->pid, y = ((const struct proc_ent *)b)->pid;
+	return (x > y) - (x < y);
+}
+
+/* One pass over /proc: every live process into s->procs, sorted by pid.
+ * Zombies (Z) and dead tasks (X) are left out: they hold no resources a job
+ * could use and may never be reaped if their parent is gone too. Returns
+ * 0, or -1 if /proc cannot be read. */
+static int scan(struct guard_state *s)
 {
 	DIR *d = opendir("/proc");
 	if (!d)
 		return -1;
-	memset(live, 0, s->npgs * sizeof(*live));
+	s->nprocs = 0;
 	struct dirent *de;
 	while ((de = readdir(d)) != NULL) {
 		if (!isdigit((unsigned char)de->d_name[0]))
 			continue;
-		char st;
-		pid_t pg;
-		if (read_proc_stat(de->d_name, &st, &pg) < 0 || st == 'Z' || st == 'X')
+		struct proc_ent e = {.pid = (pid_t)atoi(de->d_name)};
+		if (procfs_read_stat(e.pid, &e.state, &e.ppid, &e.pgrp) < 0 || e.state == 'Z' ||
+		    e.state == 'X')
 			continue;
-		for (size_t i = 0; i < s->npgs; i++)
-			if (s->pgs[i] == pg)
-				live[i] = true;
+		if (s->nprocs == s->capprocs) {
+			s->capprocs = s->capprocs ? s->capprocs * 2 : 256;
+			s->procs = xrealloc(s->procs, s->capprocs * sizeof(*s->procs));
+		}
+		s->procs[s->nprocs++] = e;
 	}
 	closedir(d);
-	int n = 0;
-	for (size_t i = 0; i < s->npgs; i++)
-		n += live[i];
+	if (s->nprocs > 0)
+		qsort(s->procs, s->nprocs, sizeof(*s->procs), cmp_proc);
+	return 0;
+}
+
+/* Marks, in the last scan, what is to be killed: every process of a
+ * registered group; with daemon_children, while the daemon lives (the
+ * guard's parent is still the daemon, so its pid cannot have been reused),
+ * every child of the daemon but the guard; and every descendant of those.
+ * Never the guard nor pid 1. Returns the number marked. */
+static size_t mark(struct guard_state *s, bool daemon_children)
+{
+	pid_t self = getpid();
+	bool kids = daemon_children && s->daemon_pid > 1 && getppid() == s->daemon_pid;
+	size_t n = 0;
+	for (size_t i = 0; i < s->nprocs; i++) {
+		struct proc_ent *e = &s->procs[i];
+		e->marked = e->pid != self && e->pid > 1 &&
+			    (is_registered_pg(s, e->pgrp) || (kids && e->ppid == s->daemon_pid));
+		n += e->marked;
+	}
+	/* Descendants, to a fixed point: a pass marks at least one more
+	 * generation (usually all of them, children having larger pids). */
+	bool more = n > 0;
+	while (more) {
+		more = false;
+		for (size_t i = 0; i < s->nprocs; i++) {
+			struct proc_ent *e = &s->procs[i];
+			if (e->marked || e->pid == self || e->pid <= 1)
+				continue;
+			struct proc_ent key = {.pid = e->ppid};
+			const struct proc_ent *p =
+			    bsearch(&key, s->procs, s->nprocs, sizeof(*s->procs), cmp_proc);
+			if (p && p->marked) {
+				e->marked = true;
+				n++;
+				more = true;
+			}
+		}
+	}
 	return n;
 }
 
-/* Steps 1 and 2 of the exit sequence (see the top of the file). Returns
- * true when every registered group is confirmed empty. */
-static bool kill_groups(struct guard_state *s)
+static void signal_marked(const struct guard_state *s, int sig)
 {
-	bool all_dead = false;
-	if (s->npgs == 0)
-		return true;
-	int64_t start = util_now_ms();
-	log_warn("msg=\"guard: channel closed, killing registered commands\" groups=%zu", s->npgs);
-	for (size_t i = 0; i < s->npgs; i++)
-		if (kill(-s->pgs[i], SIGKILL) < 0 && errno != ESRCH)
-			log_error("msg=\"guard cannot kill process group\" pgid=%d err=\"%s\"",
-				  (int)s->pgs[i], strerror(errno));
-	bool *live = xcalloc(s->npgs, sizeof(*live));
-	for (;;) {
-		int n = count_live_groups(s, live);
-		if (n == 0) {
-			all_dead = true;
+	for (size_t i = 0; i < s->nprocs; i++)
+		if (s->procs[i].marked && kill(s->procs[i].pid, sig) < 0 && errno != ESRCH)
+			log_error("msg=\"guard cannot signal process\" pid=%d signal=%d err=\"%s\"",
+				  (int)s->procs[i].pid, sig, strerror(errno));
+}
+
+static void kill_cgroups(const struct guard_state *s)
+{
+	for (size_t i = 0; i < s->ncgs && s->cg_dir >= 0; i++)
+		if (procfs_cgroup_kill(s->cg_dir, s->cgs[i]) < 0)
+			log_error("msg=\"guard cannot kill cgroup\" cgroup=%s err=\"%s\"",
+				  s->cgs[i], strerror(errno));
+}
+
+/* Registered cgroups that still hold a process; one that cannot be read
+ * counts as populated (it cannot be confirmed empty). */
+static int count_populated(const struct guard_state *s)
+{
+	int n = 0;
+	for (size_t i = 0; i < s->ncgs && s->cg_dir >= 0; i++)
+		n += procfs_cgroup_populated(s->cg_dir, s->cgs[i]) != 0;
+	return n;
+}
+
+static int cmp_pid(const void *a, const void *b)
+{
+	pid_t x = *(const pid_t *)a, y = *(const pid_t *)b;
+	return (x > y) - (x < y);
+}
+
+/* Stop, then kill, everything the guard is responsible for (see the top of
+ * the file). Every process stopped in any round is killed, not only those
+ * of the last scan: one whose parent died meanwhile drops out of later
+ * scans (it is no longer below a command), yet it is a command's and it is
+ * stopped. That happens: when the daemon dies, the kernel sends SIGHUP and
+ * SIGCONT to each process group it orphans that has a stopped member, so a
+ * command's shell may die between two scans. Returns 0, or -1 if /proc
+ * cannot be read (the cgroups and groups got SIGKILL all the same). */
+static int kill_everything(struct guard_state *s, bool daemon_children)
+{
+	int rc = 0;
+	kill_cgroups(s);
+	s->nstopped = 0;
+	for (int round = 0; round < GUARD_STOP_ROUNDS; round++) {
+		if (scan(s) < 0) {
+			rc = -1;
+			s->nprocs = 0;
 			break;
 		}
-		if (n < 0) {
+		size_t n = mark(s, daemon_children), before = s->nstopped;
+		bool all_stopped = true;
+		if (s->capstopped < before + n) {
+			s->capstopped = before + n;
+			s->stopped = xrealloc(s->stopped, s->capstopped * sizeof(*s->stopped));
+		}
+		for (size_t i = 0; i < s->nprocs; i++) {
+			const struct proc_ent *e = &s->procs[i];
+			if (!e->marked)
+				continue;
+			all_stopped &= e->state == 'T' || e->state == 't';
+			if (!bsearch(&e->pid, s->stopped, before, sizeof(*s->stopped), cmp_pid))
+				s->stopped[s->nstopped++] = e->pid;
+		}
+		if (s->nstopped > before)
+			qsort(s->stopped, s->nstopped, sizeof(*s->stopped), cmp_pid);
+		/* All of them, not only the new ones: the kernel may have
+		 * continued some (above). */
+		signal_marked(s, SIGSTOP);
+		if (s->nstopped == before && all_stopped)
+			break; /* nothing new, nothing running: the tree is complete */
+		if (s->nstopped == before) {
+			/* Give the signal time to take effect (a process in a
+			 * system call stops when it returns). */
+			struct timespec ts = {0, GUARD_STOP_NAP_NS};
+			nanosleep(&ts, NULL);
+		}
+	}
+	for (size_t i = 0; i < s->nstopped; i++)
+		if (kill(s->stopped[i], SIGKILL) < 0 && errno != ESRCH)
+			log_error("msg=\"guard cannot kill process\" pid=%d err=\"%s\"",
+				  (int)s->stopped[i], strerror(errno));
+	/* Each group too (a member that was forking is caught), but only a
+	 * group that still had a live member: an emptied group's id may have
+	 * been reused. */
+	for (size_t g = 0; g < s->npgs; g++) {
+		bool live = rc < 0; /* no scan: kill every group, as before scanning */
+		for (size_t i = 0; i < s->nprocs && !live; i++)
+			live = s->procs[i].pgrp == s->pgs[g];
+		if (live && kill(-s->pgs[g], SIGKILL) < 0 && errno != ESRCH)
+			log_error("msg=\"guard cannot kill process group\" pgid=%d err=\"%s\"",
+				  (int)s->pgs[g], strerror(errno));
+	}
+	return rc;
+}
+
+/* Steps 1 and 2 of the exit sequence (see the top of the file). Returns
+ * true when every registered group and cgroup is confirmed empty. */
+/* Registered groups of which /proc shows no process at all, not even a
+ * zombie: commands that run as another user are hidden when /proc is
+ * mounted with hidepid (the shipped unit's ProtectProc=invisible). The
+ * kernel is asked directly: kill(-pgid, 0) fails with ESRCH only when the
+ * group has no process left, zombies included (so such a group counts as
+ * live until its zombies are reaped: slower, never early); EPERM proves a
+ * process exists as well. Such a group is sent SIGKILL. Returns how many
+ * there are. */
+static int kill_hidden_groups(const struct guard_state *s)
+{
+	if (s->npgs == 0)
+		return 0;
+	bool *shown = xcalloc(s->npgs, sizeof(*shown));
+	DIR *d = opendir("/proc");
+	if (d) {
+		struct dirent *de;
+		while ((de = readdir(d)) != NULL) {
+			if (!isdigit((unsigned char)de->d_name[0]))
+				continue;
+			char st;
+			pid_t ppid, pg;
+			if (procfs_read_stat((pid_t)atoi(de->d_name), &st, &ppid, &pg) < 0)
+				continue;
+			for (size_t i = 0; i < s->npgs; i++)
+				if (s->pgs[i] == pg)
+					shown[i] = true;
+		}
+		closedir(d);
+	}
+	int n = 0;
+	for (size_t i = 0; i < s->npgs; i++) {
+		if (shown[i] || (kill(-s->pgs[i], 0) < 0 && errno == ESRCH))
+			continue;
+		n++;
+		kill(-s->pgs[i], SIGKILL);
+	}
+	free(shown);
+	return n;
+}
+
+static bool kill_and_wait(struct guard_state *s)
+{
+	bool all_dead = false;
+	if (s->npgs == 0 && s->ncgs == 0)
+		return true;
+	int64_t start = util_now_ms();
+	log_warn("msg=\"guard: channel closed, killing registered commands\" groups=%zu "
+		 "cgroups=%zu",
+		 s->npgs, s->ncgs);
+	kill_everything(s, false);
+	for (;;) {
+		if (scan(s) < 0) {
 			log_error("msg=\"guard cannot read /proc, not waiting for commands\" "
 				  "err=\"%s\"",
 				  strerror(errno));
 			break;
 		}
-		if (util_now_ms() - start > GUARD_GIVE_UP_MS) {
-			log_error("msg=\"guard gave up waiting for commands to die\" groups=%d "
-				  "ms=%lld",
-				  n, (long long)(util_now_ms() - start));
+		size_t n = mark(s, false);
+		int cg = count_populated(s);
+		if (n == 0 && cg == 0)
+			n = (size_t)kill_hidden_groups(s);
+		if (n == 0 && cg == 0) {
+			all_dead = true;
 			break;
 		}
-		/* Again, only to groups that still have a live member: a
-		 * process that was mid-fork is caught too, and an emptied
-		 * group's id (which may be reused) is left alone. */
-		for (size_t i = 0; i < s->npgs; i++)
-			if (live[i])
-				kill(-s->pgs[i], SIGKILL);
+		if (util_now_ms() - start > GUARD_GIVE_UP_MS) {
+			log_error("msg=\"guard gave up waiting for commands to die\" processes=%zu "
+				  "cgroups=%d ms=%lld",
+				  n, cg, (long long)(util_now_ms() - start));
+			break;
+		}
+		/* Again, to what is still alive: a process that was mid-fork
+		 * is caught too (and, without cgroup.kill, a cgroup's
+		 * processes are killed one listing at a time). */
+		signal_marked(s, SIGKILL);
+		kill_cgroups(s);
 		struct timespec ts = {0, GUARD_POLL_NS};
 		nanosleep(&ts, NULL);
 	}
-	free(live);
-	log_info("msg=\"guard: commands killed\" groups=%zu ms=%lld", s->npgs,
+	/* Empty now: remove them (the daemon would have, had it lived). */
+	for (size_t i = 0; all_dead && i < s->ncgs && s->cg_dir >= 0; i++)
+		if (procfs_cgroup_remove(s->cg_dir, s->cgs[i]) < 0)
+			log_warn("msg=\"guard cannot remove cgroup\" cgroup=%s err=\"%s\"",
+				 s->cgs[i], strerror(errno));
+	log_info("msg=\"guard: commands killed\" groups=%zu cgroups=%zu ms=%lld", s->npgs, s->ncgs,
 		 (long long)(util_now_ms() - start));
 	return all_dead;
 }
 
-/* The fence deadline passed: SIGKILL every registered group. The groups stay
- * registered until the daemon, which reaps them, unregisters them. */
+/* The fence deadline passed: kill everything, the daemon's children
+ * included. The groups and cgroups stay registered until the daemon, which
+ * reaps the commands, unregisters them. */
 static void fence_kill(struct guard_state *s, int64_t now)
 {
 	if (!s->fence_logged) {
 		log_error("msg=\"guard: fence deadline passed; killing every command\" groups=%zu "
-			  "late_ms=%lld",
-			  s->npgs, (long long)(now - s->deadline));
+			  "cgroups=%zu late_ms=%lld",
+			  s->npgs, s->ncgs, (long long)(now - s->deadline));
 		s->fence_logged = true;
 	}
-	for (size_t i = 0; i < s->npgs; i++)
-		if (kill(-s->pgs[i], SIGKILL) < 0 && errno != ESRCH)
-			log_error("msg=\"guard cannot kill process group\" pgid=%d err=\"%s\"",
-				  (int)s->pgs[i], strerror(errno));
+	if (kill_everything(s, true) < 0)
+		log_error("msg=\"guard cannot read /proc; killed the registered groups only\"");
 }
 
 /* Step 4 of the exit sequence: a connection of its own (blocking: nothing
@@ -351,7 +591,8 @@ static int recv_msg(int ch, struct guard_msg *m, int *fd)
 		    c->cmsg_len == CMSG_LEN(sizeof(int)))
 			memcpy(fd, CMSG_DATA(c), sizeof(int));
 	}
-	if ((size_t)n != sizeof(*m) || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
+	if ((size_t)n != sizeof(*m) || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ||
+	    memchr(m->name, '\0', sizeof(m->name)) == NULL) {
 		log_error("msg=\"guard got a malformed message\" bytes=%zd", n);
 		if (*fd >= 0)
 			close(*fd);
@@ -388,6 +629,21 @@ static void handle(struct guard_state *s, const struct guard_msg *m, int fd)
 	case GUARD_WORKER:
 		s->worker_id = (long long)m->value;
 		break;
+	case GUARD_CG_DIR:
+		if (fd < 0) {
+			log_error("msg=\"guard: CG_DIR without a directory\"");
+			break;
+		}
+		if (s->cg_dir >= 0)
+			close(s->cg_dir);
+		s->cg_dir = fd;
+		return; /* the fd is the state's now */
+	case GUARD_ADD_CG:
+		state_add_cg(s, m->name);
+		break;
+	case GUARD_DEL_CG:
+		state_del_cg(s, m->name);
+		break;
 	case 0:
 		break; /* malformed, already logged */
 	default:
@@ -398,10 +654,13 @@ static void handle(struct guard_state *s, const struct guard_msg *m, int fd)
 		close(fd);
 }
 
-static void __attribute__((noreturn)) guard_main(int ch, const char *conninfo, const char *exit_sql)
+static void __attribute__((noreturn))
+guard_main(int ch, pid_t daemon_pid, const char *conninfo, const char *exit_sql)
 {
 	struct guard_state s = {0};
 	s.deadline = INT64_MAX;
+	s.cg_dir = -1;
+	s.daemon_pid = daemon_pid;
 	s.conninfo = conninfo;
 	s.exit_sql = exit_sql;
 	struct guard_msg m;
@@ -409,7 +668,7 @@ static void __attribute__((noreturn)) guard_main(int ch, const char *conninfo, c
 
 	for (;;) {
 		int timeout = -1;
-		if (s.npgs > 0 && s.deadline != INT64_MAX) {
+		if ((s.npgs > 0 || s.ncgs > 0) && s.deadline != INT64_MAX) {
 			int64_t now = util_boot_ms();
 			if (now >= s.deadline) {
 				fence_kill(&s, now);
@@ -436,7 +695,7 @@ static void __attribute__((noreturn)) guard_main(int ch, const char *conninfo, c
 	}
 	if (r < 0)
 		log_error("msg=\"guard channel failed\" err=\"%s\"", strerror(errno));
-	bool all_dead = kill_groups(&s);
+	bool all_dead = kill_and_wait(&s);
 	/* Only now may PostgreSQL see the daemon's sessions end. */
 	for (size_t i = 0; i < s.nfds; i++)
 		close(s.fds[i].fd);
@@ -451,6 +710,7 @@ static void __attribute__((noreturn)) guard_main(int ch, const char *conninfo, c
  * signals meant for the daemon, which the guard must survive. */
 static void guard_child_setup(int ch, const char *conninfo, const char *exit_sql)
 {
+	pid_t daemon_pid = getppid(); /* before anything can make it change */
 	struct sigaction sa;
 	memset(&sa, 0, sizeof(sa));
 	sigemptyset(&sa.sa_mask);
@@ -486,7 +746,7 @@ static void guard_child_setup(int ch, const char *conninfo, const char *exit_sql
 		for (long i = 4; i < (max > 0 ? max : 1024); i++)
 			close((int)i);
 	}
-	guard_main(ch, conninfo, exit_sql);
+	guard_main(ch, daemon_pid, conninfo, exit_sql);
 }
 
 struct guard *guard_start(const char *conninfo, const char *exit_sql)
@@ -521,9 +781,14 @@ struct guard *guard_start(const char *conninfo, const char *exit_sql)
 	return g;
 }
 
-static int guard_send(struct guard *g, int op, int key, pid_t pgid, int64_t value, int fd)
+static int guard_send(struct guard *g, int op, int key, pid_t pgid, int64_t value, int fd,
+		      const char *name)
 {
-	struct guard_msg m = {op, key, pgid, value};
+	struct guard_msg m = {op, key, pgid, value, {0}};
+	if (name && (size_t)snprintf(m.name, sizeof(m.name), "%s", name) >= sizeof(m.name)) {
+		log_error("msg=\"cgroup name too long for the guard\" cgroup=%s", name);
+		return -1;
+	}
 	union {
 		char buf[CMSG_SPACE(sizeof(int))];
 		struct cmsghdr align;
@@ -556,32 +821,47 @@ static int guard_send(struct guard *g, int op, int key, pid_t pgid, int64_t valu
 
 int guard_add_fd(struct guard *g, int fd)
 {
-	return guard_send(g, GUARD_ADD_FD, fd, 0, 0, fd);
+	return guard_send(g, GUARD_ADD_FD, fd, 0, 0, fd, NULL);
 }
 
 int guard_del_fd(struct guard *g, int fd)
 {
-	return guard_send(g, GUARD_DEL_FD, fd, 0, 0, -1);
+	return guard_send(g, GUARD_DEL_FD, fd, 0, 0, -1, NULL);
 }
 
 int guard_add_pgroup(struct guard *g, pid_t pgid)
 {
-	return guard_send(g, GUARD_ADD_PG, 0, pgid, 0, -1);
+	return guard_send(g, GUARD_ADD_PG, 0, pgid, 0, -1, NULL);
 }
 
 int guard_del_pgroup(struct guard *g, pid_t pgid)
 {
-	return guard_send(g, GUARD_DEL_PG, 0, pgid, 0, -1);
+	return guard_send(g, GUARD_DEL_PG, 0, pgid, 0, -1, NULL);
 }
 
 int guard_set_deadline(struct guard *g, int64_t boot_ms)
 {
-	return guard_send(g, GUARD_DEADLINE, 0, 0, boot_ms, -1);
+	return guard_send(g, GUARD_DEADLINE, 0, 0, boot_ms, -1, NULL);
 }
 
 int guard_set_worker(struct guard *g, long long worker_id)
 {
-	return guard_send(g, GUARD_WORKER, 0, 0, (int64_t)worker_id, -1);
+	return guard_send(g, GUARD_WORKER, 0, 0, (int64_t)worker_id, -1, NULL);
+}
+
+int guard_set_cgroup_dir(struct guard *g, int fd)
+{
+	return guard_send(g, GUARD_CG_DIR, 0, 0, 0, fd, NULL);
+}
+
+int guard_add_cgroup(struct guard *g, const char *name)
+{
+	return guard_send(g, GUARD_ADD_CG, 0, 0, 0, -1, name);
+}
+
+int guard_del_cgroup(struct guard *g, const char *name)
+{
+	return guard_send(g, GUARD_DEL_CG, 0, 0, 0, -1, name);
 }
 
 void guard_stop(struct guard *g)

@@ -3,11 +3,13 @@
  * Nothing runs in a daemon killed by SIGKILL, so a small child process (the
  * guard), forked at startup before any connection exists, keeps duplicates
  * of the daemon's database sockets and knows the process groups of running
- * commands. When the daemon dies (the guard sees EOF on its channel), the
- * guard sends SIGKILL to every registered process group, waits until no
- * process of those groups is alive (zombies count as dead), and only then
- * closes its copies of the sockets, so that PostgreSQL ends the daemon's
- * sessions (releasing the jobs' row locks) only after the commands are gone.
+ * commands and, where the daemon has a cgroup of its own, their cgroups
+ * (contain.h). When the daemon dies (the guard sees EOF on its channel), the
+ * guard kills every registered cgroup, every registered process group and
+ * every descendant of those, waits until none of them is alive (zombies
+ * count as dead), and only then closes its copies of the sockets, so that
+ * PostgreSQL ends the daemon's sessions (releasing the jobs' row locks) only
+ * after the commands are gone.
  *
  * The channel is a SOCK_SEQPACKET socketpair; messages are processed in
  * order. All calls are non-blocking in practice (tiny messages); a failed
@@ -40,9 +42,24 @@ int guard_del_fd(struct guard *g, int fd);
 int guard_add_pgroup(struct guard *g, pid_t pgid);
 int guard_del_pgroup(struct guard *g, pid_t pgid);
 
+/* The directory under which registered cgroups are named: an fd open on it
+ * (O_DIRECTORY), of which the guard keeps its own duplicate (the caller
+ * keeps and closes its fd). Send it before the first guard_add_cgroup; a
+ * later call replaces it. */
+int guard_set_cgroup_dir(struct guard *g, int fd);
+/* Register/unregister a command's cgroup by its name under that directory
+ * (shorter than GUARD_NAME_MAX). The guard kills a registered cgroup with
+ * the process groups (at the fence deadline and when the daemon dies), waits
+ * until it is empty, and then removes it. Unregister only once the cgroup
+ * is gone, or at least killed. */
+#define GUARD_NAME_MAX 32
+int guard_add_cgroup(struct guard *g, const char *name);
+int guard_del_cgroup(struct guard *g, const char *name);
+
 /* The fence deadline, a CLOCK_BOOTTIME time in ms (util_boot_ms): once it
- * has passed, the guard SIGKILLs every registered process group, whatever
- * the daemon does. Each call replaces the previous deadline (it may move it
+ * has passed, the guard SIGKILLs every registered process group and cgroup
+ * (and the processes below them, and the daemon's other children),
+ * whatever the daemon does. Each call replaces the previous deadline (it may move it
  * back, too). Until the first call there is none. */
 int guard_set_deadline(struct guard *g, int64_t boot_ms);
 /* The daemon's instance id (pgjobd.workers.id), for the exit statement. */

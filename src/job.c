@@ -28,8 +28,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "claim.h"
+#include "contain.h"
 #include "db.h"
 #include "exec.h"
 #include "fence.h"
@@ -247,11 +249,23 @@ static void write_outcome(struct job *j, const struct exec_outcome *o)
 		outcome_lost(j, "cannot send");
 }
 
+/* The command is over (its shell reaped, its group sent SIGKILL): kill what
+ * it left outside its group, then forget the group. Before the outcome is
+ * written, so nothing of a job outlives its claim. */
+static void end_containment(struct job *j)
+{
+	if (j->pgid <= 0)
+		return;
+	if (j->env->contain)
+		contain_job_end(j->env->contain, j->pgid);
+	if (j->env->guard)
+		guard_del_pgroup(j->env->guard, j->pgid);
+}
+
 static void on_exec_done(struct exec_proc *p, const struct exec_outcome *o, void *arg)
 {
 	struct job *j = arg;
-	if (j->pgid > 0 && j->env->guard)
-		guard_del_pgroup(j->env->guard, j->pgid);
+	end_containment(j);
 	j->pgid = 0;
 	ev_timer_stop(j->env->loop, &j->timeout);
 	if (j->state == J_LOST) {
@@ -296,13 +310,16 @@ static void on_timeout(struct ev_loop *loop, ev_timer *w, int revents)
 
 /* exec's before_run hook: the supervisor knows the group before the
  * command may run, so even a SIGKILL of the daemon right after the spawn
- * cannot leave a command that nothing will kill. */
+ * cannot leave a command that nothing will kill. Then the command gets its
+ * cgroup (contain.h), still before it runs anything. */
 static int register_pgroup(pid_t pgid, void *arg)
 {
 	struct job *j = arg;
-	if (guard_add_pgroup(j->env->guard, pgid) < 0)
+	if (j->env->guard && guard_add_pgroup(j->env->guard, pgid) < 0)
 		return -1;
 	j->pgid = pgid;
+	if (j->env->contain)
+		contain_job_start(j->env->contain, pgid);
 	return 0;
 }
 
@@ -337,17 +354,21 @@ static void start_command(struct job *j)
 	    .nargs = j->cj.nargs,
 	};
 	char **envp = exec_env_build(&in);
+	/* A queue whose user is the daemon's own needs no switch (and a daemon
+	 * without CAP_SETGID could not even call setgroups for it). */
+	bool switch_user = q->has_user && (q->uid != geteuid() || q->gid != getegid());
 	struct exec_spec spec = {
 	    .command = q->command,
 	    .working_dir = q->working_dir,
 	    .envp = envp,
 	    .stdin_data = j->cj.data,
 	    .stdin_len = strlen(j->cj.data),
-	    .set_user = q->has_user,
+	    .set_user = switch_user,
 	    .uid = q->uid,
 	    .gid = q->gid,
 	    .max_output = (size_t)q->max_output,
-	    .before_run = j->env->guard ? register_pgroup : NULL,
+	    /* Without the hook, contain would take the shell for an orphan. */
+	    .before_run = j->env->guard || j->env->contain ? register_pgroup : NULL,
 	    .before_run_arg = j,
 	};
 	j->pgid = 0;
@@ -364,7 +385,7 @@ static void start_command(struct job *j)
 		write_outcome(j, &o);
 		return;
 	}
-	if (!j->env->guard)
+	if (!j->env->guard && !j->env->contain)
 		j->pgid = exec_pgid(j->proc);
 	int64_t tmo = effective_timeout_ms(j->cj.timeout_ms, q->timeout_ms);
 	if (tmo > 0) {
@@ -653,8 +674,7 @@ void job_free(struct job *j)
 		return;
 	if (j->proc) {
 		exec_free(j->proc);
-		if (j->pgid > 0 && j->env->guard)
-			guard_del_pgroup(j->env->guard, j->pgid);
+		end_containment(j);
 	}
 	clear_run(j);
 	db_conn_free(j->db);

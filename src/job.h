@@ -14,6 +14,7 @@
 #include "config.h"
 
 struct job;
+struct contain;
 struct fence;
 struct guard;
 struct metrics;
@@ -35,7 +36,8 @@ struct job_env {
 	const char *home;	   /* HOME for commands of queues without `user` */
 	const char *lang;	   /* the daemon's LANG, NULL if unset */
 	struct guard *guard;
-	struct fence *fence; /* the daemon's liveness; NULL: not fenced (tests) */
+	struct contain *contain; /* a cgroup per command, or orphans swept; may be NULL */
+	struct fence *fence;	 /* the daemon's liveness; NULL: not fenced (tests) */
 	job_event_fn *on_event;
 	void *arg;
 	struct metrics *metrics; /* job counters and latencies (metrics.h); may be NULL */

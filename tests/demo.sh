@@ -20,12 +20,15 @@ echo "== starting a throwaway PostgreSQL"
 pg_start
 echo "   socket directory $T/sock, database pgjobd_test"
 
-# The example configuration with only the database line replaced.
+# The example configuration with the database line replaced and without its `user`
+# lines: the demo's daemon runs as you, without the capabilities to switch users (the
+# service runs commands as pgjobd-run, see README.md, "Install as a service").
 conf=$T/pgjobd.ini
 if [ -r conf/pgjobd.ini ]; then
 	awk -v db="database = $DB_CONNINFO" '
 		/^[ \t]*\[/ { section = $0; gsub(/[ \t]/, "", section) }
 		section == "[pgjobd]" && /^[ \t]*database[ \t]*[=:]/ { next }
+		section ~ /^\[queue\./ && /^[ \t]*user[ \t]*[=:]/ { next }
 		{ print }
 		$0 ~ /^[ \t]*\[pgjobd\][ \t]*$/ { print db }
 	' conf/pgjobd.ini >"$conf"

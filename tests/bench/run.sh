@@ -44,7 +44,8 @@ FOOT_SLOTS=${BENCH_FOOT_SLOTS:-64}            # 6a: busy slots for the RSS figur
 FOOT_SLEEP=${BENCH_FOOT_SLEEP:-3}             # 6a: seconds each job sleeps (not shrunk:
                                               #    64 claims must fit in it on a busy machine)
 N_STRACE=${BENCH_STRACE_JOBS:-$((2000 / div))} # 6d: jobs of the straced run
-# BENCH_ONLY: a subset of "ceiling throughput pickup backlog enqueue footprint strace"
+N_HELD=${BENCH_HELD:-$((20000 / div))}        # 7: groups held back by a retry
+# BENCH_ONLY: a subset of "ceiling throughput pickup backlog enqueue footprint strace held"
 # (default all), for working on one measurement.
 ONLY=${BENCH_ONLY:-}
 STEP_TIMEOUT=${BENCH_STEP_TIMEOUT:-600}       # seconds any single run may take
@@ -66,6 +67,7 @@ TGT_CPU=""                   # daemon CPU seconds per 1,000 jobs (no target; sho
 TGT_STMTS=""                 # SQL statements per job (no target; shown)
 TGT_WAL=""                   # bytes per job, right after a checkpoint (no target; shown)
 TGT_TRIPS="<= 3"             # round trips to PostgreSQL per job on the hot path
+TGT_HELD_RATIO="<= 2"        # a claim with 20,000 retry-held groups / the same claim without
 
 # ---------------------------------------------------------------- harness
 
@@ -181,11 +183,13 @@ daemon_down() {
 	fi
 	DAEMON=
 }
-# unfinished QUEUE: t while QUEUE has a queued or running job. Three probes of the partial
-# indexes (jobs_ready_free, jobs_ready_grouped, jobs_running): cheap on any backlog.
+# unfinished QUEUE: t while QUEUE has a queued or running job. Four probes of the partial
+# indexes (jobs_ready_free, jobs_ready_grouped, jobs_held: grouped jobs held back by a
+# head that waits out a backoff, jobs_running): cheap on any backlog.
 unfinished() {
 	psql_q "SELECT EXISTS (SELECT 1 FROM pgjobd.jobs WHERE queue = '$1' AND status = 'queued' AND group_id IS NULL)
-		OR EXISTS (SELECT 1 FROM pgjobd.jobs WHERE queue = '$1' AND status = 'queued' AND group_id IS NOT NULL)
+		OR EXISTS (SELECT 1 FROM pgjobd.jobs WHERE queue = '$1' AND status = 'queued' AND group_id IS NOT NULL AND held_until IS NULL)
+		OR EXISTS (SELECT 1 FROM pgjobd.jobs WHERE queue = '$1' AND status = 'queued' AND held_until IS NOT NULL)
 		OR EXISTS (SELECT 1 FROM pgjobd.jobs WHERE queue = '$1' AND status = 'running')"
 }
 # poll_until SECONDS 'condition': like lib.sh's wait_until, but every 0.5 s. Each check is
@@ -398,10 +402,11 @@ percentile() {
 # ---------------------------------------------------------------- 4. backlog scaling
 
 # finished_at_least FIRST N: a lower bound of the jobs of queue backlog that finished, for
-# N jobs with ids FIRST.. (see bench_backlog).
+# N jobs with ids FIRST.. (see bench_backlog). No job of the backlog fails, so none is
+# held back by a retry (held_until IS NULL: the condition of jobs_ready_grouped).
 finished_at_least() {
 	psql_q "SELECT coalesce((SELECT id FROM pgjobd.jobs
-		WHERE queue = 'backlog' AND status = 'queued' AND group_id IS NOT NULL
+		WHERE queue = 'backlog' AND status = 'queued' AND group_id IS NOT NULL AND held_until IS NULL
 		ORDER BY priority, run_at, id LIMIT 1), $1 + $2) - $1 - $CONCURRENCY"
 }
 
@@ -608,6 +613,95 @@ bench_strace() {
 	[ "$other" -gt 0 ] && log "    ($other other write calls, e.g. log lines)"
 }
 
+# ---------------------------------------------------------------- 7. groups held back by a retry
+
+# claim_rounds QUEUE COUNT WORKER: COUNT claims for one slot in one warm psql session, as
+# the daemon's claimer makes them (p_scan 1000, src/claim.c), each followed by the
+# claimed job's finish and the release of its bridge lock. Appends one line per claim to
+# $W/held.QUEUE.$REP: "ms M buffers B wal W" (execution time and shared buffers from
+# EXPLAIN ANALYZE; WAL written by the claim's own transaction, the finish left out).
+claim_rounds() {
+	local i q=$1 out=$W/held.$1.$REP sql=""
+	for i in $(seq "$2"); do
+		sql+="SELECT pg_current_wal_insert_lsn() AS lsn \\gset
+EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF) SELECT * FROM pgjobd.claim_batch('$q', $3, '{bench}', 5, 0, 1048576, 1000, false, '{}', '{}', '{}');
+SELECT 'wal ' || pg_wal_lsn_diff(pg_current_wal_insert_lsn(), :'lsn');
+UPDATE pgjobd.jobs SET status = 'succeeded', finished_at = now() WHERE worker = 'bench' AND status = 'running';
+SELECT pg_advisory_unlock_all();
+"
+	done
+	psql -X -qAt -v ON_ERROR_STOP=1 <<<"$sql" >"$T/held-raw" 2>&1 ||
+		harness_fail "claims on queue $q failed: $(tail -n 3 "$T/held-raw")"
+	awk '/Buffers: shared/ && b == "" { n = 0; for (f = 1; f <= NF; f++) { split($f, kv, "=");
+			if (kv[1] == "hit" || kv[1] == "read") n += kv[2] } b = n }
+		/Execution Time/ { ms = $3 }
+		/^wal / { print "ms " ms " buffers " b " wal " $2; b = "" }' "$T/held-raw" >>"$out"
+}
+# held_median FIELD QUEUE FROM: median of FIELD over the last 9 of the 12 claims from line
+# FROM of $W/held.QUEUE.$REP (the first 3 of each 12 settle the session's cached plans).
+held_median() {
+	tail -n +"$3" "$W/held.$2.$REP" | head -n 12 | tail -n 9 |
+		awk -v f="$1" '{ for (i = 1; i < NF; i++) if ($i == f) print $(i + 1) }' |
+		sort -g | awk '{ a[NR] = $1 } END { if (NR) print a[int((NR + 1) / 2)] }'
+}
+
+bench_held() {
+	local warm=$((N_HELD / 1000 + 5)) wid t0 ms
+	reset_tables
+	# Queue held: N_HELD groups whose head failed once and waits out a backoff of an hour,
+	# each with a second job that became ready an hour ago; behind them, work that became
+	# ready half an hour ago (warm + 12 jobs, alternately ungrouped and in a group of
+	# their own). Queue none: 12 jobs of the same work alone. No daemon runs.
+	sql "INSERT INTO pgjobd.jobs (queue, group_id, run_at, attempts)
+		SELECT 'held', 'h' || i, now() + interval '1 hour', 1 FROM generate_series(1, $N_HELD) i"
+	sql "INSERT INTO pgjobd.jobs (queue, group_id, run_at)
+		SELECT 'held', 'h' || i, now() - interval '1 hour' FROM generate_series(1, $N_HELD) i"
+	sql "INSERT INTO pgjobd.jobs (queue, group_id, run_at)
+		SELECT 'held', CASE WHEN i % 2 = 0 THEN 'w' || i END, now() - interval '30 minutes' + i * interval '1 second'
+		  FROM generate_series(1, $((warm + 12))) i ORDER BY i"
+	sql "INSERT INTO pgjobd.jobs (queue, group_id, run_at)
+		SELECT 'none', CASE WHEN i % 2 = 0 THEN 'w' || i END, now() - interval '30 minutes' + i * interval '1 second'
+		  FROM generate_series(1, 12) i ORDER BY i"
+	# Autovacuum would add WAL of its own to the claims': VACUUM runs where the bench says,
+	# as autovacuum would after the same changes.
+	sql "ALTER TABLE pgjobd.jobs SET (autovacuum_enabled = false)" >/dev/null
+	sql "VACUUM ANALYZE pgjobd.jobs"
+	sql "CHECKPOINT"
+	wid=$(sql "SELECT pgjobd.register_worker('bench:1', 600000)")
+	# The first claims over newly held groups take them out of their scan (1000 groups a
+	# call): measured as a whole.
+	t0=$(now_ms)
+	claim_rounds held "$warm" "$wid"
+	ms=$(($(now_ms) - t0))
+	fig held.warm.ms "$ms"
+	fig held.warm.wal "$(awk '{ s += $6 } END { printf "%.1f", s / 1024 }' "$W/held.held.$REP")"
+	sql "VACUUM pgjobd.jobs"
+	claim_rounds held 12 "$wid" # taking a job
+	claim_rounds held 12 "$wid" # nothing left
+	claim_rounds none 12 "$wid"
+	claim_rounds none 12 "$wid"
+	sql "ALTER TABLE pgjobd.jobs RESET (autovacuum_enabled)" >/dev/null
+	local hj nj hi ni hbi nbi
+	hj=$(held_median ms held $((warm + 1)))
+	nj=$(held_median ms none 1)
+	hi=$(held_median ms held $((warm + 13)))
+	ni=$(held_median ms none 13)
+	hbi=$(held_median buffers held $((warm + 13)))
+	nbi=$(held_median buffers none 13)
+	fig held.none.job "$nj"
+	fig held.held.job "$hj"
+	fig held.ratio.job "$(ratio "$hj" "$nj")"
+	fig held.none.idle "$ni"
+	fig held.held.idle "$hi"
+	fig held.ratio.idle "$(ratio "$hi" "$ni")"
+	fig held.buffers.idle "$(ratio "$hbi" "$nbi")"
+	fig held.wal.job "$(held_median wal held $((warm + 1)))"
+	fig held.wal.idle "$(held_median wal held $((warm + 13)))"
+	# Work claimed out of the held groups' way: a partial run's figures would be wrong.
+	[ "$(sql "SELECT count(*) FROM pgjobd.jobs WHERE status = 'queued' AND (group_id IS NULL OR group_id LIKE 'w%')")" = 0 ] ||
+		problem "rep $REP: held: not every ready job was claimed"
+}
+
 only() { [ -z "$ONLY" ] || [[ " $ONLY " == *" $1 "* ]]; }
 
 # ---------------------------------------------------------------- setup
@@ -735,6 +829,18 @@ def trips.db "6d round trips to PostgreSQL per job ($N_STRACE jobs)" trips 2 "$T
 def sends.db "6d sends to PostgreSQL per job" sends 2 ""
 def sends.guard "6d messages to the guard per job" msgs 2 ""
 def sends.pipe "6d writes to command stdin per job" writes 2 ""
+section "7. a claim over $N_HELD groups held back by a retry (a ready job behind each head)"
+def held.none.job "7  taking a job, no held groups" ms/call 3 ""
+def held.held.job "7  taking a job, $N_HELD held groups ahead of it" ms/call 3 ""
+def held.ratio.job "7  claim with $N_HELD held groups / with none" ratio 3 "$TGT_HELD_RATIO"
+def held.none.idle "7  finding nothing, empty queue" ms/call 3 ""
+def held.held.idle "7  finding nothing, $N_HELD held groups" ms/call 3 ""
+def held.ratio.idle "7  finding nothing: held / empty queue" ratio 3 "$TGT_HELD_RATIO"
+def held.buffers.idle "7  buffers, finding nothing: held / empty" ratio 3 "$TGT_HELD_RATIO"
+def held.wal.job "7  WAL per claim taking a job, held groups" bytes 0 ""
+def held.wal.idle "7  WAL per claim finding nothing, held groups" bytes 0 ""
+def held.warm.ms "7  first $((N_HELD / 1000 + 5)) claims, taking the groups out" ms 0 ""
+def held.warm.wal "7  WAL of those claims (after a CHECKPOINT)" KiB 0 ""
 
 # ---------------------------------------------------------------- the runs
 
@@ -749,6 +855,7 @@ for REP in $(seq 1 "$REPS"); do
 	only enqueue && log "5 enqueue" && bench_enqueue
 	only footprint && log "6a footprint" && bench_footprint
 	only strace && log "6d sends per job" && bench_strace
+	only held && log "7 claims over retry-held groups" && bench_held
 done
 
 # Ratios between figures of different runs, per repetition.
@@ -826,7 +933,7 @@ json_str() { # STRING -> a JSON string literal
 	echo "  \"postgresql\": {\"version\": $(json_str "$PG_VERSION"), \"settings\": {$(
 		for kv in $PG_SETTINGS; do printf '%s%s: %s' "$sep" "$(json_str "${kv%%=*}")" "$(json_str "${kv#*=}")"; sep=', '; done
 	)}},"
-	echo "  \"sizes\": {\"concurrency\": $CONCURRENCY, \"spawns\": $N_SPAWNS, \"jobs\": $N_JOBS, \"groups\": $N_GROUPS, \"pickup_inserts\": $N_PICKUP, \"pickup_pause_ms\": [$PICKUP_MIN_MS, $PICKUP_MAX_MS], \"backlog_small\": [$N_SMALL, $G_SMALL], \"backlog_large\": [$N_LARGE, $G_LARGE], \"backlog_large_measured\": $N_LARGE_STOP, \"enqueue_seconds\": $ENQ_SECS, \"enqueue_clients\": $ENQ_CLIENTS, \"enqueue_groups\": $ENQ_GROUPS, \"footprint_slots\": $FOOT_SLOTS, \"strace_jobs\": $N_STRACE},"
+	echo "  \"sizes\": {\"concurrency\": $CONCURRENCY, \"spawns\": $N_SPAWNS, \"jobs\": $N_JOBS, \"groups\": $N_GROUPS, \"pickup_inserts\": $N_PICKUP, \"pickup_pause_ms\": [$PICKUP_MIN_MS, $PICKUP_MAX_MS], \"backlog_small\": [$N_SMALL, $G_SMALL], \"backlog_large\": [$N_LARGE, $G_LARGE], \"backlog_large_measured\": $N_LARGE_STOP, \"enqueue_seconds\": $ENQ_SECS, \"enqueue_clients\": $ENQ_CLIENTS, \"enqueue_groups\": $ENQ_GROUPS, \"footprint_slots\": $FOOT_SLOTS, \"strace_jobs\": $N_STRACE, \"held_groups\": $N_HELD},"
 	echo "  \"figures\": {"
 	awk -F'\t' '
 		BEGIN { CONVFMT = "%.10g"; OFMT = "%.10g" }

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Installing as a service (issue 4): `make install DESTDIR=...` lays out the binary, both
-# units (with ExecStart rewritten for PREFIX/SYSCONFDIR), the man pages and the example
+# Installing as a service: `make install DESTDIR=...` lays out the binary, both units
+# (with ExecStart rewritten for PREFIX/SYSCONFDIR; the daemon as pgjobd with only the
+# capabilities to run commands as another user), the sysusers.d and tmpfiles.d files for
+# the users pgjobd and pgjobd-run and their homes, the man pages and the example
 # configuration (never overwriting one), `make uninstall` removes all but the
 # configuration; the man pages render without warnings (groff -ww, man -l) and cover
 # every configuration key, command, signal and exit status; the units pass
@@ -25,19 +27,55 @@ is "$(cat "$T/files.txt")" "640 ./etc/pgjobd/pgjobd.ini
 755 ./usr/local/bin/pgjobd
 644 ./usr/local/lib/systemd/system/pgjobd.service
 644 ./usr/local/lib/systemd/system/pgjobd@.service
+644 ./usr/local/lib/sysusers.d/pgjobd.conf
+644 ./usr/local/lib/tmpfiles.d/pgjobd.conf
 644 ./usr/local/share/man/man5/pgjobd.ini.5
 644 ./usr/local/share/man/man8/pgjobd.8" "the expected files, with their modes"
 cmp -s "$dest/usr/local/bin/pgjobd" "$PGJOBD"
 ok $? "the binary is the one built"
 cmp -s "$dest/etc/pgjobd/pgjobd.ini" "$REPO_ROOT/conf/pgjobd.ini"
 ok $? "the configuration is the example"
-timeout 20 "$dest/usr/local/bin/pgjobd" check -c "$dest/etc/pgjobd/pgjobd.ini" >/dev/null 2>"$T/check.err"
+# The example runs every queue's commands as pgjobd-run, which the install steps create;
+# where it does not exist, nobody stands in for it.
+example=$dest/etc/pgjobd/pgjobd.ini
+is "$(grep -c '^\[queue\.' "$example")" "$(grep -c '^user = pgjobd-run$' "$example")" \
+	"every queue of the example runs its commands as pgjobd-run"
+if ! getent passwd pgjobd-run >/dev/null; then
+	sed 's/^user = pgjobd-run$/user = nobody/' "$example" >"$T/example.ini"
+	example=$T/example.ini
+fi
+timeout 20 "$dest/usr/local/bin/pgjobd" check -c "$example" >/dev/null 2>"$T/check.err"
 isnt $? 2 "the installed example configuration is valid (check fails only to connect)" ||
 	diag "$(cat "$T/check.err")"
 like "$(grep '^ExecStart=' "$dest/usr/local/lib/systemd/system/pgjobd.service")" \
 	'^ExecStart=/usr/local/bin/pgjobd -c /etc/pgjobd/pgjobd.ini$' "pgjobd.service: ExecStart"
 like "$(grep '^ExecStart=' "$dest/usr/local/lib/systemd/system/pgjobd@.service")" \
 	'^ExecStart=/usr/local/bin/pgjobd -c /etc/pgjobd/%i.ini$' "pgjobd@.service: ExecStart per instance"
+# Commands run as another user: the daemon is pgjobd with exactly the capabilities that
+# takes, and its home (~/.pgpass) is closed to them.
+for u in pgjobd.service pgjobd@.service; do
+	is "$(grep -E '^(User|AmbientCapabilities|CapabilityBoundingSet|StateDirectoryMode)=' \
+		"$dest/usr/local/lib/systemd/system/$u" | tr '\n' ';')" \
+		"User=pgjobd;AmbientCapabilities=CAP_SETUID CAP_SETGID CAP_KILL;StateDirectoryMode=0700;CapabilityBoundingSet=CAP_SETUID CAP_SETGID CAP_KILL;" \
+		"$u: user pgjobd, only CAP_SETUID CAP_SETGID CAP_KILL, home 0700"
+done
+# The users and directories, created in a scratch root where the tools can run.
+root=$T/sysroot
+mkdir -p "$root/etc"
+if command -v systemd-sysusers >/dev/null 2>&1 && command -v systemd-tmpfiles >/dev/null 2>&1 &&
+	systemd-sysusers --root="$root" "$dest/usr/local/lib/sysusers.d/pgjobd.conf" >"$T/sysusers.log" 2>&1 &&
+	systemd-tmpfiles --root="$root" --create "$dest/usr/local/lib/tmpfiles.d/pgjobd.conf" >"$T/tmpfiles.log" 2>&1; then
+	is "$(cut -d: -f1,6,7 "$root/etc/passwd" | sort | tr '\n' ' ')" \
+		"pgjobd-run:/var/lib/pgjobd-run:/usr/sbin/nologin pgjobd:/var/lib/pgjobd:/usr/sbin/nologin " \
+		"sysusers.d: the users pgjobd and pgjobd-run"
+	uid() { awk -F: -v u="$1" '$1 == u { print $3 }' "$root/etc/passwd"; }
+	is "$(stat -c '%a %u' "$root/var/lib/pgjobd" "$root/var/lib/pgjobd-run" | tr '\n' ' ')" \
+		"700 $(uid pgjobd) 750 $(uid pgjobd-run) " "tmpfiles.d: the daemon's home 0700, the commands' 0750"
+else
+	note "systemd-sysusers/systemd-tmpfiles cannot run here: $(cat "$T/sysusers.log" "$T/tmpfiles.log" 2>/dev/null | head -n3)"
+	pass "# SKIP systemd-sysusers or systemd-tmpfiles cannot run here"
+	pass "# SKIP systemd-sysusers or systemd-tmpfiles cannot run here"
+fi
 
 echo "; edited by the admin" >>"$dest/etc/pgjobd/pgjobd.ini"
 mk install DESTDIR="$dest" >"$T/install2.log" 2>&1
@@ -137,8 +175,12 @@ fi
 if systemd-analyze security --offline=true "$REPO_ROOT/systemd/pgjobd.service" >"$T/security.txt" 2>&1; then
 	score=$(sed -n 's/.*Overall exposure level for [^:]*: \([0-9.]*\).*/\1/p' "$T/security.txt")
 	note "systemd-analyze security --offline=true systemd/pgjobd.service: exposure $score"
-	ok "$(awk -v s="${score:-99}" 'BEGIN { print (s <= 2.0) ? 0 : 1 }')" \
-		"hardening kept: exposure level $score <= 2.0"
+	# 2.1, not lower: the unit deliberately keeps CAP_SETUID, CAP_SETGID and CAP_KILL
+	# (commands run as another user than the daemon and its credentials) and a
+	# delegated cgroup (each command in a cgroup of its own); both cost exposure
+	# points and buy isolation that the score does not count.
+	ok "$(awk -v s="${score:-99}" 'BEGIN { print (s <= 2.1) ? 0 : 1 }')" \
+		"hardening kept: exposure level $score <= 2.1"
 else
 	pass "# SKIP systemd-analyze security --offline is not supported here"
 fi

@@ -674,6 +674,19 @@ static void test_set_user(char **env)
 	is_str(r.out, "65534\n65534\n65534\n", "set_user: uid, gid and groups switched");
 	res_fini(&r);
 
+	/* No capability reaches the command (the shipped daemon is not root
+	 * and keeps its capabilities across setuid: exec drops them). */
+	s = mkspec("grep -E '^Cap(Inh|Prm|Eff|Amb)' /proc/self/status | tr -s '\\t\\n' '  '", env);
+	s.set_user = true;
+	s.uid = 65534;
+	s.gid = 65534;
+	run(&s, &r);
+	is_str(r.out,
+	       "CapInh: 0000000000000000 CapPrm: 0000000000000000 CapEff: 0000000000000000 "
+	       "CapAmb: 0000000000000000 ",
+	       "set_user: the command holds no capability");
+	res_fini(&r);
+
 	s = mkspec("echo never", env);
 	s.set_user = true;
 	s.uid = 65534;

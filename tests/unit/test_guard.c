@@ -6,7 +6,10 @@
  * their ids through a pipe and waits to be killed. The test process is a
  * child subreaper: when the fake daemon dies, the guard and the sleeps are
  * reparented to it, so it can reap them and see their end. "Dead" means gone
- * or a zombie, as in the guard. Waits are polls with deadlines. */
+ * or a zombie, as in the guard. Waits are polls with deadlines. Also: a
+ * command's process that left its group (setsid) is found through the parent
+ * links and killed, and a registered cgroup is killed and removed (skipped
+ * where no cgroup v2 hierarchy is writable, i.e. when not root). */
 #include "guard.h"
 
 #include <dirent.h>
@@ -21,11 +24,13 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "log.h"
+#include "procfs.h"
 #include "tap.h"
 #include "util.h"
 
@@ -163,21 +168,24 @@ struct report {
 	pid_t guard, pgid;
 };
 
-/* The fake daemon: never returns. with_work: register a socket and a group. */
-static void __attribute__((noreturn)) fake_daemon(int db_sock, int report_fd, bool with_work)
+/* Many processes: they take longer to die, which makes a guard that closed
+ * the socket too early more likely to be caught. */
+static const char many_sleeps[] =
+    "i=0; while [ $i -lt 30 ]; do sleep 300 & i=$((i+1)); done; exec sleep 300";
+
+/* The fake daemon: never returns. cmd: register a socket (if db_sock >= 0)
+ * and a group running cmd; NULL: nothing. */
+static void __attribute__((noreturn)) fake_daemon(int db_sock, int report_fd, const char *cmd)
 {
 	struct report rep = {0, 0};
 	struct guard *g = guard_start(NULL, NULL);
 	if (!g)
 		_exit(1);
 	rep.guard = guard_pid(g);
-	if (with_work) {
-		if (guard_add_fd(g, db_sock) < 0)
+	if (cmd) {
+		if (db_sock >= 0 && guard_add_fd(g, db_sock) < 0)
 			_exit(1);
-		/* Many processes: they take longer to die, which makes a guard
-		 * that closed the socket too early more likely to be caught. */
-		rep.pgid = spawn_group("i=0; while [ $i -lt 30 ]; do sleep 300 & i=$((i+1)); done; "
-				       "exec sleep 300");
+		rep.pgid = spawn_group(cmd);
 		if (rep.pgid <= 0 || guard_add_pgroup(g, rep.pgid) < 0)
 			_exit(1);
 	}
@@ -197,7 +205,7 @@ static void test_daemon_killed(void)
 	if (d == 0) {
 		close(sp[1]);
 		close(rp[0]);
-		fake_daemon(sp[0], rp[1], true);
+		fake_daemon(sp[0], rp[1], many_sleeps);
 	}
 	close(sp[0]);
 	close(rp[1]);
@@ -249,7 +257,7 @@ static void test_daemon_killed_idle(void)
 	pid_t d = fork();
 	if (d == 0) {
 		close(rp[0]);
-		fake_daemon(-1, rp[1], false);
+		fake_daemon(-1, rp[1], NULL);
 	}
 	close(rp[1]);
 	struct report rep = {0, 0};
@@ -353,6 +361,135 @@ static void test_in_process(void)
 	guard_stop(NULL);
 }
 
+/* Wait until path holds a pid; returns it, or 0 after 5 s. */
+static pid_t read_pid_file(const char *path)
+{
+	int64_t end = util_now_ms() + 5000;
+	do {
+		FILE *f = fopen(path, "r");
+		int pid = 0;
+		if (f) {
+			if (fscanf(f, "%d", &pid) != 1)
+				pid = 0;
+			fclose(f);
+		}
+		if (pid > 0)
+			return (pid_t)pid;
+		nap_ms(5);
+	} while (util_now_ms() < end);
+	return 0;
+}
+
+static bool wait_dead(pid_t pid, int64_t timeout_ms)
+{
+	int64_t end = util_now_ms() + timeout_ms;
+	while (!pid_dead(pid) && util_now_ms() < end) {
+		reap_any();
+		nap_ms(5);
+	}
+	return pid_dead(pid);
+}
+
+/* A command's process that left its group (setsid) while its parent, the
+ * command's shell, lives: found through the parent links and killed. */
+static void test_escaped_descendant(void)
+{
+	char path[] = "/tmp/test_guard.XXXXXX", cmd[200];
+	int fd = mkstemp(path);
+	if (fd >= 0)
+		close(fd);
+	snprintf(cmd, sizeof(cmd), "setsid sleep 300 & echo $! >%s; exec sleep 300", path);
+	int rp[2];
+	if (pipe2(rp, O_CLOEXEC) < 0)
+		abort();
+	pid_t d = fork();
+	if (d == 0) {
+		close(rp[0]);
+		fake_daemon(-1, rp[1], cmd);
+	}
+	close(rp[1]);
+	struct report rep = {0, 0};
+	ssize_t n = read(rp[0], &rep, sizeof(rep));
+	close(rp[0]);
+	pid_t esc = read_pid_file(path);
+	pid_t pg = 0;
+	int64_t end = util_now_ms() + 5000;
+	while (esc > 0 && util_now_ms() < end) {
+		char st;
+		if (procfs_read_stat(esc, &st, NULL, &pg) == 0 && pg == esc)
+			break; /* setsid done */
+		nap_ms(5);
+	}
+	ok(n == (ssize_t)sizeof(rep) && esc > 0 && pg == esc && !pid_dead(esc),
+	   "a command started a process in a session of its own (%d)", (int)esc);
+	kill(d, SIGKILL);
+	wait_exit(d, 5000);
+	ok(wait_dead(esc, 5000), "the guard killed it when the daemon died");
+	ok(wait_dead(rep.pgid, 5000), "... and the command");
+	wait_exit(rep.guard, 5000);
+	reap_any();
+	unlink(path);
+}
+
+/* A registered cgroup: its processes die at guard_stop and it is removed.
+ * Needs a cgroup v2 hierarchy this process may write (root). */
+static void test_cgroup(void)
+{
+	char *mi = procfs_slurp(AT_FDCWD, "/proc/self/mountinfo", 1 << 24);
+	char root[256], dir[300];
+	if (!mi || procfs_cgroup_dir(mi, "/", root, sizeof(root)) < 0) {
+		free(mi);
+		ok(1, "# SKIP no cgroup v2 hierarchy");
+		return;
+	}
+	free(mi);
+	snprintf(dir, sizeof(dir), "%s/test_guard.%d", root, (int)getpid());
+	if (mkdir(dir, 0755) < 0) {
+		ok(1, "# SKIP cannot create a cgroup under %s", root);
+		return;
+	}
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	pid_t a = spawn_group("exec sleep 300");
+	char p[400], num[32];
+	snprintf(p, sizeof(p), "%s/job-1", dir);
+	int moved = -1;
+	if (mkdir(p, 0755) == 0) {
+		snprintf(p, sizeof(p), "%s/job-1/cgroup.procs", dir);
+		int fd = open(p, O_WRONLY | O_CLOEXEC);
+		int len = snprintf(num, sizeof(num), "%d\n", (int)a);
+		moved = fd >= 0 && write(fd, num, (size_t)len) == len ? 0 : -1;
+		if (fd >= 0)
+			close(fd);
+	}
+	if (dfd < 0 || moved < 0) {
+		kill(a, SIGKILL);
+		wait_exit(a, 5000);
+		snprintf(p, sizeof(p), "%s/job-1", dir);
+		rmdir(p);
+		rmdir(dir);
+		if (dfd >= 0)
+			close(dfd);
+		ok(1, "# SKIP cannot move a process into a cgroup under %s", root);
+		return;
+	}
+	struct guard *g = guard_start(NULL, NULL);
+	ok(g && guard_set_cgroup_dir(g, dfd) == 0 && guard_add_cgroup(g, "job-1") == 0,
+	   "a process in a cgroup registered with the guard");
+	is_int(procfs_cgroup_populated(dfd, "job-1"), 1, "the cgroup is populated");
+	char toolong[GUARD_NAME_MAX + 1];
+	memset(toolong, 'x', sizeof(toolong) - 1);
+	toolong[GUARD_NAME_MAX] = '\0';
+	ok(g && guard_add_cgroup(g, toolong) < 0, "a name too long is refused");
+	guard_stop(g);
+	ok(wait_dead(a, 5000), "guard_stop killed the cgroup's process");
+	snprintf(p, sizeof(p), "%s/job-1", dir);
+	ok(access(p, F_OK) < 0, "... and removed the emptied cgroup");
+	reap_any();
+	rmdir(p);
+	close(dfd);
+	ok(rmdir(dir) == 0, "test cgroup removed");
+}
+
 int main(void)
 {
 	log_init(LOG_INFO);
@@ -362,6 +499,8 @@ int main(void)
 	test_daemon_killed();
 	test_daemon_killed_idle();
 	test_in_process();
+	test_escaped_descendant();
+	test_cgroup();
 	reap_any();
 	return tap_done();
 }
