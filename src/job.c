@@ -84,7 +84,16 @@ struct job {
 	 * as the attempt's outcome. */
 	bool release_pending;
 	ev_timer release_again; /* the row was still locked: try again */
+	/* The outcome (out, with result/error above) could not be committed:
+	 * it is written again, fenced by the token, from the next session. Until
+	 * then the job stays this slot's: our own orphan pass must not hand it
+	 * back as one whose command never started. Bounded by FINISH_TRIES. */
+	struct claim_outcome out;
+	bool finish_pending;
+	int finish_tries;
 };
+
+#define FINISH_TRIES 5
 
 #define log_job(level, j, fmt, ...)                                                                \
 	log_msg(level, fmt " job=%lld queue=%s attempt=%d", ##__VA_ARGS__, (j)->cj.id,             \
@@ -108,6 +117,8 @@ static void clear_run(struct job *j)
 	ev_timer_stop(j->env->loop, &j->timeout);
 	ev_timer_stop(j->env->loop, &j->release_again);
 	j->release_pending = false;
+	j->finish_pending = false;
+	j->finish_tries = 0;
 	claim_job_free(&j->cj);
 	free(j->result);
 	free(j->error);
@@ -143,11 +154,31 @@ static void reconnect(struct job *j)
 
 static void outcome_lost(struct job *j, const char *why)
 {
-	/* The row stays `running` with its lock gone once the session ends:
-	 * it is run again (at-least-once). */
-	log_job(LOG_ERROR, j, "msg=\"cannot record outcome\" err=%s", log_value(why));
-	clear_run(j);
+	/* The transaction that held the job is gone with its lock: write the
+	 * outcome again from the next session. After FINISH_TRIES failures the
+	 * job is dropped; the row stays `running` and is run again. */
+	if (++j->finish_tries < FINISH_TRIES) {
+		log_job(LOG_WARN, j, "msg=\"cannot record outcome; writing it again\" err=%s",
+			log_value(why));
+		j->finish_pending = true;
+	} else {
+		log_job(LOG_ERROR, j, "msg=\"cannot record outcome\" err=%s", log_value(why));
+		clear_run(j);
+	}
 	reconnect(j);
+}
+
+/* The outcome again, in an implicit transaction of its own (no BEGIN, so
+ * no COMMIT): the UPDATE checks the fencing token, so a claim taken over
+ * meanwhile is left alone. */
+static void on_finished(struct db_conn *c, PGresult *const *res, int n, void *arg);
+static void send_finish_again(struct job *j)
+{
+	struct db_stmt st[CLAIM_FINISH_MAX];
+	int n = claim_build_finish(st, &j->fparams, j->cj.id, j->cj.fence, &j->out);
+	job_step(j, J_FINISHING);
+	if (db_send(j->db, st, n - 1, on_finished, j) < 0)
+		outcome_lost(j, "cannot send");
 }
 
 static void on_finished(struct db_conn *c, PGresult *const *res, int n, void *arg)
@@ -161,12 +192,19 @@ static void on_finished(struct db_conn *c, PGresult *const *res, int n, void *ar
 		return;
 	}
 	if (strcmp(PQcmdTuples(res[0]), "1") != 0) {
-		/* The row is locked by this transaction, so this cannot happen
-		 * unless the protocol is broken: say so loudly. */
-		log_job(
-		    LOG_ERROR, j,
-		    "msg=\"outcome not recorded: the claim is no longer this slot's\" fence=%lld",
-		    j->cj.fence);
+		/* In the holding transaction this cannot happen. Written again
+		 * after a lost session: the first COMMIT may have gone through
+		 * (its answer lost), or the claim was taken over meanwhile. */
+		if (j->finish_tries > 0)
+			log_job(LOG_WARN, j,
+				"msg=\"outcome already recorded, or the claim was taken over\" "
+				"fence=%lld",
+				j->cj.fence);
+		else
+			log_job(LOG_ERROR, j,
+				"msg=\"outcome not recorded: the claim is no longer this slot's\" "
+				"fence=%lld",
+				j->cj.fence);
 	}
 	clear_run(j);
 	job_step(j, J_IDLE);
@@ -242,6 +280,7 @@ static void write_outcome(struct job *j, const struct exec_outcome *o)
 		out.status, reason ? reason : "none", exit_code, sig, ms);
 	if (strcmp(out.status, "queued") == 0 && !out.give_back)
 		emit(j, JOB_EV_RETRY, out.retry_in_ms);
+	j->out = out;
 	struct db_stmt st[CLAIM_FINISH_MAX];
 	int n = claim_build_finish(st, &j->fparams, j->cj.id, j->cj.fence, &out);
 	job_step(j, J_FINISHING);
@@ -495,7 +534,8 @@ static void on_held(struct db_conn *c, PGresult *const *res, int n, void *arg)
 
 bool job_reserve(struct job *j)
 {
-	if (j->state != J_IDLE || j->draining || j->release_pending || !db_is_ready(j->db))
+	if (j->state != J_IDLE || j->draining || j->release_pending || j->finish_pending ||
+	    !db_is_ready(j->db))
 		return false;
 	job_step(j, J_RESERVED);
 	j->claim_sent = metrics_now();
@@ -606,6 +646,10 @@ static void on_db_event(struct db_conn *c, enum db_event ev, void *arg)
 				send_release(j);
 				return;
 			}
+			if (j->finish_pending) {
+				send_finish_again(j);
+				return;
+			}
 			if (!maybe_stop(j))
 				emit(j, JOB_EV_IDLE, 0);
 		}
@@ -619,11 +663,12 @@ static void on_db_event(struct db_conn *c, enum db_event ev, void *arg)
 		exec_kill(j->proc, 0);
 		return; /* reconnect once the command is dead (on_exec_done) */
 	}
-	if (j->state == J_FINISHING)
-		log_job(
-		    LOG_WARN, j,
-		    "msg=\"connection lost while recording the outcome; the job will run again\"");
-	if (j->state == J_RUNNING || j->state == J_FINISHING)
+	if (j->state == J_FINISHING) {
+		/* The outcome is known: write it from the next session. */
+		outcome_lost(j, "connection lost while recording the outcome");
+		return;
+	}
+	if (j->state == J_RUNNING)
 		clear_run(j);
 	if (j->state == J_RELEASING || j->release_pending)
 		ev_timer_stop(j->env->loop, &j->release_again);
@@ -685,7 +730,8 @@ void job_free(struct job *j)
 bool job_is_busy(const struct job *j)
 {
 	return j->state == J_HOLDING || j->state == J_RUNNING || j->state == J_FINISHING ||
-	       j->state == J_LOST || j->state == J_RELEASING || j->release_pending;
+	       j->state == J_LOST || j->state == J_RELEASING || j->release_pending ||
+	       j->finish_pending;
 }
 
 long long job_held_id(const struct job *j)

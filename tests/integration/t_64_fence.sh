@@ -9,6 +9,8 @@
 #  D. A claim committed for a slot that lost its session before holding it: the job runs,
 #     and the attempt that never started is not counted (max_attempts = 1).
 #  E. PGJOBD_FENCE increases with every claim of a group.
+#  F. The session is lost while the outcome is being written: the outcome is written again
+#     from the next session; the command does not run again.
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
 pg_start
@@ -139,13 +141,36 @@ wait_until 20 "[ \"\$(job_field $id status)\" = succeeded ]" || fail "D: the job
 is "$(job_field "$id" "status || ' ' || attempts")" "succeeded 1" \
 	"D: the attempt that never started was not counted"
 
+# ---- F: the session is lost while the outcome is written: the outcome is written again
+# from the next session, the command does not run again, and the attempt counts once.
+psql_q "CREATE FUNCTION pgjobd.t64_slow_finish() RETURNS trigger LANGUAGE plpgsql AS \$\$
+        BEGIN
+            IF NEW.status = 'succeeded' AND OLD.status = 'running' AND NEW.data ? 't64_slow' THEN
+                PERFORM pg_sleep(3);
+            END IF;
+            RETURN NEW;
+        END \$\$;
+        CREATE TRIGGER t64_slow_finish BEFORE UPDATE ON pgjobd.jobs
+            FOR EACH ROW EXECUTE FUNCTION pgjobd.t64_slow_finish()" >/dev/null
+id=$(psql_q "INSERT INTO pgjobd.jobs (queue, group_id, data) VALUES ('f', 'gf', '{\"t64_slow\": 1}') RETURNING id")
+wait_until 15 "grep -q '^end gf $id 1 ' '$T/marks.log'" || fail "F: the command ran"
+wait_until 10 "[ \"\$(psql_q \"SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgjobd f.0' AND query LIKE 'UPDATE pgjobd.jobs SET status%' AND state = 'active'\")\" = 1 ]" ||
+	fail "F: the outcome UPDATE is under way"
+n=$(psql_q "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'pgjobd f.0'")
+is "$n" 1 "F: the slot's session was ended while it wrote the outcome"
+psql_q "DROP TRIGGER t64_slow_finish ON pgjobd.jobs" >/dev/null
+wait_until 20 "[ \"\$(job_field $id status)\" = succeeded ]" || fail "F: the job succeeded"
+sleep 1
+is "$(job_field "$id" "status || ' ' || attempts")" "succeeded 1" "F: one attempt, counted once"
+is "$(grep -c "^start gf $id " "$T/marks.log")" 1 "F: the command ran once"
+
 # ---- E: fencing tokens
 prev=0 bad=0
 while read -r _ g jid att tok; do
 	[ "$tok" -gt 0 ] 2>/dev/null || bad=1
 done <"$T/fences.log"
 ok $bad "E: every command got a positive PGJOBD_FENCE"
-for g in ga gb gc; do
+for g in ga gb gc gf; do
 	seq=$(awk -v g=$g '$2 == g { print $5 }' "$T/fences.log" | tr '\n' ' ')
 	sorted=$(awk -v g=$g '$2 == g { print $5 }' "$T/fences.log" | sort -n | uniq | tr '\n' ' ')
 	is "$seq" "$sorted" "E: group $g: tokens strictly increase ($seq)"
