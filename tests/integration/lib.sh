@@ -458,6 +458,15 @@ check_markers() {
 	' "$1"
 }
 
+# mark_started LOG ID ATTEMPT: LOG (a marker log) shows attempt ATTEMPT of job ID started.
+mark_started() { grep -q "^start [^ ]* $2 $3 " "$1" 2>/dev/null; }
+
+# mark_pid LOG ID ATTEMPT: the pid of the command that ran attempt ATTEMPT of job ID.
+mark_pid() { awk -v id="$2" -v a="$3" '$1 == "start" && $3 == id && $4 == a { p = $5 } END { print p }' "$1"; }
+
+# workers_alive N: at least N daemons are registered in pgjobd.workers and alive.
+workers_alive() { [ "$(psql_q "SELECT count(*) FROM pgjobd.workers WHERE alive_until > now()")" -ge "$1" ]; }
+
 # max_parallel LOG: the largest number of ungrouped ("-") commands running at once.
 max_parallel() {
 	awk '$2 == "-" && $1 == "start" { n++; if (n > m) m = n } $2 == "-" && $1 == "end" { n-- } END { print m + 0 }' "$1"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Groups held back by a retry (SPEC §1, guarantee 2): a group whose head waits out a
+# Groups held back by a retry (pgjobd(8), Guarantees: group order): a group whose head waits out a
 # backoff holds back its later jobs, and must cost a claim nothing. With 20,000 such
 # groups, each with a ready second job that comes first in start order, a claim costs
 # about what it costs with none (buffers), writes no WAL for them, and claims the ready

@@ -40,32 +40,28 @@ EOF
 for n in a b c d; do write_f_conf "$T/$n.ini"; done
 pgjobd_migrate "$T/a.ini" >"$T/migrate.log" 2>&1 || bail_out "pgjobd migrate failed"
 
-# pid of the command that runs attempt ATT of job ID (from the marker log)
-cmd_pid() { awk -v id="$1" -v a="$2" '$1 == "start" && $3 == id && $4 == a { p = $5 } END { print p }' "$T/marks.log"; }
-started() { grep -q "^start [^ ]* $1 $2 " "$T/marks.log" 2>/dev/null; }
 # the pgjobd sessions that started before the time $1 (an SQL timestamptz literal)
 terminate_before() {
 	psql_q "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
 	        WHERE application_name LIKE 'pgjobd%' AND backend_start < '$1'"
 }
-registered() { [ "$(psql_q "SELECT count(*) FROM pgjobd.workers WHERE alive_until > now()")" -ge "$1" ]; }
 
 # ---- A: paused daemon, sessions ended by the server
 start_daemon a "$T/a.ini"
 A=$DAEMON_PID
-wait_until 10 "registered 1" || fail "daemon a registered"
+wait_until 10 "workers_alive 1" || fail "daemon a registered"
 id=$(psql_q "INSERT INTO pgjobd.jobs (queue, group_id, data) VALUES ('f', 'ga', '{\"sleep\": 6}') RETURNING id")
-wait_until 10 "started $id 1" || bail_out "job $id did not start on a"
-p1=$(cmd_pid "$id" 1)
+wait_until 10 "mark_started $T/marks.log $id 1" || bail_out "job $id did not start on a"
+p1=$(mark_pid "$T/marks.log" "$id" 1)
 t_b=$(psql_q "SELECT now()")
 start_daemon b "$T/b.ini"
 B=$DAEMON_PID
-wait_until 10 "registered 2" || fail "daemon b registered"
+wait_until 10 "workers_alive 2" || fail "daemon b registered"
 kill -STOP "$A"
 stopped_at=$(now_ms)
 n=$(terminate_before "$t_b")
 note "terminated $n sessions of daemon a"
-wait_until 20 "started $id 2" || fail "A: the job ran again on b"
+wait_until 20 "mark_started $T/marks.log $id 2" || fail "A: the job ran again on b"
 took=$(($(now_ms) - stopped_at))
 note "A: attempt 2 started ${took} ms after SIGSTOP of a"
 ok "$(pid_alive "$p1" && echo 1 || echo 0)" "A: a's command (pid $p1) was dead when b started the job"
@@ -84,8 +80,8 @@ ok "$(pid_alive "$A" && echo 0 || echo 1)" "A: daemon a survived and goes on"
 stop_daemon "$B" >/dev/null
 wait_until 10 "! pid_alive $B"
 id=$(psql_q "INSERT INTO pgjobd.jobs (queue, group_id, data) VALUES ('f', 'gb', '{\"sleep\": 30}') RETURNING id")
-wait_until 15 "started $id 1" || bail_out "job $id did not start on a"
-p1=$(cmd_pid "$id" 1)
+wait_until 15 "mark_started $T/marks.log $id 1" || bail_out "job $id did not start on a"
+p1=$(mark_pid "$T/marks.log" "$id" 1)
 kill -STOP "$A"
 stopped_at=$(now_ms)
 wait_until 10 "! pid_alive $p1" || fail "B: the command died while daemon a was stopped"
@@ -94,7 +90,7 @@ note "B: command killed ${took} ms after SIGSTOP"
 cmp_ok "$took" -le 4000 "B: killed within the fence deadline (2 s) plus scheduling slack"
 ok "$(pid_alive "$A" && echo 0 || echo 1)" "B: daemon a is still there (stopped)"
 kill -CONT "$A"
-wait_until 20 "started $id 2" || fail "B: the job ran again"
+wait_until 20 "mark_started $T/marks.log $id 2" || fail "B: the job ran again"
 is "$(job_field "$id" "status")" "running" "B: attempt 2 runs"
 psql_q "SELECT pgjobd.cancel($id)" >/dev/null
 wait_until 15 "[ \"\$(job_field $id status)\" = cancelled ]" || fail "B: cancelled"
@@ -105,19 +101,19 @@ stop_daemon "$A" >/dev/null
 (setsid "$PGJOBD" -c "$T/c.ini" >>"$T/c.log" 2>&1 </dev/null & echo $! >"$T/c.pid")
 C=$(cat "$T/c.pid")
 DAEMON_PIDS+=("$C")
-wait_until 10 "registered 1" || fail "daemon c registered"
+wait_until 10 "workers_alive 1" || fail "daemon c registered"
 id=$(psql_q "INSERT INTO pgjobd.jobs (queue, group_id, data) VALUES ('f', 'gc', '{\"sleep\": 30}') RETURNING id")
-wait_until 15 "started $id 1" || bail_out "job $id did not start on c"
-p1=$(cmd_pid "$id" 1)
+wait_until 15 "mark_started $T/marks.log $id 1" || bail_out "job $id did not start on c"
+p1=$(mark_pid "$T/marks.log" "$id" 1)
 start_daemon d "$T/d.ini"
 D=$DAEMON_PID
-wait_until 10 "registered 2" || fail "daemon d registered"
+wait_until 10 "workers_alive 2" || fail "daemon d registered"
 pgid=$(ps -o pgid= -p "$C" | tr -d ' ')
 is "$pgid" "$C" "C: daemon c leads its own process group"
 kill -9 -- "-$pgid"
 killed_at=$(now_ms)
 wait_until 10 "! pid_alive $p1" || fail "C: the command died with its daemon's group"
-wait_until 15 "started $id 2" || fail "C: the job ran again on d"
+wait_until 15 "mark_started $T/marks.log $id 2" || fail "C: the job ran again on d"
 took=$(($(now_ms) - killed_at))
 note "C: attempt 2 started ${took} ms after kill -9 of the group"
 problems=$(check_markers --lenient "$T/marks.log")

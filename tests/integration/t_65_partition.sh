@@ -42,22 +42,19 @@ write_p_conf "$T/a.ini" "host=127.0.0.1 port=$RELAY_PORT dbname=pgjobd_test user
 write_p_conf "$T/b.ini" "$DB_CONNINFO"
 pgjobd_migrate "$T/b.ini" >"$T/migrate.log" 2>&1 || bail_out "pgjobd migrate failed"
 
-cmd_pid() { awk -v id="$1" -v a="$2" '$1 == "start" && $3 == id && $4 == a { p = $5 } END { print p }' "$T/marks.log"; }
-started() { grep -q "^start [^ ]* $1 $2 " "$T/marks.log" 2>/dev/null; }
-registered() { [ "$(psql_q "SELECT count(*) FROM pgjobd.workers WHERE alive_until > now()")" -ge "$1" ]; }
 
 start_daemon a "$T/a.ini"
 A=$DAEMON_PID
-wait_until 10 "registered 1" || bail_out "daemon a did not register"
+wait_until 10 "workers_alive 1" || bail_out "daemon a did not register"
 
 # ---- A: partition, and the server ends a's sessions
 id=$(psql_q "INSERT INTO pgjobd.jobs (queue, group_id, data) VALUES ('p', 'g1', '{\"sleep\": 10}') RETURNING id")
-wait_until 10 "started $id 1" || bail_out "job $id did not start on a"
-p1=$(cmd_pid "$id" 1)
+wait_until 10 "mark_started $T/marks.log $id 1" || bail_out "job $id did not start on a"
+p1=$(mark_pid "$T/marks.log" "$id" 1)
 t_b=$(psql_q "SELECT now()")
 start_daemon b "$T/b.ini"
 B=$DAEMON_PID
-wait_until 10 "registered 2" || fail "daemon b registered"
+wait_until 10 "workers_alive 2" || fail "daemon b registered"
 kill -STOP "$RELAY"
 cut_at=$(now_ms)
 psql_q "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
@@ -66,7 +63,7 @@ wait_until 10 "! pid_alive $p1" || fail "A: a's command died during the partitio
 killed=$(($(now_ms) - cut_at))
 note "A: a's command was killed ${killed} ms after the partition began"
 cmp_ok "$killed" -le 4000 "A: within the fence deadline (2 s) plus slack"
-wait_until 20 "started $id 2" || fail "A: b ran the job"
+wait_until 20 "mark_started $T/marks.log $id 2" || fail "A: b ran the job"
 problems=$(check_markers --lenient "$T/marks.log")
 is "$problems" "" "A: never two commands of the group at once"
 ok "$(pid_alive "$A" && echo 0 || echo 1)" "A: daemon a is alive (it was never stopped)"
@@ -78,13 +75,13 @@ if grep -q "msg=\"job finished\" status=succeeded .*job=$id " "$T/a.log"; then
 else
 	pass "A: daemon a did not report a success it could not record"
 fi
-wait_until 20 "registered 2" || fail "A: daemon a registered again after the partition"
+wait_until 20 "workers_alive 2" || fail "A: daemon a registered again after the partition"
 
 # ---- B: partition alone; a's sessions (and locks) stay
 stop_daemon "$B" >/dev/null
 id=$(psql_q "INSERT INTO pgjobd.jobs (queue, group_id, data) VALUES ('p', 'g2', '{\"sleep\": 30}') RETURNING id")
-wait_until 20 "started $id 1" || bail_out "job $id did not start on a"
-p1=$(cmd_pid "$id" 1)
+wait_until 20 "mark_started $T/marks.log $id 1" || bail_out "job $id did not start on a"
+p1=$(mark_pid "$T/marks.log" "$id" 1)
 kill -STOP "$RELAY"
 cut_at=$(now_ms)
 wait_until 10 "! pid_alive $p1" || fail "B: a's command died during the partition"
@@ -92,7 +89,7 @@ killed=$(($(now_ms) - cut_at))
 note "B: a's command was killed ${killed} ms after the partition began"
 cmp_ok "$killed" -le 4000 "B: within the fence deadline (2 s) plus slack"
 kill -CONT "$RELAY"
-wait_until 30 "started $id 2" || fail "B: the job ran again after the partition healed"
+wait_until 30 "mark_started $T/marks.log $id 2" || fail "B: the job ran again after the partition healed"
 psql_q "SELECT pgjobd.cancel($id)" >/dev/null
 wait_until 20 "[ \"\$(job_field $id status)\" = cancelled ]" || fail "B: cancelled"
 problems=$(check_markers --lenient "$T/marks.log")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Hostile rows and files (SPEC §1, §3): what a producer writes into a job (its group_id,
+# Hostile rows and files (pgjobd(8): SQL INTERFACE, HOW A COMMAND RUNS): what a producer writes into a job (its group_id,
 # its data's keys, its timeout and max_attempts) or a database error message can neither
 # forge a log line, nor stall the daemon, nor lift the queue's limits; a FIFO planted
 # where the metrics file used to be staged cannot block the daemon.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Attacks by producers and by strangers (SPEC §1 "Who may do what", "Observing";
+# Attacks by producers and by strangers (pgjobd(8): Roles, SECURITY MODEL, Observing;
 # sql/008_security.sql), each run against the real daemon and a real PostgreSQL. Two
 # producers (app1, app2), a worker role the daemons run as (wrk), and a stranger: a role
 # that may log in and has no pgjobd grant at all.

@@ -195,25 +195,39 @@ static void __attribute__((noreturn)) fake_daemon(int db_sock, int report_fd, co
 		pause();
 }
 
-static void test_daemon_killed(void)
+/* Fork a fake daemon (fake_daemon(db_sock, ..., cmd)) and read what it
+ * reports into *rep. child_close: a descriptor the child closes first (-1:
+ * none). Returns the daemon's pid; *n is what the read returned. */
+static pid_t start_fake_daemon(int db_sock, int child_close, const char *cmd, struct report *rep,
+			       ssize_t *n)
 {
-	int sp[2], rp[2];
-	socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp);
+	int rp[2];
 	if (pipe2(rp, O_CLOEXEC) < 0)
 		abort();
 	pid_t d = fork();
 	if (d == 0) {
-		close(sp[1]);
+		if (child_close >= 0)
+			close(child_close);
 		close(rp[0]);
-		fake_daemon(sp[0], rp[1], many_sleeps);
+		fake_daemon(db_sock, rp[1], cmd);
 	}
-	close(sp[0]);
 	close(rp[1]);
-	struct report rep = {0, 0};
-	ssize_t n = read(rp[0], &rep, sizeof(rep));
+	*rep = (struct report){0, 0};
+	*n = read(rp[0], rep, sizeof(*rep));
+	close(rp[0]);
+	return d;
+}
+
+static void test_daemon_killed(void)
+{
+	int sp[2];
+	socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp);
+	struct report rep;
+	ssize_t n;
+	pid_t d = start_fake_daemon(sp[0], sp[1], many_sleeps, &rep, &n);
+	close(sp[0]);
 	ok(n == (ssize_t)sizeof(rep) && rep.guard > 0 && rep.pgid > 0,
 	   "fake daemon started a guard (%d) and a job group (%d)", (int)rep.guard, (int)rep.pgid);
-	close(rp[0]);
 
 	/* The shell starts its sleeps asynchronously: wait for all 31. */
 	int64_t end = util_now_ms() + 5000;
@@ -251,19 +265,10 @@ static void test_daemon_killed(void)
 
 static void test_daemon_killed_idle(void)
 {
-	int rp[2];
-	if (pipe2(rp, O_CLOEXEC) < 0)
-		abort();
-	pid_t d = fork();
-	if (d == 0) {
-		close(rp[0]);
-		fake_daemon(-1, rp[1], NULL);
-	}
-	close(rp[1]);
-	struct report rep = {0, 0};
-	ssize_t n = read(rp[0], &rep, sizeof(rep));
+	struct report rep;
+	ssize_t n;
+	pid_t d = start_fake_daemon(-1, -1, NULL, &rep, &n);
 	ok(n == (ssize_t)sizeof(rep) && rep.guard > 0, "idle fake daemon started a guard");
-	close(rp[0]);
 	kill(d, SIGKILL);
 	wait_exit(d, 5000);
 	int64_t t0 = util_now_ms();
@@ -399,18 +404,9 @@ static void test_escaped_descendant(void)
 	if (fd >= 0)
 		close(fd);
 	snprintf(cmd, sizeof(cmd), "setsid sleep 300 & echo $! >%s; exec sleep 300", path);
-	int rp[2];
-	if (pipe2(rp, O_CLOEXEC) < 0)
-		abort();
-	pid_t d = fork();
-	if (d == 0) {
-		close(rp[0]);
-		fake_daemon(-1, rp[1], cmd);
-	}
-	close(rp[1]);
-	struct report rep = {0, 0};
-	ssize_t n = read(rp[0], &rep, sizeof(rep));
-	close(rp[0]);
+	struct report rep;
+	ssize_t n;
+	pid_t d = start_fake_daemon(-1, -1, cmd, &rep, &n);
 	pid_t esc = read_pid_file(path);
 	pid_t pg = 0;
 	int64_t end = util_now_ms() + 5000;
