@@ -54,6 +54,7 @@
 #include "notify.h"
 #include "priv.h"
 #include "report.h"
+#include "run.h"
 #include "sha256.h"
 #include "util.h"
 
@@ -103,6 +104,7 @@ struct daemon {
 	size_t ndead;
 	long long *held; /* scratch: a queue's held jobs, for its claimer */
 	size_t held_cap;
+	struct run_env renv; /* what every command needs (run.h) */
 	struct job_env env;
 	ev_signal sigterm, sigint, sighup;
 	ev_timer poll, grace, watchdog;
@@ -855,14 +857,20 @@ int daemon_run(const char *config_path, struct config *cfg)
 	d->metrics = metrics_new();
 	d->fence = fence_new(d->loop, d->conninfo, d->worker_prefix, cfg->fence_timeout_ms,
 			     d->guard, d->metrics, on_fence, d);
-	d->env = (struct job_env){
+	d->renv = (struct run_env){
 	    .loop = d->loop,
-	    .conninfo = d->conninfo,
-	    .worker_prefix = d->worker_prefix,
 	    .home = d->home,
 	    .lang = getenv("LANG"),
 	    .guard = d->guard,
 	    .contain = d->contain,
+	    .metrics = d->metrics,
+	};
+	d->env = (struct job_env){
+	    .loop = d->loop,
+	    .conninfo = d->conninfo,
+	    .worker_prefix = d->worker_prefix,
+	    .run_env = &d->renv,
+	    .guard = d->guard,
 	    .fence = d->fence,
 	    .on_event = on_job_event,
 	    .arg = d,

@@ -10,7 +10,9 @@
  *
  * The queue's claimer (claimer.c) claims jobs for RESERVED slots; the slot
  * then holds its job with row locks in its own session (claim.c) and runs
- * it. job_step() is the single place where the state changes; every
+ * its command (run.h: start, timeout, cancel, the outcome's classification,
+ * shared with lock mode `lease`). job_step() is the single place where the
+ * state changes; every
  * transition is logged at debug level. A command whose session is lost
  * (LOST) is killed at once with SIGKILL: its lock is gone, so another daemon
  * may take the job over, and guarantee 1 (never two commands of one group)
@@ -18,8 +20,9 @@
  * dead, so that when the loss was only seen by us, PostgreSQL keeps the lock
  * until then.
  *
- * A running job holds a reference on the queue_conf it started with, so a
- * reload never changes a running job's timeout or output limits. */
+ * A running job holds a reference on the queue_conf it started with (in
+ * its struct run), so a reload never changes a running job's timeout or
+ * output limits. */
 #include "job.h"
 
 #include <errno.h>
@@ -31,7 +34,6 @@
 #include <unistd.h>
 
 #include "claim.h"
-#include "contain.h"
 #include "db.h"
 #include "exec.h"
 #include "fence.h"
@@ -39,6 +41,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "result.h"
+#include "run.h"
 #include "util.h"
 
 enum job_state {
@@ -60,31 +63,23 @@ static const char *const state_names[] = {"connecting", "idle",	   "reserved",	"
 
 struct job {
 	const struct job_env *env;
-	struct queue_conf *q;	  /* configuration for the next claim (a reference) */
-	struct queue_conf *run_q; /* configuration of the running job (a reference) */
+	struct queue_conf *q; /* configuration for the next claim (a reference) */
 	int index;
 	enum job_state state;
 	bool draining;
 	struct db_conn *db;
 	char worker[256];
-	struct claim_job cj;
-	struct exec_proc *proc;
-	pid_t pgid;
-	ev_timer timeout;
-	const char *kill_reason; /* why we are terminating the command, NULL if not */
-	int64_t started_ms;
+	struct run run;	   /* the claimed job and its command */
 	double claim_sent; /* metrics_now() when the slot was reserved for a claim */
 	struct hold_params hparams;
 	struct finish_params fparams;
 	struct release_params rparams;
-	char *result; /* JSON of the outcome being written */
-	char *error;
-	/* The session holding cj was lost and its command is dead: cj is
-	 * released from the next session (pgjobd.release_claim), with `error`
-	 * as the attempt's outcome. */
+	/* The session holding the job was lost and its command is dead: the
+	 * job is released from the next session (pgjobd.release_claim), with
+	 * run.error as the attempt's outcome. */
 	bool release_pending;
 	ev_timer release_again; /* the row was still locked: try again */
-	/* The outcome (out, with result/error above) could not be committed:
+	/* The outcome (out, with run.result/run.error) could not be committed:
 	 * it is written again, fenced by the token, from the next session. Until
 	 * then the job stays this slot's: our own orphan pass must not hand it
 	 * back as one whose command never started. Bounded by FINISH_TRIES. */
@@ -96,8 +91,8 @@ struct job {
 #define FINISH_TRIES 5
 
 #define log_job(level, j, fmt, ...)                                                                \
-	log_msg(level, fmt " job=%lld queue=%s attempt=%d", ##__VA_ARGS__, (j)->cj.id,             \
-		(j)->q->name, (j)->cj.attempts)
+	log_msg(level, fmt " job=%lld queue=%s attempt=%d", ##__VA_ARGS__, (j)->run.cj.id,         \
+		(j)->q->name, (j)->run.cj.attempts)
 
 static void job_step(struct job *j, enum job_state to)
 {
@@ -114,21 +109,11 @@ static void emit(struct job *j, enum job_event ev, int64_t ms)
 
 static void clear_run(struct job *j)
 {
-	ev_timer_stop(j->env->loop, &j->timeout);
 	ev_timer_stop(j->env->loop, &j->release_again);
 	j->release_pending = false;
 	j->finish_pending = false;
 	j->finish_tries = 0;
-	claim_job_free(&j->cj);
-	free(j->result);
-	free(j->error);
-	j->result = NULL;
-	j->error = NULL;
-	j->kill_reason = NULL;
-	if (j->run_q) {
-		queue_conf_unref(j->run_q);
-		j->run_q = NULL;
-	}
+	run_clear(&j->run);
 }
 
 /* Nothing running and told to drain: report STOPPED. The session is closed
@@ -175,7 +160,7 @@ static void on_finished(struct db_conn *c, PGresult *const *res, int n, void *ar
 static void send_finish_again(struct job *j)
 {
 	struct db_stmt st[CLAIM_FINISH_MAX];
-	int n = claim_build_finish(st, &j->fparams, j->cj.id, j->cj.fence, &j->out);
+	int n = claim_build_finish(st, &j->fparams, j->run.cj.id, j->run.cj.fence, &j->out);
 	job_step(j, J_FINISHING);
 	if (db_send(j->db, st, n - 1, on_finished, j) < 0)
 		outcome_lost(j, "cannot send");
@@ -199,12 +184,12 @@ static void on_finished(struct db_conn *c, PGresult *const *res, int n, void *ar
 			log_job(LOG_WARN, j,
 				"msg=\"outcome already recorded, or the claim was taken over\" "
 				"fence=%lld",
-				j->cj.fence);
+				j->run.cj.fence);
 		else
 			log_job(LOG_ERROR, j,
 				"msg=\"outcome not recorded: the claim is no longer this slot's\" "
 				"fence=%lld",
-				j->cj.fence);
+				j->run.cj.fence);
 	}
 	clear_run(j);
 	job_step(j, J_IDLE);
@@ -212,227 +197,56 @@ static void on_finished(struct db_conn *c, PGresult *const *res, int n, void *ar
 		emit(j, JOB_EV_IDLE, 0);
 }
 
-/* Delay before retry number `attempt` + 1: backoff doubling per attempt,
- * capped at backoff_max, with "equal jitter" (half fixed, half random) so
- * that jobs failing together do not retry together. */
-static int64_t retry_delay(const struct queue_conf *q, int attempt)
-{
-	int64_t d = q->backoff_ms;
-	for (int i = 1; i < attempt && d < q->backoff_max_ms; i++)
-		d *= 2;
-	if (d > q->backoff_max_ms)
-		d = q->backoff_max_ms;
-	if (d <= 1)
-		return d;
-	return d / 2 + (int64_t)(random() % (d / 2 + 1));
-}
-
+/* Classify how the command ended (run.h; o == NULL: it never started) and
+ * write the outcome in the transaction that holds the job. */
 static void write_outcome(struct job *j, const struct exec_outcome *o)
 {
-	struct claim_outcome out = {0};
-	const struct queue_conf *q = j->run_q;
-	const char *reason = j->kill_reason;
-	int exit_code = o->status == EXEC_EXITED ? o->exit_code : -1; /* -1, 0: null in JSON */
-	int sig = o->status == EXEC_SIGNALED ? o->signal : 0;
-	char msg[256] = "";
-	if (!reason) {
-		if (o->status == EXEC_SPAWN_FAILED) {
-			reason = "spawn";
-			snprintf(msg, sizeof(msg), "%s: %s", o->spawn_what,
-				 strerror(o->spawn_errno));
-		} else if (o->status == EXEC_SIGNALED) {
-			reason = "signal";
-		} else if (o->exit_code != 0) {
-			reason = "exit";
-		}
-	}
-	if (!reason) {
-		size_t len;
-		const char *data = capture_data(o->out, &len);
-		j->result = result_from_stdout(data, len, capture_truncated(o->out));
-		out.status = "succeeded";
-		out.result = j->result;
-	} else {
-		size_t len = 0;
-		const char *err = o->err ? capture_data(o->err, &len) : "";
-		j->error = result_error_json(reason, exit_code, sig, msg[0] ? msg : NULL, err, len,
-					     o->err ? capture_truncated(o->err) : false);
-		out.error = j->error;
-		if (strcmp(reason, "shutdown") == 0 || strcmp(reason, "unstarted") == 0) {
-			/* Interrupted by a shutdown, or never started (the fence
-			 * could not be confirmed in time): not an attempt. */
-			out.status = "queued";
-			out.give_back = true;
-		} else if (strcmp(reason, "cancelled") == 0) {
-			out.status = "cancelled"; /* pgjobd.cancel(): no retry */
-		} else if (j->cj.attempts < j->cj.max_attempts) {
-			out.status = "queued";
-			out.retry_in_ms = retry_delay(q, j->cj.attempts);
-		} else {
-			out.status = "failed";
-		}
-	}
-	int64_t ms = util_now_ms() - j->started_ms;
-	metrics_job_finished(j->env->metrics, q->name, metrics_outcome(out.status, out.give_back),
-			     (double)ms / 1000.0);
-	log_job(LOG_INFO, j,
-		"msg=\"job finished\" status=%s reason=%s exit_code=%d signal=%d ms=%" PRId64,
-		out.status, reason ? reason : "none", exit_code, sig, ms);
+	struct claim_outcome out;
+	run_outcome(&j->run, o, &out);
 	if (strcmp(out.status, "queued") == 0 && !out.give_back)
 		emit(j, JOB_EV_RETRY, out.retry_in_ms);
 	j->out = out;
 	struct db_stmt st[CLAIM_FINISH_MAX];
-	int n = claim_build_finish(st, &j->fparams, j->cj.id, j->cj.fence, &out);
+	int n = claim_build_finish(st, &j->fparams, j->run.cj.id, j->run.cj.fence, &out);
 	job_step(j, J_FINISHING);
 	if (db_send(j->db, st, n, on_finished, j) < 0)
 		outcome_lost(j, "cannot send");
 }
 
-/* The command is over (its shell reaped, its group sent SIGKILL): kill what
- * it left outside its group, then forget the group. Before the outcome is
- * written, so nothing of a job outlives its claim. */
-static void end_containment(struct job *j)
-{
-	if (j->pgid <= 0)
-		return;
-	if (j->env->contain)
-		contain_job_end(j->env->contain, j->pgid);
-	if (j->env->guard)
-		guard_del_pgroup(j->env->guard, j->pgid);
-}
-
-static void on_exec_done(struct exec_proc *p, const struct exec_outcome *o, void *arg)
+static void on_run_done(struct run *r, const struct exec_outcome *o, void *arg)
 {
 	struct job *j = arg;
-	end_containment(j);
-	j->pgid = 0;
-	ev_timer_stop(j->env->loop, &j->timeout);
 	if (j->state == J_LOST) {
 		/* Its session (and lock) is gone but our daemon is alive, so no
 		 * other daemon takes the job over: release it ourselves from the
 		 * next session, as a failed attempt. */
 		log_job(LOG_WARN, j,
 			"msg=\"command ended after its claim was lost\" reason=lost_lock");
-		metrics_job_finished(j->env->metrics, j->run_q->name, METRICS_INTERRUPTED,
-				     (double)(util_now_ms() - j->started_ms) / 1000.0);
+		metrics_job_finished(j->env->metrics, r->q->name, METRICS_INTERRUPTED,
+				     (double)(util_now_ms() - r->started_ms) / 1000.0);
 		size_t len = 0;
 		const char *err = o->err ? capture_data(o->err, &len) : "";
-		free(j->error);
-		j->error = result_error_json(
+		free(r->error);
+		r->error = result_error_json(
 		    "lost_lock", o->status == EXEC_EXITED ? o->exit_code : -1,
 		    o->status == EXEC_SIGNALED ? o->signal : 0,
 		    "the database session holding the job was lost; the command was killed", err,
 		    len, o->err ? capture_truncated(o->err) : false);
-		exec_free(p);
-		j->proc = NULL;
 		j->release_pending = true;
 		reconnect(j);
 		return;
 	}
 	write_outcome(j, o);
-	exec_free(p);
-	j->proc = NULL;
-}
-
-static void on_timeout(struct ev_loop *loop, ev_timer *w, int revents)
-{
-	(void)loop;
-	(void)revents;
-	struct job *j = w->data;
-	if (j->state != J_RUNNING || !j->proc)
-		return;
-	log_job(LOG_WARN, j, "msg=\"job timed out; terminating\"");
-	if (!j->kill_reason || strcmp(j->kill_reason, "cancelled") != 0)
-		j->kill_reason = "timeout";
-	exec_kill(j->proc, j->run_q->kill_grace_ms);
-}
-
-/* exec's before_run hook: the supervisor knows the group before the
- * command may run, so even a SIGKILL of the daemon right after the spawn
- * cannot leave a command that nothing will kill. Then the command gets its
- * cgroup (contain.h), still before it runs anything. */
-static int register_pgroup(pid_t pgid, void *arg)
-{
-	struct job *j = arg;
-	if (j->env->guard && guard_add_pgroup(j->env->guard, pgid) < 0)
-		return -1;
-	j->pgid = pgid;
-	if (j->env->contain)
-		contain_job_start(j->env->contain, pgid);
-	return 0;
-}
-
-/* A job's timeout lowers the queue's, never raises or disables it, whatever
- * the row says: under 1 ms (0 once rounded) counts as 1 ms, and a queue
- * timeout of 0 (none) lets the job's stand. job_ms < 0: the job gave none.
- * Returns the timeout to arm, 0 for none. */
-static int64_t effective_timeout_ms(int64_t job_ms, int64_t queue_ms)
-{
-	if (job_ms < 0)
-		return queue_ms;
-	if (job_ms < 1)
-		job_ms = 1;
-	return queue_ms > 0 && queue_ms < job_ms ? queue_ms : job_ms;
 }
 
 static void start_command(struct job *j)
 {
-	const struct queue_conf *q = j->run_q;
-	struct exec_env_in in = {
-	    .home = q->has_user ? q->user_home : j->env->home,
-	    .lang = j->env->lang,
-	    .queue_env = q->env,
-	    .job_id = j->cj.id,
-	    .queue = q->name,
-	    .group_id = j->cj.group_id,
-	    .attempt = j->cj.attempts,
-	    .max_attempts = j->cj.max_attempts,
-	    .fence = j->cj.fence,
-	    .arg_keys = (const char *const *)j->cj.arg_keys,
-	    .arg_vals = (const char *const *)j->cj.arg_vals,
-	    .nargs = j->cj.nargs,
-	};
-	char **envp = exec_env_build(&in);
-	/* A queue whose user is the daemon's own needs no switch (and a daemon
-	 * without CAP_SETGID could not even call setgroups for it). */
-	bool switch_user = q->has_user && (q->uid != geteuid() || q->gid != getegid());
-	struct exec_spec spec = {
-	    .command = q->command,
-	    .working_dir = q->working_dir,
-	    .envp = envp,
-	    .stdin_data = j->cj.data,
-	    .stdin_len = strlen(j->cj.data),
-	    .set_user = switch_user,
-	    .uid = q->uid,
-	    .gid = q->gid,
-	    .max_output = (size_t)q->max_output,
-	    /* Without the hook, contain would take the shell for an orphan. */
-	    .before_run = j->env->guard || j->env->contain ? register_pgroup : NULL,
-	    .before_run_arg = j,
-	};
-	j->pgid = 0;
-	j->started_ms = util_now_ms();
-	j->proc = exec_start(j->env->loop, &spec, on_exec_done, j);
-	util_strv_free(envp);
-	if (!j->proc) {
+	if (run_exec(&j->run) < 0) {
 		/* EMFILE and the like: the environment, not the job. Give the
 		 * attempt back and let the job be claimed again later. */
-		log_job(LOG_ERROR, j, "msg=\"cannot start command\" err=\"%s\"", strerror(errno));
-		struct exec_outcome o = {
-		    .status = EXEC_SPAWN_FAILED, .spawn_errno = errno, .spawn_what = "pipe"};
-		j->kill_reason = "shutdown";
-		write_outcome(j, &o);
-		return;
+		j->run.kill_reason = "shutdown";
+		write_outcome(j, NULL);
 	}
-	if (!j->env->guard && !j->env->contain)
-		j->pgid = exec_pgid(j->proc);
-	int64_t tmo = effective_timeout_ms(j->cj.timeout_ms, q->timeout_ms);
-	if (tmo > 0) {
-		ev_timer_set(&j->timeout, (double)tmo / 1000.0, 0.);
-		ev_timer_start(j->env->loop, &j->timeout);
-	}
-	log_job(LOG_INFO, j, "msg=\"job started\" group=%s pgid=%d fence=%lld",
-		log_value(j->cj.group_id), (int)j->pgid, j->cj.fence);
 }
 
 static void on_tx_ended(struct db_conn *c, PGresult *const *res, int n, void *arg)
@@ -452,23 +266,12 @@ static void on_tx_ended(struct db_conn *c, PGresult *const *res, int n, void *ar
 		emit(j, JOB_EV_IDLE, 0);
 }
 
-/* The queue's max_attempts is a ceiling a job may lower, never raise,
- * whatever the row says; below 1 counts as 1. Decides the retry and
- * PGJOBD_MAX_ATTEMPTS. */
-static void apply_ceilings(struct job *j)
-{
-	if (j->cj.max_attempts > j->run_q->max_attempts)
-		j->cj.max_attempts = j->run_q->max_attempts;
-	if (j->cj.max_attempts < 1)
-		j->cj.max_attempts = 1;
-}
-
 /* The hold did not take: tell the daemon (the claimer drops the bridge, and
  * the job, still `running`, is an orphan for the next orphan pass). */
 static void not_held(struct job *j)
 {
 	emit(j, JOB_EV_NOT_HELD, 0);
-	claim_job_free(&j->cj);
+	claim_job_free(&j->run.cj);
 }
 
 static void on_held(struct db_conn *c, PGresult *const *res, int n, void *arg)
@@ -486,7 +289,7 @@ static void on_held(struct db_conn *c, PGresult *const *res, int n, void *arg)
 		reconnect(j);
 		return;
 	}
-	bool group_lost = j->cj.group_row && PQntuples(res[CLAIM_HOLD_JOB - 1]) != 1;
+	bool group_lost = j->run.cj.group_row && PQntuples(res[CLAIM_HOLD_JOB - 1]) != 1;
 	if (PQntuples(res[CLAIM_HOLD_JOB]) != 1 || group_lost) {
 		/* Not ours any more (our daemon's claims lapsed and another
 		 * daemon took the job over), or the group's lock row went away
@@ -506,27 +309,25 @@ static void on_held(struct db_conn *c, PGresult *const *res, int n, void *arg)
 			reconnect(j);
 		return;
 	}
-	j->run_q = queue_conf_ref(j->q);
-	apply_ceilings(j);
-	metrics_job_started(j->env->metrics, j->run_q->name, metrics_now() - j->claim_sent);
+	run_begin(&j->run, j->q);
+	metrics_job_started(j->env->metrics, j->q->name, metrics_now() - j->claim_sent);
 	job_step(j, J_RUNNING);
 	emit(j, JOB_EV_HELD, 0);
 	if (PQgetvalue(res[CLAIM_HOLD_JOB], 0, 1)[0] == 't') {
 		log_job(LOG_INFO, j, "msg=\"job cancelled before its command started\"");
-		j->kill_reason = "cancelled";
+		j->run.kill_reason = "cancelled";
 	}
-	if (!j->kill_reason && j->env->fence &&
+	if (!j->run.kill_reason && j->env->fence &&
 	    !fence_holds(j->env->fence, fence_timeout_ms(j->env->fence) / 4)) {
 		/* Our claims may lapse before the command could do much: it
 		 * would be killed soon anyway. Not an attempt. */
 		log_job(LOG_WARN, j, "msg=\"claims not confirmed recently; job not started\"");
-		j->kill_reason = "unstarted";
+		j->run.kill_reason = "unstarted";
 	}
-	if (j->kill_reason) {
+	if (j->run.kill_reason) {
 		/* Shutdown or cancel came while the hold was in flight: do not
 		 * start the command. */
-		struct exec_outcome o = {.status = EXEC_EXITED, .exit_code = -1};
-		write_outcome(j, &o);
+		write_outcome(j, NULL);
 		return;
 	}
 	start_command(j);
@@ -546,21 +347,21 @@ void job_unreserve(struct job *j)
 {
 	if (j->state != J_RESERVED)
 		return;
-	j->kill_reason = NULL;
+	j->run.kill_reason = NULL;
 	job_step(j, J_IDLE);
 	maybe_stop(j);
 }
 
 void job_hold(struct job *j, struct claim_job *cj)
 {
-	j->cj = *cj;
+	j->run.cj = *cj;
 	memset(cj, 0, sizeof(*cj));
 	if (j->state != J_RESERVED || !db_is_ready(j->db)) {
 		not_held(j);
 		return;
 	}
 	struct db_stmt st[3];
-	int n = claim_build_hold(st, &j->hparams, &j->cj, j->worker);
+	int n = claim_build_hold(st, &j->hparams, &j->run.cj, j->worker);
 	job_step(j, J_HOLDING);
 	if (db_send(j->db, st, n, on_held, j) < 0) {
 		not_held(j);
@@ -570,7 +371,7 @@ void job_hold(struct job *j, struct claim_job *cj)
 
 const struct claim_job *job_claimed(const struct job *j)
 {
-	return &j->cj;
+	return &j->run.cj;
 }
 
 const char *job_worker(const struct job *j)
@@ -616,8 +417,8 @@ static void on_released(struct db_conn *c, PGresult *const *res, int n, void *ar
 static void send_release(struct job *j)
 {
 	struct db_stmt st;
-	claim_build_release(&st, &j->rparams, &j->cj, true, j->error,
-			    retry_delay(j->run_q ? j->run_q : j->q, j->cj.attempts));
+	claim_build_release(&st, &j->rparams, &j->run.cj, true, j->run.error,
+			    run_retry_delay(j->run.q ? j->run.q : j->q, j->run.cj.attempts));
 	job_step(j, J_RELEASING);
 	if (db_send(j->db, &st, 1, on_released, j) < 0) {
 		job_step(j, J_IDLE);
@@ -656,12 +457,12 @@ static void on_db_event(struct db_conn *c, enum db_event ev, void *arg)
 		return;
 	}
 	/* DB_DOWN */
-	if (j->state == J_RUNNING && j->proc) {
+	if (j->state == J_RUNNING && j->run.proc) {
 		log_job(LOG_ERROR, j,
 			"msg=\"lost the database session holding the job; killing its command\"");
 		job_step(j, J_LOST);
-		exec_kill(j->proc, 0);
-		return; /* reconnect once the command is dead (on_exec_done) */
+		run_kill(&j->run, "lost_lock", 0);
+		return; /* reconnect once the command is dead (on_run_done) */
 	}
 	if (j->state == J_FINISHING) {
 		/* The outcome is known: write it from the next session. */
@@ -694,8 +495,7 @@ struct job *job_new(const struct job_env *env, struct queue_conf *q, int index)
 	j->q = queue_conf_ref(q);
 	j->index = index;
 	snprintf(j->worker, sizeof(j->worker), "%s:%s.%d", env->worker_prefix, q->name, index);
-	ev_init(&j->timeout, on_timeout);
-	j->timeout.data = j;
+	run_init(&j->run, env->run_env, on_run_done, j);
 	ev_init(&j->release_again, on_release_again);
 	j->release_again.data = j;
 	char app[64];
@@ -717,11 +517,8 @@ void job_free(struct job *j)
 {
 	if (!j)
 		return;
-	if (j->proc) {
-		exec_free(j->proc);
-		end_containment(j);
-	}
-	clear_run(j);
+	ev_timer_stop(j->env->loop, &j->release_again);
+	run_fini(&j->run);
 	db_conn_free(j->db);
 	queue_conf_unref(j->q);
 	free(j);
@@ -736,22 +533,20 @@ bool job_is_busy(const struct job *j)
 
 long long job_held_id(const struct job *j)
 {
-	return job_is_busy(j) ? j->cj.id : 0;
+	return job_is_busy(j) ? j->run.cj.id : 0;
 }
 
 void job_fence_lost(struct job *j)
 {
 	if (j->state == J_RESERVED || j->state == J_HOLDING) {
-		if (!j->kill_reason)
-			j->kill_reason = "unstarted"; /* on_held does not start it */
+		if (!j->run.kill_reason)
+			j->run.kill_reason = "unstarted"; /* on_held does not start it */
 		return;
 	}
-	if (j->state != J_RUNNING || !j->proc)
+	if (j->state != J_RUNNING || !j->run.proc)
 		return;
-	if (!j->kill_reason || strcmp(j->kill_reason, "cancelled") != 0)
-		j->kill_reason = "lost_lock";
 	log_job(LOG_ERROR, j, "msg=\"claim could not be confirmed in time; killing its command\"");
-	exec_kill(j->proc, 0);
+	run_kill(&j->run, "lost_lock", 0);
 }
 
 void job_drain(struct job *j)
@@ -763,37 +558,33 @@ void job_drain(struct job *j)
 void job_terminate(struct job *j)
 {
 	if (j->state == J_RESERVED || j->state == J_HOLDING) {
-		if (!j->kill_reason)
-			j->kill_reason = "shutdown"; /* the job will not be started */
+		run_kill(&j->run, "shutdown", 0); /* the job will not be started */
 		return;
 	}
-	if (j->state != J_RUNNING || !j->proc)
+	if (j->state != J_RUNNING || !j->run.proc)
 		return;
-	if (!j->kill_reason)
-		j->kill_reason = "shutdown";
 	log_job(LOG_INFO, j, "msg=\"terminating command for shutdown\"");
-	exec_kill(j->proc, j->run_q->kill_grace_ms);
+	run_kill(&j->run, "shutdown", j->run.q->kill_grace_ms);
 }
 
 bool job_cancel(struct job *j, long long id)
 {
-	if (!job_is_busy(j) || j->cj.id != id)
+	if (!job_is_busy(j) || j->run.cj.id != id)
 		return false;
 	/* The NOTIFY and the once-a-second look at the requests both report a
 	 * request until the job's outcome is written: act on the first only. */
-	if (j->kill_reason && strcmp(j->kill_reason, "cancelled") == 0)
+	if (j->run.kill_reason && strcmp(j->run.kill_reason, "cancelled") == 0)
 		return true;
 	if (j->state == J_HOLDING) {
-		j->kill_reason = "cancelled"; /* on_held does not start it */
+		j->run.kill_reason = "cancelled"; /* on_held does not start it */
 		return true;
 	}
-	if (j->state != J_RUNNING || !j->proc)
+	if (j->state != J_RUNNING || !j->run.proc)
 		return true; /* its outcome is being written, or its session is lost */
 	/* Cancel wins over a timeout or a shutdown in progress: the job must
 	 * not run again. exec_kill never lengthens a grace already running. */
-	j->kill_reason = "cancelled";
 	log_job(LOG_INFO, j, "msg=\"job cancelled; terminating its command\"");
-	exec_kill(j->proc, j->run_q->kill_grace_ms);
+	run_kill(&j->run, "cancelled", j->run.q->kill_grace_ms);
 	return true;
 }
 

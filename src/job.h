@@ -14,10 +14,10 @@
 #include "config.h"
 
 struct job;
-struct contain;
 struct fence;
 struct guard;
 struct metrics;
+struct run_env;
 
 enum job_event {
 	JOB_EV_IDLE,	 /* connected and idle (after connect or a finished job) */
@@ -32,12 +32,10 @@ typedef void job_event_fn(struct job *j, enum job_event ev, int64_t arg_ms, void
 struct job_env {
 	struct ev_loop *loop;
 	const char *conninfo;
-	const char *worker_prefix; /* "host:pid" */
-	const char *home;	   /* HOME for commands of queues without `user` */
-	const char *lang;	   /* the daemon's LANG, NULL if unset */
-	struct guard *guard;
-	struct contain *contain; /* a cgroup per command, or orphans swept; may be NULL */
-	struct fence *fence;	 /* the daemon's liveness; NULL: not fenced (tests) */
+	const char *worker_prefix;     /* "host:pid" */
+	const struct run_env *run_env; /* what the commands need (run.h) */
+	struct guard *guard;	       /* keeps a copy of each session's socket */
+	struct fence *fence;	       /* the daemon's liveness; NULL: not fenced (tests) */
 	job_event_fn *on_event;
 	void *arg;
 	struct metrics *metrics; /* job counters and latencies (metrics.h); may be NULL */

@@ -1,0 +1,299 @@
+/* run.c - one command of a claimed job (see run.h).
+ *
+ * A run goes: run_begin (the configuration it runs under, the queue's
+ * ceilings applied) -> run_exec (spawned: the supervisor learns its process
+ * group before it may exec, then it gets its containment, then its timeout
+ * timer) -> the command ends (exec.c reaps it and drains its pipes) -> the
+ * owner's done callback, which classifies the end with run_outcome ->
+ * run_clear. Terminating it (timeout, cancel, shutdown, a lost claim) is
+ * run_kill, which keeps the first reason that matters: a cancel beats every
+ * other reason, and a shutdown beats none.
+ *
+ * Lease mode gives each command a deadline of its own (run_set_deadline):
+ * the supervisor kills the command's group once it passes, whatever the
+ * daemon does; without one the command is killed at the daemon's fence
+ * deadline (fence.h). The deadline is sent with the group's registration,
+ * so it holds from the command's first instruction.
+ *
+ * Owns: the claimed job, the exec handle, the timeout timer, the outcome's
+ * JSON and a reference on the queue configuration it started with (a
+ * reload never changes a running job's timeout or output limits). */
+#include "run.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "capture.h"
+#include "contain.h"
+#include "guard.h"
+#include "log.h"
+#include "metrics.h"
+#include "result.h"
+#include "util.h"
+
+#define log_run(level, r, fmt, ...)                                                                \
+	log_msg(level, fmt " job=%lld queue=%s attempt=%d", ##__VA_ARGS__, (r)->cj.id,             \
+		(r)->q->name, (r)->cj.attempts)
+
+static void on_timeout(struct ev_loop *loop, ev_timer *w, int revents);
+
+void run_init(struct run *r, const struct run_env *env, run_done_fn *done, void *arg)
+{
+	memset(r, 0, sizeof(*r));
+	r->env = env;
+	r->done = done;
+	r->arg = arg;
+	ev_init(&r->timeout, on_timeout);
+	r->timeout.data = r;
+}
+
+int64_t run_retry_delay(const struct queue_conf *q, int attempt)
+{
+	int64_t d = q->backoff_ms;
+	for (int i = 1; i < attempt && d < q->backoff_max_ms; i++)
+		d *= 2;
+	if (d > q->backoff_max_ms)
+		d = q->backoff_max_ms;
+	if (d <= 1)
+		return d;
+	/* "equal jitter" (half fixed, half random): jobs that fail together
+	 * do not retry together */
+	return d / 2 + (int64_t)(random() % (d / 2 + 1));
+}
+
+/* The command is over (its shell reaped, its group sent SIGKILL): kill what
+ * it left outside its group, then forget the group. Before the outcome is
+ * written, so nothing of a job outlives its claim. */
+static void end_containment(struct run *r)
+{
+	if (r->pgid <= 0)
+		return;
+	if (r->env->contain)
+		contain_job_end(r->env->contain, r->pgid);
+	if (r->env->guard)
+		guard_del_pgroup(r->env->guard, r->pgid);
+	r->pgid = 0;
+}
+
+void run_clear(struct run *r)
+{
+	ev_timer_stop(r->env->loop, &r->timeout);
+	claim_job_free(&r->cj);
+	free(r->result);
+	free(r->error);
+	r->result = NULL;
+	r->error = NULL;
+	r->kill_reason = NULL;
+	r->deadline = 0;
+	if (r->q) {
+		queue_conf_unref(r->q);
+		r->q = NULL;
+	}
+}
+
+void run_fini(struct run *r)
+{
+	if (r->proc) {
+		exec_free(r->proc); /* SIGKILL to the group */
+		r->proc = NULL;
+		end_containment(r);
+	}
+	run_clear(r);
+}
+
+void run_begin(struct run *r, struct queue_conf *q)
+{
+	r->q = queue_conf_ref(q);
+	/* The queue's max_attempts is a ceiling a job may lower, never raise,
+	 * whatever the row says; below 1 counts as 1. Decides the retry and
+	 * PGJOBD_MAX_ATTEMPTS. */
+	if (r->cj.max_attempts > q->max_attempts)
+		r->cj.max_attempts = q->max_attempts;
+	if (r->cj.max_attempts < 1)
+		r->cj.max_attempts = 1;
+}
+
+void run_outcome(struct run *r, const struct exec_outcome *o, struct claim_outcome *out)
+{
+	const struct exec_outcome never = {.status = EXEC_EXITED, .exit_code = -1};
+	const struct queue_conf *q = r->q;
+	const char *reason = r->kill_reason;
+	if (!o)
+		o = &never;
+	int exit_code = o->status == EXEC_EXITED ? o->exit_code : -1; /* -1, 0: null in JSON */
+	int sig = o->status == EXEC_SIGNALED ? o->signal : 0;
+	char msg[256] = "";
+	memset(out, 0, sizeof(*out));
+	if (!reason) {
+		if (o->status == EXEC_SPAWN_FAILED) {
+			reason = "spawn";
+			snprintf(msg, sizeof(msg), "%s: %s", o->spawn_what,
+				 strerror(o->spawn_errno));
+		} else if (o->status == EXEC_SIGNALED) {
+			reason = "signal";
+		} else if (o->exit_code != 0) {
+			reason = "exit";
+		}
+	}
+	if (!reason) {
+		size_t len;
+		const char *data = capture_data(o->out, &len);
+		r->result = result_from_stdout(data, len, capture_truncated(o->out));
+		out->status = "succeeded";
+		out->result = r->result;
+	} else {
+		size_t len = 0;
+		const char *err = o->err ? capture_data(o->err, &len) : "";
+		r->error = result_error_json(reason, exit_code, sig, msg[0] ? msg : NULL, err, len,
+					     o->err ? capture_truncated(o->err) : false);
+		out->error = r->error;
+		if (strcmp(reason, "shutdown") == 0 || strcmp(reason, "unstarted") == 0) {
+			/* Interrupted by a shutdown, or never started (the claim
+			 * could not be confirmed in time): not an attempt. */
+			out->status = "queued";
+			out->give_back = true;
+		} else if (strcmp(reason, "cancelled") == 0) {
+			out->status = "cancelled"; /* pgjobd.cancel(): no retry */
+		} else if (r->cj.attempts < r->cj.max_attempts) {
+			out->status = "queued";
+			out->retry_in_ms = run_retry_delay(q, r->cj.attempts);
+		} else {
+			out->status = "failed";
+		}
+	}
+	int64_t ms = util_now_ms() - r->started_ms;
+	metrics_job_finished(r->env->metrics, q->name, metrics_outcome(out->status, out->give_back),
+			     (double)ms / 1000.0);
+	log_run(LOG_INFO, r,
+		"msg=\"job finished\" status=%s reason=%s exit_code=%d signal=%d ms=%" PRId64,
+		out->status, reason ? reason : "none", exit_code, sig, ms);
+}
+
+static void on_exec_done(struct exec_proc *p, const struct exec_outcome *o, void *arg)
+{
+	struct run *r = arg;
+	end_containment(r);
+	ev_timer_stop(r->env->loop, &r->timeout);
+	r->proc = NULL;
+	r->done(r, o, r->arg);
+	exec_free(p);
+}
+
+static void on_timeout(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	struct run *r = w->data;
+	if (!r->proc)
+		return;
+	log_run(LOG_WARN, r, "msg=\"job timed out; terminating\"");
+	run_kill(r, "timeout", r->q->kill_grace_ms);
+}
+
+void run_kill(struct run *r, const char *reason, int64_t grace_ms)
+{
+	bool cancelled = r->kill_reason && strcmp(r->kill_reason, "cancelled") == 0;
+	if (strcmp(reason, "cancelled") == 0)
+		r->kill_reason = reason;
+	else if (strcmp(reason, "shutdown") == 0) {
+		if (!r->kill_reason)
+			r->kill_reason = reason;
+	} else if (!cancelled) {
+		r->kill_reason = reason;
+	}
+	if (r->proc)
+		exec_kill(r->proc, grace_ms);
+}
+
+void run_set_deadline(struct run *r, int64_t boot_ms)
+{
+	r->deadline = boot_ms;
+}
+
+/* exec's before_run hook: the supervisor knows the group (and, in lease
+ * mode, its deadline) before the command may run, so even a SIGKILL of the
+ * daemon right after the spawn cannot leave a command that nothing will
+ * kill. Then the command gets its cgroup (contain.h), still before it runs
+ * anything. */
+static int register_pgroup(pid_t pgid, void *arg)
+{
+	struct run *r = arg;
+	if (r->env->guard && guard_add_pgroup(r->env->guard, pgid) < 0)
+		return -1;
+	r->pgid = pgid;
+	if (r->env->contain)
+		contain_job_start(r->env->contain, pgid);
+	return 0;
+}
+
+/* A job's timeout lowers the queue's, never raises or disables it, whatever
+ * the row says: under 1 ms (0 once rounded) counts as 1 ms, and a queue
+ * timeout of 0 (none) lets the job's stand. job_ms < 0: the job gave none.
+ * Returns the timeout to arm, 0 for none. */
+static int64_t effective_timeout_ms(int64_t job_ms, int64_t queue_ms)
+{
+	if (job_ms < 0)
+		return queue_ms;
+	if (job_ms < 1)
+		job_ms = 1;
+	return queue_ms > 0 && queue_ms < job_ms ? queue_ms : job_ms;
+}
+
+int run_exec(struct run *r)
+{
+	const struct queue_conf *q = r->q;
+	struct exec_env_in in = {
+	    .home = q->has_user ? q->user_home : r->env->home,
+	    .lang = r->env->lang,
+	    .queue_env = q->env,
+	    .job_id = r->cj.id,
+	    .queue = q->name,
+	    .group_id = r->cj.group_id,
+	    .attempt = r->cj.attempts,
+	    .max_attempts = r->cj.max_attempts,
+	    .fence = r->cj.fence,
+	    .arg_keys = (const char *const *)r->cj.arg_keys,
+	    .arg_vals = (const char *const *)r->cj.arg_vals,
+	    .nargs = r->cj.nargs,
+	};
+	char **envp = exec_env_build(&in);
+	/* A queue whose user is the daemon's own needs no switch (and a daemon
+	 * without CAP_SETGID could not even call setgroups for it). */
+	bool switch_user = q->has_user && (q->uid != geteuid() || q->gid != getegid());
+	struct exec_spec spec = {
+	    .command = q->command,
+	    .working_dir = q->working_dir,
+	    .envp = envp,
+	    .stdin_data = r->cj.data,
+	    .stdin_len = strlen(r->cj.data),
+	    .set_user = switch_user,
+	    .uid = q->uid,
+	    .gid = q->gid,
+	    .max_output = (size_t)q->max_output,
+	    /* Without the hook, contain would take the shell for an orphan. */
+	    .before_run = r->env->guard || r->env->contain ? register_pgroup : NULL,
+	    .before_run_arg = r,
+	};
+	r->pgid = 0;
+	r->started_ms = util_now_ms();
+	r->proc = exec_start(r->env->loop, &spec, on_exec_done, r);
+	util_strv_free(envp);
+	if (!r->proc) {
+		log_run(LOG_ERROR, r, "msg=\"cannot start command\" err=\"%s\"", strerror(errno));
+		return -1;
+	}
+	if (!r->env->guard && !r->env->contain)
+		r->pgid = exec_pgid(r->proc);
+	int64_t tmo = effective_timeout_ms(r->cj.timeout_ms, q->timeout_ms);
+	if (tmo > 0) {
+		ev_timer_set(&r->timeout, (double)tmo / 1000.0, 0.);
+		ev_timer_start(r->env->loop, &r->timeout);
+	}
+	log_run(LOG_INFO, r, "msg=\"job started\" group=%s pgid=%d fence=%lld",
+		log_value(r->cj.group_id), (int)r->pgid, r->cj.fence);
+	return 0;
+}

@@ -1,0 +1,105 @@
+/* run.h - running the command of one claimed job: start it, time it out,
+ * cancel or kill it, and turn how it ended into the attempt's outcome.
+ *
+ * This is what every lock mode does the same way. How the claim is held
+ * while the command runs is the owner's business, and the owner is the
+ * only one that talks to PostgreSQL:
+ *   lock mode `transaction`  a slot (job.c) holds the job with row locks in
+ *                            an open transaction of its own session and
+ *                            writes the outcome in that transaction;
+ *   lock mode `lease`        the lease session (lease.c) holds it by a
+ *                            lease it extends, and writes outcomes in
+ *                            batches.
+ * A struct run is embedded in its owner's object; it knows no SQL and no
+ * sessions, and reports the end of the command through one callback. */
+#ifndef PGJOBD_RUN_H
+#define PGJOBD_RUN_H
+
+#include <ev.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "claim.h"
+#include "config.h"
+#include "exec.h"
+
+struct contain;
+struct guard;
+struct metrics;
+struct run;
+
+/* What every run of a daemon shares; owned by the daemon, outlives runs. */
+struct run_env {
+	struct ev_loop *loop;
+	const char *home; /* HOME for commands of queues without `user` */
+	const char *lang; /* the daemon's LANG, NULL if unset */
+	struct guard *guard;
+	struct contain *contain; /* a cgroup per command, or orphans swept; may be NULL */
+	struct metrics *metrics; /* may be NULL */
+};
+
+/* The command has ended: its shell was reaped and its process group and
+ * containment were killed and forgotten. o (and its captured output) is
+ * valid during the call only; call run_outcome from here to classify it.
+ * r->proc is NULL already. The callback must not run_fini r. */
+typedef void run_done_fn(struct run *r, const struct exec_outcome *o, void *arg);
+
+struct run {
+	const struct run_env *env;
+	struct claim_job cj;	 /* the claimed job (owned; run_clear frees it) */
+	struct queue_conf *q;	 /* the configuration it started with (a reference), or NULL */
+	struct exec_proc *proc;	 /* NULL: no command runs */
+	pid_t pgid;		 /* its process group while registered with the supervisor */
+	int64_t deadline;	 /* lease mode: CLOCK_BOOTTIME ms at which the supervisor kills
+				    the command; 0: the daemon's fence deadline governs it */
+	const char *kill_reason; /* why it is being killed (static text), NULL if not */
+	int64_t started_ms;
+	ev_timer timeout;
+	char *result; /* JSON of the outcome (run_outcome), or NULL */
+	char *error;
+	run_done_fn *done;
+	void *arg;
+};
+
+/* Prepare an embedded run (no job yet). */
+void run_init(struct run *r, const struct run_env *env, run_done_fn *done, void *arg);
+/* Kill a running command (SIGKILL, no outcome) and release everything. */
+void run_fini(struct run *r);
+
+/* The job is to run with configuration q (takes a reference): apply the
+ * queue's ceilings to r->cj (max_attempts). Call before run_exec, or before
+ * run_outcome for a job that will not start. */
+void run_begin(struct run *r, struct queue_conf *q);
+/* Start the command (run_begin first). Returns 0 when it is under way
+ * (done will be called), -1 when its pipes could not be created (errno
+ * set, logged): the environment, not the job; the caller gives the attempt
+ * back (run_outcome with reason "shutdown"). */
+int run_exec(struct run *r);
+/* Terminate the command for `reason` ("timeout", "cancelled", "shutdown",
+ * "lost_lock"; static text): SIGTERM to its group, SIGKILL after grace_ms (0:
+ * at once). A cancel overrides any other reason and no other reason
+ * overrides a cancel; "shutdown" never overrides a reason already given.
+ * Without a running command only the reason is recorded (a job that is
+ * not started yet then is not started). */
+void run_kill(struct run *r, const char *reason, int64_t grace_ms);
+/* Lease mode: move the supervisor's kill time of the running command (see
+ * `deadline` above). Before run_exec, only records it (the group is
+ * registered with it). */
+void run_set_deadline(struct run *r, int64_t boot_ms);
+
+/* How the attempt ended, as the row's new state: status, result or error
+ * (JSON kept in r until run_clear), retry delay. o == NULL: the command was
+ * never started (kill_reason says why). Logs "job finished" and counts the
+ * run in the metrics. */
+void run_outcome(struct run *r, const struct exec_outcome *o, struct claim_outcome *out);
+
+/* Forget the job (frees cj, the outcome's JSON, the queue reference). The
+ * command must have ended. */
+void run_clear(struct run *r);
+
+/* Delay before retry number `attempt` + 1: backoff doubling per attempt,
+ * capped at backoff_max, with jitter. */
+int64_t run_retry_delay(const struct queue_conf *q, int attempt);
+
+#endif
