@@ -254,7 +254,7 @@ static void remove_leftovers(struct contain *c)
 		memcpy(m.name, de->d_name, len + 1);
 		/* Known to the guard first: if we die now, it finishes this. */
 		if (c->guard)
-			guard_add_cgroup(c->guard, m.name);
+			guard_add_cgroup(c->guard, m.name, 0);
 		if (procfs_cgroup_kill(c->dirfd, m.name) < 0)
 			log_warn(
 			    "msg=\"cannot kill a job cgroup left by an earlier run\" cgroup=%s "
@@ -402,7 +402,7 @@ static void start_in_cgroup(struct contain *c, struct cmd *m)
 		step = "mkdir";
 		goto fail;
 	}
-	if (c->guard && guard_add_cgroup(c->guard, m->name) < 0) {
+	if (c->guard && guard_add_cgroup(c->guard, m->name, m->pgid) < 0) {
 		step = "register";
 		unlinkat(c->dirfd, m->name, AT_REMOVEDIR);
 		goto fail;

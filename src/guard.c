@@ -37,10 +37,25 @@
  * Fencing: DEADLINE carries a CLOCK_BOOTTIME time in ms. The daemon sends it
  * each time a heartbeat of its claims succeeded: the heartbeat's send time
  * plus the fence deadline. Once that time has passed, the guard kills
- * everything (above), again every GUARD_POLL_MS while any group or cgroup
- * stays registered, and whether or not the daemon runs (a daemon stopped
- * with SIGSTOP or cut off from the database sends nothing more). Before the
- * first DEADLINE there is none (unit tests, `pgjobd check`).
+ * everything the fence governs (above), again every GUARD_POLL_MS while any
+ * such group or cgroup stays registered, and whether or not the daemon runs
+ * (a daemon stopped with SIGSTOP or cut off from the database sends nothing
+ * more). Before the first DEADLINE there is none (unit tests, `pgjobd
+ * check`).
+ *
+ * Leases: a group registered with a deadline of its own (a command of lock
+ * mode `lease`, whose claim is a lease that the daemon extends) is not
+ * governed by the fence deadline: it is killed, with its cgroup and its
+ * descendants, once its own deadline has passed (again every GUARD_POLL_MS
+ * while it stays registered), and PG_DEADLINE moves that deadline each
+ * time its lease was extended. At the fence deadline the daemon's other
+ * children die as before, except the members of such groups; a process a
+ * lease command left behind outside its group that the daemon adopted
+ * (process mode of contain.c) is among those killed, as the daemon's sweep
+ * would kill it anyway. A cgroup is tied to the group it was created for
+ * (ADD_CG carries the group), and shares its deadline; cgroups of no group
+ * (left by an earlier run) follow the fence deadline. When the daemon dies,
+ * every group and cgroup is killed, whatever its deadline.
  *
  * The guard never execs and never forks. It exits when its channel reaches
  * EOF: the daemon died (any way, SIGKILL included: the kernel closes its end)
@@ -93,14 +108,16 @@ enum guard_op {
 	GUARD_WORKER,
 	GUARD_CG_DIR,
 	GUARD_ADD_CG,
-	GUARD_DEL_CG
+	GUARD_DEL_CG,
+	GUARD_PG_DEADLINE
 };
 
 struct guard_msg {
 	int op;
 	int key;
 	pid_t pgid;
-	int64_t value;		   /* DEADLINE: CLOCK_BOOTTIME ms; WORKER: the instance id */
+	int64_t value;		   /* DEADLINE, ADD_PG, PG_DEADLINE: CLOCK_BOOTTIME ms (ADD_PG:
+				      0 for none of its own); WORKER: the instance id */
 	char name[GUARD_NAME_MAX]; /* ADD_CG, DEL_CG: the cgroup's name */
 };
 
@@ -139,13 +156,28 @@ struct proc_ent {
 	bool marked; /* to be killed: in a registered group, or below one */
 };
 
+/* A registered process group. */
+struct pg_entry {
+	pid_t pg;
+	int64_t deadline; /* its own kill time (CLOCK_BOOTTIME ms); 0: the fence's */
+	bool target;	  /* to be killed by the kill in progress */
+	bool logged;	  /* the kill at its own deadline was logged */
+};
+
+/* A registered cgroup, and the group it was created for (0: none). */
+struct cg_entry {
+	char name[GUARD_NAME_MAX];
+	pid_t pg;
+	bool target;
+};
+
 struct guard_state {
 	struct fd_entry *fds;
 	size_t nfds, capfds;
-	pid_t *pgs;
+	struct pg_entry *pgs;
 	size_t npgs, cappgs;
 	int cg_dir; /* the daemon's cgroup directory; -1: none */
-	char (*cgs)[GUARD_NAME_MAX];
+	struct cg_entry *cgs;
 	size_t ncgs, capcgs;
 	pid_t daemon_pid;	/* the guard's parent when it started */
 	struct proc_ent *procs; /* the last scan, sorted by pid */
@@ -193,11 +225,22 @@ static void state_del_fd(struct guard_state *s, int key)
 	log_warn("msg=\"guard asked to drop an unknown socket\" key=%d", key);
 }
 
-static void state_add_pg(struct guard_state *s, pid_t pg)
+static struct pg_entry *find_pg(struct guard_state *s, pid_t pg)
 {
 	for (size_t i = 0; i < s->npgs; i++)
-		if (s->pgs[i] == pg)
-			return;
+		if (s->pgs[i].pg == pg)
+			return &s->pgs[i];
+	return NULL;
+}
+
+static void state_add_pg(struct guard_state *s, pid_t pg, int64_t deadline)
+{
+	struct pg_entry *e = find_pg(s, pg);
+	if (e) {
+		e->deadline = deadline;
+		e->logged = false;
+		return;
+	}
 	if (s->npgs >= GUARD_MAX_ENTRIES) {
 		log_error("msg=\"guard process group table full\" pgid=%d", (int)pg);
 		return;
@@ -206,23 +249,35 @@ static void state_add_pg(struct guard_state *s, pid_t pg)
 		s->cappgs = s->cappgs ? s->cappgs * 2 : 16;
 		s->pgs = xrealloc(s->pgs, s->cappgs * sizeof(*s->pgs));
 	}
-	s->pgs[s->npgs++] = pg;
+	s->pgs[s->npgs++] = (struct pg_entry){.pg = pg, .deadline = deadline};
 }
 
 static void state_del_pg(struct guard_state *s, pid_t pg)
 {
 	for (size_t i = 0; i < s->npgs; i++) {
-		if (s->pgs[i] == pg) {
+		if (s->pgs[i].pg == pg) {
 			s->pgs[i] = s->pgs[--s->npgs];
 			return;
 		}
 	}
 }
 
-static void state_add_cg(struct guard_state *s, const char *name)
+/* A lease's deadline moved. A group already unregistered (its command
+ * ended while the message was on its way) is ignored. */
+static void state_pg_deadline(struct guard_state *s, pid_t pg, int64_t deadline)
+{
+	struct pg_entry *e = find_pg(s, pg);
+	if (!e)
+		return;
+	if (deadline > e->deadline)
+		e->logged = false;
+	e->deadline = deadline;
+}
+
+static void state_add_cg(struct guard_state *s, const char *name, pid_t pg)
 {
 	for (size_t i = 0; i < s->ncgs; i++)
-		if (strcmp(s->cgs[i], name) == 0)
+		if (strcmp(s->cgs[i].name, name) == 0)
 			return;
 	if (s->ncgs >= GUARD_MAX_ENTRIES) {
 		log_error("msg=\"guard cgroup table full\" cgroup=%s", name);
@@ -232,24 +287,53 @@ static void state_add_cg(struct guard_state *s, const char *name)
 		s->capcgs = s->capcgs ? s->capcgs * 2 : 16;
 		s->cgs = xrealloc(s->cgs, s->capcgs * sizeof(*s->cgs));
 	}
-	snprintf(s->cgs[s->ncgs++], GUARD_NAME_MAX, "%s", name);
+	struct cg_entry *c = &s->cgs[s->ncgs++];
+	snprintf(c->name, GUARD_NAME_MAX, "%s", name);
+	c->pg = pg;
+	c->target = false;
 }
 
 static void state_del_cg(struct guard_state *s, const char *name)
 {
 	for (size_t i = 0; i < s->ncgs; i++) {
-		if (strcmp(s->cgs[i], name) == 0) {
-			memcpy(s->cgs[i], s->cgs[--s->ncgs], GUARD_NAME_MAX);
+		if (strcmp(s->cgs[i].name, name) == 0) {
+			s->cgs[i] = s->cgs[--s->ncgs];
 			return;
 		}
 	}
 }
 
-static bool is_registered_pg(const struct guard_state *s, pid_t pg)
+/* A group with a deadline of its own: the fence does not govern it. */
+static bool has_own_deadline(struct guard_state *s, pid_t pg)
+{
+	const struct pg_entry *e = pg > 0 ? find_pg(s, pg) : NULL;
+	return e && e->deadline > 0;
+}
+
+/* Choose what the next kill_everything kills: every group and cgroup
+ * (when the daemon is gone), those the fence governs, or one group and its
+ * cgroups. */
+enum target_set { TARGET_ALL, TARGET_FENCE, TARGET_ONE };
+static void set_targets(struct guard_state *s, enum target_set which, pid_t one)
+{
+	for (size_t i = 0; i < s->npgs; i++) {
+		struct pg_entry *e = &s->pgs[i];
+		e->target = which == TARGET_ALL || (which == TARGET_FENCE && e->deadline == 0) ||
+			    (which == TARGET_ONE && e->pg == one);
+	}
+	for (size_t i = 0; i < s->ncgs; i++) {
+		struct cg_entry *c = &s->cgs[i];
+		c->target = which == TARGET_ALL ||
+			    (which == TARGET_FENCE && !has_own_deadline(s, c->pg)) ||
+			    (which == TARGET_ONE && c->pg == one && one > 0);
+	}
+}
+
+static bool is_target_pg(const struct guard_state *s, pid_t pg)
 {
 	for (size_t i = 0; i < s->npgs; i++)
-		if (s->pgs[i] == pg)
-			return true;
+		if (s->pgs[i].pg == pg)
+			return s->pgs[i].target;
 	return false;
 }
 
@@ -290,9 +374,10 @@ static int scan(struct guard_state *s)
 }
 
 /* Marks, in the last scan, what is to be killed: every process of a
- * registered group; with daemon_children, while the daemon lives (the
- * guard's parent is still the daemon, so its pid cannot have been reused),
- * every child of the daemon but the guard; and every descendant of those.
+ * targeted group (set_targets); with daemon_children, while the daemon
+ * lives (the guard's parent is still the daemon, so its pid cannot have
+ * been reused), every child of the daemon but the guard and the members of
+ * groups with a deadline of their own; and every descendant of those.
  * Never the guard nor pid 1. Returns the number marked. */
 static size_t mark(struct guard_state *s, bool daemon_children)
 {
@@ -302,7 +387,8 @@ static size_t mark(struct guard_state *s, bool daemon_children)
 	for (size_t i = 0; i < s->nprocs; i++) {
 		struct proc_ent *e = &s->procs[i];
 		e->marked = e->pid != self && e->pid > 1 &&
-			    (is_registered_pg(s, e->pgrp) || (kids && e->ppid == s->daemon_pid));
+			    (is_target_pg(s, e->pgrp) ||
+			     (kids && e->ppid == s->daemon_pid && !has_own_deadline(s, e->pgrp)));
 		n += e->marked;
 	}
 	/* Descendants, to a fixed point: a pass marks at least one more
@@ -338,9 +424,9 @@ static void signal_marked(const struct guard_state *s, int sig)
 static void kill_cgroups(const struct guard_state *s)
 {
 	for (size_t i = 0; i < s->ncgs && s->cg_dir >= 0; i++)
-		if (procfs_cgroup_kill(s->cg_dir, s->cgs[i]) < 0)
+		if (s->cgs[i].target && procfs_cgroup_kill(s->cg_dir, s->cgs[i].name) < 0)
 			log_error("msg=\"guard cannot kill cgroup\" cgroup=%s err=\"%s\"",
-				  s->cgs[i], strerror(errno));
+				  s->cgs[i].name, strerror(errno));
 }
 
 /* Registered cgroups that still hold a process; one that cannot be read
@@ -349,7 +435,7 @@ static int count_populated(const struct guard_state *s)
 {
 	int n = 0;
 	for (size_t i = 0; i < s->ncgs && s->cg_dir >= 0; i++)
-		n += procfs_cgroup_populated(s->cg_dir, s->cgs[i]) != 0;
+		n += procfs_cgroup_populated(s->cg_dir, s->cgs[i].name) != 0;
 	return n;
 }
 
@@ -414,12 +500,14 @@ static int kill_everything(struct guard_state *s, bool daemon_children)
 	 * group that still had a live member: an emptied group's id may have
 	 * been reused. */
 	for (size_t g = 0; g < s->npgs; g++) {
+		if (!s->pgs[g].target)
+			continue;
 		bool live = rc < 0; /* no scan: kill every group, as before scanning */
 		for (size_t i = 0; i < s->nprocs && !live; i++)
-			live = s->procs[i].pgrp == s->pgs[g];
-		if (live && kill(-s->pgs[g], SIGKILL) < 0 && errno != ESRCH)
+			live = s->procs[i].pgrp == s->pgs[g].pg;
+		if (live && kill(-s->pgs[g].pg, SIGKILL) < 0 && errno != ESRCH)
 			log_error("msg=\"guard cannot kill process group\" pgid=%d err=\"%s\"",
-				  (int)s->pgs[g], strerror(errno));
+				  (int)s->pgs[g].pg, strerror(errno));
 	}
 	return rc;
 }
@@ -450,17 +538,17 @@ static int kill_hidden_groups(const struct guard_state *s)
 			if (procfs_read_stat((pid_t)atoi(de->d_name), &st, &ppid, &pg) < 0)
 				continue;
 			for (size_t i = 0; i < s->npgs; i++)
-				if (s->pgs[i] == pg)
+				if (s->pgs[i].pg == pg)
 					shown[i] = true;
 		}
 		closedir(d);
 	}
 	int n = 0;
 	for (size_t i = 0; i < s->npgs; i++) {
-		if (shown[i] || (kill(-s->pgs[i], 0) < 0 && errno == ESRCH))
+		if (shown[i] || (kill(-s->pgs[i].pg, 0) < 0 && errno == ESRCH))
 			continue;
 		n++;
-		kill(-s->pgs[i], SIGKILL);
+		kill(-s->pgs[i].pg, SIGKILL);
 	}
 	free(shown);
 	return n;
@@ -475,6 +563,7 @@ static bool kill_and_wait(struct guard_state *s)
 	log_warn("msg=\"guard: channel closed, killing registered commands\" groups=%zu "
 		 "cgroups=%zu",
 		 s->npgs, s->ncgs);
+	set_targets(s, TARGET_ALL, 0);
 	kill_everything(s, false);
 	for (;;) {
 		if (scan(s) < 0) {
@@ -507,27 +596,97 @@ static bool kill_and_wait(struct guard_state *s)
 	}
 	/* Empty now: remove them (the daemon would have, had it lived). */
 	for (size_t i = 0; all_dead && i < s->ncgs && s->cg_dir >= 0; i++)
-		if (procfs_cgroup_remove(s->cg_dir, s->cgs[i]) < 0)
+		if (procfs_cgroup_remove(s->cg_dir, s->cgs[i].name) < 0)
 			log_warn("msg=\"guard cannot remove cgroup\" cgroup=%s err=\"%s\"",
-				 s->cgs[i], strerror(errno));
+				 s->cgs[i].name, strerror(errno));
 	log_info("msg=\"guard: commands killed\" groups=%zu cgroups=%zu ms=%lld", s->npgs, s->ncgs,
 		 (long long)(util_now_ms() - start));
 	return all_dead;
 }
 
-/* The fence deadline passed: kill everything, the daemon's children
- * included. The groups and cgroups stay registered until the daemon, which
- * reaps the commands, unregisters them. */
+/* The fence deadline passed: kill everything the fence governs, the
+ * daemon's children included. The groups and cgroups stay registered until
+ * the daemon, which reaps the commands, unregisters them. */
 static void fence_kill(struct guard_state *s, int64_t now)
 {
+	set_targets(s, TARGET_FENCE, 0);
 	if (!s->fence_logged) {
-		log_error("msg=\"guard: fence deadline passed; killing every command\" groups=%zu "
-			  "cgroups=%zu late_ms=%lld",
-			  s->npgs, s->ncgs, (long long)(now - s->deadline));
+		size_t n = 0;
+		for (size_t i = 0; i < s->npgs; i++)
+			n += s->pgs[i].target;
+		log_error("msg=\"guard: fence deadline passed; killing every command it governs\" "
+			  "groups=%zu cgroups=%zu late_ms=%lld",
+			  n, s->ncgs, (long long)(now - s->deadline));
 		s->fence_logged = true;
 	}
 	if (kill_everything(s, true) < 0)
 		log_error("msg=\"guard cannot read /proc; killed the registered groups only\"");
+}
+
+/* The group's own deadline (a lease) passed: kill it, its cgroup and its
+ * descendants. It stays registered until the daemon unregisters it. */
+static void lease_kill(struct guard_state *s, struct pg_entry *e, int64_t now)
+{
+	pid_t pg = e->pg;
+	if (!e->logged) {
+		log_error("msg=\"guard: lease deadline passed; killing the command\" pgid=%d "
+			  "late_ms=%lld",
+			  (int)pg, (long long)(now - e->deadline));
+		e->logged = true;
+	}
+	set_targets(s, TARGET_ONE, pg);
+	if (kill_everything(s, false) < 0)
+		log_error("msg=\"guard cannot read /proc; killed the registered group only\"");
+}
+
+/* Is anything registered that the fence deadline governs? */
+static bool has_fence_targets(struct guard_state *s)
+{
+	for (size_t i = 0; i < s->npgs; i++)
+		if (s->pgs[i].deadline == 0)
+			return true;
+	for (size_t i = 0; i < s->ncgs; i++)
+		if (!has_own_deadline(s, s->cgs[i].pg))
+			return true;
+	return false;
+}
+
+/* Kill what is due, and return poll()'s timeout until the next check: -1
+ * with nothing registered or no deadline, GUARD_POLL_MS while something
+ * past its deadline is still registered, else the time to the next
+ * deadline, at most GUARD_CLOCK_MS (poll's timeout runs on the monotonic
+ * clock, which stops while the machine is suspended; the deadlines are on
+ * CLOCK_BOOTTIME). */
+static int kill_due(struct guard_state *s)
+{
+	if (s->npgs == 0 && s->ncgs == 0)
+		return -1;
+	int64_t now = util_boot_ms(), next = INT64_MAX;
+	bool busy = false;
+	if (s->deadline != INT64_MAX && has_fence_targets(s)) {
+		if (now >= s->deadline) {
+			fence_kill(s, now);
+			busy = true;
+		} else {
+			next = s->deadline;
+		}
+	}
+	for (size_t i = 0; i < s->npgs; i++) {
+		struct pg_entry *e = &s->pgs[i];
+		if (e->deadline <= 0)
+			continue;
+		if (now >= e->deadline) {
+			lease_kill(s, e, now);
+			busy = true;
+		} else if (e->deadline < next) {
+			next = e->deadline;
+		}
+	}
+	if (busy)
+		return GUARD_POLL_MS;
+	if (next == INT64_MAX)
+		return -1;
+	return next - now > GUARD_CLOCK_MS ? GUARD_CLOCK_MS : (int)(next - now);
 }
 
 /* Step 4 of the exit sequence: a connection of its own (blocking: nothing
@@ -615,7 +774,10 @@ static void handle(struct guard_state *s, const struct guard_msg *m, int fd)
 		state_del_fd(s, m->key);
 		break;
 	case GUARD_ADD_PG:
-		state_add_pg(s, m->pgid);
+		state_add_pg(s, m->pgid, m->value > 0 ? m->value : 0);
+		break;
+	case GUARD_PG_DEADLINE:
+		state_pg_deadline(s, m->pgid, m->value > 0 ? m->value : 1);
 		break;
 	case GUARD_DEL_PG:
 		state_del_pg(s, m->pgid);
@@ -638,7 +800,7 @@ static void handle(struct guard_state *s, const struct guard_msg *m, int fd)
 		s->cg_dir = fd;
 		return; /* the fd is the state's now */
 	case GUARD_ADD_CG:
-		state_add_cg(s, m->name);
+		state_add_cg(s, m->name, m->pgid);
 		break;
 	case GUARD_DEL_CG:
 		state_del_cg(s, m->name);
@@ -666,20 +828,7 @@ guard_main(int ch, pid_t daemon_pid, const char *conninfo, const char *exit_sql)
 	int fd, r = 1;
 
 	for (;;) {
-		int timeout = -1;
-		if ((s.npgs > 0 || s.ncgs > 0) && s.deadline != INT64_MAX) {
-			int64_t now = util_boot_ms();
-			if (now >= s.deadline) {
-				fence_kill(&s, now);
-				timeout = GUARD_POLL_MS;
-			} else {
-				/* At most GUARD_CLOCK_MS: poll's timeout runs on the
-				 * monotonic clock, which stops while the machine is
-				 * suspended; the deadline is on CLOCK_BOOTTIME. */
-				int64_t left = s.deadline - now;
-				timeout = left > GUARD_CLOCK_MS ? GUARD_CLOCK_MS : (int)left;
-			}
-		}
+		int timeout = kill_due(&s);
 		struct pollfd pfd = {.fd = ch, .events = POLLIN};
 		int pr = poll(&pfd, 1, timeout);
 		if (pr < 0 && errno != EINTR) {
@@ -828,9 +977,14 @@ int guard_del_fd(struct guard *g, int fd)
 	return guard_send(g, GUARD_DEL_FD, fd, 0, 0, -1, NULL);
 }
 
-int guard_add_pgroup(struct guard *g, pid_t pgid)
+int guard_add_pgroup(struct guard *g, pid_t pgid, int64_t deadline)
 {
-	return guard_send(g, GUARD_ADD_PG, 0, pgid, 0, -1, NULL);
+	return guard_send(g, GUARD_ADD_PG, 0, pgid, deadline > 0 ? deadline : 0, -1, NULL);
+}
+
+int guard_set_pgroup_deadline(struct guard *g, pid_t pgid, int64_t deadline)
+{
+	return guard_send(g, GUARD_PG_DEADLINE, 0, pgid, deadline, -1, NULL);
 }
 
 int guard_del_pgroup(struct guard *g, pid_t pgid)
@@ -853,9 +1007,9 @@ int guard_set_cgroup_dir(struct guard *g, int fd)
 	return guard_send(g, GUARD_CG_DIR, 0, 0, 0, fd, NULL);
 }
 
-int guard_add_cgroup(struct guard *g, const char *name)
+int guard_add_cgroup(struct guard *g, const char *name, pid_t pgid)
 {
-	return guard_send(g, GUARD_ADD_CG, 0, 0, 0, -1, name);
+	return guard_send(g, GUARD_ADD_CG, 0, pgid, 0, -1, name);
 }
 
 int guard_del_cgroup(struct guard *g, const char *name)

@@ -38,9 +38,16 @@ struct guard *guard_start(const char *conninfo, const char *exit_sql);
 int guard_add_fd(struct guard *g, int fd);
 int guard_del_fd(struct guard *g, int fd);
 
-/* Register/unregister the process group of a running command. */
-int guard_add_pgroup(struct guard *g, pid_t pgid);
+/* Register/unregister the process group of a running command. deadline: 0
+ * for a command the fence deadline governs (guard_set_deadline); else the
+ * CLOCK_BOOTTIME ms at which the guard kills this group (with its cgroup
+ * and descendants) whatever the daemon does, and the fence deadline does
+ * not apply to it (lock mode `lease`: the command's claim is a lease). */
+int guard_add_pgroup(struct guard *g, pid_t pgid, int64_t deadline);
 int guard_del_pgroup(struct guard *g, pid_t pgid);
+/* Move the deadline of a group registered with one of its own (a lease
+ * was extended); it may move back, too. Unknown groups are ignored. */
+int guard_set_pgroup_deadline(struct guard *g, pid_t pgid, int64_t deadline);
 
 /* The directory under which registered cgroups are named: an fd open on it
  * (O_DIRECTORY), of which the guard keeps its own duplicate (the caller
@@ -48,18 +55,21 @@ int guard_del_pgroup(struct guard *g, pid_t pgid);
  * later call replaces it. */
 int guard_set_cgroup_dir(struct guard *g, int fd);
 /* Register/unregister a command's cgroup by its name under that directory
- * (shorter than GUARD_NAME_MAX). The guard kills a registered cgroup with
- * the process groups (at the fence deadline and when the daemon dies), waits
- * until it is empty, and then removes it. Unregister only once the cgroup
- * is gone, or at least killed. */
+ * (shorter than GUARD_NAME_MAX), created for the command whose process
+ * group is pgid (0: none, e.g. a leftover of an earlier run). The guard
+ * kills a registered cgroup with the process groups (with its group at
+ * that group's own deadline, else at the fence deadline; and when the
+ * daemon dies), waits until it is empty, and then removes it. Unregister
+ * only once the cgroup is gone, or at least killed. */
 #define GUARD_NAME_MAX 32
-int guard_add_cgroup(struct guard *g, const char *name);
+int guard_add_cgroup(struct guard *g, const char *name, pid_t pgid);
 int guard_del_cgroup(struct guard *g, const char *name);
 
 /* The fence deadline, a CLOCK_BOOTTIME time in ms (util_boot_ms): once it
  * has passed, the guard SIGKILLs every registered process group and cgroup
- * (and the processes below them, and the daemon's other children),
- * whatever the daemon does. Each call replaces the previous deadline (it may move it
+ * without a deadline of its own (and the processes below them, and the
+ * daemon's other children but the members of groups with one), whatever
+ * the daemon does. Each call replaces the previous deadline (it may move it
  * back, too). Until the first call there is none. */
 int guard_set_deadline(struct guard *g, int64_t boot_ms);
 /* The daemon's instance id (pgjobd.workers.id), for the exit statement. */

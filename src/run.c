@@ -212,6 +212,8 @@ void run_kill(struct run *r, const char *reason, int64_t grace_ms)
 void run_set_deadline(struct run *r, int64_t boot_ms)
 {
 	r->deadline = boot_ms;
+	if (r->pgid > 0 && r->env->guard)
+		guard_set_pgroup_deadline(r->env->guard, r->pgid, boot_ms);
 }
 
 /* exec's before_run hook: the supervisor knows the group (and, in lease
@@ -222,7 +224,7 @@ void run_set_deadline(struct run *r, int64_t boot_ms)
 static int register_pgroup(pid_t pgid, void *arg)
 {
 	struct run *r = arg;
-	if (r->env->guard && guard_add_pgroup(r->env->guard, pgid) < 0)
+	if (r->env->guard && guard_add_pgroup(r->env->guard, pgid, r->deadline) < 0)
 		return -1;
 	r->pgid = pgid;
 	if (r->env->contain)

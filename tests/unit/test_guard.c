@@ -186,7 +186,7 @@ static void __attribute__((noreturn)) fake_daemon(int db_sock, int report_fd, co
 		if (db_sock >= 0 && guard_add_fd(g, db_sock) < 0)
 			_exit(1);
 		rep.pgid = spawn_group(cmd);
-		if (rep.pgid <= 0 || guard_add_pgroup(g, rep.pgid) < 0)
+		if (rep.pgid <= 0 || guard_add_pgroup(g, rep.pgid, 0) < 0)
 			_exit(1);
 	}
 	if (write(report_fd, &rep, sizeof(rep)) != (ssize_t)sizeof(rep))
@@ -331,8 +331,9 @@ static void test_in_process(void)
 
 	pid_t a = spawn_group("exec sleep 300");
 	pid_t b = spawn_group("exec sleep 300");
-	ok(guard_add_pgroup(g, a) == 0 && guard_add_pgroup(g, b) == 0, "two groups registered");
-	ok(guard_add_pgroup(g, a) == 0, "registering a group twice is harmless");
+	ok(guard_add_pgroup(g, a, 0) == 0 && guard_add_pgroup(g, b, 0) == 0,
+	   "two groups registered");
+	ok(guard_add_pgroup(g, a, 0) == 0, "registering a group twice is harmless");
 	ok(guard_del_pgroup(g, b) == 0, "one group unregistered");
 
 	/* DEL_FD: the guard drops its copy, so our close is the last one. */
@@ -393,6 +394,43 @@ static bool wait_dead(pid_t pid, int64_t timeout_ms)
 		nap_ms(5);
 	}
 	return pid_dead(pid);
+}
+
+/* Groups with deadlines of their own (lock mode lease): each dies at its
+ * own deadline, which can be moved either way; the fence deadline spares
+ * them; the daemon's end kills them. */
+static void test_deadlines(void)
+{
+	struct guard *g = guard_start(NULL, NULL);
+	ok(g != NULL, "deadlines: guard started");
+	if (!g)
+		return;
+	pid_t fenced = spawn_group("exec sleep 300");
+	pid_t soon = spawn_group("exec sleep 300");
+	pid_t moved = spawn_group("exec sleep 300");
+	pid_t late = spawn_group("exec sleep 300");
+	int64_t now = util_boot_ms();
+	ok(guard_add_pgroup(g, fenced, 0) == 0 && guard_add_pgroup(g, soon, now + 300) == 0 &&
+	       guard_add_pgroup(g, moved, now + 300) == 0 &&
+	       guard_add_pgroup(g, late, now + 60000) == 0,
+	   "deadlines: four groups registered, three with deadlines of their own");
+	ok(guard_set_pgroup_deadline(g, moved, now + 60000) == 0, "deadlines: one moved later");
+	ok(wait_dead(soon, 3000), "a group is killed at its own deadline");
+	int64_t killed = util_boot_ms() - now;
+	ok(killed >= 300, "... not before it (%lld ms)", (long long)killed);
+	ok(!pid_dead(fenced) && !pid_dead(moved) && !pid_dead(late),
+	   "... and only that group; a deadline moved later holds");
+	ok(guard_set_deadline(g, util_boot_ms() + 200) == 0, "deadlines: a fence deadline set");
+	ok(wait_dead(fenced, 3000), "the fence deadline kills the group it governs");
+	nap_ms(300);
+	ok(!pid_dead(moved) && !pid_dead(late),
+	   "groups with deadlines of their own survive the fence deadline");
+	ok(guard_set_pgroup_deadline(g, moved, util_boot_ms() - 1) == 0 && wait_dead(moved, 3000),
+	   "a deadline moved back into the past kills at once");
+	ok(!pid_dead(late), "... and the last group still lives");
+	guard_stop(g);
+	ok(wait_dead(late, 3000), "the guard's end kills groups with deadlines of their own too");
+	reap_any();
 }
 
 /* A command's process that left its group (setsid) while its parent, the
@@ -469,13 +507,13 @@ static void test_cgroup(void)
 		return;
 	}
 	struct guard *g = guard_start(NULL, NULL);
-	ok(g && guard_set_cgroup_dir(g, dfd) == 0 && guard_add_cgroup(g, "job-1") == 0,
+	ok(g && guard_set_cgroup_dir(g, dfd) == 0 && guard_add_cgroup(g, "job-1", 0) == 0,
 	   "a process in a cgroup registered with the guard");
 	is_int(procfs_cgroup_populated(dfd, "job-1"), 1, "the cgroup is populated");
 	char toolong[GUARD_NAME_MAX + 1];
 	memset(toolong, 'x', sizeof(toolong) - 1);
 	toolong[GUARD_NAME_MAX] = '\0';
-	ok(g && guard_add_cgroup(g, toolong) < 0, "a name too long is refused");
+	ok(g && guard_add_cgroup(g, toolong, 0) < 0, "a name too long is refused");
 	guard_stop(g);
 	ok(wait_dead(a, 5000), "guard_stop killed the cgroup's process");
 	snprintf(p, sizeof(p), "%s/job-1", dir);
@@ -495,6 +533,7 @@ int main(void)
 	test_daemon_killed();
 	test_daemon_killed_idle();
 	test_in_process();
+	test_deadlines();
 	test_escaped_descendant();
 	test_cgroup();
 	reap_any();
