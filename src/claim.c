@@ -45,7 +45,7 @@ static const char sql_claim[] =
     "SELECT slot, job_id, group_row, group_id, attempts, max_attempts, timeout_ms, fence, "
     "data, arg_keys, arg_vals FROM pgjobd.claim_batch($1, $2::bigint, $3::text[], $4::int, "
     "$5::bigint, $6::bigint, $7::int, $8::boolean, $9::bigint[], $10::bigint[], "
-    "$11::bigint[])";
+    "$11::bigint[], $12::bigint)";
 /* Step 2, the slot's transaction: the group row first, then the job row,
  * the order every claimer locks them in. Both wait: only SKIP LOCKED probes
  * of other claimers can hold them, briefly. The job row is locked only if it
@@ -178,6 +178,9 @@ int claim_build(struct db_stmt *st, struct claim_params *p, const struct claim_r
 	st->params[8] = bigint_array(&p->release_jobs, r->release_jobs, r->nrelease_jobs);
 	st->params[9] = bigint_array(&p->release_groups, r->release_groups, r->nrelease_groups);
 	st->params[10] = bigint_array(&p->skip, r->skip, r->nskip);
+	snprintf(p->lease_ms, sizeof(p->lease_ms), "%lld", (long long)r->lease_ms);
+	st->nparams = 12;
+	st->params[11] = r->lease_ms > 0 ? p->lease_ms : NULL; /* NULL: lock mode transaction */
 	return 1;
 }
 

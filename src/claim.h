@@ -47,6 +47,7 @@ struct claim_req {
 	const long long *skip; /* this daemon's jobs of the queue that it holds,
 				  is handing to a slot or releasing itself */
 	int nskip;
+	int64_t lease_ms; /* lock mode lease: the lease to commit; 0: lock mode transaction */
 };
 
 /* Parameters of a claim batch; they must outlive db_send only (libpq copies
@@ -59,6 +60,7 @@ struct claim_params {
 	char max_data[24];
 	char scan[16];
 	char orphans[8];
+	char lease_ms[24];
 	struct buf workers, release_jobs, release_groups, skip;
 };
 void claim_params_init(struct claim_params *p);

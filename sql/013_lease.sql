@@ -1,0 +1,665 @@
+-- 013_lease.sql - schema version 13: lock mode `lease`.
+--
+-- In lock mode `transaction` a running job is held by an open transaction
+-- of a session of its own, which holds row locks on the job and its group.
+-- That costs a session per running job, holds back VACUUM in the whole
+-- database for as long as the job runs, and ends with any loss of the
+-- session (a PostgreSQL restart kills every running command). In lock mode
+-- `lease` nothing stays open: the claim is the row's state.
+--
+--   claim       claim_batch(..., p_lease_ms) commits the job `running`, its
+--               attempt counted, a new fencing token (jobs.fence), the
+--               daemon's instance (worker_id) and a lease: lease_until =
+--               now + p_lease_ms, lease_ms = p_lease_ms. No lock outlives the
+--               claim's transaction (the bridge it takes is dropped before
+--               the commit; the row locks keep others away until then).
+--   extension   extend_leases(worker_id, ids, fences) moves lease_until of
+--               every listed job that is still `running` under that fencing
+--               token and whose lease has not run out: one statement for all
+--               of a daemon's running jobs. A job it does not return has
+--               lost its lease: its daemon kills the command at once. It
+--               also points the jobs at the daemon's current instance (a
+--               daemon that had to register again after an outage keeps its
+--               leases: they belong to the claim, not to the instance).
+--   outcome     finish_leases(outcomes) writes the outcomes of several jobs in
+--               one statement, each only while the row is still `running`
+--               under the claim's fencing token: the outcome of a claim that
+--               was taken over changes nothing, and the daemon logs it.
+--   takeover    a lease-held job is claimable by any daemon (a new attempt,
+--               group order kept: it is its group's head) once lease_until
+--               plus the margin (lease_margin(lease_ms), as for the fence: a
+--               fifth of the lease, at least 1 s) has passed, whatever its
+--               daemon's alive_until says: lease-mode commands outlive a
+--               PostgreSQL restart that lapses their daemon's heartbeat, and
+--               only their lease says whether they may still run.
+--   crash       worker_gone(), run by the daemon's supervisor once every
+--               command of the daemon is dead, and release_worker(), run by
+--               an operator, void the leases of every instance of that
+--               daemon (lease_until = '-infinity'): its jobs are claimable
+--               at the next orphan pass.
+--
+-- Time: the daemon extends at send time t (its CLOCK_BOOTTIME); the server
+-- sets lease_until = T + lease with T >= t; the daemon's supervisor kills
+-- the command at t + lease unless a later extension succeeded (the daemon
+-- itself a little earlier); another daemon takes over only after T + lease
+-- + margin by the server's clock. So a takeover comes at least the margin
+-- after the kill, as long as the daemon's clock and the server's advance at
+-- the same rate to within the margin over one lease, and the server's wall
+-- clock is not stepped forward by more than the margin (NTP slewing is
+-- fine): the assumption of the fence (006_fencing.sql), over one lease.
+--
+-- Group exclusivity holds across both modes and any number of daemons: a
+-- group whose head is `running` is busy for every claimer, whichever mode
+-- holds it. The orphan pass of either mode takes a lease-held job over only
+-- by its lease, and a transaction-held one only by its locks and its
+-- daemon's alive_until; each recheck is made on the row as locked, with the
+-- fencing token the pass read, so two claimers never take one claim over
+-- twice.
+--
+-- WAL and bloat: an extension writes a new version of each row it extends
+-- (a heap-only update: no indexed column changes), a daemon extends every
+-- third of the lease, so 256 jobs under the default lease of 30 s write
+-- about 26 row versions a second.
+--
+-- Locks taken by this migration, in one transaction with the rest of the
+-- upgrade: ACCESS EXCLUSIVE on pgjobd.jobs for the two new columns (no
+-- rewrite: nullable, no default), held to the upgrade's commit; grant_roles()
+-- as every version. Daemons of older versions go on until their listener
+-- reconnects and stops them on the version mismatch; the eleven-argument
+-- claim_batch they call now runs the new one in transaction mode, so their
+-- orphan passes respect leases too.
+--
+-- Restated functions, against the versions they replace:
+--   claim_batch (new, twelve arguments): 007's claim_batch with the edits
+--     marked [lease E1] .. [lease E7];
+--   claim_batch (eleven arguments): now calls the new one with p_lease_ms
+--     NULL (its body was 007's);
+--   worker_gone, release_worker (006): unchanged, plus the lease voiding;
+--   grant_roles (008): plus PERFORM pgjobd.grant_lease().
+
+ALTER TABLE pgjobd.jobs ADD COLUMN lease_until timestamptz, ADD COLUMN lease_ms bigint;
+
+-- The margin a lease gets on the server side before a takeover: the
+-- fence's, from the one stored value.
+CREATE FUNCTION pgjobd.lease_margin(p_lease_ms bigint) RETURNS interval
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT greatest(1000, coalesce(p_lease_ms, 0) / 5) * interval '1 millisecond'
+$$;
+
+-- Version 7's claim_batch (see 007_held_groups.sql, 006_fencing.sql and
+-- 002_fast_claim.sql for the protocol and what each statement locks), with
+-- the edits marked [lease E..] for lock mode `lease`.
+-- [lease E1] a twelfth parameter, p_lease_ms: NULL for a claim of lock mode
+-- `transaction`, the lease in ms for one of lock mode `lease`.
+CREATE FUNCTION pgjobd.claim_batch(p_queue text, p_worker_id bigint, p_workers text[],
+                                   p_max_attempts int, p_timeout_ms bigint, p_max_data bigint,
+                                   p_scan int, p_orphans boolean, p_release_jobs bigint[],
+                                   p_release_groups bigint[], p_skip bigint[], p_lease_ms bigint)
+RETURNS TABLE (slot int, job_id bigint, group_row bigint, group_id text, attempts int,
+               max_attempts int, timeout_ms bigint, fence bigint, data text, arg_keys text[],
+               arg_vals text[])
+LANGUAGE plpgsql AS $$
+DECLARE
+    want int := coalesce(array_length(p_workers, 1), 0);
+    ids bigint[] := '{}';   -- picked jobs, in start order
+    gids bigint[] := '{}';  -- their group rows (NULL: ungrouped)
+    r record;
+    x bigint;
+    gid bigint;
+    k1 int;
+    k2 int;
+    u_ids bigint[];
+    u_pri int[];
+    u_run timestamptz[];
+    nu int;
+    ui int := 1;
+    busy text[] := '{}';
+    n int := 0;
+    scan_cut boolean := false;
+    own boolean;
+    head record;
+    budget int := p_scan;   -- groups this call may still mark held
+BEGIN
+    FOREACH x IN ARRAY coalesce(p_release_jobs, '{}') LOOP
+        PERFORM pg_advisory_unlock(1886020100, (x & 2147483647)::int);
+    END LOOP;
+    FOREACH x IN ARRAY coalesce(p_release_groups, '{}') LOOP
+        PERFORM pg_advisory_unlock(1886020103, (x & 2147483647)::int);
+    END LOOP;
+    IF want = 0 THEN
+        RETURN;
+    END IF;
+
+    -- A daemon whose heartbeat lapsed may have lost its jobs already: it
+    -- starts nothing until it has registered again.
+    IF NOT EXISTS (SELECT 1 FROM pgjobd.workers w
+                    WHERE w.id = p_worker_id AND w.alive_until > clock_timestamp()) THEN
+        RETURN;
+    END IF;
+
+    -- Paused: start nothing, not even orphans (running one again is a
+    -- start). resume() sends the NOTIFY that brings us back.
+    IF EXISTS (SELECT 1 FROM pgjobd.paused_queues p WHERE p.queue = p_queue) THEN
+        DELETE FROM pgjobd.waiting w WHERE w.queue = p_queue AND w.pid = pg_backend_pid();
+        RETURN;
+    END IF;
+
+    -- Marks whose time has come: the head they wait for is due now, so it
+    -- and its group's later jobs go back into jobs_ready_grouped before the
+    -- scans below. A plain probe of jobs_held first: usually there are none.
+    -- At most p_scan a call (the rest go in the next calls), row locks with
+    -- SKIP LOCKED (a locked one is cleared by a later call).
+    IF EXISTS (SELECT 1 FROM pgjobd.jobs h
+                WHERE h.queue = p_queue AND h.status = 'queued'
+                  AND h.held_until <= statement_timestamp()) THEN
+        UPDATE pgjobd.jobs j SET held_until = NULL
+         WHERE j.id IN (SELECT h.id FROM pgjobd.jobs h
+                         WHERE h.queue = p_queue AND h.status = 'queued'
+                           AND h.held_until <= statement_timestamp()
+                         ORDER BY h.held_until LIMIT p_scan
+                         FOR UPDATE SKIP LOCKED);
+    END IF;
+
+    -- Orphans first. The bridge is tried before the rows: a live claim
+    -- holds one or the other, so live jobs are never row-locked here. A
+    -- lease-held job holds neither: its lease decides (see the top).
+    IF p_orphans THEN
+        DELETE FROM pgjobd.waiting w
+         WHERE w.queue = p_queue
+           AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = w.pid);
+        -- [lease E2] also the claim's fence and lease
+        FOR r IN SELECT j.id, j.group_id, j.attempts, j.max_attempts, j.worker_id, j.fence,
+                        j.lease_until, j.lease_ms
+                   FROM pgjobd.jobs j
+                  WHERE j.queue = p_queue AND j.status = 'running'
+                  ORDER BY j.id
+        LOOP
+            EXIT WHEN array_length(ids, 1) >= want;
+            CONTINUE WHEN r.id = ANY(p_skip);
+            own := r.worker_id IS NOT DISTINCT FROM p_worker_id;
+            -- Another daemon's job: only once that daemon's claim lapsed.
+            -- [lease E3] A lease-held job: once its lease and the margin have
+            -- passed, whatever its daemon's alive_until says; a job held by
+            -- an open transaction: once its daemon's alive_until passed.
+            CONTINUE WHEN NOT own AND r.lease_until IS NOT NULL
+                          AND r.lease_until + pgjobd.lease_margin(r.lease_ms) > clock_timestamp();
+            CONTINUE WHEN NOT own AND r.lease_until IS NULL AND EXISTS (
+                SELECT 1 FROM pgjobd.workers w
+                 WHERE w.id = r.worker_id AND w.alive_until > clock_timestamp());
+            gid := NULL;
+            IF r.group_id IS NOT NULL THEN
+                SELECT g.id INTO gid FROM pgjobd.groups g
+                 WHERE g.queue = p_queue AND g.group_id = r.group_id;
+                IF gid IS NULL THEN
+                    -- maintain() deleted it in a race with this job's
+                    -- claim; the job row lock (below) still tells whether
+                    -- its daemon holds it.
+                    INSERT INTO pgjobd.groups (queue, group_id) VALUES (p_queue, r.group_id)
+                        ON CONFLICT DO NOTHING RETURNING id INTO gid;
+                END IF;
+                CONTINUE WHEN gid IS NULL;
+                k1 := 1886020103;
+                k2 := (gid & 2147483647)::int;
+            ELSE
+                k1 := 1886020100;
+                k2 := (r.id & 2147483647)::int;
+            END IF;
+            CONTINUE WHEN NOT pg_try_advisory_lock(k1, k2);
+            IF gid IS NOT NULL THEN
+                PERFORM 1 FROM pgjobd.groups g WHERE g.id = gid FOR UPDATE SKIP LOCKED;
+                IF NOT FOUND THEN
+                    PERFORM pg_advisory_unlock(k1, k2);
+                    CONTINUE;
+                END IF;
+            END IF;
+            -- [lease E4] still the same claim (nobody took it over since the
+            -- loop read it: a lease claim leaves no lock behind), and for a
+            -- lease not extended meanwhile: the row as locked is rechecked.
+            PERFORM 1 FROM pgjobd.jobs j WHERE j.id = r.id AND j.status = 'running'
+               AND j.fence IS NOT DISTINCT FROM r.fence
+               AND (own OR j.lease_until IS NULL
+                    OR j.lease_until + pgjobd.lease_margin(j.lease_ms) <= clock_timestamp())
+             FOR UPDATE SKIP LOCKED;
+            IF NOT FOUND THEN
+                PERFORM pg_advisory_unlock(k1, k2);
+                CONTINUE;
+            END IF;
+            IF own THEN
+                -- Claimed for us, held by none of our slots: it never
+                -- started. Queued again, the attempt given back; it is a
+                -- candidate again below, in its turn.
+                -- [lease E5] its lease goes with it
+                UPDATE pgjobd.jobs j SET status = 'queued', attempts = j.attempts - 1,
+                       worker = NULL, worker_id = NULL, started_at = NULL,
+                       lease_until = NULL, lease_ms = NULL,
+                       updated_at = clock_timestamp()
+                 WHERE j.id = r.id;
+                PERFORM pg_advisory_unlock(k1, k2);
+                CONTINUE;
+            END IF;
+            IF EXISTS (SELECT 1 FROM pgjobd.cancel_requests c WHERE c.job_id = r.id) THEN
+                -- Cancelled while its daemon died: it stays cancelled.
+                UPDATE pgjobd.jobs j SET status = 'cancelled', finished_at = clock_timestamp(),
+                       updated_at = clock_timestamp(),
+                       error = jsonb_build_object('reason', 'cancelled', 'exit_code', NULL,
+                               'signal', NULL, 'stderr', NULL,
+                               'message', 'cancelled; the daemon running it was gone')
+                 WHERE j.id = r.id;
+                DELETE FROM pgjobd.cancel_requests c WHERE c.job_id = r.id;
+                PERFORM pg_advisory_unlock(k1, k2);
+                CONTINUE;
+            END IF;
+            IF r.attempts >= least(coalesce(r.max_attempts, p_max_attempts), p_max_attempts) THEN
+                -- Its last attempt died with its daemon: a failed attempt.
+                UPDATE pgjobd.jobs j SET status = 'failed', finished_at = clock_timestamp(),
+                       updated_at = clock_timestamp(),
+                       error = jsonb_build_object('reason', 'lost_lock', 'exit_code', NULL,
+                               'signal', NULL, 'stderr', NULL,
+                               'message', 'the daemon running this job lost its claim')
+                 WHERE j.id = r.id;
+                PERFORM pg_advisory_unlock(k1, k2);
+                CONTINUE;
+            END IF;
+            -- An orphan: run it again, counting a new attempt.
+            ids := ids || r.id;
+            gids := gids || gid;
+            IF r.group_id IS NOT NULL THEN
+                busy := busy || r.group_id;
+            END IF;
+        END LOOP;
+    END IF;
+
+    -- The best ready ungrouped jobs: one probe of jobs_ready_free, locked.
+    -- (Expired rows are filtered here until maintain() cancels them.)
+    SELECT array_agg(c.id ORDER BY c.priority, c.run_at, c.id),
+           array_agg(c.priority ORDER BY c.priority, c.run_at, c.id),
+           array_agg(c.run_at ORDER BY c.priority, c.run_at, c.id)
+      INTO u_ids, u_pri, u_run
+      FROM (SELECT j.id, j.priority, j.run_at FROM pgjobd.jobs j
+             WHERE j.queue = p_queue AND j.status = 'queued' AND j.group_id IS NULL
+               AND j.run_at <= statement_timestamp()
+               AND (j.expires_at IS NULL OR j.expires_at > statement_timestamp())
+             ORDER BY j.priority, j.run_at, j.id
+             FOR UPDATE SKIP LOCKED
+             LIMIT want - coalesce(array_length(ids, 1), 0)) c;
+    nu := coalesce(array_length(u_ids, 1), 0);
+
+    -- Grouped jobs in start order, up to the last ungrouped candidate when
+    -- there are enough of those, bounded by p_scan (see version 2). Jobs
+    -- marked held are not in jobs_ready_grouped, and not candidates.
+    IF coalesce(array_length(ids, 1), 0) < want THEN
+        FOR r IN SELECT j.id, j.group_id, j.priority, j.run_at FROM pgjobd.jobs j
+                  WHERE j.queue = p_queue AND j.status = 'queued' AND j.group_id IS NOT NULL
+                    AND j.held_until IS NULL AND j.run_at <= statement_timestamp()
+                    AND (j.expires_at IS NULL OR j.expires_at > statement_timestamp())
+                    AND (j.priority, j.run_at, j.id) <
+                        (CASE WHEN nu > 0 AND nu + coalesce(array_length(ids, 1), 0) >= want
+                              THEN u_pri[nu] ELSE 2147483647 END,
+                         CASE WHEN nu > 0 AND nu + coalesce(array_length(ids, 1), 0) >= want
+                              THEN u_run[nu] ELSE 'infinity' END,
+                         CASE WHEN nu > 0 AND nu + coalesce(array_length(ids, 1), 0) >= want
+                              THEN u_ids[nu] ELSE 9223372036854775807 END)
+                  ORDER BY j.priority, j.run_at, j.id
+                  LIMIT p_scan + 1
+        LOOP
+            WHILE ui <= nu AND coalesce(array_length(ids, 1), 0) < want
+                  AND (u_pri[ui], u_run[ui], u_ids[ui]) < (r.priority, r.run_at, r.id) LOOP
+                IF pg_try_advisory_lock(1886020100, (u_ids[ui] & 2147483647)::int) THEN
+                    ids := ids || u_ids[ui];
+                    gids := gids || NULL::bigint;
+                END IF;
+                ui := ui + 1;
+            END LOOP;
+            EXIT WHEN array_length(ids, 1) >= want;
+            n := n + 1;
+            IF n > p_scan THEN
+                scan_cut := true;
+                EXIT;
+            END IF;
+            CONTINUE WHEN r.group_id = ANY(busy);
+            -- The group's head, by a plain read of jobs_group_head (no lock,
+            -- nothing written). Only a candidate that heads its group goes
+            -- on to try_group_head_v2, which locks the group row and checks
+            -- the head again under that lock.
+            SELECT j.id, j.status, j.run_at, j.expires_at INTO head FROM pgjobd.jobs j
+             WHERE j.queue = p_queue AND j.group_id = r.group_id
+               AND j.status IN ('queued', 'running')
+             ORDER BY j.id LIMIT 1;
+            IF head.id IS DISTINCT FROM r.id THEN
+                -- A ready head comes later in this scan (or in a later
+                -- call); a running head, or one that expired, keeps the
+                -- group busy.
+                CONTINUE WHEN head.status = 'queued'
+                              AND (head.expires_at IS NULL
+                                   OR head.expires_at > statement_timestamp())
+                              AND head.run_at <= statement_timestamp();
+                busy := busy || r.group_id;
+                -- A head waiting out a backoff: take the group's later jobs
+                -- out of the scan until it is due.
+                IF head.status = 'queued' AND head.run_at > statement_timestamp()
+                   AND (head.expires_at IS NULL OR head.expires_at > statement_timestamp())
+                   AND budget > 0 THEN
+                    PERFORM pgjobd.hold_group(p_queue, r.group_id, head.id, head.run_at,
+                                              p_scan);
+                    budget := budget - 1;
+                END IF;
+                CONTINUE;
+            END IF;
+            gid := pgjobd.try_group_head_v2(p_queue, r.group_id, r.id);
+            IF gid > 0 THEN
+                ids := ids || r.id;
+                gids := gids || gid;
+                busy := busy || r.group_id;
+            ELSIF gid = 0 THEN
+                busy := busy || r.group_id;
+            END IF;
+        END LOOP;
+    END IF;
+    WHILE ui <= nu AND coalesce(array_length(ids, 1), 0) < want LOOP
+        IF pg_try_advisory_lock(1886020100, (u_ids[ui] & 2147483647)::int) THEN
+            ids := ids || u_ids[ui];
+            gids := gids || NULL::bigint;
+        END IF;
+        ui := ui + 1;
+    END LOOP;
+
+    -- The bounded scan met only busy groups: visit each group's head once
+    -- (a loose index scan over jobs_group_head), O(groups). Only ready heads
+    -- are tried, so only groups that may start have their row locked.
+    IF scan_cut AND coalesce(array_length(ids, 1), 0) < want THEN
+        FOR r IN WITH RECURSIVE heads AS (
+                     (SELECT j.group_id, j.id, j.status, j.run_at, j.expires_at, j.held_until
+                        FROM pgjobd.jobs j
+                       WHERE j.queue = p_queue AND j.group_id IS NOT NULL
+                         AND j.status IN ('queued', 'running')
+                       ORDER BY j.group_id, j.id LIMIT 1)
+                     UNION ALL
+                     SELECT nx.group_id, nx.id, nx.status, nx.run_at, nx.expires_at,
+                            nx.held_until FROM heads h,
+                       LATERAL (SELECT j.group_id, j.id, j.status, j.run_at, j.expires_at,
+                                       j.held_until
+                                  FROM pgjobd.jobs j
+                                 WHERE j.queue = p_queue AND j.group_id > h.group_id
+                                   AND j.status IN ('queued', 'running')
+                                 ORDER BY j.group_id, j.id LIMIT 1) nx)
+                 SELECT h.group_id, h.id, h.run_at, h.held_until FROM heads h
+                  WHERE h.status = 'queued'
+                    AND (h.expires_at IS NULL OR h.expires_at > statement_timestamp())
+        LOOP
+            EXIT WHEN array_length(ids, 1) >= want;
+            IF r.run_at > statement_timestamp() THEN
+                -- A head waiting out a backoff that is not marked yet (marks
+                -- made above are seen here): this walk meets it anyway, and
+                -- may as well mark its group, so that the next calls neither
+                -- meet its later jobs in their ordered scan nor need this
+                -- walk because of them.
+                IF r.held_until IS NULL AND budget > 0 THEN
+                    PERFORM pgjobd.hold_group(p_queue, r.group_id, r.id, r.run_at, p_scan);
+                    budget := budget - 1;
+                END IF;
+                CONTINUE;
+            END IF;
+            CONTINUE WHEN r.group_id = ANY(busy);
+            gid := pgjobd.try_group_head_v2(p_queue, r.group_id, r.id);
+            IF gid > 0 THEN
+                ids := ids || r.id;
+                gids := gids || gid;
+                busy := busy || r.group_id;
+            ELSIF gid = 0 THEN
+                busy := busy || r.group_id;
+            END IF;
+        END LOOP;
+    END IF;
+
+    -- Slots left idle: wake me (see pgjobd.waiting).
+    IF coalesce(array_length(ids, 1), 0) < want THEN
+        INSERT INTO pgjobd.waiting (queue, pid) VALUES (p_queue, pg_backend_pid())
+            ON CONFLICT DO NOTHING;
+    ELSE
+        DELETE FROM pgjobd.waiting w WHERE w.queue = p_queue AND w.pid = pg_backend_pid();
+    END IF;
+    IF coalesce(array_length(ids, 1), 0) = 0 THEN
+        RETURN;
+    END IF;
+
+    -- Data larger than max_data (as stored: pg_column_size reads the size
+    -- without loading a TOASTed value) is never loaded: the job fails and
+    -- its slot stays idle for this call. Its bridge goes with the caller's
+    -- next call like any other; a group's next job may start after it.
+    UPDATE pgjobd.jobs j SET status = 'failed', finished_at = clock_timestamp(),
+           updated_at = clock_timestamp(), worker = NULL, worker_id = NULL,
+           error = jsonb_build_object('reason', 'data_too_large', 'exit_code', NULL,
+                   'signal', NULL, 'stderr', NULL,
+                   'message', 'data is larger than the queue''s max_data',
+                   'data_bytes', pg_column_size(j.data), 'max_data', p_max_data)
+     WHERE j.id = ANY(ids) AND pg_column_size(j.data) > p_max_data;
+
+    RETURN QUERY
+        WITH t AS (SELECT p.id, p.gid, p.n::int AS slot
+                     FROM unnest(ids, gids) WITH ORDINALITY AS p(id, gid, n)),
+             u AS (
+                -- [lease E6] a lease claim commits its lease; a transaction
+                -- claim has none (also when it takes over a lease-held job)
+                UPDATE pgjobd.jobs j SET status = 'running', attempts = j.attempts + 1,
+                       worker = p_workers[t.slot], worker_id = p_worker_id,
+                       fence = nextval('pgjobd.fence_seq'),
+                       lease_until = clock_timestamp() + p_lease_ms * interval '1 millisecond',
+                       lease_ms = p_lease_ms,
+                       started_at = clock_timestamp(),
+                       updated_at = clock_timestamp(), finished_at = NULL
+                  FROM t
+                 WHERE j.id = t.id AND j.status IN ('queued', 'running')
+                RETURNING t.slot, j.id, t.gid, j.group_id, j.attempts, j.max_attempts,
+                          j.timeout, j.fence, j.data)
+        SELECT u.slot, u.id, u.gid, u.group_id, u.attempts,
+               least(coalesce(u.max_attempts, p_max_attempts), p_max_attempts),
+               -- NULL: the queue's timeout applies. A job's own timeout
+               -- is at least 1 ms and never above a queue's non-zero one.
+               CASE WHEN u.timeout IS NULL THEN NULL
+                    WHEN p_timeout_ms > 0
+                    THEN least(p_timeout_ms,
+                               greatest(1, ceil(extract(epoch FROM u.timeout) * 1000)))::bigint
+                    ELSE greatest(1, ceil(extract(epoch FROM u.timeout) * 1000))::bigint END
+               AS job_timeout_ms,
+               u.fence, u.data::text, a.keys, a.vals
+          FROM u, LATERAL (
+              SELECT coalesce(array_agg(e.key ORDER BY e.key), '{}') AS keys,
+                     coalesce(array_agg(e.value #>> '{}' ORDER BY e.key), '{}') AS vals
+                FROM jsonb_each(CASE WHEN jsonb_typeof(u.data) = 'object'
+                                     THEN u.data ELSE '{}' END) e
+               WHERE jsonb_typeof(e.value) IN ('string', 'number', 'boolean')) a
+         ORDER BY u.slot;
+
+    -- [lease E7] A lease claim keeps no bridge: the rows it commits as
+    -- `running` with a lease are the claim. Until this transaction commits,
+    -- its row locks keep every other claimer away.
+    IF p_lease_ms IS NOT NULL THEN
+        FOR x, gid IN SELECT p.id, p.gid FROM unnest(ids, gids) AS p(id, gid) LOOP
+            IF gid IS NULL THEN
+                PERFORM pg_advisory_unlock(1886020100, (x & 2147483647)::int);
+            ELSE
+                PERFORM pg_advisory_unlock(1886020103, (gid & 2147483647)::int);
+            END IF;
+        END LOOP;
+    END IF;
+END
+$$;
+
+-- Version 7's signature, for daemons of older versions: a claim of lock mode
+-- `transaction`.
+CREATE OR REPLACE FUNCTION pgjobd.claim_batch(p_queue text, p_worker_id bigint, p_workers text[],
+                                   p_max_attempts int, p_timeout_ms bigint, p_max_data bigint,
+                                   p_scan int, p_orphans boolean, p_release_jobs bigint[],
+                                   p_release_groups bigint[], p_skip bigint[])
+RETURNS TABLE (slot int, job_id bigint, group_row bigint, group_id text, attempts int,
+               max_attempts int, timeout_ms bigint, fence bigint, data text, arg_keys text[],
+               arg_vals text[])
+LANGUAGE sql AS $$
+    SELECT * FROM pgjobd.claim_batch(p_queue, p_worker_id, p_workers, p_max_attempts,
+                                     p_timeout_ms, p_max_data, p_scan, p_orphans,
+                                     p_release_jobs, p_release_groups, p_skip, NULL::bigint)
+$$;
+
+-- The lease extension (see the top): returns the ids of the jobs extended.
+-- Every job listed must be `running` under the fencing token listed with
+-- it, with its lease not run out (one that ran out is the takeover's now,
+-- even if nobody has taken it yet). p_worker_id > 0 points the jobs at the
+-- caller's current instance. Locks: the rows it updates, for the length of
+-- this statement's transaction.
+CREATE FUNCTION pgjobd.extend_leases(p_worker_id bigint, p_ids bigint[], p_fences bigint[])
+RETURNS SETOF bigint
+LANGUAGE sql AS $$
+    UPDATE pgjobd.jobs j
+       SET lease_until = clock_timestamp() + j.lease_ms * interval '1 millisecond',
+           worker_id = CASE WHEN p_worker_id > 0 THEN p_worker_id ELSE j.worker_id END
+      FROM unnest(p_ids, p_fences) AS x(id, fence)
+     WHERE j.id = x.id AND j.fence = x.fence AND j.status = 'running'
+       AND j.lease_until > clock_timestamp()
+    RETURNING j.id
+$$;
+
+-- Outcomes of lease-held jobs, several at once: p_outcomes is a JSON array
+-- of {"id", "fence", "status" (queued | succeeded | failed | cancelled),
+-- "result", "error", "retry_ms" (queued: run_at = now + this), "give_back"
+-- (true: the attempt does not count)}. Each is written only while its job
+-- is still `running` under that fencing token (not taken over, not written
+-- before); returns the ids written. A cancelled outcome also drops the
+-- job's cancel request. clock_timestamp(): the daemon may send an outcome
+-- late (after an outage), and a retry's delay counts from now.
+CREATE FUNCTION pgjobd.finish_leases(p_outcomes jsonb) RETURNS SETOF bigint
+LANGUAGE sql AS $$
+    WITH o AS (SELECT * FROM jsonb_to_recordset(p_outcomes)
+                   AS x(id bigint, fence bigint, status text, result jsonb, error jsonb,
+                        retry_ms bigint, give_back boolean)),
+         u AS (UPDATE pgjobd.jobs j
+                  SET status = o.status, result = o.result, error = o.error,
+                      run_at = CASE WHEN o.status = 'queued'
+                                    THEN clock_timestamp()
+                                         + coalesce(o.retry_ms, 0) * interval '1 millisecond'
+                                    ELSE j.run_at END,
+                      finished_at = CASE WHEN o.status = 'queued' THEN NULL
+                                         ELSE clock_timestamp() END,
+                      attempts = j.attempts - CASE WHEN o.give_back THEN 1 ELSE 0 END,
+                      lease_until = NULL, lease_ms = NULL,
+                      updated_at = clock_timestamp()
+                 FROM o
+                WHERE j.id = o.id AND j.fence = o.fence AND j.status = 'running'
+                RETURNING j.id, j.status),
+         c AS (DELETE FROM pgjobd.cancel_requests r
+                USING u WHERE r.job_id = u.id AND u.status = 'cancelled')
+    SELECT u.id FROM u
+$$;
+
+-- Version 6's worker_gone(): the supervisor, once every command of the
+-- instance is dead (or the daemon at a clean exit). Also voids the leases of
+-- every instance of that daemon (its name, host:pid): a daemon that
+-- registered again after an outage may still hold leases under an older
+-- instance, and all of its commands are dead.
+CREATE OR REPLACE FUNCTION pgjobd.worker_gone(p_id bigint) RETURNS void
+LANGUAGE sql AS $$
+    UPDATE pgjobd.workers SET alive_until = '-infinity' WHERE id = p_id;
+    UPDATE pgjobd.jobs j SET lease_until = '-infinity'
+     WHERE j.status = 'running' AND j.lease_until > '-infinity'
+       AND j.worker_id IN (SELECT w.id FROM pgjobd.workers w
+                            WHERE w.name = (SELECT g.name FROM pgjobd.workers g
+                                             WHERE g.id = p_id));
+$$;
+
+-- Version 6's release_worker(), which also voids the leases of the daemon's
+-- jobs: they are claimable at once. The operator vouches that the daemon is
+-- dead (its commands too): a daemon released while it runs loses its
+-- leases at its next extension and kills its commands then, but another
+-- daemon may have started the jobs meanwhile.
+CREATE OR REPLACE FUNCTION pgjobd.release_worker(p_worker text) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    n integer;
+    v_name text := split_part(p_worker, ':', 1) || ':' || split_part(p_worker, ':', 2);
+BEGIN
+    UPDATE pgjobd.workers w SET alive_until = '-infinity'
+     WHERE w.name = v_name AND w.alive_until > '-infinity';
+    GET DIAGNOSTICS n = ROW_COUNT;
+    UPDATE pgjobd.jobs j SET lease_until = '-infinity'
+     WHERE j.status = 'running' AND j.lease_until > '-infinity'
+       AND j.worker_id IN (SELECT w.id FROM pgjobd.workers w WHERE w.name = v_name);
+    RETURN n;
+END
+$$;
+
+REVOKE EXECUTE ON FUNCTION
+       pgjobd.claim_batch(text, bigint, text[], int, bigint, bigint, int, boolean, bigint[],
+                          bigint[], bigint[], bigint),
+       pgjobd.extend_leases(bigint, bigint[], bigint[]), pgjobd.finish_leases(jsonb)
+  FROM PUBLIC;
+
+-- This version's grants for the worker role (lease_margin() stays public:
+-- it computes an interval).
+CREATE FUNCTION pgjobd.grant_lease() RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_worker') THEN
+        GRANT EXECUTE ON FUNCTION
+              pgjobd.claim_batch(text, bigint, text[], int, bigint, bigint, int, boolean,
+                                 bigint[], bigint[], bigint[], bigint),
+              pgjobd.extend_leases(bigint, bigint[], bigint[]), pgjobd.finish_leases(jsonb)
+              TO pgjobd_worker;
+    END IF;
+END
+$$;
+REVOKE EXECUTE ON FUNCTION pgjobd.grant_lease() FROM PUBLIC;
+
+-- Version 8's grant_roles(), everything it granted kept, then this
+-- version's grants.
+CREATE OR REPLACE FUNCTION pgjobd.grant_roles() RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_producer') THEN
+        GRANT USAGE ON SCHEMA pgjobd TO pgjobd_producer;
+        GRANT INSERT (queue, group_id, data, priority, run_at, expires_at, max_attempts,
+                      timeout, dedupe_key) ON pgjobd.jobs TO pgjobd_producer;
+        GRANT SELECT (id, queue, group_id, data, priority, run_at, expires_at, max_attempts,
+                      timeout, dedupe_key, status, attempts, result, error, created_at,
+                      started_at, finished_at, updated_at, created_by)
+              ON pgjobd.jobs TO pgjobd_producer;
+        GRANT SELECT ON pgjobd.queue_stats TO pgjobd_producer;
+        IF NOT EXISTS (SELECT 1 FROM pg_policies
+                        WHERE schemaname = 'pgjobd' AND tablename = 'jobs'
+                          AND policyname = 'producer_insert') THEN
+            CREATE POLICY producer_insert ON pgjobd.jobs FOR INSERT TO pgjobd_producer
+                WITH CHECK (created_by = current_user
+                            AND (EXISTS (SELECT 1 FROM pgjobd.queue_grants g
+                                          WHERE g.queue IN (jobs.queue, '*')
+                                            AND pg_catalog.pg_has_role(current_user, g.role,
+                                                                       'MEMBER'))
+                                 OR pgjobd.check_queue_grant(jobs.queue)));
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM pg_policies
+                        WHERE schemaname = 'pgjobd' AND tablename = 'jobs'
+                          AND policyname = 'producer_select') THEN
+            CREATE POLICY producer_select ON pgjobd.jobs FOR SELECT TO pgjobd_producer
+                USING (created_by = current_user);
+        END IF;
+        ALTER TABLE pgjobd.jobs ENABLE ROW LEVEL SECURITY;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_worker') THEN
+        GRANT USAGE ON SCHEMA pgjobd TO pgjobd_worker;
+        GRANT SELECT, INSERT, UPDATE, DELETE ON pgjobd.jobs, pgjobd.groups, pgjobd.waiting,
+              pgjobd.cancel_requests, pgjobd.paused_queues TO pgjobd_worker;
+        GRANT SELECT ON pgjobd.schema_version, pgjobd.queue_stats TO pgjobd_worker;
+        IF NOT EXISTS (SELECT 1 FROM pg_policies
+                        WHERE schemaname = 'pgjobd' AND tablename = 'jobs'
+                          AND policyname = 'worker_all') THEN
+            CREATE POLICY worker_all ON pgjobd.jobs TO pgjobd_worker
+                USING (true) WITH CHECK (true);
+        END IF;
+        GRANT EXECUTE ON FUNCTION pgjobd.cancel(bigint), pgjobd.pause(text),
+              pgjobd.resume(text), pgjobd.maintain(text[], bigint[], int),
+              pgjobd.try_group_head_v2(text, text, bigint) TO pgjobd_worker;
+    END IF;
+    PERFORM pgjobd.grant_fencing();
+    PERFORM pgjobd.grant_security();
+    PERFORM pgjobd.grant_lease();
+END
+$$;
+
+SELECT pgjobd.grant_roles();
