@@ -100,6 +100,17 @@ static const char sql_release[] =
     "SELECT pgjobd.release_claim($1::bigint, $2::bigint, $3::boolean, $4::jsonb, $5::int, "
     "$6::bigint)";
 
+/* Lock mode `lease` (lease.c, sql/013_lease.sql), on the lease session.
+ * The extension: one statement for every lease the daemon holds, keyed by
+ * (id, fencing token); it returns the ids of the leases it extended, each
+ * row locked for the statement's own short transaction only. */
+static const char sql_extend[] =
+    "SELECT * FROM pgjobd.extend_leases($1::bigint, $2::bigint[], $3::bigint[])";
+/* Outcomes of several lease-held jobs, one statement (its own transaction):
+ * returns the ids written; a job not returned was taken over meanwhile (or
+ * its outcome was written before, its answer lost). */
+static const char sql_finish_leases[] = "SELECT * FROM pgjobd.finish_leases($1::jsonb)";
+
 /* The daemon's liveness, on the fence session (fence.c). */
 static const char sql_register[] = "SELECT pgjobd.register_worker($1, $2::int)";
 static const char sql_heartbeat[] = "SELECT pgjobd.heartbeat($1::bigint)";
@@ -286,6 +297,41 @@ int claim_build_release(struct db_stmt *st, struct release_params *p, const stru
 	st->params[3] = error;
 	st->params[4] = p->max_attempts;
 	st->params[5] = p->retry_ms;
+	return 1;
+}
+
+int claim_build_extend(struct db_stmt *st, struct extend_params *p, long long worker_id,
+		       const long long *ids, const long long *fences, int n)
+{
+	memset(st, 0, sizeof(*st));
+	snprintf(p->worker_id, sizeof(p->worker_id), "%lld", worker_id);
+	st->sql = sql_extend;
+	st->nparams = 3;
+	st->params[0] = p->worker_id;
+	st->params[1] = bigint_array(&p->ids, ids, n);
+	st->params[2] = bigint_array(&p->fences, fences, n);
+	return 1;
+}
+
+void claim_outcome_json(struct buf *b, long long id, long long fence, const struct claim_outcome *o)
+{
+	buf_printf(b,
+		   "{\"id\": %lld, \"fence\": %lld, \"status\": \"%s\", \"retry_ms\": %lld, "
+		   "\"give_back\": %s, \"result\": ",
+		   id, fence, o->status, (long long)o->retry_in_ms,
+		   o->give_back ? "true" : "false");
+	buf_puts(b, o->result ? o->result : "null");
+	buf_puts(b, ", \"error\": ");
+	buf_puts(b, o->error ? o->error : "null");
+	buf_putc(b, '}');
+}
+
+int claim_build_finish_leases(struct db_stmt *st, const char *outcomes_json)
+{
+	memset(st, 0, sizeof(*st));
+	st->sql = sql_finish_leases;
+	st->nparams = 1;
+	st->params[0] = outcomes_json;
 	return 1;
 }
 

@@ -127,6 +127,27 @@ struct release_params {
 int claim_build_release(struct db_stmt *st, struct release_params *p, const struct claim_job *j,
 			bool started, const char *error, int64_t retry_ms);
 
+/* Lock mode `lease` (lease.c). The extension of the leases of jobs ids[i]
+ * under fencing tokens fences[i] (n of them), pointing them at instance
+ * worker_id (0: leave them): 1 statement returning one id per lease
+ * extended. p must be initialised with buf_init on both bufs and outlive
+ * db_send only. */
+struct extend_params {
+	char worker_id[24];
+	struct buf ids, fences;
+};
+int claim_build_extend(struct db_stmt *st, struct extend_params *p, long long worker_id,
+		       const long long *ids, const long long *fences, int n);
+/* Append outcome o of job id, claimed under fencing token `fence`, to b as
+ * one element of the outcomes' JSON array (o's result and error are JSON
+ * text, included as they are). */
+void claim_outcome_json(struct buf *b, long long id, long long fence,
+			const struct claim_outcome *o);
+/* Write the outcomes of a JSON array built with claim_outcome_json (which
+ * must outlive db_send only): 1 statement, returning one id per outcome
+ * written; an outcome whose claim was taken over is not. */
+int claim_build_finish_leases(struct db_stmt *st, const char *outcomes_json);
+
 /* The daemon's liveness (fence.c): register an instance, returning its id
  * (one row, one column); the heartbeat, returning 't' while the instance is
  * alive and 'f' once it was declared dead; forget instances long gone. */

@@ -546,16 +546,14 @@ static int apply_value(struct load *L, int line, const struct key_def *k, void *
 		return 0;
 	}
 	case KIND_LOCK_MODE:
-		if (strcmp(val, "lease") == 0) {
-			diagf(L, line,
-			      "lock_mode 'lease' is not supported yet (only 'transaction')");
-			return -1;
-		}
-		if (strcmp(val, "transaction") != 0) {
-			err = "use 'transaction'";
+		if (strcmp(val, "transaction") == 0) {
+			*(enum lock_mode *)field = LOCK_TRANSACTION;
+		} else if (strcmp(val, "lease") == 0) {
+			*(enum lock_mode *)field = LOCK_LEASE;
+		} else {
+			err = "use 'transaction' or 'lease'";
 			break;
 		}
-		*(enum lock_mode *)field = LOCK_TRANSACTION;
 		return 0;
 	case KIND_ENV: {
 		struct queue_conf *q = base;

@@ -15,7 +15,10 @@
 
 #include "log.h"
 
-enum lock_mode { LOCK_TRANSACTION = 0 };
+/* How a running job's claim is held (pgjobd(8), "Lock modes"): by an open
+ * transaction of a session per slot (job.c), or by a lease that the
+ * daemon's lease session extends (lease.c). */
+enum lock_mode { LOCK_TRANSACTION = 0, LOCK_LEASE = 1 };
 
 struct queue_conf {
 	int refs;
@@ -28,7 +31,7 @@ struct queue_conf {
 	int64_t backoff_ms;	  /* default 10s */
 	int64_t backoff_max_ms;	  /* default 1h; must be >= backoff */
 	int64_t retention_ms;	  /* default 7d; 0 = keep */
-	enum lock_mode lock_mode; /* only "transaction" for now */
+	enum lock_mode lock_mode; /* default transaction */
 	int64_t max_output;	  /* bytes, default 1MiB, 1KiB..1GiB */
 	int64_t max_data;	  /* bytes of a job's data as stored, default 1MiB */
 	int64_t lease_ms;	  /* lease mode's claim length, default 30s */

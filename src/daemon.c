@@ -20,12 +20,23 @@
  * pgjobd.cancel_requests at once (maint_look); the ids read there are the
  * only ones cancelled.
  *
+ * Lock modes: a queue of lock mode `transaction` has a claimer and
+ * `concurrency` slots, each a session (job.c); a queue of lock mode `lease`
+ * has neither: the daemon's one lease session (lease.c) claims for it, holds
+ * its jobs and writes their outcomes, and the maintenance session takes its
+ * turns on that session when the daemon starts with lease-mode queues (so
+ * that a daemon with only such queues uses three sessions: listener, fence,
+ * lease). A reload may switch a queue's mode: its running jobs finish in
+ * the mode they were claimed in (retired slots, or lease-held jobs that are
+ * no longer claimed for), and a running job is its group's head whatever
+ * holds it, so the group stays busy for both.
+ *
  * Ownership: struct daemon owns the config, the listener, every slot (in its
- * queue's array, or in `retiring` while a removed slot finishes its job) and
- * the guard. Slots that have stopped are freed from an ev_check watcher, never
- * inside their own callbacks: an ev_idle watcher frees them as soon as the
- * callbacks have returned (an ev_check would wait for the next event, and
- * shutdown would hang until then). */
+ * queue's array, or in `retiring` while a removed slot finishes its job),
+ * the lease session (once a lease-mode queue was served) and the guard. Slots that have stopped are
+ * freed from an ev_check watcher, never inside their own callbacks: an ev_idle watcher frees them
+ * as soon as the callbacks have returned (an ev_check would wait for the next event, and shutdown
+ * would hang until then). */
 #include "daemon.h"
 
 #include <assert.h>
@@ -47,6 +58,7 @@
 #include "fence.h"
 #include "guard.h"
 #include "job.h"
+#include "lease.h"
 #include "log.h"
 #include "maint.h"
 #include "metrics.h"
@@ -64,6 +76,7 @@ static const char *const dstate_names[] = {"starting", "running", "draining"};
 struct qstate {
 	struct daemon *d;
 	struct queue_conf *conf; /* a reference */
+	bool lease;		 /* lock mode lease: no slots, no claimer (d->lease) */
 	struct job **slots;
 	int nslots;
 	int next_index;
@@ -91,6 +104,7 @@ struct daemon {
 	struct guard *guard;
 	struct contain *contain; /* what commands leave behind dies with them */
 	struct fence *fence;	 /* registration and heartbeat: bounds every claim */
+	struct lease *lease;	 /* lock mode lease, every such queue; NULL until needed */
 	struct db_conn *listener;
 	char *wake_secret;   /* pgjobd.wake_secret, read by the listener; NULL: unknown */
 	struct maint *maint; /* expiry, retention, cancel requests; from start_serving */
@@ -135,12 +149,15 @@ static struct qstate *find_queue(struct daemon *d, const char *name)
  * orphan pass must not hand them back. Into d->held; returns the count. */
 static int held_jobs(struct daemon *d, const struct qstate *q)
 {
-	size_t need = (size_t)q->nslots + d->nretiring + 1;
+	size_t nlease = d->lease ? lease_held(d->lease, q->conf->name, NULL, 0) : 0;
+	size_t need = (size_t)q->nslots + d->nretiring + nlease + 1;
 	if (d->held_cap < need) {
 		d->held_cap = need;
 		d->held = xrealloc(d->held, need * sizeof(*d->held));
 	}
-	int n = 0;
+	/* jobs of the queue claimed in lock mode lease (before a reload
+	 * switched it): our claimer must not hand them back */
+	int n = d->lease ? (int)lease_held(d->lease, q->conf->name, d->held, nlease) : 0;
 	for (int i = 0; i < q->nslots; i++)
 		if (job_held_id(q->slots[i]))
 			d->held[n++] = job_held_id(q->slots[i]);
@@ -171,6 +188,10 @@ static void kick_queue(struct qstate *q)
 		/* Claims not confirmed lately: a job started now could be
 		 * killed at once. The fence's FENCE_UP kicks again. */
 		q->again = true;
+		return;
+	}
+	if (q->lease) {
+		lease_kick(d->lease, q->conf->name);
 		return;
 	}
 	if (q->dispatching || !claimer_is_ready(q->cl)) {
@@ -287,6 +308,31 @@ static void add_slot(struct qstate *q)
 	q->slots[q->nslots++] = job_new(&q->d->env, q->conf, q->next_index++);
 }
 
+static void on_lease_retry(const char *queue, int64_t ms, void *arg);
+static void on_lease_stopped(void *arg);
+
+/* The lease session, created when the first lease-mode queue is served. */
+static struct lease *need_lease(struct daemon *d)
+{
+	if (!d->lease) {
+		struct lease_callbacks cbs = {
+		    .on_retry = on_lease_retry, .on_stopped = on_lease_stopped, .arg = d};
+		d->lease = lease_new(d->loop, d->conninfo, d->worker_prefix, &d->renv, d->fence,
+				     d->metrics, &cbs);
+		lease_set_orphan_every(d->lease, d->cfg->poll_interval_ms);
+	}
+	return d->lease;
+}
+
+/* Lock mode transaction: the claimer and the slots. */
+static void start_transaction_mode(struct qstate *q)
+{
+	struct claimer_callbacks cbs = {.on_result = on_claimed, .on_up = on_claimer_up, .arg = q};
+	q->cl = claimer_new(q->d->loop, q->d->conninfo, q->conf->name, q->d->metrics, &cbs);
+	for (int i = 0; i < q->conf->concurrency; i++)
+		add_slot(q);
+}
+
 static struct qstate *qstate_new(struct daemon *d, struct queue_conf *conf)
 {
 	struct qstate *q = xcalloc(1, sizeof(*q));
@@ -294,12 +340,14 @@ static struct qstate *qstate_new(struct daemon *d, struct queue_conf *conf)
 	q->conf = queue_conf_ref(conf);
 	ev_init(&q->wake, on_wake);
 	q->wake.data = q;
-	struct claimer_callbacks cbs = {.on_result = on_claimed, .on_up = on_claimer_up, .arg = q};
-	q->cl = claimer_new(d->loop, d->conninfo, conf->name, d->metrics, &cbs);
 	set_wake_payload(q);
-	for (int i = 0; i < conf->concurrency; i++)
-		add_slot(q);
-	log_info("msg=\"serving queue\" queue=%s concurrency=%d", conf->name, conf->concurrency);
+	q->lease = conf->lock_mode == LOCK_LEASE;
+	if (q->lease)
+		lease_set_queue(need_lease(d), conf);
+	else
+		start_transaction_mode(q);
+	log_info("msg=\"serving queue\" queue=%s concurrency=%d lock_mode=%s", conf->name,
+		 conf->concurrency, q->lease ? "lease" : "transaction");
 	return q;
 }
 
@@ -319,15 +367,24 @@ static struct job *take_slot(struct qstate *q, int i)
 	return j;
 }
 
-static void qstate_free(struct qstate *q)
+/* The claimer goes; the claim in flight is dropped with its session (its
+ * jobs, if it committed any, are orphans for the next orphan pass). */
+static void stop_claimer(struct qstate *q)
 {
-	ev_timer_stop(q->d->loop, &q->wake);
-	/* The claim in flight is dropped with the session (its jobs, if it
-	 * committed any, are orphans for the next orphan pass). */
 	claimer_free(q->cl);
+	q->cl = NULL;
 	for (int i = 0; i < q->nreserved; i++)
 		if (q->reserved[i])
 			job_unreserve(q->reserved[i]);
+	q->nreserved = 0;
+}
+
+static void qstate_free(struct qstate *q)
+{
+	ev_timer_stop(q->d->loop, &q->wake);
+	if (q->lease && q->d->lease)
+		lease_drop_queue(q->d->lease, q->conf->name);
+	stop_claimer(q);
 	free(q->reserved);
 	free(q->workers);
 	for (int i = 0; i < q->nslots; i++)
@@ -339,7 +396,7 @@ static void qstate_free(struct qstate *q)
 
 static size_t slots_left(struct daemon *d)
 {
-	size_t n = d->nretiring;
+	size_t n = d->nretiring + (d->lease ? lease_busy(d->lease) : 0);
 	for (size_t i = 0; i < d->nqueues; i++)
 		n += (size_t)d->queues[i]->nslots;
 	return n;
@@ -353,6 +410,30 @@ static void finish_if_stopped(struct daemon *d)
 	ev_break(d->loop, EVBREAK_ALL);
 }
 
+/* A job of queue q is due again in ms: wake the queue then. */
+static void wake_at(struct qstate *q, int64_t ms)
+{
+	struct daemon *d = q->d;
+	double at = (double)ms / 1000.0 + 0.005;
+	if (!ev_is_active(&q->wake) || ev_timer_remaining(d->loop, &q->wake) > at) {
+		ev_timer_stop(d->loop, &q->wake);
+		ev_timer_set(&q->wake, at, 0.);
+		ev_timer_start(d->loop, &q->wake);
+	}
+}
+
+static void on_lease_retry(const char *queue, int64_t ms, void *arg)
+{
+	struct qstate *q = find_queue(arg, queue);
+	if (q)
+		wake_at(q, ms);
+}
+
+static void on_lease_stopped(void *arg)
+{
+	finish_if_stopped(arg);
+}
+
 static void on_job_event(struct job *j, enum job_event ev, int64_t ms, void *arg)
 {
 	struct daemon *d = arg;
@@ -364,27 +445,22 @@ static void on_job_event(struct job *j, enum job_event ev, int64_t ms, void *arg
 		break;
 	case JOB_EV_HELD:
 		/* The bridge goes with the claimer's next call (at the latest
-		 * the poll's). */
-		if (q)
+		 * the poll's). A queue switched to lock mode lease has no
+		 * claimer: the bridge went with its session. */
+		if (q && q->cl)
 			claimer_release(q->cl, job_claimed(j));
 		break;
 	case JOB_EV_NOT_HELD:
 		/* Drop the bridge now: the job is an orphan for the next pass.
 		 * (From inside on_claimed, the kick waits for its end.) */
-		if (q) {
+		if (q && q->cl)
 			claimer_release(q->cl, job_claimed(j));
+		if (q)
 			kick_queue(q);
-		}
 		break;
 	case JOB_EV_RETRY:
-		if (q) {
-			double at = (double)ms / 1000.0 + 0.005;
-			if (!ev_is_active(&q->wake) || ev_timer_remaining(d->loop, &q->wake) > at) {
-				ev_timer_stop(d->loop, &q->wake);
-				ev_timer_set(&q->wake, at, 0.);
-				ev_timer_start(d->loop, &q->wake);
-			}
-		}
+		if (q)
+			wake_at(q, ms);
 		break;
 	case JOB_EV_STOPPED: {
 		/* A slot reserved for a claim in flight can stop (its session
@@ -449,6 +525,8 @@ static void cancel_job(long long id, void *arg)
 	for (size_t i = 0; i < d->nretiring; i++)
 		if (job_cancel(d->retiring[i], id))
 			return;
+	if (d->lease)
+		lease_cancel(d->lease, id);
 }
 
 static void for_each_slot(struct daemon *d, void (*fn)(struct job *))
@@ -472,7 +550,13 @@ static void on_fence(struct fence *f, enum fence_event ev, void *arg)
 
 static void start_serving(struct daemon *d)
 {
-	d->maint = maint_new(d->loop, d->conninfo, d->cfg, d->metrics, cancel_job, d);
+	/* With lease-mode queues, maintenance takes turns on the lease
+	 * session instead of opening one of its own. */
+	for (size_t i = 0; i < d->cfg->nqueues; i++)
+		if (d->cfg->queues[i]->lock_mode == LOCK_LEASE)
+			need_lease(d);
+	d->maint = maint_new(d->loop, d->conninfo, d->lease ? lease_session(d->lease) : NULL,
+			     d->cfg, d->metrics, cancel_job, d);
 	for (size_t i = 0; i < d->cfg->nqueues; i++) {
 		d->queues = xrealloc(d->queues, sizeof(*d->queues) * (d->nqueues + 1));
 		d->queues[d->nqueues++] = qstate_new(d, d->cfg->queues[i]);
@@ -600,6 +684,8 @@ static void on_grace(struct ev_loop *loop, ev_timer *w, int revents)
 			job_terminate(d->queues[qi]->slots[i]);
 	for (size_t i = 0; i < d->nretiring; i++)
 		job_terminate(d->retiring[i]);
+	if (d->lease)
+		lease_terminate(d->lease);
 }
 
 static void begin_drain(struct daemon *d, bool now)
@@ -619,7 +705,7 @@ static void begin_drain(struct daemon *d, bool now)
 		maint_drain(d->maint);
 	for (size_t i = 0; i < d->nqueues; i++)
 		ev_timer_stop(d->loop, &d->queues[i]->wake);
-	size_t busy = 0;
+	size_t busy = d->lease ? lease_busy(d->lease) : 0;
 	for (size_t qi = 0; qi < d->nqueues; qi++)
 		for (int i = 0; i < d->queues[qi]->nslots; i++)
 			busy += job_is_busy(d->queues[qi]->slots[i]);
@@ -636,6 +722,8 @@ static void begin_drain(struct daemon *d, bool now)
 	for (size_t i = 0; i < n; i++)
 		job_drain(all[i]);
 	free(all);
+	if (d->lease)
+		lease_drain(d->lease);
 	if (now) {
 		on_grace(d->loop, &d->grace, 0);
 	} else {
@@ -656,6 +744,26 @@ static void on_stop_signal(struct ev_loop *loop, ev_signal *w, int revents)
 	begin_drain(d, again || d->state == D_STARTING);
 }
 
+/* A reload changed q's lock mode (q->conf is the new configuration). The
+ * running jobs finish as they were claimed: slots retire (and the claimer
+ * goes), or lease-held jobs run on without new claims for the queue. */
+static void switch_mode(struct daemon *d, struct qstate *q)
+{
+	log_info("msg=\"queue changed lock mode; running jobs finish in the old one\" queue=%s "
+		 "lock_mode=%s",
+		 q->conf->name, q->lease ? "transaction" : "lease");
+	if (!q->lease) {
+		stop_claimer(q);
+		while (q->nslots > 0)
+			retire(d, take_slot(q, q->nslots - 1));
+		q->lease = true;
+	} else {
+		lease_drop_queue(d->lease, q->conf->name);
+		q->lease = false;
+		start_transaction_mode(q);
+	}
+}
+
 static void apply_config(struct daemon *d, struct config *nc)
 {
 	const char *key = config_restart_key(d->cfg, nc);
@@ -672,6 +780,8 @@ static void apply_config(struct daemon *d, struct config *nc)
 			     (double)nc->poll_interval_ms / 1000.0);
 		ev_timer_start(d->loop, &d->poll);
 	}
+	if (d->lease)
+		lease_set_orphan_every(d->lease, nc->poll_interval_ms);
 	if (d->state == D_RUNNING) {
 		/* queues that are gone: their slots finish their job and stop */
 		for (size_t i = 0; i < d->nqueues;) {
@@ -701,6 +811,12 @@ static void apply_config(struct daemon *d, struct config *nc)
 					 nq->concurrency);
 			queue_conf_unref(q->conf);
 			q->conf = queue_conf_ref(nq);
+			if ((nq->lock_mode == LOCK_LEASE) != q->lease)
+				switch_mode(d, q);
+			if (q->lease) {
+				lease_set_queue(need_lease(d), nq);
+				continue;
+			}
 			for (int s = 0; s < q->nslots; s++)
 				job_set_conf(q->slots[s], nq);
 			while (q->nslots < nq->concurrency)
@@ -924,6 +1040,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 		job_free(d->retiring[i]);
 	for (size_t i = 0; i < d->ndead; i++)
 		job_free(d->dead[i]);
+	lease_free(d->lease); /* after the maintenance, which took turns on its session */
 	fence_free(d->fence);
 	free(d->queues);
 	free(d->retiring);

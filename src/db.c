@@ -63,7 +63,48 @@ struct db_conn {
 	bool cur_has; /* a result for `cur` was seen */
 	PGresult *res[DB_MAX_STMTS + 1];
 	char err[256];
+	struct db_waiter *waiters; /* FIFO of parties waiting for a turn (db_wait) */
 };
+
+/* The connection is idle: give waiting parties their turns, in order,
+ * until one of them sends (or none is left). */
+static void serve_waiters(struct db_conn *c)
+{
+	while (c->state == DB_IDLE && c->waiters) {
+		struct db_waiter *w = c->waiters;
+		c->waiters = w->next;
+		w->next = NULL;
+		w->queued = false;
+		w->fn(c, w->arg);
+	}
+}
+
+void db_wait(struct db_conn *c, struct db_waiter *w)
+{
+	if (w->queued)
+		return;
+	w->queued = true;
+	w->next = NULL;
+	struct db_waiter **p = &c->waiters;
+	while (*p)
+		p = &(*p)->next;
+	*p = w;
+	serve_waiters(c);
+}
+
+void db_unwait(struct db_conn *c, struct db_waiter *w)
+{
+	if (!w->queued)
+		return;
+	for (struct db_waiter **p = &c->waiters; *p; p = &(*p)->next) {
+		if (*p == w) {
+			*p = w->next;
+			break;
+		}
+	}
+	w->next = NULL;
+	w->queued = false;
+}
 
 static void db_start_connect(struct db_conn *c);
 static void on_io(struct ev_loop *loop, ev_io *w, int revents);
@@ -278,6 +319,7 @@ static void setup_done(struct db_conn *c, PGresult *const *res, int n, void *arg
 	log_debug("msg=\"database connected\" app=%s", c->appname);
 	if (c->cbs.on_event)
 		c->cbs.on_event(c, DB_UP, c->cbs.arg);
+	serve_waiters(c);
 }
 
 static void start_setup(struct db_conn *c)
@@ -397,6 +439,7 @@ static void read_results(struct db_conn *c)
 			} else {
 				set_state(c, DB_IDLE);
 				finish_batch(c, false);
+				serve_waiters(c);
 			}
 			return;
 		}
@@ -488,7 +531,7 @@ void db_conn_free(struct db_conn *c)
 
 bool db_is_ready(const struct db_conn *c)
 {
-	return c->state == DB_IDLE;
+	return c->state == DB_IDLE && !c->waiters;
 }
 
 int db_send(struct db_conn *c, const struct db_stmt *stmts, int n, db_result_fn *cb, void *arg)

@@ -7,6 +7,11 @@
  * after the Sync. Each connection has at most one batch in flight: its owner
  * (a job slot or the listener) is a state machine that never needs more.
  *
+ * Sharing: a second party may send on a connection it does not own
+ * (db_wait): parties that wait are served in turn, first come first
+ * served, each time the connection is idle, and db_is_ready() is false for
+ * everyone else while any waits, so that no party keeps it to itself.
+ *
  * Connection loss: the in-flight batch's callback gets res == NULL, then the
  * event callback gets DB_DOWN. The connection then stays BROKEN, socket still
  * open, until the owner calls db_reconnect(): a slot whose command still runs
@@ -63,7 +68,24 @@ struct db_conn *db_conn_new(struct ev_loop *loop, const char *conninfo, const ch
 /* Close (hook on_fd first) and free; pending callbacks are not called. */
 void db_conn_free(struct db_conn *c);
 
-bool db_is_ready(const struct db_conn *c); /* connected, setup done, nothing in flight */
+/* Connected, setup done, nothing in flight, and no party waiting for it. */
+bool db_is_ready(const struct db_conn *c);
+
+/* A party waiting for its turn on a connection (embedded in the party). */
+struct db_waiter {
+	void (*fn)(struct db_conn *c, void *arg); /* its turn: it may db_send one batch */
+	void *arg;
+	struct db_waiter *next;
+	bool queued;
+};
+/* Call w->fn once the connection is idle (after a connect too) and every
+ * waiter queued before w had its turn. fn may send a batch or nothing
+ * (then the next waiter's turn comes at once). A waiter already queued
+ * stays where it is. The waiter must stay valid until its turn or
+ * db_unwait. */
+void db_wait(struct db_conn *c, struct db_waiter *w);
+/* Leave the queue (no-op when not queued). */
+void db_unwait(struct db_conn *c, struct db_waiter *w);
 
 /* Send a batch. Returns -1 (and sends nothing) unless db_is_ready(). */
 int db_send(struct db_conn *c, const struct db_stmt *stmts, int n, db_result_fn *cb, void *arg);

@@ -26,7 +26,12 @@
  * busy is remembered and sent when the batch in flight is done (the pass
  * first: it reads the requests too), or when the session is up again; a lost
  * session is reconnected with db.c's backoff. Owns its session, timers and a
- * copy of the queues' names and retention. */
+ * copy of the queues' names and retention.
+ *
+ * A daemon with queues of lock mode `lease` runs this on its lease session
+ * instead (maint_new's `shared`), to keep its sessions few: the lease
+ * session owns and reconnects the connection, and maintenance waits for its
+ * turn on it (db_wait), so that neither crowds the other out. */
 #include "maint.h"
 
 #include <stdlib.h>
@@ -45,6 +50,8 @@
 struct maint {
 	struct ev_loop *loop;
 	struct db_conn *db;
+	bool shared;		 /* db is another module's (the lease session) */
+	struct db_waiter waiter; /* shared: our turn on db */
 	ev_timer tick;
 	char **queues;		 /* served queues (NULL-terminated) */
 	long long *retention_ms; /* the element type of claim's bigint[] literals */
@@ -81,7 +88,7 @@ static void on_pass_done(struct db_conn *c, PGresult *const *res, int n, void *a
 	(void)c;
 	struct maint *m = arg;
 	if (!res)
-		return; /* the session is gone; on_db_event reconnects */
+		return; /* the session is gone; its owner reconnects, the next tick retries */
 	if (!db_batch_ok(res, n)) {
 		/* e.g. a statement_timeout, or a lock the DBA holds: try again
 		 * at the next tick */
@@ -137,6 +144,13 @@ static void send_pass(struct maint *m)
 	db_send(m->db, st, n, on_pass_done, m);
 }
 
+/* The session is busy: on a shared one, ask for a turn. */
+static void wait_turn(struct maint *m)
+{
+	if (m->shared)
+		db_wait(m->db, &m->waiter);
+}
+
 static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	(void)loop;
@@ -144,6 +158,7 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
 	struct maint *m = w->data;
 	if (!db_is_ready(m->db)) {
 		m->tick_wanted = true; /* sent once the session is free */
+		wait_turn(m);
 		return;
 	}
 	send_pass(m);
@@ -156,6 +171,7 @@ static void on_look(struct ev_loop *loop, ev_timer *w, int revents)
 	struct maint *m = w->data;
 	if (!db_is_ready(m->db)) {
 		m->look_wanted = true;
+		wait_turn(m);
 		return;
 	}
 	struct db_stmt st;
@@ -179,8 +195,11 @@ void maint_look(struct maint *m)
  * requests as well), else a hinted read, spaced as maint_look spaces them. */
 static void send_pending(struct maint *m)
 {
-	if (!db_is_ready(m->db))
+	if (!db_is_ready(m->db)) {
+		if (m->tick_wanted || m->look_wanted)
+			wait_turn(m);
 		return;
+	}
 	if (m->tick_wanted) {
 		send_pass(m);
 	} else if (m->look_wanted) {
@@ -192,6 +211,19 @@ static void send_pending(struct maint *m)
 void maint_drain(struct maint *m)
 {
 	m->draining = true;
+}
+
+/* Our turn on the shared session (it is idle): what waits goes now. */
+static void on_turn(struct db_conn *c, void *arg)
+{
+	(void)c;
+	struct maint *m = arg;
+	if (m->tick_wanted) {
+		send_pass(m);
+	} else if (m->look_wanted) {
+		m->look_wanted = false;
+		maint_look(m);
+	}
 }
 
 static void on_db_event(struct db_conn *c, enum db_event ev, void *arg)
@@ -223,8 +255,9 @@ void maint_configure(struct maint *m, const struct config *cfg)
 	m->nqueues = (int)cfg->nqueues;
 }
 
-struct maint *maint_new(struct ev_loop *loop, const char *conninfo, const struct config *cfg,
-			struct metrics *metrics, maint_cancel_fn *on_cancel, void *arg)
+struct maint *maint_new(struct ev_loop *loop, const char *conninfo, struct db_conn *shared,
+			const struct config *cfg, struct metrics *metrics,
+			maint_cancel_fn *on_cancel, void *arg)
 {
 	struct maint *m = xcalloc(1, sizeof(*m));
 	m->loop = loop;
@@ -233,8 +266,14 @@ struct maint *maint_new(struct ev_loop *loop, const char *conninfo, const struct
 	buf_init(&m->params.queues);
 	buf_init(&m->params.retention);
 	maint_configure(m, cfg);
-	struct db_callbacks cbs = {.on_event = on_db_event, .arg = m, .metrics = metrics};
-	m->db = db_conn_new(loop, conninfo, "pgjobd maintenance", NULL, &cbs);
+	m->waiter = (struct db_waiter){.fn = on_turn, .arg = m};
+	if (shared) {
+		m->db = shared;
+		m->shared = true;
+	} else {
+		struct db_callbacks cbs = {.on_event = on_db_event, .arg = m, .metrics = metrics};
+		m->db = db_conn_new(loop, conninfo, "pgjobd maintenance", NULL, &cbs);
+	}
 	ev_init(&m->tick, on_tick);
 	m->tick.data = m;
 	ev_init(&m->look, on_look);
@@ -250,7 +289,10 @@ void maint_free(struct maint *m)
 		return;
 	ev_timer_stop(m->loop, &m->tick);
 	ev_timer_stop(m->loop, &m->look);
-	db_conn_free(m->db);
+	if (m->shared)
+		db_unwait(m->db, &m->waiter);
+	else
+		db_conn_free(m->db);
 	clear_queues(m);
 	buf_fini(&m->params.queues);
 	buf_fini(&m->params.retention);

@@ -19,9 +19,13 @@ typedef void maint_cancel_fn(long long id, void *arg);
 
 /* Connects at once (application_name "pgjobd maintenance") and starts the
  * timer; serves the queues of cfg (maint_configure). metrics may be NULL.
- * Owned by the daemon: maint_free. */
-struct maint *maint_new(struct ev_loop *loop, const char *conninfo, const struct config *cfg,
-			struct metrics *metrics, maint_cancel_fn *on_cancel, void *arg);
+ * shared: NULL, or a session of another module to take turns on (db_wait)
+ * instead of a session of its own; it must outlive the maint. Owned by the
+ * daemon: maint_free. */
+struct db_conn;
+struct maint *maint_new(struct ev_loop *loop, const char *conninfo, struct db_conn *shared,
+			const struct config *cfg, struct metrics *metrics,
+			maint_cancel_fn *on_cancel, void *arg);
 /* Stops the timer and closes the session; a pass in flight is abandoned
  * (its transaction ends with the session). NULL is a no-op. */
 void maint_free(struct maint *m);

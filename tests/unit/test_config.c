@@ -432,10 +432,21 @@ static void test_values(void)
 	expect_errors("log_level", "[pgjobd]\nlog_level = verbose\n[queue.x]\ncommand = x\n",
 		      "F:2: error: bad value 'verbose' for 'log_level': use error, warn, info or "
 		      "debug\n");
-	expect_errors("lease rejected", "[queue.x]\ncommand = x\nlock_mode = lease\n",
-		      "F:3: error: lock_mode 'lease' is not supported yet (only 'transaction')\n");
+	{
+		char *diag = NULL;
+		struct config *c =
+		    load("[queue.x]\ncommand = x\nlock_mode = lease\nlease = 2s\n", &diag);
+		ok(c && c->queues[0]->lock_mode == LOCK_LEASE && c->queues[0]->lease_ms == 2000,
+		   "lock_mode = lease is accepted, with its lease");
+		config_free(c);
+		free(diag);
+	}
+	expect_errors("lease too short",
+		      "[queue.x]\ncommand = x\nlock_mode = lease\nlease = 10ms\n",
+		      "F:4: error: bad value '10ms' for 'lease': must be at least 1s\n");
 	expect_errors("other lock_mode", "[queue.x]\ncommand = x\nlock_mode = advisory\n",
-		      "F:3: error: bad value 'advisory' for 'lock_mode': use 'transaction'\n");
+		      "F:3: error: bad value 'advisory' for 'lock_mode': use 'transaction' or "
+		      "'lease'\n");
 	expect_errors("relative working_dir", "[queue.x]\ncommand = x\nworking_dir = tmp\n",
 		      "F:3: error: bad value 'tmp' for 'working_dir': must be an absolute path\n");
 	expect_errors("relative metrics_file",
@@ -603,30 +614,31 @@ static void test_user(void)
 
 static void test_many_errors(void)
 {
-	expect_errors("several errors, in line order",
-		      "[pgjobd]\n"
-		      "poll_interval = fast\n"
-		      "[queue.a]\n"
-		      "concurency = 2\n"
-		      "timeout = 5 m\n"
-		      "lock_mode = lease\n"
-		      "[bogus]\n"
-		      "x = 1\n"
-		      "[queue.b]\n"
-		      "command = ok\n"
-		      "max_output = 10kB\n",
-		      "F:2: error: bad value 'fast' for 'poll_interval': missing number before "
-		      "unit (e.g. 10s)\n"
-		      "F:3: error: [queue.a] has no 'command'\n"
-		      "F:4: error: unknown key 'concurency' in [queue.a]\n"
-		      "  hint: did you mean 'concurrency'?\n"
-		      "F:5: error: bad value '5 m' for 'timeout': unexpected whitespace (write "
-		      "e.g. 1h30m)\n"
-		      "F:6: error: lock_mode 'lease' is not supported yet (only 'transaction')\n"
-		      "F:7: error: unknown section [bogus]\n"
-		      "  hint: sections are [pgjobd] and [queue.NAME]\n"
-		      "F:11: error: bad value '10kB' for 'max_output': decimal units are not "
-		      "accepted (use KiB or MiB: 1KiB = 1024 bytes)\n");
+	expect_errors(
+	    "several errors, in line order",
+	    "[pgjobd]\n"
+	    "poll_interval = fast\n"
+	    "[queue.a]\n"
+	    "concurency = 2\n"
+	    "timeout = 5 m\n"
+	    "lock_mode = leased\n"
+	    "[bogus]\n"
+	    "x = 1\n"
+	    "[queue.b]\n"
+	    "command = ok\n"
+	    "max_output = 10kB\n",
+	    "F:2: error: bad value 'fast' for 'poll_interval': missing number before "
+	    "unit (e.g. 10s)\n"
+	    "F:3: error: [queue.a] has no 'command'\n"
+	    "F:4: error: unknown key 'concurency' in [queue.a]\n"
+	    "  hint: did you mean 'concurrency'?\n"
+	    "F:5: error: bad value '5 m' for 'timeout': unexpected whitespace (write "
+	    "e.g. 1h30m)\n"
+	    "F:6: error: bad value 'leased' for 'lock_mode': use 'transaction' or 'lease'\n"
+	    "F:7: error: unknown section [bogus]\n"
+	    "  hint: sections are [pgjobd] and [queue.NAME]\n"
+	    "F:11: error: bad value '10kB' for 'max_output': decimal units are not "
+	    "accepted (use KiB or MiB: 1KiB = 1024 bytes)\n");
 }
 
 static void test_files(void)

@@ -1,0 +1,934 @@
+/* lease.c - lock mode `lease` (see lease.h; sql/013_lease.sql for the
+ * server's side and the clock assumptions).
+ *
+ * One session carries everything of every lease-mode queue. Each batch
+ * sent on it holds up to DB_MAX_STMTS statements, each committed on its
+ * own, in this order:
+ *
+ *   outcomes    pgjobd.finish_leases(json): every outcome known and not
+ *               written yet (a command that ended while the batch before
+ *               was in flight waits for this one: that is the batching);
+ *   extension   pgjobd.extend_leases(worker_id, ids, fences), when a lease
+ *               is due (every third of the lease; those due soon ride
+ *               along), for every job of the daemon whose lease is not
+ *               known lost, the ones whose outcome waits included;
+ *   claims      pgjobd.claim_batch(..., lease) for queues with free slots
+ *               that want a claim, as many as fit; they come after the
+ *               outcomes, so a group whose job just ended may start its
+ *               next one in the same round trip.
+ * One batch is in flight at a time; what comes up meanwhile goes in the
+ * next one. No transaction stays open between statements, so the session
+ * never holds a snapshot (nor back VACUUM) while commands run.
+ *
+ * Time (CLOCK_BOOTTIME ms, util_boot_ms). A batch's send time t is taken
+ * right before it is handed to libpq. A claim or extension it carried that
+ * succeeded proves the lease held until t + lease; the command's deadline
+ * becomes that, the supervisor (guard.h) kills the command's process group
+ * once it passes, whatever the daemon does (stopped, cut off), and the
+ * daemon kills it itself a little earlier (LEASE_EARLY_MS) so that its
+ * outcome says lost_lock. An extension that does not return a job means
+ * its lease is gone (taken over, voided by an operator, or run out): the
+ * command is killed at once. The server lets another daemon take a job
+ * over only after its lease_until (>= t + lease) plus a margin.
+ *
+ * A lease does not depend on the daemon's fence (its heartbeat): commands
+ * of this mode outlive a PostgreSQL restart or a connection loss shorter
+ * than their lease, and when the daemon's instance was declared dead and
+ * registered again, the next extension points the leases at the new one.
+ * Claims do depend on it, as in lock mode transaction.
+ *
+ * Outcomes are kept in memory until a statement wrote them or showed that
+ * the claim is no longer ours (never lost, never written twice): a lost
+ * session means writing them again from the next one, where a claim
+ * already written, or taken over, writes nothing. Their jobs stay in the
+ * extension and in the claims' skip list meanwhile.
+ *
+ * A claim whose answer was lost with the session leaves jobs `running` for
+ * our instance that we do not know: the first claim of each queue on the
+ * next session asks for the orphan pass, which hands them back unstarted
+ * (they are not in our skip list).
+ *
+ * Slots: a queue has `concurrency` slots, numbered as in lock mode
+ * transaction (the worker "host:pid:queue.N"); a slot is taken from the
+ * claim to the end of the command (not to the outcome's write).
+ *
+ * Owns: the session, every lease-held job (struct lj, each with its struct
+ * run and deadline timer), the queues' claim state (struct lq), two
+ * timers. */
+#include "lease.h"
+
+#include <assert.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "claim.h"
+#include "db.h"
+#include "fence.h"
+#include "log.h"
+#include "metrics.h"
+#include "run.h"
+#include "util.h"
+
+/* Kill our own command this long (at most a fifth of the lease) before the
+ * supervisor would. */
+#define LEASE_EARLY_MS 300
+/* Writing an outcome fails with an error this many times: give up (the job
+ * is run again once its lease has run out). */
+#define LEASE_FINISH_TRIES 5
+/* After a statement failed: the next batch waits this long. */
+#define LEASE_RETRY_S 1.0
+/* Draining with nothing running: outcomes not written after this long are
+ * given up, so that a shutdown does not wait for the database for ever. */
+#define LEASE_GIVE_UP_S 15.0
+#define WORKER_MAX 256
+
+enum lj_state {
+	LJ_RUNNING, /* the command runs */
+	LJ_ENDED,   /* the outcome is known, not written */
+	LJ_WRITING, /* the outcome is in the batch in flight */
+};
+
+/* A lease-mode queue. Kept until lease_free (a queue that is dropped and
+ * added again by reloads finds its jobs and slots again). */
+struct lq {
+	char *name;
+	struct queue_conf *conf; /* for new claims (a reference) */
+	bool served;		 /* claims are made for it */
+	bool want;		 /* a claim is wanted */
+	int64_t orphans_ms;	 /* last orphan pass asked for on this session; 0: none */
+	bool *used;		 /* slot numbers taken by running commands */
+	int ncap;
+	size_t njobs; /* lease-held jobs of this queue */
+	/* the claim in the batch in flight */
+	struct queue_conf *claim_conf; /* a reference while in flight */
+	int *claim_slots;	       /* slot number of each worker of the claim */
+	char (*names)[WORKER_MAX];     /* their worker names */
+	const char **workers;
+	int nclaim;
+	long long *skip;
+	struct claim_params params;
+};
+
+/* A lease-held job. */
+struct lj {
+	struct lease *l;
+	struct lq *q;
+	int slot; /* -1 once the command has ended */
+	enum lj_state state;
+	struct run run;
+	int64_t lease_ms;
+	int64_t deadline; /* CLOCK_BOOTTIME ms: the lease held until then, as far as we know */
+	int64_t ext_due;  /* CLOCK_BOOTTIME ms: extend by then */
+	bool lost;	  /* the lease is gone: no more extensions */
+	bool in_ext;	  /* in the extension in flight */
+	int tries;	  /* failed writes of the outcome */
+	ev_timer expire;
+	struct claim_outcome out;
+};
+
+struct lease {
+	struct ev_loop *loop;
+	struct db_conn *db;
+	struct db_waiter waiter;
+	const struct run_env *renv;
+	struct fence *fence;
+	struct metrics *metrics;
+	struct lease_callbacks cbs;
+	char *worker_prefix;
+	int64_t orphan_every_ms;
+	struct lq **queues;
+	size_t nqueues;
+	size_t next_queue; /* where the claims of the next batch start: fairness */
+	struct lj **jobs;
+	size_t njobs, capjobs;
+	bool draining;
+	bool in_batch;	      /* on_batch runs: send nothing before it is done */
+	ev_timer ext_timer;   /* the next extension is due */
+	ev_timer retry_timer; /* a statement failed: outcomes and claims wait for it */
+	ev_timer give_up;     /* draining: stop waiting for the database */
+	/* the batch in flight */
+	int stmt_finish, stmt_extend; /* their index in it, -1: not in it */
+	struct lq *stmt_claim[DB_MAX_STMTS];
+	int64_t sent_boot; /* util_boot_ms() at send */
+	double sent_mono;  /* metrics_now() at send */
+	struct buf finish_json;
+	struct extend_params ext;
+	long long *ext_ids, *ext_fences;
+	size_t ext_cap;
+};
+
+#define log_lj(level, j, fmt, ...)                                                                 \
+	log_msg(level, fmt " job=%lld queue=%s attempt=%d", ##__VA_ARGS__, (j)->run.cj.id,         \
+		(j)->q->name, (j)->run.cj.attempts)
+
+static void want_send(struct lease *l);
+
+static int64_t early_ms(int64_t lease_ms)
+{
+	return lease_ms / 5 < LEASE_EARLY_MS ? lease_ms / 5 : LEASE_EARLY_MS;
+}
+
+static struct lq *find_lq(const struct lease *l, const char *name)
+{
+	for (size_t i = 0; i < l->nqueues; i++)
+		if (strcmp(l->queues[i]->name, name) == 0)
+			return l->queues[i];
+	return NULL;
+}
+
+/* ---- jobs ------------------------------------------------------------ */
+
+static void arm_expire(struct lj *j)
+{
+	struct lease *l = j->l;
+	ev_timer_stop(l->loop, &j->expire);
+	if (j->state != LJ_RUNNING || j->lost)
+		return;
+	int64_t left = j->deadline - early_ms(j->lease_ms) - util_boot_ms();
+	ev_timer_set(&j->expire, left > 0 ? (double)left / 1000.0 : 0., 0.);
+	ev_timer_start(l->loop, &j->expire);
+}
+
+/* The lease is gone (or may be): the command must die now. */
+static void lease_lost(struct lj *j, const char *why)
+{
+	j->lost = true;
+	ev_timer_stop(j->l->loop, &j->expire);
+	if (j->state != LJ_RUNNING || !j->run.proc)
+		return;
+	log_lj(LOG_ERROR, j, "msg=\"%s; killing its command\" fence=%lld", why, j->run.cj.fence);
+	run_kill(&j->run, "lost_lock", 0);
+}
+
+static void on_expire(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	struct lj *j = w->data;
+	/* The monotonic timer may run early or late against CLOCK_BOOTTIME. */
+	if (util_boot_ms() < j->deadline - early_ms(j->lease_ms)) {
+		arm_expire(j);
+		return;
+	}
+	lease_lost(j, "lease could not be extended in time");
+}
+
+/* The command ended, or never started (o == NULL): classify, and queue the
+ * outcome for the next batch. The slot is free again. */
+static void end_job(struct lj *j, const struct exec_outcome *o)
+{
+	struct lease *l = j->l;
+	run_outcome(&j->run, o, &j->out);
+	if (strcmp(j->out.status, "queued") == 0 && !j->out.give_back && l->cbs.on_retry)
+		l->cbs.on_retry(j->q->name, j->out.retry_in_ms, l->cbs.arg);
+	ev_timer_stop(l->loop, &j->expire);
+	j->state = LJ_ENDED;
+	if (j->slot >= 0 && j->slot < j->q->ncap)
+		j->q->used[j->slot] = false;
+	j->slot = -1;
+	j->q->want = true;
+	want_send(l);
+}
+
+static void on_run_done(struct run *r, const struct exec_outcome *o, void *arg)
+{
+	struct lj *j = arg;
+	/* Killed by the supervisor at the lease's deadline (the daemon was
+	 * stopped, or busy, when it should have killed it itself). */
+	if (o->status == EXEC_SIGNALED && !r->kill_reason &&
+	    util_boot_ms() >= j->deadline - early_ms(j->lease_ms))
+		r->kill_reason = "lost_lock";
+	end_job(j, o);
+}
+
+static void maybe_stopped(struct lease *l);
+
+/* The job is done with: its outcome was written, or will never be. */
+static void remove_job(struct lease *l, size_t i)
+{
+	struct lj *j = l->jobs[i];
+	ev_timer_stop(l->loop, &j->expire);
+	run_fini(&j->run);
+	j->q->njobs--;
+	if (j->q->served)
+		j->q->want = true;
+	free(j);
+	l->jobs[i] = l->jobs[--l->njobs];
+}
+
+/* ---- the batch --------------------------------------------------------- */
+
+static int cmp_ll(const void *a, const void *b)
+{
+	long long x = *(const long long *)a, y = *(const long long *)b;
+	return (x > y) - (x < y);
+}
+
+/* The ids in column 0 of res, sorted (malloc'd; *n their count). */
+static long long *result_ids(PGresult *res, int *n)
+{
+	*n = PQntuples(res);
+	long long *v = xcalloc((size_t)*n + 1, sizeof(*v));
+	for (int i = 0; i < *n; i++)
+		v[i] = strtoll(PQgetvalue(res, i, 0), NULL, 10);
+	qsort(v, (size_t)*n, sizeof(*v), cmp_ll);
+	return v;
+}
+
+static bool has_id(const long long *v, int n, long long id)
+{
+	return bsearch(&id, v, (size_t)n, sizeof(*v), cmp_ll) != NULL;
+}
+
+static void retry_later(struct lease *l)
+{
+	if (!ev_is_active(&l->retry_timer)) {
+		ev_timer_set(&l->retry_timer, LEASE_RETRY_S, 0.);
+		ev_timer_start(l->loop, &l->retry_timer);
+	}
+}
+
+static void finish_done(struct lease *l, PGresult *res)
+{
+	bool ok = res && PQresultStatus(res) == PGRES_TUPLES_OK;
+	if (!ok) {
+		const char *err = res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : NULL;
+		for (size_t i = l->njobs; i-- > 0;) {
+			struct lj *j = l->jobs[i];
+			if (j->state != LJ_WRITING)
+				continue;
+			j->state = LJ_ENDED;
+			if (++j->tries < LEASE_FINISH_TRIES) {
+				log_lj(LOG_WARN, j,
+				       "msg=\"cannot record outcome; writing it again\" err=%s",
+				       log_value(err ? err : "no result"));
+				continue;
+			}
+			log_lj(
+			    LOG_ERROR, j,
+			    "msg=\"cannot record outcome; giving up (the job runs again once its "
+			    "lease has run out)\" err=%s",
+			    log_value(err ? err : "no result"));
+			remove_job(l, i);
+		}
+		retry_later(l);
+		return;
+	}
+	int n;
+	long long *ids = result_ids(res, &n);
+	for (size_t i = l->njobs; i-- > 0;) {
+		struct lj *j = l->jobs[i];
+		if (j->state != LJ_WRITING)
+			continue;
+		if (!has_id(ids, n, j->run.cj.id))
+			log_lj(
+			    LOG_WARN, j,
+			    "msg=\"outcome not recorded: the claim was taken over (or its outcome "
+			    "was recorded already)\" status=%s fence=%lld",
+			    j->out.status, j->run.cj.fence);
+		remove_job(l, i);
+	}
+	free(ids);
+}
+
+static void extend_done(struct lease *l, PGresult *res)
+{
+	if (!res || PQresultStatus(res) != PGRES_TUPLES_OK) {
+		log_warn("msg=\"cannot extend leases\" err=%s",
+			 log_value(res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY)
+				       : "no result"));
+		for (size_t i = 0; i < l->njobs; i++)
+			l->jobs[i]->in_ext = false;
+		retry_later(l);
+		return;
+	}
+	int n;
+	long long *ids = result_ids(res, &n);
+	for (size_t i = 0; i < l->njobs; i++) {
+		struct lj *j = l->jobs[i];
+		if (!j->in_ext)
+			continue;
+		j->in_ext = false;
+		if (!has_id(ids, n, j->run.cj.id)) {
+			if (j->state == LJ_RUNNING)
+				lease_lost(j, "lease lost (taken over, released, or run out)");
+			else
+				j->lost = true;
+			continue;
+		}
+		int64_t d = l->sent_boot + j->lease_ms;
+		if (d > j->deadline) {
+			j->deadline = d;
+			if (j->state == LJ_RUNNING && j->run.proc)
+				run_set_deadline(&j->run, d);
+		}
+		j->ext_due = l->sent_boot + j->lease_ms / 3;
+		arm_expire(j);
+	}
+	free(ids);
+}
+
+/* A job claimed for slot `slot` of q: start its command. */
+static void start_job(struct lease *l, struct lq *q, struct claim_job *cj, int slot)
+{
+	struct lj *j = xcalloc(1, sizeof(*j));
+	j->l = l;
+	j->q = q;
+	j->slot = slot;
+	j->state = LJ_RUNNING;
+	j->lease_ms = q->claim_conf->lease_ms;
+	j->deadline = l->sent_boot + j->lease_ms;
+	j->ext_due = l->sent_boot + j->lease_ms / 3;
+	ev_init(&j->expire, on_expire);
+	j->expire.data = j;
+	run_init(&j->run, l->renv, on_run_done, j);
+	j->run.cj = *cj;
+	memset(cj, 0, sizeof(*cj));
+	run_begin(&j->run, q->claim_conf);
+	j->run.started_ms = util_now_ms();
+	if (l->njobs == l->capjobs) {
+		l->capjobs = l->capjobs ? l->capjobs * 2 : 16;
+		l->jobs = xrealloc(l->jobs, l->capjobs * sizeof(*l->jobs));
+	}
+	l->jobs[l->njobs++] = j;
+	q->njobs++;
+	if (slot >= 0 && slot < q->ncap)
+		q->used[slot] = true;
+	metrics_job_started(l->metrics, q->name, metrics_now() - l->sent_mono);
+	log_lj(LOG_DEBUG, j, "msg=\"job claimed with a lease\" fence=%lld lease_ms=%" PRId64,
+	       j->run.cj.fence, j->lease_ms);
+	if (l->draining) {
+		j->run.kill_reason = "shutdown"; /* not started; given back */
+	} else if (j->deadline - util_boot_ms() < j->lease_ms / 4) {
+		/* The claim's answer took most of the lease: the command would
+		 * have to be killed soon. Not an attempt. */
+		log_lj(LOG_WARN, j, "msg=\"claim confirmed too late; job not started\"");
+		j->run.kill_reason = "unstarted";
+	} else {
+		run_set_deadline(&j->run, j->deadline);
+		if (run_exec(&j->run) == 0) {
+			arm_expire(j);
+			return;
+		}
+		/* EMFILE and the like: the environment, not the job. */
+		j->run.kill_reason = "shutdown";
+	}
+	end_job(j, NULL);
+}
+
+static void claim_done(struct lease *l, struct lq *q, PGresult *res)
+{
+	int asked = q->nclaim;
+	q->nclaim = 0;
+	struct queue_conf *conf = q->claim_conf;
+	if (!res || PQresultStatus(res) != PGRES_TUPLES_OK) {
+		if (res)
+			log_warn("msg=\"claim failed\" queue=%s err=%s", q->name,
+				 log_value(PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY)));
+		q->want = true;
+		retry_later(l);
+		q->claim_conf = NULL;
+		queue_conf_unref(conf);
+		return;
+	}
+	int rows = PQntuples(res);
+	for (int i = 0; i < rows; i++) {
+		struct claim_job cj;
+		int w;
+		claim_decode(res, i, &cj, &w);
+		if (w < 0 || w >= asked) {
+			/* cannot happen: the job stays `running` for our instance
+			 * and the next orphan pass hands it back */
+			log_error("msg=\"claim returned a job for no slot\" queue=%s job=%lld",
+				  q->name, cj.id);
+			claim_job_free(&cj);
+			continue;
+		}
+		start_job(l, q, &cj, q->claim_slots[w]);
+	}
+	/* A full claim: there may be more. */
+	if (rows == asked)
+		q->want = true;
+	q->claim_conf = NULL;
+	queue_conf_unref(conf);
+}
+
+static void on_batch(struct db_conn *c, PGresult *const *res, int n, void *arg)
+{
+	(void)c;
+	(void)n;
+	struct lease *l = arg;
+	l->in_batch = true;
+	if (!res) {
+		/* The session is gone with the batch: outcomes are written again
+		 * from the next one, extensions were not confirmed, and what a
+		 * claim may have committed is handed back by the next orphan
+		 * pass. on_db_event reconnects. */
+		for (size_t i = 0; i < l->njobs; i++) {
+			struct lj *j = l->jobs[i];
+			j->in_ext = false;
+			if (j->state == LJ_WRITING)
+				j->state = LJ_ENDED;
+		}
+		for (int i = 0; i < DB_MAX_STMTS; i++) {
+			struct lq *q = l->stmt_claim[i];
+			if (!q)
+				continue;
+			q->nclaim = 0;
+			queue_conf_unref(q->claim_conf);
+			q->claim_conf = NULL;
+			q->want = true;
+		}
+		l->in_batch = false;
+		return;
+	}
+	if (l->stmt_finish >= 0)
+		finish_done(l, res[l->stmt_finish]);
+	if (l->stmt_extend >= 0)
+		extend_done(l, res[l->stmt_extend]);
+	for (int i = 0; i < DB_MAX_STMTS; i++)
+		if (l->stmt_claim[i])
+			claim_done(l, l->stmt_claim[i], res[i]);
+	l->in_batch = false;
+	maybe_stopped(l);
+	want_send(l);
+}
+
+/* Claims may be made: not draining, our instance registered and its claims
+ * confirmed lately (a job started now could be killed at once otherwise;
+ * the fence's FENCE_UP kicks the daemon again). */
+static bool may_claim(const struct lease *l)
+{
+	return !l->draining && fence_worker_id(l->fence) != 0 &&
+	       fence_holds(l->fence, fence_timeout_ms(l->fence) / 2);
+}
+
+/* The free slots of q into its claim arrays; returns their count. */
+static int free_slots(struct lease *l, struct lq *q)
+{
+	int want = q->conf->concurrency;
+	if (q->ncap < want) {
+		q->used = xrealloc(q->used, (size_t)want * sizeof(*q->used));
+		memset(q->used + q->ncap, 0, (size_t)(want - q->ncap) * sizeof(*q->used));
+		q->ncap = want;
+	}
+	q->claim_slots = xrealloc(q->claim_slots, (size_t)q->ncap * sizeof(*q->claim_slots));
+	q->names = xrealloc(q->names, (size_t)q->ncap * sizeof(*q->names));
+	q->workers = xrealloc(q->workers, (size_t)q->ncap * sizeof(*q->workers));
+	int running = 0;
+	for (int s = 0; s < q->ncap; s++)
+		running += q->used[s];
+	int n = 0;
+	for (int s = 0; s < want && running + n < want; s++) {
+		if (q->used[s])
+			continue;
+		q->claim_slots[n] = s;
+		snprintf(q->names[n], WORKER_MAX, "%s:%s.%d", l->worker_prefix, q->name, s);
+		q->workers[n] = q->names[n];
+		n++;
+	}
+	return n;
+}
+
+/* One claim statement for q into *st, or 0 when q has no free slot. */
+static int build_claim(struct lease *l, struct lq *q, struct db_stmt *st)
+{
+	int n = free_slots(l, q);
+	if (n == 0)
+		return 0;
+	q->skip = xrealloc(q->skip, (q->njobs + 1) * sizeof(*q->skip));
+	int nskip = 0;
+	for (size_t i = 0; i < l->njobs; i++)
+		if (l->jobs[i]->q == q)
+			q->skip[nskip++] = l->jobs[i]->run.cj.id;
+	int64_t now = util_now_ms();
+	struct claim_req r = {
+	    .queue = q->name,
+	    .worker_id = fence_worker_id(l->fence),
+	    .workers = q->workers,
+	    .nworkers = n,
+	    .max_attempts = q->conf->max_attempts,
+	    .timeout_ms = q->conf->timeout_ms,
+	    .max_data = q->conf->max_data,
+	    .skip = q->skip,
+	    .nskip = nskip,
+	    .lease_ms = q->conf->lease_ms,
+	};
+	if (q->orphans_ms == 0 || now - q->orphans_ms >= l->orphan_every_ms) {
+		r.orphans = true;
+		q->orphans_ms = now;
+	}
+	claim_build(st, &q->params, &r);
+	q->nclaim = n;
+	q->claim_conf = queue_conf_ref(q->conf);
+	return 1;
+}
+
+/* Is the job's lease to be extended at all? Not once it is lost, nor
+ * while an extension or the write of its outcome (which ends the claim) is
+ * in flight. */
+static bool extendable(const struct lj *j)
+{
+	return !j->lost && !j->in_ext && j->state != LJ_WRITING;
+}
+
+/* Is its extension due by `now` + slack? */
+static bool ext_is_due(const struct lj *j, int64_t now, int64_t slack)
+{
+	return extendable(j) && j->ext_due - now <= slack;
+}
+
+static void send_batch(struct db_conn *c, void *arg)
+{
+	struct lease *l = arg;
+	struct db_stmt st[DB_MAX_STMTS];
+	int n = 0;
+	int64_t now = util_boot_ms();
+	l->stmt_finish = l->stmt_extend = -1;
+	memset(l->stmt_claim, 0, sizeof(l->stmt_claim));
+	/* After a failed statement, outcomes and claims wait for the retry
+	 * timer; extensions never wait. */
+	bool hold_off = ev_is_active(&l->retry_timer);
+
+	buf_reset(&l->finish_json);
+	for (size_t i = 0; i < l->njobs && !hold_off; i++) {
+		struct lj *j = l->jobs[i];
+		if (j->state != LJ_ENDED)
+			continue;
+		buf_putc(&l->finish_json, l->finish_json.len ? ',' : '[');
+		claim_outcome_json(&l->finish_json, j->run.cj.id, j->run.cj.fence, &j->out);
+		j->state = LJ_WRITING;
+	}
+	if (l->finish_json.len) {
+		buf_putc(&l->finish_json, ']');
+		claim_build_finish_leases(&st[n], l->finish_json.data);
+		l->stmt_finish = n++;
+	}
+
+	/* When one lease is due, those due within a sixth of their lease ride
+	 * along: fewer, larger extensions. */
+	bool due = false;
+	for (size_t i = 0; i < l->njobs && !due; i++)
+		due = ext_is_due(l->jobs[i], now, 0);
+	if (due) {
+		if (l->ext_cap < l->njobs) {
+			l->ext_cap = l->njobs;
+			l->ext_ids = xrealloc(l->ext_ids, l->ext_cap * sizeof(*l->ext_ids));
+			l->ext_fences =
+			    xrealloc(l->ext_fences, l->ext_cap * sizeof(*l->ext_fences));
+		}
+		int k = 0;
+		for (size_t i = 0; i < l->njobs; i++) {
+			struct lj *j = l->jobs[i];
+			if (!ext_is_due(j, now, j->lease_ms / 6))
+				continue;
+			j->in_ext = true;
+			l->ext_ids[k] = j->run.cj.id;
+			l->ext_fences[k++] = j->run.cj.fence;
+		}
+		claim_build_extend(&st[n], &l->ext, fence_worker_id(l->fence), l->ext_ids,
+				   l->ext_fences, k);
+		l->stmt_extend = n++;
+	}
+
+	if (!hold_off && may_claim(l)) {
+		for (size_t k = 0; k < l->nqueues && n < DB_MAX_STMTS; k++) {
+			struct lq *q = l->queues[(l->next_queue + k) % l->nqueues];
+			if (!q->served || !q->want)
+				continue;
+			q->want = false;
+			if (build_claim(l, q, &st[n])) {
+				l->stmt_claim[n] = q;
+				n++;
+			}
+		}
+		if (l->nqueues)
+			l->next_queue = (l->next_queue + 1) % l->nqueues;
+	}
+	if (n == 0)
+		return;
+	for (int i = 0; i < n; i++)
+		st[i].sync = true; /* each statement commits on its own */
+	l->sent_boot = util_boot_ms();
+	l->sent_mono = metrics_now();
+	db_send(c, st, n, on_batch, l);
+}
+
+/* Anything for the next batch? */
+static bool has_work(const struct lease *l)
+{
+	int64_t now = util_boot_ms();
+	bool hold_off = ev_is_active(&l->retry_timer);
+	for (size_t i = 0; i < l->njobs; i++) {
+		const struct lj *j = l->jobs[i];
+		if ((j->state == LJ_ENDED && !hold_off) || ext_is_due(j, now, 0))
+			return true;
+	}
+	if (hold_off || !may_claim(l))
+		return false;
+	for (size_t i = 0; i < l->nqueues; i++)
+		if (l->queues[i]->served && l->queues[i]->want)
+			return true;
+	return false;
+}
+
+static void arm_ext_timer(struct lease *l)
+{
+	int64_t next = INT64_MAX;
+	for (size_t i = 0; i < l->njobs; i++) {
+		const struct lj *j = l->jobs[i];
+		if (extendable(j) && j->ext_due < next)
+			next = j->ext_due;
+	}
+	ev_timer_stop(l->loop, &l->ext_timer);
+	if (next == INT64_MAX)
+		return;
+	int64_t left = next - util_boot_ms();
+	ev_timer_set(&l->ext_timer, left > 0 ? (double)left / 1000.0 : 0., 0.);
+	ev_timer_start(l->loop, &l->ext_timer);
+}
+
+/* Ask for our turn on the session if there is anything to send (at once
+ * when it is idle and nobody waits). */
+static void want_send(struct lease *l)
+{
+	arm_ext_timer(l);
+	if (!l->in_batch && has_work(l))
+		db_wait(l->db, &l->waiter);
+}
+
+static void on_ext_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	want_send(w->data);
+}
+
+static void on_retry_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	want_send(w->data);
+}
+
+static void on_give_up(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	struct lease *l = w->data;
+	for (size_t i = l->njobs; i-- > 0;) {
+		struct lj *j = l->jobs[i];
+		if (j->state != LJ_ENDED)
+			continue;
+		log_lj(LOG_ERROR, j,
+		       "msg=\"shutting down: cannot record outcome; giving up (the job runs again "
+		       "once its lease has run out)\" status=%s",
+		       j->out.status);
+		remove_job(l, i);
+	}
+	maybe_stopped(l);
+}
+
+/* Draining: report the end once nothing is left; while only unwritten
+ * outcomes are left, give them LEASE_GIVE_UP_S. */
+static void maybe_stopped(struct lease *l)
+{
+	if (!l->draining)
+		return;
+	if (l->njobs == 0) {
+		ev_timer_stop(l->loop, &l->give_up);
+		if (l->cbs.on_stopped)
+			l->cbs.on_stopped(l->cbs.arg);
+		return;
+	}
+	bool running = false;
+	for (size_t i = 0; i < l->njobs && !running; i++)
+		running = l->jobs[i]->state == LJ_RUNNING;
+	if (!running && !ev_is_active(&l->give_up)) {
+		ev_timer_set(&l->give_up, LEASE_GIVE_UP_S, 0.);
+		ev_timer_start(l->loop, &l->give_up);
+	}
+}
+
+static void on_db_event(struct db_conn *c, enum db_event ev, void *arg)
+{
+	struct lease *l = arg;
+	if (ev == DB_DOWN) {
+		log_warn("msg=\"lease session lost; reconnecting (running commands go on while "
+			 "their leases last)\" jobs=%zu",
+			 l->njobs);
+		db_reconnect(c);
+		return;
+	}
+	/* A new session: every queue claims again, with an orphan pass first
+	 * (claims whose answer was lost); outcomes and extensions go too. */
+	for (size_t i = 0; i < l->nqueues; i++) {
+		l->queues[i]->orphans_ms = 0;
+		l->queues[i]->want = true;
+	}
+	want_send(l);
+}
+
+/* ---- the interface ----------------------------------------------------- */
+
+struct lease *lease_new(struct ev_loop *loop, const char *conninfo, const char *worker_prefix,
+			const struct run_env *renv, struct fence *fence, struct metrics *metrics,
+			const struct lease_callbacks *cbs)
+{
+	struct lease *l = xcalloc(1, sizeof(*l));
+	l->loop = loop;
+	l->renv = renv;
+	l->fence = fence;
+	l->metrics = metrics;
+	l->cbs = *cbs;
+	l->worker_prefix = xstrdup(worker_prefix);
+	l->orphan_every_ms = 2000;
+	l->waiter = (struct db_waiter){.fn = send_batch, .arg = l};
+	l->stmt_finish = l->stmt_extend = -1;
+	buf_init(&l->finish_json);
+	buf_init(&l->ext.ids);
+	buf_init(&l->ext.fences);
+	ev_init(&l->ext_timer, on_ext_timer);
+	ev_init(&l->retry_timer, on_retry_timer);
+	ev_init(&l->give_up, on_give_up);
+	l->ext_timer.data = l->retry_timer.data = l->give_up.data = l;
+	struct db_callbacks dcb = {.on_event = on_db_event, .arg = l, .metrics = metrics};
+	l->db = db_conn_new(loop, conninfo, "pgjobd lease", NULL, &dcb);
+	return l;
+}
+
+void lease_free(struct lease *l)
+{
+	if (!l)
+		return;
+	ev_timer_stop(l->loop, &l->ext_timer);
+	ev_timer_stop(l->loop, &l->retry_timer);
+	ev_timer_stop(l->loop, &l->give_up);
+	while (l->njobs > 0)
+		remove_job(l, l->njobs - 1);
+	db_conn_free(l->db);
+	for (size_t i = 0; i < l->nqueues; i++) {
+		struct lq *q = l->queues[i];
+		queue_conf_unref(q->conf);
+		queue_conf_unref(q->claim_conf);
+		claim_params_fini(&q->params);
+		free(q->used);
+		free(q->claim_slots);
+		free(q->names);
+		free(q->workers);
+		free(q->skip);
+		free(q->name);
+		free(q);
+	}
+	free(l->queues);
+	free(l->jobs);
+	free(l->ext_ids);
+	free(l->ext_fences);
+	buf_fini(&l->finish_json);
+	buf_fini(&l->ext.ids);
+	buf_fini(&l->ext.fences);
+	free(l->worker_prefix);
+	free(l);
+}
+
+struct db_conn *lease_session(struct lease *l)
+{
+	return l->db;
+}
+
+void lease_set_orphan_every(struct lease *l, int64_t ms)
+{
+	l->orphan_every_ms = ms;
+}
+
+void lease_set_queue(struct lease *l, struct queue_conf *conf)
+{
+	struct lq *q = find_lq(l, conf->name);
+	if (!q) {
+		q = xcalloc(1, sizeof(*q));
+		q->name = xstrdup(conf->name);
+		claim_params_init(&q->params);
+		l->queues = xrealloc(l->queues, (l->nqueues + 1) * sizeof(*l->queues));
+		l->queues[l->nqueues++] = q;
+		metrics_add_queue(l->metrics, conf->name);
+	}
+	struct queue_conf *old = q->conf;
+	q->conf = queue_conf_ref(conf);
+	queue_conf_unref(old);
+	q->served = true;
+	q->want = true;
+	want_send(l);
+}
+
+void lease_drop_queue(struct lease *l, const char *name)
+{
+	struct lq *q = find_lq(l, name);
+	if (q) {
+		q->served = false;
+		q->want = false;
+	}
+}
+
+void lease_kick(struct lease *l, const char *name)
+{
+	struct lq *q = find_lq(l, name);
+	if (!q || !q->served)
+		return;
+	q->want = true;
+	want_send(l);
+}
+
+bool lease_cancel(struct lease *l, long long id)
+{
+	for (size_t i = 0; i < l->njobs; i++) {
+		struct lj *j = l->jobs[i];
+		if (j->run.cj.id != id)
+			continue;
+		/* The NOTIFY and the once-a-second look at the requests both
+		 * report a request until the outcome is written: act once. */
+		if (j->state != LJ_RUNNING || !j->run.proc ||
+		    (j->run.kill_reason && strcmp(j->run.kill_reason, "cancelled") == 0))
+			return true;
+		log_lj(LOG_INFO, j, "msg=\"job cancelled; terminating its command\"");
+		run_kill(&j->run, "cancelled", j->run.q->kill_grace_ms);
+		return true;
+	}
+	return false;
+}
+
+size_t lease_held(const struct lease *l, const char *queue, long long *out, size_t cap)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < l->njobs; i++) {
+		if (strcmp(l->jobs[i]->q->name, queue) != 0)
+			continue;
+		if (n < cap)
+			out[n] = l->jobs[i]->run.cj.id;
+		n++;
+	}
+	return n;
+}
+
+size_t lease_busy(const struct lease *l)
+{
+	return l->njobs;
+}
+
+void lease_drain(struct lease *l)
+{
+	l->draining = true;
+	maybe_stopped(l);
+}
+
+void lease_terminate(struct lease *l)
+{
+	for (size_t i = 0; i < l->njobs; i++) {
+		struct lj *j = l->jobs[i];
+		if (j->state != LJ_RUNNING || !j->run.proc)
+			continue;
+		log_lj(LOG_INFO, j, "msg=\"terminating command for shutdown\"");
+		run_kill(&j->run, "shutdown", j->run.q->kill_grace_ms);
+	}
+}
