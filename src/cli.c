@@ -481,6 +481,34 @@ enum {
 static const char live_daemons_sql[] =
     "SELECT count(*) FROM pgjobd.workers WHERE alive_until > now()";
 
+/* Jobs running in lock mode lease, soonest deadline first: the first
+ * 10 of them (id, queue, worker, attempt, lease_until, seconds
+ * left: NULL once voided by release_worker or a supervisor, negative once
+ * run out; then queue and worker as JSON), and the count of all of them
+ * in every row. A role that may not read lease_until (a producer) gets
+ * 42501, and the section is left out. */
+static const char leases_sql[] =
+    "WITH l AS (SELECT id, queue, worker, attempts, lease_until FROM pgjobd.jobs "
+    "WHERE status = 'running' AND lease_until IS NOT NULL) "
+    "SELECT id, queue, coalesce(worker, ''), attempts, "
+    "CASE WHEN lease_until = '-infinity' THEN 'released' ELSE lease_until::text END, "
+    "CASE WHEN lease_until = '-infinity' THEN NULL "
+    "ELSE round(extract(epoch FROM lease_until - now())::numeric, 1) END, "
+    "to_json(queue), to_json(worker), (SELECT count(*) FROM l) "
+    "FROM l ORDER BY lease_until, id LIMIT 10";
+enum {
+	LEASE_ID,
+	LEASE_QUEUE,
+	LEASE_WORKER,
+	LEASE_ATTEMPT,
+	LEASE_UNTIL,
+	LEASE_LEFT,
+	LEASE_QUEUE_JSON,
+	LEASE_WORKER_JSON,
+	LEASE_COUNT,
+	LEASE_COLUMNS
+};
+
 /* --claim-warn's default: a job of more than ten minutes is past what
  * lock mode `transaction` suits (pgjobd(8), "Lock modes"). */
 #define CLAIM_WARN_DEFAULT "10m"
@@ -512,7 +540,53 @@ struct status_report {
 	const PGresult *queues; /* the table, or the JSON array */
 	const PGresult *claims; /* one row of claims_sql */
 	const char *live;	/* the count of live daemons; NULL: unknown */
+	const PGresult *leases; /* leases_sql; NULL: this role may not read them */
 };
+
+/* The lines for jobs running under leases (none: no lines at all). */
+static void print_leases(const struct status_report *st)
+{
+	const PGresult *r = st->leases;
+	if (!r || PQntuples(r) == 0)
+		return;
+	static const char *const head[] = {"JOB",     "QUEUE",	     "WORKER",
+					   "ATTEMPT", "LEASE_UNTIL", "LEFT"};
+	int w[6];
+	char left[32];
+	for (int f = 0; f < 6; f++) {
+		w[f] = (int)strlen(head[f]);
+		for (int i = 0; i < PQntuples(r) && f < 5; i++)
+			if (PQgetlength(r, i, f) > w[f])
+				w[f] = PQgetlength(r, i, f);
+	}
+	printf("running under a lease: %s (each is killed, and may be taken over, once its lease "
+	       "runs out unreplaced)\n",
+	       PQgetvalue(r, 0, LEASE_COUNT));
+	for (int i = -1; i < PQntuples(r); i++) {
+		for (int f = 0; f < 6; f++) {
+			const char *v = i < 0 ? head[f] : PQgetvalue(r, i, f);
+			if (i >= 0 && f == LEASE_LEFT) {
+				if (PQgetisnull(r, i, f))
+					v = "-";
+				else if (PQgetvalue(r, i, f)[0] == '-')
+					v = "run out";
+				else {
+					snprintf(left, sizeof(left), "%ss", PQgetvalue(r, i, f));
+					v = left;
+				}
+			}
+			/* the job's id right-aligned, the last column unpadded */
+			if (f == 5)
+				printf("  %s", v);
+			else
+				printf(f == 0 ? "  %*s" : "  %-*s", w[f], v);
+		}
+		printf("\n");
+	}
+	long long more = atoll(PQgetvalue(r, 0, LEASE_COUNT)) - PQntuples(r);
+	if (more > 0)
+		printf("  ... and %lld more\n", more);
+}
 
 static bool claims_null(const struct status_report *st, int col)
 {
@@ -556,6 +630,7 @@ static void print_claims(const struct status_report *st)
 	}
 	printf("live daemons: %s\n",
 	       st->live ? st->live : "unknown (needs SELECT on pgjobd.workers)");
+	print_leases(st);
 }
 
 /* --json-object: {"queues": [the --json array], "oldest_claim": ...,
@@ -578,8 +653,25 @@ static void print_json_object(const struct status_report *st)
 	} else {
 		printf("null");
 	}
-	printf(", \"hidden_sessions\": %s, \"live_daemons\": %s}\n", claims_val(st, CLAIMS_HIDDEN),
-	       st->live ? st->live : "null");
+	printf(", \"hidden_sessions\": %s, \"live_daemons\": %s, \"leases\": ",
+	       claims_val(st, CLAIMS_HIDDEN), st->live ? st->live : "null");
+	const PGresult *r = st->leases;
+	if (!r) {
+		printf("null}\n");
+		return;
+	}
+	printf("{\"running\": %s, \"soonest\": [",
+	       PQntuples(r) ? PQgetvalue(r, 0, LEASE_COUNT) : "0");
+	for (int i = 0; i < PQntuples(r); i++)
+		printf("%s{\"id\": %s, \"queue\": %s, \"worker\": %s, \"attempt\": %s, "
+		       "\"lease_left\": %s}",
+		       i ? ", " : "", PQgetvalue(r, i, LEASE_ID),
+		       PQgetvalue(r, i, LEASE_QUEUE_JSON),
+		       PQgetisnull(r, i, LEASE_WORKER_JSON) ? "null"
+							    : PQgetvalue(r, i, LEASE_WORKER_JSON),
+		       PQgetvalue(r, i, LEASE_ATTEMPT),
+		       PQgetisnull(r, i, LEASE_LEFT) ? "null" : PQgetvalue(r, i, LEASE_LEFT));
+	printf("]}}\n");
 }
 
 /* The warning on stderr when the oldest claim this role can see has been
@@ -598,7 +690,7 @@ static void warn_claim(const struct status_report *st, long long warn_ms, const 
 		"pgjobd: status: warning: a claim of queue %s (pid %s) has been open for %s, "
 		"more than %s: its transaction holds back VACUUM in the whole database\n"
 		"pgjobd: status: hint: run jobs this long in lease mode (lock_mode = lease), "
-		"which this version does not accept yet; see \"Lock modes\" in pgjobd(8)\n",
+		"which holds no transaction open; see \"Lock modes\" in pgjobd(8)\n",
 		claims_val(st, CLAIMS_QUEUE), claims_val(st, CLAIMS_PID), age, warn);
 }
 
@@ -613,6 +705,27 @@ static int query_live(struct session *s, PGresult **out, const char **live)
 	if (PQresultStatus(r) == PGRES_TUPLES_OK) {
 		*out = r;
 		*live = PQgetvalue(r, 0, 0);
+		return 0;
+	}
+	const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+	if (state && strcmp(state, "42501") == 0) { /* insufficient_privilege */
+		PQclear(r);
+		return 0;
+	}
+	report_error(s, r);
+	PQclear(r);
+	return -1;
+}
+
+/* The jobs running under leases into *out (the caller clears it), NULL
+ * when this role may not read them. Returns 0, or -1 after printing why. */
+static int query_leases(struct session *s, PGresult **out)
+{
+	PGresult *r = PQexecParams(s->pg, leases_sql, 0, NULL, NULL, NULL, NULL, 0);
+	*out = NULL;
+	if (PQresultStatus(r) == PGRES_TUPLES_OK) {
+		assert(PQnfields(r) == LEASE_COLUMNS);
+		*out = r;
 		return 0;
 	}
 	const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
@@ -643,7 +756,7 @@ int cli_status(const struct cli_args *a)
 	 * stdout. */
 	rc = 1;
 	struct status_report st = {0};
-	PGresult *queues = NULL, *claims = NULL, *live = NULL;
+	PGresult *queues = NULL, *claims = NULL, *live = NULL, *leases = NULL;
 	queues =
 	    session_query(&s, a->json || a->json_object ? status_json_sql : status_sql, 0, NULL);
 	if (!queues)
@@ -654,6 +767,9 @@ int cli_status(const struct cli_args *a)
 	assert(PQntuples(claims) == 1 && PQnfields(claims) == CLAIMS_COLUMNS);
 	if (query_live(&s, &live, &st.live) < 0)
 		goto out;
+	if (query_leases(&s, &leases) < 0)
+		goto out;
+	st.leases = leases;
 	st.queues = queues;
 	st.claims = claims;
 	if (a->json) {
@@ -667,6 +783,7 @@ int cli_status(const struct cli_args *a)
 	warn_claim(&st, warn_ms, warn);
 	rc = 0;
 out:
+	PQclear(leases);
 	PQclear(live);
 	PQclear(claims);
 	PQclear(queues);

@@ -97,7 +97,7 @@ cli status --claim-warn 1s -c "$conf"
 is "$rc" 0 "status --claim-warn 1s: exit status 0"
 like "$out" $'\noldest open claim: [0-9]+s \\(queue long' "... the same lines on stdout"
 like "$err" "^pgjobd: status: warning: a claim of queue long \\(pid $slot_pid\\) has been open for [0-9]+s, more than 1s: its transaction holds back VACUUM in the whole database
-pgjobd: status: hint: run jobs this long in lease mode \\(lock_mode = lease\\), which this version does not accept yet; see \"Lock modes\" in pgjobd\\(8\\)\$" \
+pgjobd: status: hint: run jobs this long in lease mode \\(lock_mode = lease\\), which holds no transaction open; see \"Lock modes\" in pgjobd\\(8\\)\$" \
 	"... and the warning with the hint on stderr"
 cli status --claim-warn 0 -c "$conf"
 is "$rc:$err" "0:" "status --claim-warn 0: no warning"

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Lock mode lease, pg_terminate_backend (SPEC "Lock modes", guarantees 3 and 5): each of
+# the daemon's sessions (listener, fence, lease) is terminated in turn while lease jobs
+# run: the commands keep running, the daemon reconnects, the jobs end once each with
+# attempts = 1, and the outcomes of jobs that ended while the lease session was gone are
+# written once it is back. A daemon serving only lease-mode queues uses three sessions.
+. "$(dirname "$0")/lib.sh"
+require_pgjobd
+pg_start
+
+make_mark_script "$T/mark.sh" "$T/marks.log"
+write_conf "$T/a.ini" <<EOF
+$(conf_header)
+
+[queue.t]
+command = exec '$T/mark.sh'
+concurrency = 6
+lock_mode = lease
+lease = 8s
+max_attempts = 3
+kill_grace = 1s
+EOF
+pgjobd_migrate "$T/a.ini" >"$T/migrate.log" 2>&1 || bail_out "pgjobd migrate failed"
+start_daemon a "$T/a.ini"
+A=$DAEMON_PID
+wait_until 10 "workers_alive 1" || bail_out "daemon a did not register"
+
+# Three long jobs and a stream of short ones (each short one ends while some session is
+# gone, or just after).
+psql_q "INSERT INTO pgjobd.jobs (queue, group_id, data)
+        SELECT 't', 'long' || i, '{\"sleep\": 12}' FROM generate_series(1, 3) i" >/dev/null
+psql_q "INSERT INTO pgjobd.jobs (queue, group_id, data)
+        SELECT 't', 'short' || (i % 2), '{\"sleep\": 0.3}' FROM generate_series(1, 30) i" >/dev/null
+wait_until 15 "[ \"\$(count_jobs \"group_id LIKE 'long%' AND status = 'running'\")\" = 3 ]" ||
+	bail_out "the long jobs did not start"
+wait_until 10 "[ \"\$(awk '\$1 == \"start\" && \$2 ~ /^long/' '$T/marks.log' | wc -l)\" = 3 ]" ||
+	bail_out "the long jobs' commands did not start"
+pids=$(awk '$1 == "start" && $2 ~ /^long/ { print $5 }' "$T/marks.log" | tr '\n' ' ')
+alive() {
+	local p
+	for p in $pids; do pid_alive "$p" || return 1; done
+}
+sessions() { psql_q "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'pgjobd%'"; }
+is "$(psql_q "SELECT string_agg(application_name, ',' ORDER BY application_name)
+              FROM pg_stat_activity WHERE application_name LIKE 'pgjobd%'")" \
+	"pgjobd fence,pgjobd lease,pgjobd listener" "three sessions: listener, fence, lease"
+
+for s in lease listener fence lease; do
+	n=$(psql_q "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+	            WHERE application_name = 'pgjobd $s'")
+	is "$n" 1 "the $s session was terminated"
+	wait_until 15 "[ \"\$(psql_q \"SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgjobd $s'\")\" = 1 ]"
+	ok $? "the daemon connected its $s session again"
+	sleep 0.7
+	alive
+	ok $? "the long jobs' commands still run"
+done
+wait_until 40 "[ \"\$(count_jobs \"status = 'succeeded'\")\" = 33 ]"
+ok $? "all 33 jobs succeeded"
+is "$(psql_q "SELECT count(*) FROM pgjobd.jobs WHERE attempts <> 1")" 0 "each in one attempt"
+is "$(awk '$1 == "start"' "$T/marks.log" | wc -l | tr -d ' ')" 33 "each command started once"
+problems=$(check_markers "$T/marks.log")
+is "$problems" "" "no overlap, group order kept"
+if grep -q "lost_lock\|lease lost\|giving up" "$T/a.log"; then
+	fail "no lease was lost, no outcome given up"
+else
+	pass "no lease was lost, no outcome given up"
+fi
+pid_alive "$A"
+ok $? "the daemon is still running"
+stop_daemon "$A"
+is $? 0 "the daemon exits 0"
+done_testing
