@@ -49,6 +49,10 @@ backoff_max = 4s
 [queue.demo_group]
 command = sleep 1; echo "group \$PGJOBD_GROUP_ID step \$PGJOBD_ARG_step done"
 concurrency = 4
+
+[queue.demo_long]
+command = sleep "\$PGJOBD_ARG_seconds"; echo "slept \$PGJOBD_ARG_seconds s under a lease"
+lock_mode = lease
 EOF
 fi
 
@@ -70,6 +74,7 @@ INSERT INTO pgjobd.jobs (queue, group_id, data) VALUES
 	('demo_group', 'customer-7', '{"step": 2}'),
 	('demo_group', 'customer-42', '{"step": 3}');
 INSERT INTO pgjobd.jobs (queue) VALUES ('demo_fail');
+INSERT INTO pgjobd.jobs (queue, data) VALUES ('demo_long', '{"seconds": 3}');
 SQL
 
 show() {

@@ -45,7 +45,7 @@ FOOT_SLEEP=${BENCH_FOOT_SLEEP:-3}             # 6a: seconds each job sleeps (not
                                               #    64 claims must fit in it on a busy machine)
 N_STRACE=${BENCH_STRACE_JOBS:-$((2000 / div))} # 6d: jobs of the straced run
 N_HELD=${BENCH_HELD:-$((20000 / div))}        # 7: groups held back by a retry
-# BENCH_ONLY: a subset of "ceiling throughput pickup backlog enqueue footprint strace held"
+# BENCH_ONLY: a subset of "ceiling throughput pickup backlog enqueue footprint strace held lease"
 # (default all), for working on one measurement.
 ONLY=${BENCH_ONLY:-}
 STEP_TIMEOUT=${BENCH_STEP_TIMEOUT:-600}       # seconds any single run may take
@@ -68,6 +68,9 @@ TGT_STMTS=""                 # SQL statements per job (no target; shown)
 TGT_WAL=""                   # bytes per job, right after a checkpoint (no target; shown)
 TGT_TRIPS="<= 3"             # round trips to PostgreSQL per job on the hot path
 TGT_HELD_RATIO="<= 2"        # a claim with 20,000 retry-held groups / the same claim without
+TGT_LEASE_CEILING=">= 0.85"  # lock mode lease: throughput / spawn ceiling, ungrouped and grouped
+TGT_LEASE_P50="<= 2"         # ms, lock mode lease: INSERT commit -> command start
+TGT_LEASE_SESSIONS="<= 3"    # the daemon's sessions in lock mode lease
 
 # ---------------------------------------------------------------- harness
 
@@ -299,9 +302,13 @@ bench_ceiling() {
 
 # ---------------------------------------------------------------- 2. throughput (+ 6b, 6c)
 
-bench_throughput() { # ungrouped|grouped
-	local v=$1 groups=0 lsn0 cpu wal calls n secs pm pg0 pg1 cmdcpu
+# bench_throughput VARIANT [lease]: with `lease`, the queue is of lock mode lease (figure
+# 8) and its figures are keyed lease.*; the daemon's sessions are counted then too.
+bench_throughput() { # ungrouped|grouped [lease]
+	local v=$1 mode=${2:-} groups=0 lsn0 cpu wal calls n secs pm pg0 pg1 cmdcpu conf key sess
 	[ "$v" = grouped ] && groups=$N_GROUPS
+	conf=$W/tput.ini key=$v
+	[ "$mode" = lease ] && conf=$W/tput-lease.ini key=lease.$v
 	reset_tables
 	fill tput "$N_JOBS" "$groups"
 	stats_reset
@@ -314,8 +321,12 @@ bench_throughput() { # ungrouped|grouped
 	# worker, a small share).
 	pm=$(head -n 1 "$T/pg/postmaster.pid")
 	pg0=$(cpu_s "$pm" children)
-	daemon_up "tput-$v-$REP" "$W/tput.ini"
-	if wait_drained tput "$W/waits.$v.$REP"; then
+	daemon_up "tput-$key-$REP" "$conf"
+	if [ "$mode" = lease ]; then
+		sleep 1
+		sess=$(psql_q "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'pgjobd %'")
+	fi
+	if wait_drained tput "$W/waits.$key.$REP"; then
 		cpu=$(cpu_s "$DAEMON")
 		cmdcpu=$(cpu_s "$DAEMON" children)
 		wal=$(sql "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '$lsn0')")
@@ -332,7 +343,15 @@ bench_throughput() { # ungrouped|grouped
 		problem "rep $REP: throughput $v: $n of $N_JOBS jobs succeeded; no figures from this run"
 		return
 	fi
-	fig "tput.$v" "$(ratio "$n" "$secs")"
+	fig "tput.$key" "$(ratio "$n" "$secs")"
+	[ -n "$sess" ] && fig "sessions.$key" "$sess"
+	if [ "$mode" = lease ]; then
+		[ -n "$cpu" ] && fig "cpu.$key" "$(calc "$cpu * 1000 / $n")"
+		[ -n "$pg0" ] && [ -n "$pg1" ] && fig "pgcpu.$key" "$(calc "($pg1 - $pg0) * 1000 / $n")"
+		[ -n "$wal" ] && fig "wal.$key" "$(ratio "$wal" "$n")"
+		[ -n "$PGSS_LIB" ] && [ -n "$calls" ] && fig "stmts.$key" "$(ratio "$calls" "$n")"
+		return
+	fi
 	[ -n "$cpu" ] && fig "cpu.$v" "$(calc "$cpu * 1000 / $n")"
 	[ -n "$cmdcpu" ] && fig "cmdcpu.$v" "$(calc "$cmdcpu * 1000 / $n")"
 	[ -n "$pg0" ] && [ -n "$pg1" ] && fig "pgcpu.$v" "$(calc "($pg1 - $pg0) * 1000 / $n")"
@@ -352,20 +371,33 @@ bench_throughput() { # ungrouped|grouped
 
 # ---------------------------------------------------------------- 3. pickup latency
 
+# bench_pickup [lease]: with `lease`, the queue is of lock mode lease (figure 8), keyed
+# lease.pickup.*.
 bench_pickup() {
-	local ins=$T/pickup-ins.$REP stamps=$T/pickup-stamps.$REP lat=$T/pickup-lat.$REP n claims
+	local mode=${1:-} key=pickup
+	[ "$mode" = lease ] && key=lease.pickup
+	local ins=$T/$key-ins.$REP stamps=$T/$key-stamps.$REP lat=$T/$key-lat.$REP n claims
 	reset_tables
+	sql "TRUNCATE pgjobd.waiting" >/dev/null
 	sql "CHECKPOINT" >/dev/null
 	# exec: the shell becomes the stamp program, which reads the clock first thing.
-	cat >"$W/pickup.ini" <<EOF
+	cat >"$W/$key.ini" <<EOF
 $(conf_header log_level=warn poll_interval=30s)
 
 [queue.pickup]
 command = exec $BIN/stamp stamp $stamps
 concurrency = $CONCURRENCY
+lock_mode = ${mode:-transaction}
 EOF
-	daemon_up "pickup-$REP" "$W/pickup.ini"
-	if ! daemon_idle "$CONCURRENCY"; then
+	daemon_up "$key-$REP" "$W/$key.ini"
+	if [ "$mode" = lease ]; then
+		# idle: its claim returned with slots left, so it waits in pgjobd.waiting
+		if ! wait_until 30 "[ \"\$(psql_q \"SELECT count(*) FROM pgjobd.waiting WHERE queue = 'pickup'\")\" = 1 ]"; then
+			problem "rep $REP: lease pickup: the daemon did not become idle"
+			daemon_down
+			return
+		fi
+	elif ! daemon_idle "$CONCURRENCY"; then
 		daemon_down
 		return
 	fi
@@ -388,10 +420,10 @@ EOF
 		problem "rep $REP: pickup: no latencies"
 		return
 	}
-	fig pickup.p50 "$(percentile 0.50 "$lat")"
-	fig pickup.p99 "$(percentile 0.99 "$lat")"
-	fig pickup.max "$(tail -n 1 "$lat")"
-	[ -n "$claims" ] && fig pickup.claims "$(ratio "$claims" "$n")"
+	fig $key.p50 "$(percentile 0.50 "$lat")"
+	fig $key.p99 "$(percentile 0.99 "$lat")"
+	fig $key.max "$(tail -n 1 "$lat")"
+	[ -n "$claims" ] && fig $key.claims "$(ratio "$claims" "$n")"
 }
 
 # percentile P FILE: nearest-rank percentile (0 < P <= 1) of the sorted numbers in FILE.
@@ -761,6 +793,14 @@ $(conf_header log_level=warn poll_interval=2s)
 command = true
 concurrency = $CONCURRENCY
 EOF
+cat >"$W/tput-lease.ini" <<EOF
+$(conf_header log_level=warn poll_interval=2s)
+
+[queue.tput]
+command = true
+concurrency = $CONCURRENCY
+lock_mode = lease
+EOF
 cat >"$W/backlog.ini" <<EOF
 $(conf_header log_level=warn poll_interval=2s)
 
@@ -841,6 +881,19 @@ def held.wal.job "7  WAL per claim taking a job, held groups" bytes 0 ""
 def held.wal.idle "7  WAL per claim finding nothing, held groups" bytes 0 ""
 def held.warm.ms "7  first $((N_HELD / 1000 + 5)) claims, taking the groups out" ms 0 ""
 def held.warm.wal "7  WAL of those claims (after a CHECKPOINT)" KiB 0 ""
+section "8. lock mode lease: 2 and 3 again with lock_mode = lease"
+def tput.lease.ungrouped "8a ungrouped" jobs/s 1 ""
+def ratio.lease.ungrouped "8a ungrouped / ceiling" ratio 3 "$TGT_LEASE_CEILING"
+def tput.lease.grouped "8b $N_GROUPS groups" jobs/s 1 ""
+def ratio.lease.grouped "8b grouped / ceiling" ratio 3 "$TGT_LEASE_CEILING"
+def sessions.lease.ungrouped "8  the daemon's sessions, concurrency $CONCURRENCY" sessions 0 "$TGT_LEASE_SESSIONS"
+def lease.pickup.p50 "8c p50 INSERT return -> command start" ms 2 "$TGT_LEASE_P50"
+def lease.pickup.p99 "8c p99" ms 2 "$TGT_PICKUP_P99"
+def lease.pickup.max "8c max" ms 2 ""
+def cpu.lease.ungrouped "8  daemon CPU (own), 8a" s/1000jobs 3 ""
+def pgcpu.lease.ungrouped "8  PostgreSQL backends' CPU, 8a" s/1000jobs 3 ""
+def stmts.lease.ungrouped "8  SQL statements per job, 8a" stmts 2 ""
+def wal.lease.ungrouped "8  WAL per job, 8a" bytes 0 ""
 
 # ---------------------------------------------------------------- the runs
 
@@ -856,6 +909,9 @@ for REP in $(seq 1 "$REPS"); do
 	only footprint && log "6a footprint" && bench_footprint
 	only strace && log "6d sends per job" && bench_strace
 	only held && log "7 claims over retry-held groups" && bench_held
+	only lease && log "8a throughput ungrouped, lock mode lease" && bench_throughput ungrouped lease
+	only lease && log "8b throughput grouped, lock mode lease" && bench_throughput grouped lease
+	only lease && log "8c pickup latency, lock mode lease" && bench_pickup lease
 done
 
 # Ratios between figures of different runs, per repetition.
@@ -869,6 +925,8 @@ derive() { # KEY NUM_KEY DEN_KEY
 }
 derive ratio.ungrouped tput.ungrouped ceiling
 derive ratio.grouped tput.grouped ceiling
+derive ratio.lease.ungrouped tput.lease.ungrouped ceiling
+derive ratio.lease.grouped tput.lease.grouped ceiling
 derive backlog.ratio backlog.large backlog.small
 
 BENCH_SECS=$(((($(now_ms) - BENCH_T0) + 500) / 1000))

@@ -71,6 +71,70 @@ static void test_maintain(void)
 	buf_fini(&p.retention);
 }
 
+/* Lock mode lease: the claim's lease parameter, the extension, and the
+ * outcomes' JSON array. */
+static void test_lease(void)
+{
+	struct db_stmt st;
+	struct claim_params cp;
+	claim_params_init(&cp);
+	const char *workers[] = {"h:1:q.0", "h:1:q.1"};
+	long long skip[] = {5};
+	struct claim_req r = {.queue = "q",
+			      .worker_id = 3,
+			      .workers = workers,
+			      .nworkers = 2,
+			      .max_attempts = 5,
+			      .skip = skip,
+			      .nskip = 1};
+	dirty(&st, 1);
+	claim_build(&st, &cp, &r);
+	is_int(st.nparams, 12, "claim: 12 parameters");
+	ok(st.params[11] == NULL, "... transaction mode: no lease (SQL NULL)");
+	is_str(st.params[10], "{5}", "... the skip list");
+	r.lease_ms = 30000;
+	claim_build(&st, &cp, &r);
+	is_str(st.params[11], "30000", "... lease mode: the lease in ms");
+	claim_params_fini(&cp);
+
+	struct extend_params ep;
+	buf_init(&ep.ids);
+	buf_init(&ep.fences);
+	long long ids[] = {7, 9}, fences[] = {70, 90};
+	dirty(&st, 1);
+	is_int(claim_build_extend(&st, &ep, 4, ids, fences, 2), 1, "extension: one statement");
+	is_int(st.nparams, 3, "... 3 parameters");
+	is_str(st.params[0], "4", "... the instance");
+	is_str(st.params[1], "{7,9}", "... the ids");
+	is_str(st.params[2], "{70,90}", "... their fencing tokens, in the same order");
+	ok(!st.sync, "... no stray sync flag");
+	buf_fini(&ep.ids);
+	buf_fini(&ep.fences);
+
+	struct buf b;
+	buf_init(&b);
+	struct claim_outcome ok_out = {.status = "succeeded", .result = "{\"a\": [1, \"x\"]}"};
+	struct claim_outcome q = {.status = "queued",
+				  .error = "{\"reason\": \"exit\"}",
+				  .retry_in_ms = 1500,
+				  .give_back = true};
+	buf_putc(&b, '[');
+	claim_outcome_json(&b, 42, 31, &ok_out);
+	buf_putc(&b, ',');
+	claim_outcome_json(&b, 43, 32, &q);
+	buf_putc(&b, ']');
+	is_str(b.data,
+	       "[{\"id\": 42, \"fence\": 31, \"status\": \"succeeded\", \"retry_ms\": 0, "
+	       "\"give_back\": false, \"result\": {\"a\": [1, \"x\"]}, \"error\": null},"
+	       "{\"id\": 43, \"fence\": 32, \"status\": \"queued\", \"retry_ms\": 1500, "
+	       "\"give_back\": true, \"result\": null, \"error\": {\"reason\": \"exit\"}}]",
+	       "outcomes: one JSON array, result and error embedded as JSON");
+	dirty(&st, 1);
+	is_int(claim_build_finish_leases(&st, b.data), 1, "outcomes: one statement");
+	ok(st.nparams == 1 && st.params[0] == b.data, "... the array as its one parameter");
+	buf_fini(&b);
+}
+
 static void test_text_array(void)
 {
 	char **v;
@@ -96,6 +160,7 @@ int main(void)
 {
 	test_finish();
 	test_maintain();
+	test_lease();
 	test_text_array();
 	return tap_done();
 }
