@@ -43,6 +43,14 @@
  * already written, or taken over, writes nothing. Their jobs stay in the
  * extension and in the claims' skip list meanwhile.
  *
+ * One session means that a statement that waits holds up the batch, and with
+ * it the extensions and outcomes it carries (their results are read when
+ * the whole batch has answered). Nothing of the protocol waits for long (the
+ * claims skip locked rows), but a lock someone else holds (an operator's
+ * LOCK, a migration) could: the session's lock_timeout bounds every wait to
+ * LEASE_LOCK_TIMEOUT, and a statement that fails is retried (an extension
+ * at once with the next batch, outcomes and claims after LEASE_RETRY_S).
+ *
  * A claim whose answer was lost with the session leaves jobs `running` for
  * our instance that we do not know: the first claim of each queue on the
  * next session asks for the orphan pass, which hands them back unstarted
@@ -82,6 +90,11 @@
 /* Draining with nothing running: outcomes not written after this long are
  * given up, so that a shutdown does not wait for the database for ever. */
 #define LEASE_GIVE_UP_S 15.0
+/* No statement on the lease session waits longer than this for a lock (see
+ * the top): a fifth of the shortest lease, so that a batch held up by a
+ * lock delays the extensions it carries far less than the lease they
+ * extend. */
+#define LEASE_LOCK_TIMEOUT "'200ms'"
 #define WORKER_MAX 256
 
 enum lj_state {
@@ -795,7 +808,8 @@ struct lease *lease_new(struct ev_loop *loop, const char *conninfo, const char *
 	ev_init(&l->give_up, on_give_up);
 	l->ext_timer.data = l->retry_timer.data = l->give_up.data = l;
 	struct db_callbacks dcb = {.on_event = on_db_event, .arg = l, .metrics = metrics};
-	l->db = db_conn_new(loop, conninfo, "pgjobd lease", NULL, &dcb);
+	static const char *const setup[] = {"SET lock_timeout = " LEASE_LOCK_TIMEOUT, NULL};
+	l->db = db_conn_new(loop, conninfo, "pgjobd lease", setup, &dcb);
 	return l;
 }
 

@@ -42,6 +42,12 @@
 #                    (default 8)
 #   CHAOS_FAULTS     fault kinds to inject, space-separated (default all; `none` for a baseline)
 #   CHAOS_SEED       seed of the random choices (printed; timing makes a rerun differ anyway)
+#   CHAOS_LOCK_MODE  the queues' lock modes: transaction, lease, or mixed (the default: daemon a
+#                    serves both queues in lock mode lease, b both in transaction, c `cg` in
+#                    lease and `cu` in transaction, so each queue is served in both modes at
+#                    once)
+#   CHAOS_LEASE      the lease of lease-mode queues (default 3s: short, so that stops and
+#                    partitions lead to takeovers)
 #   CHAOS_BREAK      break the job command on purpose, to see the checks fire:
 #                      linger          leave a process holding the group lock after the job
 #                      linger-noflock  no flock, and END is logged by a process left behind
@@ -58,6 +64,8 @@ CHAOS_FAULT_GAP=${CHAOS_FAULT_GAP:-1.5}
 CHAOS_WINDOW=${CHAOS_WINDOW:-8}
 CHAOS_SEED=${CHAOS_SEED:-$((RANDOM * 32768 + RANDOM))}
 CHAOS_BREAK=${CHAOS_BREAK:-}
+CHAOS_LOCK_MODE=${CHAOS_LOCK_MODE:-mixed}
+CHAOS_LEASE=${CHAOS_LEASE:-3s}
 PROXY=${CHAOS_PROXY:-$REPO_ROOT/build/tests/chaos-proxy}
 ALL_KINDS="kill9 kill9-group stop terminate pg-fast pg-immediate partition cut"
 CHAOS_FAULTS=${CHAOS_FAULTS:-$ALL_KINDS}
@@ -75,6 +83,7 @@ die_usage() {
 case $CHAOS_SECONDS in '' | *[!0-9]*) die_usage "CHAOS_SECONDS must be a whole number" ;; esac
 case $CHAOS_SETTLE in '' | *[!0-9]*) die_usage "CHAOS_SETTLE must be a whole number" ;; esac
 case $CHAOS_BREAK in '' | linger | linger-noflock) ;; *) die_usage "unknown CHAOS_BREAK '$CHAOS_BREAK'" ;; esac
+case $CHAOS_LOCK_MODE in transaction | lease | mixed) ;; *) die_usage "unknown CHAOS_LOCK_MODE '$CHAOS_LOCK_MODE'" ;; esac
 for k in $CHAOS_FAULTS; do
 	[ -n "${FAULT_WEIGHT[$k]+x}" ] || die_usage "unknown fault kind '$k' (known: $ALL_KINDS)"
 done
@@ -191,6 +200,16 @@ start_proxy() {
 		bail_out "PostgreSQL does not answer through relay $n (see proxy-$n.log)"
 }
 
+# lock_mode_of DAEMON QUEUE: the queue's lock mode in that daemon (CHAOS_LOCK_MODE).
+lock_mode_of() {
+	case $CHAOS_LOCK_MODE:$1:$2 in
+	transaction:*) echo transaction ;;
+	lease:*) echo lease ;;
+	mixed:a:* | mixed:c:cg) echo lease ;;
+	*) echo transaction ;;
+	esac
+}
+
 write_daemon_conf() {
 	local n=$1 qname
 	{
@@ -212,6 +231,8 @@ max_attempts = 10
 backoff = 200ms
 backoff_max = 1s
 env = CHAOS_MARK=$MARK
+lock_mode = $(lock_mode_of "$n" "$qname")
+lease = $CHAOS_LEASE
 EOF
 		done
 	} >"$T/$n.ini"
@@ -635,7 +656,7 @@ mkdir -p "$T/locks"
 : >"$T/daemons.txt"
 : >"$T/procs.txt"
 write_job_script
-say "seed $CHAOS_SEED, $CHAOS_SECONDS s of faults (${CHAOS_FAULTS:-none}), files in $T"
+say "seed $CHAOS_SEED, $CHAOS_SECONDS s of faults (${CHAOS_FAULTS:-none}), lock modes $CHAOS_LOCK_MODE (lease $CHAOS_LEASE), files in $T"
 say "PostgreSQL on $T/sock and 127.0.0.1:$PG_PORT"
 
 for n in "${DAEMONS[@]}"; do

@@ -4,6 +4,9 @@
 # run: the commands keep running, the daemon reconnects, the jobs end once each with
 # attempts = 1, and the outcomes of jobs that ended while the lease session was gone are
 # written once it is back. A daemon serving only lease-mode queues uses three sessions.
+# Then a lock held on pgjobd.waiting (every claim needs it) for longer than a lease: the
+# claims on the lease session fail after its lock_timeout instead of holding up the
+# extensions behind them, so a running job keeps its lease of 2 s.
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
 pg_start
@@ -19,6 +22,13 @@ lock_mode = lease
 lease = 8s
 max_attempts = 3
 kill_grace = 1s
+
+[queue.t2]
+command = exec '$T/mark.sh'
+concurrency = 2
+lock_mode = lease
+lease = 2s
+max_attempts = 1
 EOF
 pgjobd_migrate "$T/a.ini" >"$T/migrate.log" 2>&1 || bail_out "pgjobd migrate failed"
 start_daemon a "$T/a.ini"
@@ -66,6 +76,23 @@ if grep -q "lost_lock\|lease lost\|giving up" "$T/a.log"; then
 else
 	pass "no lease was lost, no outcome given up"
 fi
+# A lock that blocks every claim, for 5 s, while a job under a lease of 2 s runs.
+id=$(psql_q "INSERT INTO pgjobd.jobs (queue, data) VALUES ('t2', '{\"sleep\": 8}') RETURNING id")
+wait_until 10 "mark_started $T/marks.log $id 1" || fail "the job under a lease of 2 s started"
+p=$(mark_pid "$T/marks.log" "$id" 1)
+psql -X -qAt -c "BEGIN; LOCK pgjobd.waiting IN SHARE MODE; SELECT pg_sleep(5); COMMIT" >/dev/null 2>&1 &
+locker=$!
+sleep 0.3
+id2=$(psql_q "INSERT INTO pgjobd.jobs (queue, data) VALUES ('t2', '{\"sleep\": 0.1}') RETURNING id")
+wait_until 10 "[ \"\$(psql_q \"SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgjobd lease' AND wait_event_type = 'Lock'\")\" = 1 ]"
+ok $? "a claim on the lease session waits for the lock"
+wait "$locker"
+pid_alive "$p"
+ok $? "after 5 s of the lock, the job's command still runs"
+wait_until 20 "[ \"\$(count_jobs \"id IN ($id, $id2) AND status = 'succeeded'\")\" = 2 ]"
+ok $? "both jobs succeeded"
+is "$(job_field "$id" attempts)" 1 "the long one in one attempt: its lease held throughout"
+
 pid_alive "$A"
 ok $? "the daemon is still running"
 stop_daemon "$A"
