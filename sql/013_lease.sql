@@ -49,12 +49,19 @@
 -- fine): the assumption of the fence (006_fencing.sql), over one lease.
 --
 -- Group exclusivity holds across both modes and any number of daemons: a
--- group whose head is `running` is busy for every claimer, whichever mode
--- holds it. The orphan pass of either mode takes a lease-held job over only
--- by its lease, and a transaction-held one only by its locks and its
--- daemon's alive_until; each recheck is made on the row as locked, with the
--- fencing token the pass read, so two claimers never take one claim over
--- twice.
+-- group with a `running` job is busy for every claimer, whichever mode holds
+-- that job. Up to version 8 a claim only looked at the group's head (its
+-- smallest unfinished id), and relied on the group row lock that the
+-- running job's slot holds: a job that commits after a later-numbered job
+-- of its group has started becomes the head while that job runs, and only
+-- the lock kept it from starting. A lease-held job holds no lock, so
+-- try_group_head_v2 now also refuses a group with a running job, under the
+-- group row lock (which every claim of the group holds until its commit, so
+-- a claim committed by another daemon is seen). The orphan pass of either
+-- mode takes a lease-held job over only by its lease, and a
+-- transaction-held one only by its locks and its daemon's alive_until; each
+-- recheck is made on the row as locked, with the fencing token the pass
+-- read, so two claimers never take one claim over twice.
 --
 -- WAL and bloat: an extension writes a new version of each row it extends
 -- (a heap-only update: no indexed column changes), a daemon extends every
@@ -74,10 +81,76 @@
 --     marked [lease E1] .. [lease E7];
 --   claim_batch (eleven arguments): now calls the new one with p_lease_ms
 --     NULL (its body was 007's);
+--   try_group_head_v2 (005): plus the running-job check [lease E8];
 --   worker_gone, release_worker (006): unchanged, plus the lease voiding;
 --   grant_roles (008): plus PERFORM pgjobd.grant_lease().
 
 ALTER TABLE pgjobd.jobs ADD COLUMN lease_until timestamptz, ADD COLUMN lease_ms bigint;
+
+-- A group's running jobs: the running-job check of try_group_head_v2 is one
+-- probe of this small index (only running rows), however many jobs of the
+-- group are queued.
+CREATE INDEX jobs_running_group ON pgjobd.jobs (queue, group_id)
+    WHERE status = 'running' AND group_id IS NOT NULL;
+
+-- Version 5's try_group_head_v2 (005_lazy_groups.sql), and, once the group
+-- row is locked, a group with a running job is busy [lease E8]: its head
+-- may be a queued job that committed after the running one had started
+-- (see the top).
+CREATE OR REPLACE FUNCTION pgjobd.try_group_head_v2(q text, g text, jid bigint) RETURNS bigint
+LANGUAGE plpgsql SET enable_seqscan = off AS $$
+DECLARE
+    gid bigint;
+    head record;
+BEGIN
+    SELECT gr.id INTO gid FROM pgjobd.groups gr
+     WHERE gr.queue = q AND gr.group_id = g FOR UPDATE SKIP LOCKED;
+    IF gid IS NULL THEN
+        IF EXISTS (SELECT 1 FROM pgjobd.groups gr WHERE gr.queue = q AND gr.group_id = g) THEN
+            RETURN 0; -- locked: busy
+        END IF;
+        IF NOT pg_try_advisory_xact_lock(1886020107, hashtext(q || E'\n' || g)) THEN
+            RETURN 0; -- another claimer is creating it
+        END IF;
+        INSERT INTO pgjobd.groups (queue, group_id) VALUES (q, g)
+            ON CONFLICT DO NOTHING RETURNING id INTO gid;
+        IF gid IS NULL THEN
+            RETURN 0; -- created and committed since our first look
+        END IF;
+    END IF;
+    -- [lease E8] a running job of the group (held by a lease, or running
+    -- ahead of a head that committed later): busy
+    IF EXISTS (SELECT 1 FROM pgjobd.jobs j
+                WHERE j.queue = q AND j.group_id = g AND j.status = 'running') THEN
+        RETURN 0;
+    END IF;
+    SELECT j.id, j.status, j.run_at, j.expires_at INTO head FROM pgjobd.jobs j
+     WHERE j.queue = q AND j.group_id = g AND j.status IN ('queued', 'running')
+     ORDER BY j.id LIMIT 1;
+    IF head.id IS DISTINCT FROM jid THEN
+        -- Only a ready, queued head can start (later in the caller's scan);
+        -- a running head, one waiting out a retry, or an expired one keeps
+        -- the group busy.
+        IF head.status = 'queued' AND head.run_at <= statement_timestamp()
+           AND (head.expires_at IS NULL OR head.expires_at > statement_timestamp()) THEN
+            RETURN -1;
+        END IF;
+        RETURN 0;
+    END IF;
+    IF NOT pg_try_advisory_lock(1886020103, (gid & 2147483647)::int) THEN
+        RETURN 0;
+    END IF;
+    PERFORM 1 FROM pgjobd.jobs j
+     WHERE j.id = jid AND j.status = 'queued' AND j.run_at <= statement_timestamp()
+       AND (j.expires_at IS NULL OR j.expires_at > statement_timestamp())
+     FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        PERFORM pg_advisory_unlock(1886020103, (gid & 2147483647)::int);
+        RETURN -1;
+    END IF;
+    RETURN gid;
+END
+$$;
 
 -- The margin a lease gets on the server side before a takeover: the
 -- fence's, from the one stored value.

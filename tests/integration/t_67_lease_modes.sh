@@ -6,6 +6,9 @@
 #     of order.
 #  B. Two daemons serve the same queue, one in lock mode transaction, the other in lease:
 #     a group's running job keeps the group busy for both.
+#  C. A job that commits after a later-numbered job of its group has started becomes the
+#     group's head while that job runs under a lease (which holds no lock): it waits for
+#     that job to end, on either daemon.
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
 pg_start
@@ -76,6 +79,30 @@ note "B: job starts so far: daemon a (transaction) $ta, daemon b (lease) $tb"
 cmp_ok "$tb" -ge 1 "B: daemon b (lease) ran some of them"
 problems=$(check_markers "$T/marks.log")
 is "$problems" "" "B: no overlap within a group across the two modes, id order kept"
+# ---- C: a head that commits late. Job x gets the lower id, in a transaction that commits
+# only after job y (a higher id, same group) has started on the lease daemon.
+stop_daemon "$A" >/dev/null
+: >"$T/marks.log"
+psql -X -qAt -c "BEGIN; INSERT INTO pgjobd.jobs (queue, group_id, data) VALUES ('m', 'c', '{\"sleep\": 0.2}');
+                 SELECT pg_sleep(3); COMMIT" >/dev/null 2>&1 &
+producer=$!
+wait_until 5 "[ \"\$(psql_q \"SELECT count(*) FROM pg_locks WHERE locktype = 'transactionid' AND pid <> pg_backend_pid()\")\" -ge 1 ]"
+y=$(psql_q "INSERT INTO pgjobd.jobs (queue, group_id, data) VALUES ('m', 'c', '{\"sleep\": 8}') RETURNING id")
+wait_until 10 "mark_started $T/marks.log $y 1"
+ok $? "C: job $y started on the lease daemon"
+start_daemon a "$T/a.ini"
+A=$DAEMON_PID
+wait "$producer"
+x=$(psql_q "SELECT id FROM pgjobd.jobs WHERE group_id = 'c' AND id < $y")
+note "C: job $x (lower id) committed while job $y runs"
+sleep 1.5
+is "$(job_field "$x" status)" queued "C: job $x waits while job $y runs (no daemon starts it)"
+wait_until 20 "[ \"\$(count_jobs \"group_id = 'c' AND status = 'succeeded'\")\" = 2 ]"
+ok $? "C: both succeeded"
+is "$(grep -c '^overlap' "$T/marks.log")" 0 "C: never both at once"
+is "$(awk '$1 == "start" { print $3 }' "$T/marks.log" | tr '\n' ' ')" "$y $x " \
+	"C: job $x started after job $y had ended"
+
 stop_daemon "$B"
 is $? 0 "daemon b exits 0"
 stop_daemon "$A"
