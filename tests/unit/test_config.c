@@ -614,31 +614,31 @@ static void test_user(void)
 
 static void test_many_errors(void)
 {
-	expect_errors(
-	    "several errors, in line order",
-	    "[pgjobd]\n"
-	    "poll_interval = fast\n"
-	    "[queue.a]\n"
-	    "concurency = 2\n"
-	    "timeout = 5 m\n"
-	    "lock_mode = leased\n"
-	    "[bogus]\n"
-	    "x = 1\n"
-	    "[queue.b]\n"
-	    "command = ok\n"
-	    "max_output = 10kB\n",
-	    "F:2: error: bad value 'fast' for 'poll_interval': missing number before "
-	    "unit (e.g. 10s)\n"
-	    "F:3: error: [queue.a] has no 'command'\n"
-	    "F:4: error: unknown key 'concurency' in [queue.a]\n"
-	    "  hint: did you mean 'concurrency'?\n"
-	    "F:5: error: bad value '5 m' for 'timeout': unexpected whitespace (write "
-	    "e.g. 1h30m)\n"
-	    "F:6: error: bad value 'leased' for 'lock_mode': use 'transaction' or 'lease'\n"
-	    "F:7: error: unknown section [bogus]\n"
-	    "  hint: sections are [pgjobd] and [queue.NAME]\n"
-	    "F:11: error: bad value '10kB' for 'max_output': decimal units are not "
-	    "accepted (use KiB or MiB: 1KiB = 1024 bytes)\n");
+	expect_errors("several errors, in line order",
+		      "[pgjobd]\n"
+		      "poll_interval = fast\n"
+		      "[queue.a]\n"
+		      "concurency = 2\n"
+		      "timeout = 5 m\n"
+		      "lock_mode = leased\n"
+		      "[bogus]\n"
+		      "x = 1\n"
+		      "[queue.b]\n"
+		      "command = ok\n"
+		      "max_output = 10kB\n",
+		      "F:2: error: bad value 'fast' for 'poll_interval': missing number before "
+		      "unit (e.g. 10s)\n"
+		      "F:3: error: [queue.a] has no 'command'\n"
+		      "F:4: error: unknown key 'concurency' in [queue.a]\n"
+		      "  hint: did you mean 'concurrency'?\n"
+		      "F:5: error: bad value '5 m' for 'timeout': unexpected whitespace (write "
+		      "e.g. 1h30m)\n"
+		      "F:6: error: bad value 'leased' for 'lock_mode': use 'transaction' or "
+		      "'lease'\n"
+		      "F:7: error: unknown section [bogus]\n"
+		      "  hint: sections are [pgjobd] and [queue.NAME]\n"
+		      "F:11: error: bad value '10kB' for 'max_output': decimal units are not "
+		      "accepted (use KiB or MiB: 1KiB = 1024 bytes)\n");
 }
 
 static void test_files(void)
