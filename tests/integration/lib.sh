@@ -20,11 +20,13 @@
 #   Daemon      conf_header [key=value...] | write_conf FILE <<EOF | pgjobd_migrate CONF
 #               start_daemon NAME CONF [VAR=VALUE...]  (sets $DAEMON_PID; never call it
 #               inside $(...): the pid must stay a child of the test shell)
+#               start_daemons NAME... <<EOF  (one configuration, several daemons: ${DAEMONS[NAME]})
 #               stop_daemon PID [TIMEOUT]  (SIGTERM, wait; returns the daemon's exit status)
 #               pid_alive PID (false for zombies) | all_dead PIDFILE | require_pgjobd
 #   Waiting     wait_until SECONDS 'shell condition'  (polls every 50 ms; 1 on timeout)
+#               holds_for SECONDS 'shell condition'  (true all along; 1 once it is not)
 #   Jobs        job_field ID EXPR | count_jobs WHERE | make_mark_script FILE LOG
-#               check_markers [--lenient] LOG | max_parallel LOG
+#               check_markers [--lenient] LOG | max_parallel LOG | make_sleeper_script FILE
 #
 # Cleanup (trap on EXIT): SIGKILL every daemon it started, stop PostgreSQL, kill leftovers
 # whose command line mentions $T and every pid listed in $T/*.pid and $T/*.pids; if anything failed,
@@ -189,6 +191,21 @@ wait_until() {
 			[ "$LIB_MODE" = tap ] && diag "wait_until: timed out after ${secs}s waiting for: $cond"
 			return 1
 		fi
+		sleep 0.05
+	done
+}
+
+# holds_for SECONDS 'shell condition': evaluate the condition every 50 ms for SECONDS;
+# returns 1 (quietly) the first time it is false, 0 when it held all along. It proves an
+# absence only as well as SECONDS cover the time the thing would take to happen: wait for
+# a positive event first where there is one (the daemon logged that it acted, a session
+# finished its claim), and keep SECONDS short.
+holds_for() {
+	local secs=$1 cond=$2 deadline
+	deadline=$(($(now_ms) + $(secs_to_ms "$secs")))
+	while :; do
+		eval "$cond" || return 1
+		[ "$(now_ms)" -ge "$deadline" ] && return 0
 		sleep 0.05
 	done
 }
@@ -360,6 +377,24 @@ start_daemon() {
 	return 0
 }
 
+# start_daemons NAME... <<EOF ... EOF: several daemons with one configuration: $T/NAME.ini
+# is conf_header followed by stdin (the queue sections) for each NAME; the first one's is
+# migrated (to $T/migrate.log), then each daemon is started (start_daemon NAME) and its pid
+# kept in ${DAEMONS[NAME]}.
+declare -A DAEMONS=()
+start_daemons() {
+	local body n
+	body=$(cat)
+	for n in "$@"; do
+		printf '%s\n\n%s\n' "$(conf_header)" "$body" >"$T/$n.ini"
+	done
+	pgjobd_migrate "$T/$1.ini" >"$T/migrate.log" 2>&1 || bail_out "pgjobd migrate failed"
+	for n in "$@"; do
+		start_daemon "$n" "$T/$n.ini"
+		DAEMONS[$n]=$DAEMON_PID
+	done
+}
+
 # stop_daemon PID [TIMEOUT]: SIGTERM, wait up to TIMEOUT s (default 30) for the exit,
 # then SIGKILL. Returns the daemon's exit status (137 if it had to be killed).
 stop_daemon() {
@@ -401,7 +436,8 @@ forget_daemon() {
 # "end G ID ATTEMPT PID" lines to LOG (G is the group, "-" for none). For a grouped job it
 # first takes flock -n on $T/lock.G: if another command of that group still runs (or any
 # process it left behind), it logs "overlap G ID" and fails. Data keys: sleep (seconds,
-# or "rand" for 10-90 ms), fail_attempts (exit 1 while ATTEMPT <= N).
+# or "rand" for 10-90 ms), gate (then wait, up to 5 minutes, until the file $T/gate.GATE
+# exists), fail_attempts (exit 1 while ATTEMPT <= N).
 make_mark_script() {
 	cat >"$1" <<EOF
 #!/bin/bash
@@ -417,9 +453,31 @@ echo "start \${g:--} \$id \$att \$\$" >>"\$log"
 s=\${PGJOBD_ARG_sleep:-0}
 [ "\$s" = rand ] && s=0.0\$((RANDOM % 9 + 1))
 sleep "\$s"
+if [ -n "\${PGJOBD_ARG_gate:-}" ]; then
+	for _ in \$(seq 6000); do [ -e '$T'/gate."\$PGJOBD_ARG_gate" ] && break; sleep 0.05; done
+fi
 echo "end \${g:--} \$id \$att \$\$" >>"\$log"
 if [ "\${PGJOBD_ARG_fail_attempts:-0}" -ge "\$att" ]; then exit 1; fi
 echo '{"ok": true}'
+EOF
+	chmod +x "$1"
+}
+
+# make_sleeper_script FILE: a job script that runs until it is killed: it appends its
+# shell's pid to $T/sh.pids and writes it to $T/sh.ID.pid (ID: the job's id), starts a
+# grandchild (sleep 300 &) whose pid goes to $T/gc.pids and $T/gc.ID.pid, and waits for
+# it. `all_dead $T/gc.pids` then tells whether a kill reached the whole process group;
+# the cleanup kills whatever these files name. Run it with exec (`command = exec /bin/sh
+# FILE`), so that the shell whose pid it records is the command's.
+make_sleeper_script() {
+	cat >"$1" <<EOF
+#!/bin/sh
+echo \$\$ >>'$T/sh.pids'
+echo \$\$ >'$T/sh.'"\$PGJOBD_JOB_ID".pid
+sleep 300 &
+echo \$! >>'$T/gc.pids'
+echo \$! >'$T/gc.'"\$PGJOBD_JOB_ID".pid
+wait
 EOF
 	chmod +x "$1"
 }

@@ -5,12 +5,13 @@
 require_pgjobd
 
 pg_start
+make_sleeper_script "$T/sleeper.sh"
 conf=$T/timeout.ini
 write_conf "$conf" <<EOF
 $(conf_header)
 
 [queue.to]
-command = echo \$\$ >> '$T/sh.pids'; sleep 300 & echo \$! >> '$T/gc.pids'; wait
+command = exec /bin/sh '$T/sleeper.sh'
 timeout = 1s
 kill_grace = 1s
 max_attempts = 2

@@ -11,19 +11,12 @@ require_pgjobd
 
 pg_start
 make_mark_script "$T/mark.sh" "$T/markers.log"
-for n in a b; do
-	write_conf "$T/$n.ini" <<EOF
-$(conf_header)
-
+start_daemons a b <<EOF
 [queue.c]
 command = /bin/bash '$T/mark.sh'
 concurrency = 6
 max_attempts = 10
 EOF
-done
-pgjobd_migrate "$T/a.ini" >"$T/migrate.log" 2>&1 || bail_out "pgjobd migrate failed"
-start_daemon a "$T/a.ini"
-start_daemon b "$T/b.ini"
 
 # 8 groups x 25 short jobs, interleaved ids, plus 50 ungrouped ones.
 psql_q "INSERT INTO pgjobd.jobs (queue, group_id, data)
@@ -57,7 +50,7 @@ cmp_ok "$starts" -le "$attempts" "every command start was counted as an attempt 
 wait_until 5 "[ \"\$(psql_q \"SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'\")\" = 0 ]"
 ok $? "no bridge lock is left behind once the queue is empty"
 for n in a b; do
-	pid_alive "$(cat "$T/$n.pid")"
+	pid_alive "${DAEMONS[$n]}"
 	ok $? "daemon $n is still running"
 done
 done_testing

@@ -8,10 +8,7 @@ require_pgjobd
 
 pg_start
 make_mark_script "$T/mark.sh" "$T/markers.log"
-for n in a b; do
-	write_conf "$T/$n.ini" <<EOF
-$(conf_header)
-
+start_daemons a b <<EOF
 [queue.load]
 command = /bin/bash '$T/mark.sh'
 concurrency = 8
@@ -20,12 +17,8 @@ kill_grace = 1s
 backoff = 100ms
 backoff_max = 500ms
 EOF
-done
-pgjobd_migrate "$T/a.ini" >"$T/migrate.log" 2>&1 || bail_out "pgjobd migrate failed"
-start_daemon a "$T/a.ini"
-a=$DAEMON_PID
-start_daemon b "$T/b.ini"
-b=$DAEMON_PID
+a=${DAEMONS[a]}
+b=${DAEMONS[b]}
 
 # 120 jobs in 8 groups, 80 ungrouped, 10-90 ms each.
 psql_q "INSERT INTO pgjobd.jobs (queue, group_id, data)

@@ -9,12 +9,13 @@
 require_pgjobd
 
 pg_start
+make_sleeper_script "$T/sleeper.sh"
 conf=$T/cancel.ini
 write_conf "$conf" <<EOF
 $(conf_header poll_interval=1s)
 
 [queue.long]
-command = echo \$\$ >> '$T/sh.pids'; sleep 300 & echo \$! >> '$T/gc.pids'; wait
+command = exec /bin/sh '$T/sleeper.sh'
 concurrency = 2
 kill_grace = 10s
 max_attempts = 5
