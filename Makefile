@@ -42,7 +42,7 @@ BENCH_TOOLS := $(B)/bench/spawnbench $(B)/bench/pickup $(B)/bench/stamp
 
 UNITS := pgjobd.service pgjobd@.service
 MANPAGES := man/pgjobd.8 man/pgjobd.ini.5
-TEST_HELPERS := $(B)/tests/notify-sink $(B)/tests/chaos-proxy
+TEST_HELPERS := $(B)/tests/notify-sink $(B)/tests/chaos-proxy $(B)/tests/config-keys
 
 .PHONY: all check check-unit check-integration check-asan asan install uninstall clean format format-check bench \
 	chaos
@@ -90,12 +90,17 @@ check: check-unit check-integration
 $(B)/tests/%: tests/integration/%.c | $(B)
 	$(CC) $(CFLAGS) -std=c11 -D_GNU_SOURCE $(WARN) $(WERROR) $(LDFLAGS) -o $@ $<
 
+# ... except the one that prints the configuration's key table (as test_config links).
+$(B)/tests/config-keys: tests/integration/config-keys.c $(addprefix $(B)/,$(addsuffix .o,config parse util log)) | $(B)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(PKG_LIBS)
+
 check-unit: $(UNIT_TESTS)
 	prove $(UNIT_TESTS)
 
 check-integration: $(B)/pgjobd $(TEST_HELPERS)
 	PGJOBD=$(abspath $(B)/pgjobd) NOTIFY_SINK=$(abspath $(B)/tests/notify-sink) \
-		CHAOS_PROXY=$(abspath $(B)/tests/chaos-proxy) prove -j1 tests/integration/t_*.sh
+		CHAOS_PROXY=$(abspath $(B)/tests/chaos-proxy) CONFIG_KEYS=$(abspath $(B)/tests/config-keys) \
+		prove -j1 tests/integration/t_*.sh
 
 # Measurements, not tests: exits 0 whatever the figures (see tests/bench/README).
 # Results in $(B)/bench/results.json; BENCH_QUICK=1 for a 10x smaller run.

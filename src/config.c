@@ -284,6 +284,11 @@ static void fmt_size(char *out, size_t n, int64_t b)
 		snprintf(out, n, "%lldB", (long long)b);
 }
 
+const char *config_key_name(size_t i)
+{
+	return i < NKEYS ? keys[i].name : NULL;
+}
+
 static const struct key_def *find_key(const char *name)
 {
 	for (size_t i = 0; i < NKEYS; i++)

@@ -82,4 +82,9 @@ bool queue_conf_equal(const struct queue_conf *a, const struct queue_conf *b);
  * result is a static string. */
 const char *config_restart_key(const struct config *old, const struct config *cur);
 
+/* The name of the i-th key of the key table (alphabetical), NULL past the last
+ * one: what the documentation must cover (tests/integration/config-keys.c
+ * prints them for t_87_install.sh). A static string. */
+const char *config_key_name(size_t i);
+
 #endif
