@@ -43,6 +43,8 @@ BENCH_TOOLS := $(B)/bench/spawnbench $(B)/bench/pickup $(B)/bench/stamp
 UNITS := pgjobd.service pgjobd@.service
 MANPAGES := man/pgjobd.8 man/pgjobd.ini.5
 TEST_HELPERS := $(B)/tests/notify-sink $(B)/tests/chaos-proxy $(B)/tests/config-keys
+# Integration test files run at once (tests/integration/run.sh): they mostly wait.
+TEST_JOBS ?= 8
 
 .PHONY: all check check-unit check-integration check-asan asan install uninstall clean format format-check bench \
 	chaos
@@ -97,10 +99,11 @@ $(B)/tests/config-keys: tests/integration/config-keys.c $(addprefix $(B)/,$(adds
 check-unit: $(UNIT_TESTS)
 	prove $(UNIT_TESTS)
 
+# One PostgreSQL for the whole run, TEST_JOBS files at once (see tests/integration/run.sh).
 check-integration: $(B)/pgjobd $(TEST_HELPERS)
 	PGJOBD=$(abspath $(B)/pgjobd) NOTIFY_SINK=$(abspath $(B)/tests/notify-sink) \
 		CHAOS_PROXY=$(abspath $(B)/tests/chaos-proxy) CONFIG_KEYS=$(abspath $(B)/tests/config-keys) \
-		prove -j1 tests/integration/t_*.sh
+		bash tests/integration/run.sh -j $(TEST_JOBS)
 
 # Measurements, not tests: exits 0 whatever the figures (see tests/bench/README).
 # Results in $(B)/bench/results.json; BENCH_QUICK=1 for a 10x smaller run.

@@ -9,6 +9,7 @@
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
 
+own_cluster # it measures WAL, which the server writes for every database
 pg_start
 make_mark_script "$T/mark.sh" "$T/markers.log"
 conf=$T/held.ini

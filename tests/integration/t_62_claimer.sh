@@ -9,6 +9,7 @@
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
 
+shared_cluster # the claimer sessions it ends are its own database's
 pg_start
 make_mark_script "$T/mark.sh" "$T/markers.log"
 start_daemons a b <<EOF
@@ -28,7 +29,7 @@ finished() { [ "$(count_jobs "status IN ('succeeded', 'failed')")" = 250 ]; }
 for _ in $(seq 40); do
 	finished && break
 	k=$(psql_q "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-		WHERE application_name = 'pgjobd c claimer'")
+		WHERE datname = current_database() AND application_name = 'pgjobd c claimer'")
 	kills=$((kills + k))
 	sleep 0.$((RANDOM % 3 + 1))
 done
@@ -47,7 +48,8 @@ attempts=$(psql_q "SELECT sum(attempts) FROM pgjobd.jobs")
 cmp_ok "$starts" -le "$attempts" "every command start was counted as an attempt ($starts starts, $attempts attempts)"
 # Bridges of held jobs are dropped with the claimer's next call (the poll's
 # at the latest: 200 ms here).
-wait_until 5 "[ \"\$(psql_q \"SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'\")\" = 0 ]"
+wait_until 5 "[ \"\$(psql_q \"SELECT count(*) FROM pg_locks
+		WHERE database = (SELECT oid FROM pg_database WHERE datname = current_database()) AND locktype = 'advisory'\")\" = 0 ]"
 ok $? "no bridge lock is left behind once the queue is empty"
 for n in a b; do
 	pid_alive "${DAEMONS[$n]}"

@@ -6,6 +6,7 @@
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
 
+own_cluster # it restarts the server
 pg_start
 make_mark_script "$T/mark.sh" "$T/markers.log"
 start_daemons a b <<EOF

@@ -6,6 +6,7 @@
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
 
+shared_cluster # the advisory lock it waits for is its own database's
 pg_start
 conf=$T/dedupe.ini
 write_conf "$conf" <<EOF
@@ -26,7 +27,8 @@ race_round() { # KEY
 	local key=$1 i
 	psql -X -qAt -c "SELECT pg_advisory_lock(4242)" -c "SELECT pg_sleep(1)" >/dev/null &
 	local gate=$!
-	wait_until 5 "[ \"\$(psql_q \"SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242 AND granted\")\" = 1 ]" ||
+	wait_until 5 "[ \"\$(psql_q \"SELECT count(*) FROM pg_locks
+		WHERE database = (SELECT oid FROM pg_database WHERE datname = current_database()) AND locktype = 'advisory' AND objid = 4242 AND granted\")\" = 1 ]" ||
 		return 1
 	for i in 1 2 3 4 5 6 7 8; do
 		psql -X -At -v ON_ERROR_STOP=1 \

@@ -6,6 +6,7 @@
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
 
+shared_cluster # the sessions it counts are its own database's
 pg_start
 conf=$T/pause.ini
 write_conf "$conf" <<EOF

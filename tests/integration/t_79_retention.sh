@@ -14,6 +14,7 @@
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
 
+shared_cluster # the sessions and locks it samples are its own database's
 pg_start
 
 cat >"$T/job.sh" <<EOF
@@ -136,7 +137,7 @@ ok $? "a new job in group gdone-1, whose row was deleted, runs and succeeds"
 # ---------------------------------------------------------------- two daemons
 start_daemon b "$T/b.ini"
 b=$DAEMON_PID
-MAINT="SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgjobd maintenance'"
+MAINT="SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'pgjobd maintenance'"
 wait_until 20 "[ \"\$(psql_q \"$MAINT\")\" = 2 ]"
 ok $? "both daemons' maintenance sessions are connected"
 
@@ -149,7 +150,7 @@ echo "$locker" >"$T/locker.pid"
 exec 8>"$T/locker.fifo"
 echo "SELECT pg_advisory_lock(1886020105, 0);" >&8
 LOCKS="FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-       WHERE l.locktype = 'advisory' AND l.classid = 1886020105 AND l.objid = 0 AND l.objsubid = 2"
+       WHERE a.datname = current_database() AND l.locktype = 'advisory' AND l.classid = 1886020105 AND l.objid = 0 AND l.objsubid = 2"
 wait_until 20 "[ \"\$(psql_q \"SELECT count(*) $LOCKS AND l.granted AND a.application_name = 't79-locker'\")\" = 1 ]"
 ok $? "a test session holds the maintenance lock"
 
@@ -171,7 +172,7 @@ ok $? "the 20 new jobs ran meanwhile and succeeded, each in one attempt"
 PGAPPNAME=t79-sampler psql -X -qAt -v ON_ERROR_STOP=1 >"$T/sampler.out" 2>&1 8>&- <<EOF &
 DO \$\$
 DECLARE
-    pids int[] := ARRAY(SELECT pid FROM pg_stat_activity WHERE application_name = 'pgjobd maintenance');
+    pids int[] := ARRAY(SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'pgjobd maintenance');
     held int;
     waiting int;
     samples int := 0;
@@ -198,7 +199,7 @@ END
 EOF
 sampler=$!
 echo "$sampler" >"$T/sampler.pid"
-wait_until 20 "[ \"\$(psql_q \"SELECT count(*) FROM pg_stat_activity WHERE application_name = 't79-sampler' AND state = 'active'\")\" = 1 ]"
+wait_until 20 "[ \"\$(psql_q \"SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 't79-sampler' AND state = 'active'\")\" = 1 ]"
 ok $? "the pg_locks sampler runs"
 
 # Release the lock: the locker's psql reads EOF and ends its session.

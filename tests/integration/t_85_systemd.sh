@@ -13,6 +13,7 @@ require_pgjobd
 SINK=${NOTIFY_SINK:-$REPO_ROOT/build/tests/notify-sink}
 [ -x "$SINK" ] || bail_out "notify-sink not found at $SINK (make build/tests/notify-sink, or set NOTIFY_SINK)"
 
+own_cluster # it stops and starts the server
 pg_start
 
 conf=$T/sd.ini

@@ -55,6 +55,7 @@ bad_file "a value that is not a number" <<'EOF'
 g{a="b"} one
 EOF
 
+shared_cluster # the sessions it ends are its own database's
 pg_start
 mkdir -p "$T/m"
 conf=$T/metrics.ini
@@ -146,7 +147,7 @@ is "$perm" 644 "the file is readable by node_exporter (mode $perm)"
 hold=$(psql_q "INSERT INTO pgjobd.jobs (queue) VALUES ('hold') RETURNING id")
 wait_until 10 "[ \"\$(metric '$prom' 'pgjobd_jobs_running{queue=\"hold\"}')\" = 1 ]"
 ok $? "running{hold} = 1 while its command runs"
-psql_q "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name LIKE 'pgjobd%'" >/dev/null
+psql_q "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = current_database() AND application_name LIKE 'pgjobd%'" >/dev/null
 wait_until 20 "[ \"\$(metric '$prom' 'pgjobd_jobs_interrupted_total{queue=\"hold\"}')\" = 1 ]"
 ok $? "interrupted{hold} = 1 after pg_terminate_backend (lost session)"
 rc=$(metric "$prom" pgjobd_db_reconnects_total)

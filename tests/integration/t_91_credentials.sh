@@ -66,6 +66,7 @@ probe=$("${as_daemon_caps[@]}" grep -E '^Cap(Eff|Amb):' /proc/self/status 2>&1 |
 PY=0
 env -i PATH=/usr/local/bin:/usr/bin:/bin python3 -c 'import os, ctypes; os.pidfd_open' 2>/dev/null && PY=1
 
+shared_cluster # its "pgrep -U" is no psql -U: no role of its own
 pg_start
 make_tmp
 ENV_SECRET=t91-environ-secret-$RANDOM$RANDOM

@@ -10,6 +10,7 @@
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
 
+own_cluster # it creates pgjobd's roles and others (cluster-wide)
 pg_start
 
 # Migrated as the superuser; the daemon below connects as the worker role.
@@ -181,7 +182,7 @@ mv '$T/env.'"\$PGJOBD_JOB_ID.tmp" '$T/env.'"\$PGJOBD_JOB_ID"
 EOF
 printf 'touch %q\n' "$T/pwned-bash-env" >"$T/bashenv.sh"
 
-WRK_CONNINFO="host=$T/sock port=$PGPORT dbname=pgjobd_test user=wrk"
+WRK_CONNINFO="host=$T/sock port=$PGPORT dbname=$PGDATABASE user=wrk"
 write_conf "$T/wrk.ini" <<EOF
 $(conf_header database="$WRK_CONNINFO")
 

@@ -28,6 +28,7 @@
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
 
+own_cluster # it creates pgjobd's roles and others (cluster-wide)
 pg_start
 
 write_conf "$T/admin.ini" <<EOF
@@ -40,7 +41,7 @@ psql_q "CREATE ROLE app1 LOGIN IN ROLE pgjobd_producer;
         CREATE ROLE wrk LOGIN IN ROLE pgjobd_worker;
         CREATE ROLE stranger LOGIN" || bail_out "cannot create the roles"
 
-WRK_CONNINFO="host=$T/sock port=$PGPORT dbname=pgjobd_test user=wrk"
+WRK_CONNINFO="host=$T/sock port=$PGPORT dbname=$PGDATABASE user=wrk"
 write_conf "$T/wrk-cli.ini" <<EOF
 $(conf_header database="$WRK_CONNINFO")
 EOF

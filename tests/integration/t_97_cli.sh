@@ -14,6 +14,8 @@ LAST_MIGRATION=$(cd "$REPO_ROOT/sql" && ls [0-9][0-9][0-9]_*.sql | tail -n 1)
 LAST_MIGRATION=${LAST_MIGRATION%.sql}
 SCHEMA_V=$((10#${LAST_MIGRATION%%_*}))
 
+own_cluster # it creates pgjobd's roles (cluster-wide) and databases
+empty_database # its first migrate --grant migrates
 pg_start
 conf=$T/cli.ini
 write_conf "$conf" <<EOF
