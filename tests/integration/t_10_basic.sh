@@ -6,8 +6,10 @@ require_pgjobd
 
 pg_start
 conf=$T/basic.ini
+# Jobs start on NOTIFY and retries on their own timer: a slow fallback poll (1 s)
+# costs nothing here but spares the CPU the other test files share.
 write_conf "$conf" <<EOF
-$(conf_header)
+$(conf_header poll_interval=1s)
 
 [queue.slow]
 command = echo started; while [ ! -e '$T/go' ]; do sleep 0.05; done; echo done

@@ -7,8 +7,10 @@ require_pgjobd
 pg_start
 conf=$T/retry.ini
 mkdir "$T/wd"
+# Jobs start on NOTIFY and retries on their own timer: a slow fallback poll (1 s)
+# costs nothing here but spares the CPU the other test files share.
 write_conf "$conf" <<EOF
-$(conf_header)
+$(conf_header poll_interval=1s)
 
 [queue.fail3]
 command = echo "oops on attempt \$PGJOBD_ATTEMPT" >&2; exit 3
