@@ -168,7 +168,13 @@ wait_until 20 "[ \"\$(count_jobs \"queue = 'short' AND data ? 'batch' AND status
 ok $? "the 20 new jobs ran meanwhile and succeeded, each in one attempt"
 
 # Sample pg_locks while the two daemons delete: the maintenance lock is never held by
-# both maintenance sessions at once, and nobody waits for it.
+# both maintenance sessions at once, and nobody waits for it. Each DELETE of jobs (a
+# batch of at most 500) takes 0.1 s longer, with the lock held: long enough for the
+# sampler to see it held, also when a busy machine gives the sampler little time.
+psql_q "CREATE FUNCTION pgjobd.t79_slow_delete() RETURNS trigger LANGUAGE plpgsql AS
+            \$\$ BEGIN PERFORM pg_sleep(0.1); RETURN NULL; END \$\$;
+        CREATE TRIGGER t79_slow_delete BEFORE DELETE ON pgjobd.jobs
+            FOR EACH STATEMENT EXECUTE FUNCTION pgjobd.t79_slow_delete()" >/dev/null
 PGAPPNAME=t79-sampler psql -X -qAt -v ON_ERROR_STOP=1 >"$T/sampler.out" 2>&1 8>&- <<EOF &
 DO \$\$
 DECLARE
@@ -213,6 +219,7 @@ ok $? "then every one of the 3000 old rows is deleted"
 wait_until 30 "! pid_alive $sampler"
 ok $? "the pg_locks sampler finished"
 wait "$sampler"
+psql_q "DROP TRIGGER t79_slow_delete ON pgjobd.jobs" >/dev/null
 sampled=$(grep -o 'sessions=.*' "$T/sampler.out")
 note "pg_locks sampler: $sampled"
 like "$sampled" '^sessions=2 samples=[0-9]+ held=[1-9][0-9]* both=0 waits=0$' \
