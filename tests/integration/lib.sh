@@ -281,24 +281,26 @@ make_tmp() {
 }
 
 # own_cluster / shared_cluster (before pg_start): which server this file uses.
-#  - shared: tests/integration/run.sh (what `make check-integration` runs) starts one server
-#    for the whole run, with a database pgjobd_template migrated by the binary under test,
-#    and names its directory in $PGJOBD_TEST_CLUSTER. pg_start then starts no server: it
-#    creates this file's own database from the template (CREATE DATABASE ... TEMPLATE;
-#    from template0 after empty_database), which cleanup drops again. $T/sock is a symbolic link to the server's socket
-#    directory, so "host=$T/sock" reaches it as before; PGDATABASE and $DB_CONNINFO name
-#    the file's database (never spell it out: it is pgjobd_<file>_<pid>).
+#  - shared: tests/integration/run.sh (what `make check-integration` runs) starts one
+#    server for the whole run, with a database pgjobd_template migrated by the binary
+#    under test, and names its directory in $PGJOBD_TEST_CLUSTER. pg_start then starts no
+#    server: it creates this file's own database from the template (CREATE DATABASE ...
+#    TEMPLATE; from template0 after empty_database), which cleanup drops again. $T/sock is
+#    a symbolic link to the server's socket directory, so "host=$T/sock" reaches it as
+#    before; PGDATABASE and $DB_CONNINFO name the file's database (never spell the name
+#    out: it is pgjobd_<file>_<pid>).
 #  - own: initdb (or a copy of run.sh's freshly initialised data directory) and pg_ctl in
-#    $T, database pgjobd_test, migrated by $PGJOBD unless empty_database was called (and
-#    unless there is no $PGJOBD to do it). A file run on its own (prove FILE) always gets one.
+#    $T, database pgjobd_test, migrated by $PGJOBD unless empty_database was called (or
+#    there is no $PGJOBD). A file run on its own (prove FILE) always gets one.
 # A file that must own its server calls own_cluster: it stops or restarts the server,
-# changes its settings or its authentication, or creates roles or databases (both are
-# cluster-wide: names would collide with another file's, and pgjobd's roles would exist
-# for every later file). pg_stat_activity, pg_locks and pg_terminate_backend show and
-# reach every file's sessions on a shared server: filter by datname = current_database()
-# (pg_locks: by database, or through pg_stat_activity), then call shared_cluster.
-# A file that calls neither is scanned for the marks of the above ($OWN_CLUSTER_RE) and
-# gets a server of its own when one is there (a note says which).
+# changes its settings or its authentication, measures what the server does for all
+# databases at once (WAL), or creates roles or databases (cluster-wide: names would
+# collide with another file's, and pgjobd's roles would exist for every later file; a
+# role named by test_role is safe). pg_stat_activity, pg_locks and pg_terminate_backend
+# show and reach every file's sessions on a shared server: filter by datname =
+# current_database() (pg_locks: by database, or through pg_stat_activity), then call
+# shared_cluster. A file that calls neither is scanned for the marks of the above
+# ($OWN_CLUSTER_RE) and gets a server of its own when one is there (a note says which).
 OWN_CLUSTER_RE='pg_restart|pg_stop|pg_ctl|pg_opts|pg_hba|ALTER SYSTEM|pg_reload_conf|(CREATE|ALTER|DROP) (ROLE|USER|DATABASE)|setup_roles|--grant|pg_stat_activity|pg_locks|pg_terminate_backend|pg_cancel_backend|pgjobd_test|PGUSER=| -U '
 CLUSTER_MODE=
 PG_SHARED=0
