@@ -25,6 +25,20 @@
  *     nothing of p is touched, because the callback may exec_free(p).
  *   - Only libev reaps (no waitpid here): its SIGCHLD handler reaps every
  *     child with waitpid(-1), so a waitpid of ours would race it.
+ *   - What the command cost (wait4's rusage: CPU time and peak RSS of the
+ *     shell and of the descendants it waited for) is read from the zombie
+ *     before libev reaps it, without reaping it: waitid(2) with WNOWAIT
+ *     fills a struct rusage when called as the raw system call. The moment
+ *     comes from a pidfd (pidfd_open, Linux 5.3), readable once the shell
+ *     has exited, and an ev_check of the highest priority, which libev runs
+ *     after each poll and before any other callback, so before the signal
+ *     watcher whose callback reaps: when it finds the pidfd's watcher
+ *     pending, the shell is a zombie not yet reaped. The shell cannot be
+ *     reaped earlier, because reaping happens only in that callback. One
+ *     narrow window remains: a SIGCHLD that libev notes after its poll but
+ *     before it looks for skipped wake-ups is handled in that iteration,
+ *     while the pidfd's readiness waits for the next poll; then, like on a
+ *     kernel without pidfds, the usage is unknown (-1), never wrong.
  *   - Every fd is O_CLOEXEC in the daemon; the child gets fds 0-2 and nothing
  *     else (closefrom(3)), an empty signal mask and default dispositions.
  *   - Output memory is bounded by the captures; pipes are read to EOF even
@@ -43,7 +57,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -77,6 +93,11 @@ struct exec_proc {
 
 	ev_io w_in, w_out, w_err;
 	ev_child w_child;
+	int pidfd;	  /* the shell's, -1 when none (or no longer needed) */
+	ev_io w_pidfd;	  /* readable once the shell has exited */
+	ev_check w_usage; /* reads its usage before libev reaps it */
+	struct rusage ru; /* valid when has_usage */
+	bool has_usage;
 	ev_timer w_drain;
 	ev_timer w_kill;
 	ev_timer w_fail;   /* 0 s: reports a spawn failure from the loop */
@@ -113,14 +134,65 @@ static void release_io(struct exec_proc *p)
 	ev_io_stop(p->loop, &p->w_out);
 	ev_io_stop(p->loop, &p->w_err);
 	ev_child_stop(p->loop, &p->w_child);
+	ev_io_stop(p->loop, &p->w_pidfd);
+	ev_check_stop(p->loop, &p->w_usage);
 	ev_timer_stop(p->loop, &p->w_drain);
 	ev_timer_stop(p->loop, &p->w_kill);
 	ev_timer_stop(p->loop, &p->w_fail);
 	close_fd(&p->in_fd);
 	close_fd(&p->out_fd);
 	close_fd(&p->err_fd);
+	close_fd(&p->pidfd);
 	free(p->stdin_data);
 	p->stdin_data = NULL;
+}
+
+static int64_t timeval_ms(struct timeval tv)
+{
+	return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
+}
+
+/* The usage is read, or can no longer be: the two watchers go. */
+static void usage_done(struct exec_proc *p)
+{
+	ev_check_stop(p->loop, &p->w_usage);
+	ev_clear_pending(p->loop, &p->w_pidfd);
+	ev_io_stop(p->loop, &p->w_pidfd);
+	close_fd(&p->pidfd);
+}
+
+/* The shell's rusage, if it is a zombie that nobody has reaped yet:
+ * waitid(P_PID, WEXITED | WNOHANG | WNOWAIT) leaves it for libev. glibc's
+ * waitid() has no rusage argument; the system call's fifth has. */
+static void read_usage(struct exec_proc *p)
+{
+	siginfo_t si;
+	memset(&si, 0, sizeof(si));
+	long r = syscall(SYS_waitid, P_PID, (long)p->pid, &si, WEXITED | WNOHANG | WNOWAIT, &p->ru);
+	if (r == 0 && si.si_pid == p->pid)
+		p->has_usage = true;
+	else if (r == 0)
+		return; /* still running: a pidfd is readable only at exit, but be safe */
+	usage_done(p);
+}
+
+static void on_usage_check(struct ev_loop *loop, ev_check *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	struct exec_proc *p = w->data;
+	if (ev_is_pending(&p->w_pidfd))
+		read_usage(p);
+}
+
+/* Only when on_usage_check did not see it pending first (it normally
+ * does): try anyway; if libev has reaped the shell already, waitid fails
+ * and the usage stays unknown. */
+static void on_pidfd_readable(struct ev_loop *loop, ev_io *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	read_usage(w->data);
 }
 
 /* The single place that invokes the callback. */
@@ -136,6 +208,11 @@ static void finish(struct exec_proc *p)
 	if (p->end_ms == 0)
 		p->end_ms = util_now_ms();
 	o.duration_ms = p->end_ms - p->start_ms;
+	o.cpu_ms = o.max_rss_kb = -1;
+	if (p->has_usage) {
+		o.cpu_ms = timeval_ms(p->ru.ru_utime) + timeval_ms(p->ru.ru_stime);
+		o.max_rss_kb = p->ru.ru_maxrss; /* Linux: kilobytes */
+	}
 	if (p->spawn_failed) {
 		o.status = EXEC_SPAWN_FAILED;
 		o.spawn_errno = p->spawn_errno;
@@ -231,6 +308,7 @@ static void on_child_exit(struct ev_loop *loop, ev_child *w, int revents)
 	(void)revents;
 	struct exec_proc *p = w->data;
 	ev_child_stop(loop, w);
+	usage_done(p); /* read by now, or never */
 	p->reaped = true;
 	p->wstatus = w->rstatus;
 	p->end_ms = util_now_ms();
@@ -581,10 +659,11 @@ struct exec_proc *exec_start(struct ev_loop *loop, const struct exec_spec *spec,
 	p->in_fd = in[1];
 	p->out_fd = out[0];
 	p->err_fd = err[0];
+	p->pidfd = -1;
 	p->stdin_data = data;
 	p->stdin_len = spec->stdin_len;
 	p->start_ms = util_now_ms();
-	capture_init(&p->out, CAPTURE_HEAD, spec->max_output);
+	capture_init(&p->out, CAPTURE_HEAD_TAIL, spec->max_output);
 	capture_init(&p->err, CAPTURE_TAIL, spec->max_output);
 	ev_io_init(&p->w_in, on_stdin_writable, p->in_fd, EV_WRITE);
 	ev_io_init(&p->w_out, on_stdout_readable, p->out_fd, EV_READ);
@@ -592,7 +671,11 @@ struct exec_proc *exec_start(struct ev_loop *loop, const struct exec_spec *spec,
 	ev_timer_init(&p->w_drain, on_drain_timeout, EXEC_DRAIN_S, 0.);
 	ev_timer_init(&p->w_kill, on_kill_timeout, 0., 0.);
 	ev_timer_init(&p->w_fail, on_spawn_failed, 0., 0.);
-	p->w_in.data = p->w_out.data = p->w_err.data = p;
+	ev_init(&p->w_pidfd, on_pidfd_readable);
+	ev_check_init(&p->w_usage, on_usage_check);
+	/* Before every other callback after a poll, libev's reaping included. */
+	ev_set_priority(&p->w_usage, EV_MAXPRI);
+	p->w_in.data = p->w_out.data = p->w_err.data = p->w_pidfd.data = p->w_usage.data = p;
 	p->w_drain.data = p->w_kill.data = p->w_fail.data = p;
 
 	/* argv strings are not modified by exec; the casts only satisfy the
@@ -629,6 +712,14 @@ struct exec_proc *exec_start(struct ev_loop *loop, const struct exec_spec *spec,
 	ev_child_init(&p->w_child, on_child_exit, pid, 0);
 	p->w_child.data = p;
 	ev_child_start(loop, &p->w_child);
+	/* Not reaped before the loop runs, so the pid is still the shell's.
+	 * Without pidfds (ENOSYS, or a seccomp filter) the usage is unknown. */
+	p->pidfd = (int)syscall(SYS_pidfd_open, pid, 0); /* close-on-exec always */
+	if (p->pidfd >= 0) {
+		ev_io_set(&p->w_pidfd, p->pidfd, EV_READ);
+		ev_io_start(loop, &p->w_pidfd);
+		ev_check_start(loop, &p->w_usage);
+	}
 	if (spawn_err != 0) {
 		/* The forked child failed before exec and exits 127 by itself;
 		 * its exit is awaited like any other, then reported as spawn. */

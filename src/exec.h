@@ -26,9 +26,15 @@ struct exec_outcome {
 	int signal;
 	int spawn_errno;
 	const char *spawn_what; /* static text: "posix_spawn", "chdir", "setuid", ... */
-	struct capture *out;	/* borrowed, valid during the callback */
-	struct capture *err;
+	struct capture *out;	/* borrowed, valid during the callback: stdout's */
+	struct capture *err;	/* head and tail, stderr's tail */
 	int64_t duration_ms;
+	/* From wait4(2) when the daemon reaped the shell itself (the fork
+	 * path, on Linux 5.3 or later), else -1: the user plus system CPU time
+	 * and the peak resident set of the shell and of every descendant it
+	 * waited for (a process it left behind is not counted). */
+	int64_t cpu_ms;
+	int64_t max_rss_kb;
 };
 
 /* Called exactly once per exec_start, always from the event loop (never from
@@ -51,7 +57,7 @@ struct exec_spec {
 	bool set_user;
 	uid_t uid;
 	gid_t gid;
-	size_t max_output; /* head of stdout, tail of stderr */
+	size_t max_output; /* head and tail of stdout, tail of stderr */
 	/* NULL, or called with the new process group's id after the child has
 	 * its group and before it may exec; the command runs only if it
 	 * returns 0 (else the outcome is a spawn failure, step "register").
