@@ -64,17 +64,26 @@ static const char sql_hold_job[] =
 const char claim_sql_commit[] = "COMMIT";
 
 /* Step 3, in the held transaction: the outcome. `queued` (retry or shutdown)
- * moves run_at; a shutdown gives the attempt back. */
+ * moves run_at; a shutdown gives the attempt back. $8, the attempt's entry
+ * from the daemon (NULL: no entry, the command never started), is completed
+ * with the row's attempt, worker and start and appended to history
+ * (pgjobd.history_add, sql/011_history.sql). */
 /* clock_timestamp(), not now(): this transaction began when the job was
  * claimed, so now() is the start time, and a retry's delay must count from
- * the end of the attempt. */
+ * the end of the attempt. Read once (FROM), so that finished_at and the
+ * entry's finished_at are the same instant. Every SET expression sees the
+ * row as it was: `attempts` in the entry is the attempt that ran. */
 static const char sql_finish[] =
-    "UPDATE pgjobd.jobs SET status = $2, result = $3::jsonb, error = $4::jsonb, "
+    "UPDATE pgjobd.jobs j SET status = $2, result = $3::jsonb, error = $4::jsonb, "
     "run_at = CASE WHEN $2 = 'queued' "
-    "THEN clock_timestamp() + $5::bigint * interval '1 millisecond' ELSE run_at END, "
-    "finished_at = CASE WHEN $2 = 'queued' THEN NULL ELSE clock_timestamp() END, "
-    "attempts = attempts - $6::int, updated_at = clock_timestamp() "
-    "WHERE id = $1::bigint AND fence = $7::bigint AND status = 'running'";
+    "THEN c.t + $5::bigint * interval '1 millisecond' ELSE j.run_at END, "
+    "finished_at = CASE WHEN $2 = 'queued' THEN NULL ELSE c.t END, "
+    "attempts = j.attempts - $6::int, updated_at = c.t, "
+    "history = CASE WHEN $8::jsonb IS NULL THEN j.history "
+    "ELSE pgjobd.history_add(j.history, jsonb_build_object('attempt', j.attempts, "
+    "'worker', j.worker, 'started_at', j.started_at, 'finished_at', c.t) || $8::jsonb) END "
+    "FROM (SELECT clock_timestamp() AS t) c "
+    "WHERE j.id = $1::bigint AND j.fence = $7::bigint AND j.status = 'running'";
 
 /* A cancelled outcome also drops the job's cancel request, in the same
  * transaction (pgjobd.maintain() would drop it later otherwise). */
@@ -98,7 +107,7 @@ const char claim_sql_wake_secret[] = "SELECT secret FROM pgjobd.wake_secret";
 /* A slot's own release of a claim it lost (sql/006_fencing.sql). */
 static const char sql_release[] =
     "SELECT pgjobd.release_claim($1::bigint, $2::bigint, $3::boolean, $4::jsonb, $5::int, "
-    "$6::bigint)";
+    "$6::bigint, $7::jsonb)";
 
 /* The daemon's liveness, on the fence session (fence.c). */
 static const char sql_register[] = "SELECT pgjobd.register_worker($1, $2::int)";
@@ -248,7 +257,7 @@ int claim_build_finish(struct db_stmt *st, struct finish_params *p, long long id
 	snprintf(p->retry_ms, sizeof(p->retry_ms), "%lld", (long long)o->retry_in_ms);
 	snprintf(p->give_back, sizeof(p->give_back), "%d", o->give_back ? 1 : 0);
 	st[0].sql = sql_finish;
-	st[0].nparams = 7;
+	st[0].nparams = 8;
 	st[0].params[0] = p->id;
 	st[0].params[1] = o->status;
 	st[0].params[2] = o->result;
@@ -256,6 +265,7 @@ int claim_build_finish(struct db_stmt *st, struct finish_params *p, long long id
 	st[0].params[4] = p->retry_ms;
 	st[0].params[5] = p->give_back;
 	st[0].params[6] = p->fence;
+	st[0].params[7] = o->entry;
 	int n = 1;
 	if (strcmp(o->status, "cancelled") == 0) {
 		st[n].sql = sql_drop_cancel;
@@ -267,7 +277,7 @@ int claim_build_finish(struct db_stmt *st, struct finish_params *p, long long id
 }
 
 int claim_build_release(struct db_stmt *st, struct release_params *p, const struct claim_job *j,
-			bool started, const char *error, int64_t retry_ms)
+			bool started, const char *error, const char *entry, int64_t retry_ms)
 {
 	memset(st, 0, sizeof(*st));
 	snprintf(p->id, sizeof(p->id), "%lld", j->id);
@@ -276,13 +286,14 @@ int claim_build_release(struct db_stmt *st, struct release_params *p, const stru
 	snprintf(p->max_attempts, sizeof(p->max_attempts), "%d", j->max_attempts);
 	snprintf(p->retry_ms, sizeof(p->retry_ms), "%lld", (long long)retry_ms);
 	st->sql = sql_release;
-	st->nparams = 6;
+	st->nparams = 7;
 	st->params[0] = p->id;
 	st->params[1] = p->fence;
 	st->params[2] = p->started;
 	st->params[3] = error;
 	st->params[4] = p->max_attempts;
 	st->params[5] = p->retry_ms;
+	st->params[6] = entry;
 	return 1;
 }
 

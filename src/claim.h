@@ -96,6 +96,9 @@ struct claim_outcome {
 	const char *error;   /* JSON text or NULL */
 	int64_t retry_in_ms; /* queued: run_at = now() + this */
 	bool give_back;	     /* shutdown: the attempt does not count */
+	/* The attempt's history entry (result_history_entry), or NULL when the
+	 * attempt gets none (given back before its command started). */
+	const char *entry;
 };
 struct finish_params {
 	char id[24];
@@ -114,7 +117,8 @@ int claim_build_finish(struct db_stmt *st, struct finish_params *p, long long id
 /* A slot lost the session that held its job and the command is dead (or
  * never started): pgjobd.release_claim() from its new session -> 1 statement,
  * returning one row: 'released', 'locked' (try again later) or 'gone'. The
- * error JSON must outlive db_send only. */
+ * error JSON and the attempt's history entry (NULL: none) must outlive
+ * db_send only. */
 struct release_params {
 	char id[24];
 	char fence[24];
@@ -123,7 +127,7 @@ struct release_params {
 	char retry_ms[24];
 };
 int claim_build_release(struct db_stmt *st, struct release_params *p, const struct claim_job *j,
-			bool started, const char *error, int64_t retry_ms);
+			bool started, const char *error, const char *entry, int64_t retry_ms);
 
 /* The daemon's liveness (fence.c): register an instance, returning its id
  * (one row, one column); the heartbeat, returning 't' while the instance is

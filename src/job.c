@@ -79,6 +79,7 @@ struct job {
 	struct release_params rparams;
 	char *result; /* JSON of the outcome being written */
 	char *error;
+	char *entry; /* the attempt's history entry, NULL when it gets none */
 	/* The session holding cj was lost and its command is dead: cj is
 	 * released from the next session (pgjobd.release_claim), with `error`
 	 * as the attempt's outcome. */
@@ -122,8 +123,10 @@ static void clear_run(struct job *j)
 	claim_job_free(&j->cj);
 	free(j->result);
 	free(j->error);
+	free(j->entry);
 	j->result = NULL;
 	j->error = NULL;
+	j->entry = NULL;
 	j->kill_reason = NULL;
 	if (j->run_q) {
 		queue_conf_unref(j->run_q);
@@ -227,11 +230,58 @@ static int64_t retry_delay(const struct queue_conf *q, int attempt)
 	return d / 2 + (int64_t)(random() % (d / 2 + 1));
 }
 
+/* The attempt's entry in jobs.history (sql/011_history.sql): what only the
+ * daemon knows of it. ran: the command was spawned (o carries its output,
+ * run time and rusage), else they are unknown (null). */
+static char *history_entry(const char *reason, int exit_code, int sig, const char *msg,
+			   const struct exec_outcome *o, bool ran)
+{
+	size_t len = 0;
+	const char *err = ran ? capture_data(o->err, &len) : "";
+	struct result_attempt a = {
+	    .reason = reason,
+	    .exit_code = exit_code,
+	    .signal = sig,
+	    .message = msg,
+	    .err = err,
+	    .err_len = len,
+	    .err_truncated = ran && capture_truncated(o->err),
+	    .cpu_ms = ran ? o->cpu_ms : -1,
+	    .max_rss_kb = ran ? o->max_rss_kb : -1,
+	    .duration_ms = ran ? o->duration_ms : -1,
+	};
+	return result_history_entry(&a);
+}
+
+/* The `error` JSON of a failed attempt, with the tails of its stderr and,
+ * when it ran, of its stdout. */
+static char *error_json(const char *reason, int exit_code, int sig, const char *msg,
+			const struct exec_outcome *o, bool ran)
+{
+	size_t elen = 0, olen = 0;
+	const char *err = ran ? capture_data(o->err, &elen) : "";
+	const char *out = ran ? capture_tail(o->out, &olen) : "";
+	return result_error_json(reason, exit_code, sig, msg, err, elen,
+				 ran && capture_truncated(o->err), out, olen,
+				 ran && capture_truncated(o->out));
+}
+
+/* What the command cost, for the metrics, when wait4 told us. */
+static void note_usage(struct job *j, const struct exec_outcome *o, bool ran)
+{
+	if (ran && o->cpu_ms >= 0)
+		metrics_job_usage(j->env->metrics, j->run_q->name, (double)o->cpu_ms / 1000.0,
+				  o->max_rss_kb);
+}
+
 static void write_outcome(struct job *j, const struct exec_outcome *o)
 {
 	struct claim_outcome out = {0};
 	const struct queue_conf *q = j->run_q;
 	const char *reason = j->kill_reason;
+	/* A real outcome of exec carries the captures; one made up for a
+	 * command that was never spawned does not. */
+	bool ran = o->out != NULL;
 	int exit_code = o->status == EXEC_EXITED ? o->exit_code : -1; /* -1, 0: null in JSON */
 	int sig = o->status == EXEC_SIGNALED ? o->signal : 0;
 	char msg[256] = "";
@@ -247,16 +297,15 @@ static void write_outcome(struct job *j, const struct exec_outcome *o)
 		}
 	}
 	if (!reason) {
-		size_t len;
+		size_t len, tail_len;
+		const char *tail = capture_tail(o->out, &tail_len);
 		const char *data = capture_data(o->out, &len);
-		j->result = result_from_stdout(data, len, capture_truncated(o->out));
+		j->result =
+		    result_from_stdout(data, len, capture_truncated(o->out), tail, tail_len);
 		out.status = "succeeded";
 		out.result = j->result;
 	} else {
-		size_t len = 0;
-		const char *err = o->err ? capture_data(o->err, &len) : "";
-		j->error = result_error_json(reason, exit_code, sig, msg[0] ? msg : NULL, err, len,
-					     o->err ? capture_truncated(o->err) : false);
+		j->error = error_json(reason, exit_code, sig, msg[0] ? msg : NULL, o, ran);
 		out.error = j->error;
 		if (strcmp(reason, "shutdown") == 0 || strcmp(reason, "unstarted") == 0) {
 			/* Interrupted by a shutdown, or never started (the fence
@@ -272,9 +321,16 @@ static void write_outcome(struct job *j, const struct exec_outcome *o)
 			out.status = "failed";
 		}
 	}
+	/* Every attempt that counts has an entry, and so has a run a shutdown
+	 * interrupted; a claim given back before its command ran has none. */
+	if (ran || !out.give_back)
+		j->entry = history_entry(reason ? reason : "none", exit_code, sig,
+					 msg[0] ? msg : NULL, o, ran);
+	out.entry = j->entry;
 	int64_t ms = util_now_ms() - j->started_ms;
 	metrics_job_finished(j->env->metrics, q->name, metrics_outcome(out.status, out.give_back),
 			     (double)ms / 1000.0);
+	note_usage(j, o, ran);
 	log_job(LOG_INFO, j,
 		"msg=\"job finished\" status=%s reason=%s exit_code=%d signal=%d ms=%" PRId64,
 		out.status, reason ? reason : "none", exit_code, sig, ms);
@@ -315,14 +371,15 @@ static void on_exec_done(struct exec_proc *p, const struct exec_outcome *o, void
 			"msg=\"command ended after its claim was lost\" reason=lost_lock");
 		metrics_job_finished(j->env->metrics, j->run_q->name, METRICS_INTERRUPTED,
 				     (double)(util_now_ms() - j->started_ms) / 1000.0);
-		size_t len = 0;
-		const char *err = o->err ? capture_data(o->err, &len) : "";
+		note_usage(j, o, true);
+		static const char lost[] =
+		    "the database session holding the job was lost; the command was killed";
+		int exit_code = o->status == EXEC_EXITED ? o->exit_code : -1;
+		int sig = o->status == EXEC_SIGNALED ? o->signal : 0;
 		free(j->error);
-		j->error = result_error_json(
-		    "lost_lock", o->status == EXEC_EXITED ? o->exit_code : -1,
-		    o->status == EXEC_SIGNALED ? o->signal : 0,
-		    "the database session holding the job was lost; the command was killed", err,
-		    len, o->err ? capture_truncated(o->err) : false);
+		free(j->entry);
+		j->error = error_json("lost_lock", exit_code, sig, lost, o, true);
+		j->entry = history_entry("lost_lock", exit_code, sig, lost, o, true);
 		exec_free(p);
 		j->proc = NULL;
 		j->release_pending = true;
@@ -616,7 +673,7 @@ static void on_released(struct db_conn *c, PGresult *const *res, int n, void *ar
 static void send_release(struct job *j)
 {
 	struct db_stmt st;
-	claim_build_release(&st, &j->rparams, &j->cj, true, j->error,
+	claim_build_release(&st, &j->rparams, &j->cj, true, j->error, j->entry,
 			    retry_delay(j->run_q ? j->run_q : j->q, j->cj.attempts));
 	job_step(j, J_RELEASING);
 	if (db_send(j->db, &st, 1, on_released, j) < 0) {
