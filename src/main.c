@@ -21,6 +21,7 @@
 #include "cli.h"
 #include "config.h"
 #include "daemon.h"
+#include "jobs_cli.h"
 #include "log.h"
 
 static int cmd_run(const struct cli_args *a)
@@ -128,6 +129,19 @@ static int foreign_option(const struct command *c, const struct option *o)
 	return cli_usage_error("%s: %s is an option of %s", c->name, o->name, owners);
 }
 
+/* The output is the result (a new job's id): losing it to a full disk or a
+ * closed pipe must not look like success. */
+static int flush_stdout(const char *name, int rc)
+{
+	if (fflush(stdout) != 0 || ferror(stdout)) {
+		fprintf(stderr, "pgjobd: %s: cannot write to standard output: %s\n", name,
+			strerror(errno));
+		if (rc == 0)
+			rc = 1;
+	}
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	struct cli_args a = {.config = CLI_DEFAULT_CONFIG};
@@ -138,6 +152,22 @@ int main(int argc, char **argv)
 	for (int i = 1; i < argc; i++) {
 		const char *s = argv[i];
 		if (options_end || s[0] != '-' || s[1] == '\0') {
+			if (!cmd && jobs_cli_is_command(s)) {
+				/* jobs, show, retry parse the rest themselves
+				 * (jobs_cli.c); before the name only -c. */
+				bool config_given = false;
+				for (size_t k = 0; k < NOPTIONS; k++) {
+					if (!given[k])
+						continue;
+					if (options[k].offset != offsetof(struct cli_args, config))
+						return cli_usage_error("%s: give %s after '%s'", s,
+								       options[k].name, s);
+					config_given = true;
+				}
+				return flush_stdout(s,
+						    jobs_cli_main(s, config_given ? a.config : NULL,
+								  argc - i - 1, argv + i + 1));
+			}
 			if (!cmd) {
 				cmd = find_command(s);
 				if (!cmd)
@@ -195,14 +225,5 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < NOPTIONS; i++)
 		if (given[i] && !(options[i].cmds & cmd->bit))
 			return foreign_option(cmd, &options[i]);
-	int rc = cmd->run(&a);
-	/* The output is the result (a new job's id): losing it to a full disk
-	 * or a closed pipe must not look like success. */
-	if (fflush(stdout) != 0 || ferror(stdout)) {
-		fprintf(stderr, "pgjobd: %s: cannot write to standard output: %s\n", cmd->name,
-			strerror(errno));
-		if (rc == 0)
-			rc = 1;
-	}
-	return rc;
+	return flush_stdout(cmd->name, cmd->run(&a));
 }
