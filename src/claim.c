@@ -74,16 +74,16 @@ const char claim_sql_commit[] = "COMMIT";
  * entry's finished_at are the same instant. Every SET expression sees the
  * row as it was: `attempts` in the entry is the attempt that ran. */
 static const char sql_finish[] =
-    "UPDATE pgjobd.jobs j SET status = $2, result = $3::jsonb, error = $4::jsonb, "
+    "UPDATE pgjobd.jobs SET status = $2, result = $3::jsonb, error = $4::jsonb, "
     "run_at = CASE WHEN $2 = 'queued' "
-    "THEN c.t + $5::bigint * interval '1 millisecond' ELSE j.run_at END, "
+    "THEN c.t + $5::bigint * interval '1 millisecond' ELSE run_at END, "
     "finished_at = CASE WHEN $2 = 'queued' THEN NULL ELSE c.t END, "
-    "attempts = j.attempts - $6::int, updated_at = c.t, "
-    "history = CASE WHEN $8::jsonb IS NULL THEN j.history "
-    "ELSE pgjobd.history_add(j.history, jsonb_build_object('attempt', j.attempts, "
-    "'worker', j.worker, 'started_at', j.started_at, 'finished_at', c.t) || $8::jsonb) END "
+    "attempts = attempts - $6::int, updated_at = c.t, "
+    "history = CASE WHEN $8::jsonb IS NULL THEN history "
+    "ELSE pgjobd.history_add(history, jsonb_build_object('attempt', attempts, "
+    "'worker', worker, 'started_at', started_at, 'finished_at', c.t) || $8::jsonb) END "
     "FROM (SELECT clock_timestamp() AS t) c "
-    "WHERE j.id = $1::bigint AND j.fence = $7::bigint AND j.status = 'running'";
+    "WHERE id = $1::bigint AND fence = $7::bigint AND status = 'running'";
 
 /* A cancelled outcome also drops the job's cancel request, in the same
  * transaction (pgjobd.maintain() would drop it later otherwise). */
