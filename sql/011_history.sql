@@ -75,27 +75,32 @@
 ALTER TABLE pgjobd.jobs ADD COLUMN history jsonb NOT NULL DEFAULT '[]';
 
 -- p_history with p_entry appended: at most 20 entries (the oldest dropped),
--- and the stderr of every entry but the new one cut to its last 4096
+-- and the stderr of the entry that was the newest cut to its last 4096
 -- characters (then "truncated": true), so that a job's row stays small
--- however often it is retried. Anything but an array in p_history counts as
--- empty; a NULL p_entry appends nothing. Pure; reads and locks nothing.
+-- however often it is retried. Every entry goes through here, so the older
+-- ones were cut when they were in its place, and one jsonb_set does. Anything
+-- but an array in p_history counts as empty; a NULL p_entry appends nothing.
+-- jsonb operators only, in PL/pgSQL, whose plans a session keeps: this runs
+-- in every outcome statement. Pure; reads and locks nothing.
 CREATE FUNCTION pgjobd.history_add(p_history jsonb, p_entry jsonb) RETURNS jsonb
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT coalesce(jsonb_agg(k.v ORDER BY k.n), '[]'::jsonb)
-      FROM (SELECT a.v, a.n
-              FROM (SELECT CASE WHEN length(h.v ->> 'stderr') > 4096
-                                THEN h.v || jsonb_build_object('stderr',
-                                                               right(h.v ->> 'stderr', 4096),
-                                                               'truncated', true)
-                                ELSE h.v END AS v,
-                           h.n
-                      FROM jsonb_array_elements(CASE WHEN jsonb_typeof(p_history) = 'array'
-                                                     THEN p_history ELSE '[]' END)
-                           WITH ORDINALITY AS h(v, n)
-                    UNION ALL
-                    SELECT p_entry, 9223372036854775807 WHERE p_entry IS NOT NULL) a
-             ORDER BY a.n DESC
-             LIMIT 20) k
+LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    h jsonb := CASE WHEN jsonb_typeof(p_history) = 'array' THEN p_history ELSE '[]' END;
+    e jsonb := h -> -1;
+BEGIN
+    IF p_entry IS NULL THEN
+        RETURN h;
+    END IF;
+    IF length(e ->> 'stderr') > 4096 THEN
+        h := jsonb_set(h, '{-1}', e || jsonb_build_object('stderr', right(e ->> 'stderr', 4096),
+                                                          'truncated', true));
+    END IF;
+    h := h || jsonb_build_array(p_entry);
+    WHILE jsonb_array_length(h) > 20 LOOP
+        h := h - 0;
+    END LOOP;
+    RETURN h;
+END
 $$;
 
 -- The entry of an attempt that ended without its daemon's outcome statement
