@@ -53,6 +53,7 @@
 #include "migrate.h"
 #include "notify.h"
 #include "priv.h"
+#include "reap.h"
 #include "report.h"
 #include "sha256.h"
 #include "util.h"
@@ -106,9 +107,9 @@ struct daemon {
 	struct job_env env;
 	ev_signal sigterm, sigint, sighup;
 	ev_timer poll, grace, watchdog;
-	ev_child guard_child;
-	ev_idle reap;	  /* started while `dead` is not empty */
-	bool terminating; /* commands were told to stop */
+	struct reaper *reaper; /* every child is reaped by it (reap.h) */
+	ev_idle reap;	       /* started while `dead` is not empty */
+	bool terminating;      /* commands were told to stop */
 	int exit_code;
 };
 
@@ -779,13 +780,12 @@ static void on_sighup(struct ev_loop *loop, ev_signal *w, int revents)
 	notify_send("READY=1");
 }
 
-static void on_guard_exit(struct ev_loop *loop, ev_child *w, int revents)
+static void on_guard_exit(pid_t pid, int status, const struct rusage *ru, void *arg)
 {
-	(void)loop;
-	(void)revents;
-	struct daemon *d = w->data;
-	ev_child_stop(d->loop, w);
-	log_error("msg=\"guard process died; stopping\" status=%d", w->rstatus);
+	(void)pid;
+	(void)ru;
+	struct daemon *d = arg;
+	log_error("msg=\"guard process died; stopping\" status=%d", status);
 	d->exit_code = 1;
 	begin_drain(d, true);
 }
@@ -842,7 +842,18 @@ int daemon_run(const char *config_path, struct config *cfg)
 		free(d);
 		return 1;
 	}
-	d->loop = EV_DEFAULT;
+	/* Not libev's default loop: its SIGCHLD watcher would reap every child
+	 * with waitpid(-1), and what each command cost would be lost; our
+	 * reaper reaps them with wait4 (reap.h). */
+	d->loop = ev_loop_new(EVFLAG_AUTO);
+	if (!d->loop) {
+		log_error("msg=\"cannot create the event loop\"");
+		guard_stop(d->guard);
+		config_free(cfg);
+		free(d);
+		return 1;
+	}
+	d->reaper = reaper_new(d->loop);
 	/* Before any command: a cgroup per command, or the daemon as a
 	 * subreaper; also clears job cgroups an earlier run left. */
 	d->contain = contain_new(d->loop, d->guard);
@@ -862,6 +873,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 	    .home = d->home,
 	    .lang = getenv("LANG"),
 	    .guard = d->guard,
+	    .reaper = d->reaper,
 	    .contain = d->contain,
 	    .fence = d->fence,
 	    .on_event = on_job_event,
@@ -881,9 +893,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 	d->grace.data = d;
 	ev_idle_init(&d->reap, on_reap);
 	d->reap.data = d;
-	ev_child_init(&d->guard_child, on_guard_exit, guard_pid(d->guard), 0);
-	d->guard_child.data = d;
-	ev_child_start(d->loop, &d->guard_child);
+	reaper_watch(d->reaper, guard_pid(d->guard), on_guard_exit, d);
 	uint64_t wd = notify_watchdog_usec();
 	if (wd) {
 		double every = (double)wd / 2e6;
@@ -921,7 +931,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 	free(d->retiring);
 	free(d->dead);
 	free(d->held);
-	ev_child_stop(d->loop, &d->guard_child);
+	reaper_unwatch(d->reaper, guard_pid(d->guard));
 	ev_timer_stop(d->loop, &d->poll);
 	ev_timer_stop(d->loop, &d->grace);
 	ev_timer_stop(d->loop, &d->watchdog);
@@ -937,9 +947,11 @@ int daemon_run(const char *config_path, struct config *cfg)
 	free(d->worker_prefix);
 	free(d->home);
 	metrics_free(d->metrics);
+	struct ev_loop *loop = d->loop;
+	reaper_free(d->reaper);
 	free(d);
 	notify_fini(); /* a last try for a held STOPPING=1 */
-	ev_loop_destroy(EV_DEFAULT);
+	ev_loop_destroy(loop);
 	log_info("msg=\"stopped\" exit_code=%d", code);
 	return code;
 }

@@ -2,18 +2,18 @@
  *
  * Owns: one struct exec_proc per started command, with its child process
  * (/bin/sh -c COMMAND, leader of its own process group), the parent ends of
- * its three pipes, two bounded captures (stdout head, stderr tail) and the
- * libev watchers that drive them: ev_io for stdin/stdout/stderr, ev_child for
- * the shell, a drain timer, a kill-escalation timer and a zero-delay timer
- * that reports a spawn failure from the loop.
+ * its three pipes, two bounded captures (stdout head and tail, stderr tail),
+ * the libev watchers that drive them: ev_io for stdin/stdout/stderr, a drain
+ * timer, a kill-escalation timer and a zero-delay timer that reports a spawn
+ * failure from the loop; and a watch of the shell's pid with the reaper.
  *
  * Life of a command:
  *   exec_start -> posix_spawn, or fork+exec when switching user or when the
  *   caller must learn the process group before the command runs (before_run:
  *   the child waits on a gate pipe until the hook has returned; if the
  *   daemon dies first, the gate reads EOF and the child exits without
- *   exec'ing anything) -> ev_child started before we return to the loop, so
- *   libev cannot reap the shell before a watcher exists for it.
+ *   exec'ing anything) -> the shell's pid watched (reaper_watch) before we
+ *   return to the loop, where children are reaped.
  *   The shell is reaped -> the whole group gets SIGKILL right away (the job
  *   is over when its shell is; no process of it may outlive it), and a drain
  *   timer starts. Both pipes at EOF, or the drain timer fires (a process that
@@ -23,22 +23,10 @@
  * Invariants:
  *   - p->done is set right before the callback; after the callback returns
  *     nothing of p is touched, because the callback may exec_free(p).
- *   - Only libev reaps (no waitpid here): its SIGCHLD handler reaps every
- *     child with waitpid(-1), so a waitpid of ours would race it.
- *   - What the command cost (wait4's rusage: CPU time and peak RSS of the
- *     shell and of the descendants it waited for) is read from the zombie
- *     before libev reaps it, without reaping it: waitid(2) with WNOWAIT
- *     fills a struct rusage when called as the raw system call. The moment
- *     comes from a pidfd (pidfd_open, Linux 5.3), readable once the shell
- *     has exited, and an ev_check of the highest priority, which libev runs
- *     after each poll and before any other callback, so before the signal
- *     watcher whose callback reaps: when it finds the pidfd's watcher
- *     pending, the shell is a zombie not yet reaped. The shell cannot be
- *     reaped earlier, because reaping happens only in that callback. One
- *     narrow window remains: a SIGCHLD that libev notes after its poll but
- *     before it looks for skipped wake-ups is handled in that iteration,
- *     while the pidfd's readiness waits for the next poll; then, like on a
- *     kernel without pidfds, the usage is unknown (-1), never wrong.
+ *   - The shell is reaped by the reaper (reap.h) with wait4, never by libev
+ *     (whose default loop the daemon does not use): wait4 returns its
+ *     rusage, the CPU time and peak RSS of the shell and of every
+ *     descendant it waited for, which the outcome carries.
  *   - Every fd is O_CLOEXEC in the daemon; the child gets fds 0-2 and nothing
  *     else (closefrom(3)), an empty signal mask and default dispositions.
  *   - Output memory is bounded by the captures; pipes are read to EOF even
@@ -59,13 +47,13 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "log.h"
 #include "parse.h"
 #include "priv.h"
+#include "reap.h"
 #include "util.h"
 
 /* How long to wait for the pipes to reach EOF once the shell is reaped. */
@@ -92,10 +80,8 @@ struct exec_proc {
 	size_t stdin_len, stdin_off;
 
 	ev_io w_in, w_out, w_err;
-	ev_child w_child;
-	int pidfd;	  /* the shell's, -1 when none (or no longer needed) */
-	ev_io w_pidfd;	  /* readable once the shell has exited */
-	ev_check w_usage; /* reads its usage before libev reaps it */
+	struct reaper *reaper;
+	bool watched;	  /* the shell's pid is watched by the reaper */
 	struct rusage ru; /* valid when has_usage */
 	bool has_usage;
 	ev_timer w_drain;
@@ -133,16 +119,16 @@ static void release_io(struct exec_proc *p)
 	ev_io_stop(p->loop, &p->w_in);
 	ev_io_stop(p->loop, &p->w_out);
 	ev_io_stop(p->loop, &p->w_err);
-	ev_child_stop(p->loop, &p->w_child);
-	ev_io_stop(p->loop, &p->w_pidfd);
-	ev_check_stop(p->loop, &p->w_usage);
+	if (p->watched) {
+		reaper_unwatch(p->reaper, p->pid);
+		p->watched = false;
+	}
 	ev_timer_stop(p->loop, &p->w_drain);
 	ev_timer_stop(p->loop, &p->w_kill);
 	ev_timer_stop(p->loop, &p->w_fail);
 	close_fd(&p->in_fd);
 	close_fd(&p->out_fd);
 	close_fd(&p->err_fd);
-	close_fd(&p->pidfd);
 	free(p->stdin_data);
 	p->stdin_data = NULL;
 }
@@ -150,49 +136,6 @@ static void release_io(struct exec_proc *p)
 static int64_t timeval_ms(struct timeval tv)
 {
 	return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
-}
-
-/* The usage is read, or can no longer be: the two watchers go. */
-static void usage_done(struct exec_proc *p)
-{
-	ev_check_stop(p->loop, &p->w_usage);
-	ev_clear_pending(p->loop, &p->w_pidfd);
-	ev_io_stop(p->loop, &p->w_pidfd);
-	close_fd(&p->pidfd);
-}
-
-/* The shell's rusage, if it is a zombie that nobody has reaped yet:
- * waitid(P_PID, WEXITED | WNOHANG | WNOWAIT) leaves it for libev. glibc's
- * waitid() has no rusage argument; the system call's fifth has. */
-static void read_usage(struct exec_proc *p)
-{
-	siginfo_t si;
-	memset(&si, 0, sizeof(si));
-	long r = syscall(SYS_waitid, P_PID, (long)p->pid, &si, WEXITED | WNOHANG | WNOWAIT, &p->ru);
-	if (r == 0 && si.si_pid == p->pid)
-		p->has_usage = true;
-	else if (r == 0)
-		return; /* still running: a pidfd is readable only at exit, but be safe */
-	usage_done(p);
-}
-
-static void on_usage_check(struct ev_loop *loop, ev_check *w, int revents)
-{
-	(void)loop;
-	(void)revents;
-	struct exec_proc *p = w->data;
-	if (ev_is_pending(&p->w_pidfd))
-		read_usage(p);
-}
-
-/* Only when on_usage_check did not see it pending first (it normally
- * does): try anyway; if libev has reaped the shell already, waitid fails
- * and the usage stays unknown. */
-static void on_pidfd_readable(struct ev_loop *loop, ev_io *w, int revents)
-{
-	(void)loop;
-	(void)revents;
-	read_usage(w->data);
 }
 
 /* The single place that invokes the callback. */
@@ -303,16 +246,18 @@ static void on_stderr_readable(struct ev_loop *loop, ev_io *w, int revents)
 	drain_pipe(p, w, &p->err_fd, &p->err);
 }
 
-static void on_child_exit(struct ev_loop *loop, ev_child *w, int revents)
+/* The reaper's callback: the shell was reaped. */
+static void on_shell_reaped(pid_t pid, int status, const struct rusage *ru, void *arg)
 {
-	(void)revents;
-	struct exec_proc *p = w->data;
-	ev_child_stop(loop, w);
-	usage_done(p); /* read by now, or never */
+	(void)pid;
+	struct exec_proc *p = arg;
+	p->watched = false;
 	p->reaped = true;
-	p->wstatus = w->rstatus;
+	p->wstatus = status;
+	p->ru = *ru;
+	p->has_usage = true;
 	p->end_ms = util_now_ms();
-	ev_timer_stop(loop, &p->w_kill);
+	ev_timer_stop(p->loop, &p->w_kill);
 	/* The job ends with its shell. Kill what is left of the group now,
 	 * while the group still exists or has only just emptied, so that the
 	 * pgid cannot have been reused by an unrelated process; this also lets
@@ -320,9 +265,12 @@ static void on_child_exit(struct ev_loop *loop, ev_child *w, int revents)
 	if (!p->spawn_failed)
 		signal_group(p->pid, SIGKILL);
 	/* The child is gone: a pending stdin write can only fail now. */
-	ev_io_stop(loop, &p->w_in);
+	ev_io_stop(p->loop, &p->w_in);
 	close_fd(&p->in_fd);
-	ev_timer_start(loop, &p->w_drain);
+	/* ev_now() may be stale (this can run at the start of ev_run, before
+	 * the loop reads the clock): the drain must not be shorter. */
+	ev_now_update(p->loop);
+	ev_timer_start(p->loop, &p->w_drain);
 	maybe_finish(p);
 }
 
@@ -638,7 +586,7 @@ struct exec_proc *exec_start(struct ev_loop *loop, const struct exec_spec *spec,
 	struct exec_proc *p = NULL;
 	char *data = NULL;
 
-	assert(spec->command && spec->envp && cb);
+	assert(spec->command && spec->envp && spec->reaper && cb);
 	if (spec->stdin_len > 0) {
 		/* Sized by the job's data: checked, not x-alloc'd (STYLE §4). */
 		data = malloc(spec->stdin_len);
@@ -659,7 +607,7 @@ struct exec_proc *exec_start(struct ev_loop *loop, const struct exec_spec *spec,
 	p->in_fd = in[1];
 	p->out_fd = out[0];
 	p->err_fd = err[0];
-	p->pidfd = -1;
+	p->reaper = spec->reaper;
 	p->stdin_data = data;
 	p->stdin_len = spec->stdin_len;
 	p->start_ms = util_now_ms();
@@ -671,11 +619,7 @@ struct exec_proc *exec_start(struct ev_loop *loop, const struct exec_spec *spec,
 	ev_timer_init(&p->w_drain, on_drain_timeout, EXEC_DRAIN_S, 0.);
 	ev_timer_init(&p->w_kill, on_kill_timeout, 0., 0.);
 	ev_timer_init(&p->w_fail, on_spawn_failed, 0., 0.);
-	ev_init(&p->w_pidfd, on_pidfd_readable);
-	ev_check_init(&p->w_usage, on_usage_check);
-	/* Before every other callback after a poll, libev's reaping included. */
-	ev_set_priority(&p->w_usage, EV_MAXPRI);
-	p->w_in.data = p->w_out.data = p->w_err.data = p->w_pidfd.data = p->w_usage.data = p;
+	p->w_in.data = p->w_out.data = p->w_err.data = p;
 	p->w_drain.data = p->w_kill.data = p->w_fail.data = p;
 
 	/* argv strings are not modified by exec; the casts only satisfy the
@@ -709,17 +653,10 @@ struct exec_proc *exec_start(struct ev_loop *loop, const struct exec_spec *spec,
 	p->pid = pid;
 	/* Before returning to the loop: libev reaps in the loop, and a child
 	 * reaped without a watcher would lose its status. */
-	ev_child_init(&p->w_child, on_child_exit, pid, 0);
-	p->w_child.data = p;
-	ev_child_start(loop, &p->w_child);
-	/* Not reaped before the loop runs, so the pid is still the shell's.
-	 * Without pidfds (ENOSYS, or a seccomp filter) the usage is unknown. */
-	p->pidfd = (int)syscall(SYS_pidfd_open, pid, 0); /* close-on-exec always */
-	if (p->pidfd >= 0) {
-		ev_io_set(&p->w_pidfd, p->pidfd, EV_READ);
-		ev_io_start(loop, &p->w_pidfd);
-		ev_check_start(loop, &p->w_usage);
-	}
+	/* Before returning to the loop, where children are reaped: a child
+	 * reaped without a watch would lose its status. */
+	reaper_watch(p->reaper, pid, on_shell_reaped, p);
+	p->watched = true;
 	if (spawn_err != 0) {
 		/* The forked child failed before exec and exits 127 by itself;
 		 * its exit is awaited like any other, then reported as spawn. */

@@ -29,10 +29,9 @@ struct exec_outcome {
 	struct capture *out;	/* borrowed, valid during the callback: stdout's */
 	struct capture *err;	/* head and tail, stderr's tail */
 	int64_t duration_ms;
-	/* From wait4(2) when the daemon reaped the shell itself (the fork
-	 * path, on Linux 5.3 or later), else -1: the user plus system CPU time
-	 * and the peak resident set of the shell and of every descendant it
-	 * waited for (a process it left behind is not counted). */
+	/* From wait4(2) (reap.h): the user plus system CPU time and the peak
+	 * resident set of the shell and of every descendant it waited for (a
+	 * process it left behind is not counted); -1 when no process ran. */
 	int64_t cpu_ms;
 	int64_t max_rss_kb;
 };
@@ -44,8 +43,11 @@ struct exec_outcome {
  * The callback may call exec_free(p). */
 typedef void exec_done_fn(struct exec_proc *p, const struct exec_outcome *o, void *arg);
 
+struct reaper;
+
 struct exec_spec {
 	const char *command;	 /* passed as the single argument after sh -c */
+	struct reaper *reaper;	 /* reaps the shell (reap.h); required */
 	const char *working_dir; /* NULL: inherit */
 	char *const *envp;	 /* full environment, NULL-terminated */
 	const char *stdin_data;	 /* written then closed (EOF); EPIPE is not an error */

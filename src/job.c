@@ -455,6 +455,7 @@ static void start_command(struct job *j)
 	bool switch_user = q->has_user && (q->uid != geteuid() || q->gid != getegid());
 	struct exec_spec spec = {
 	    .command = q->command,
+	    .reaper = j->env->reaper,
 	    .working_dir = q->working_dir,
 	    .envp = envp,
 	    .stdin_data = j->cj.data,

@@ -1,9 +1,9 @@
 /* test_exec.c - exec module against real processes and the real libev loop.
  *
  * No mocks: every test spawns /bin/sh through exec_start and runs the
- * default loop until the callback fires (with a safety timer). The test
+ * daemon's kind of loop until the callback fires (with a safety timer). The test
  * process makes itself a child subreaper so that orphaned grandchildren are
- * reparented to it (and reaped by libev's SIGCHLD handler) instead of to a
+ * reparented to it (and reaped by the reaper) instead of to a
  * PID 1 that may never reap them; a process is "dead" when kill(pid, 0)
  * fails with ESRCH or /proc says it is a zombie. Waits are polls with a
  * deadline, never a fixed sleep that is assumed long enough. */
@@ -21,10 +21,12 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "reap.h"
 #include "tap.h"
 #include "util.h"
 
 static struct ev_loop *loop;
+static struct reaper *reaper;
 static char tmpdir[] = "/tmp/test_exec.XXXXXX";
 
 /* A copy of everything the callback saw. */
@@ -160,6 +162,7 @@ static struct exec_spec mkspec(const char *cmd, char **envp)
 {
 	struct exec_spec s = {0};
 	s.command = cmd;
+	s.reaper = reaper;
 	s.envp = envp;
 	s.max_output = 1 << 20;
 	return s;
@@ -889,9 +892,9 @@ static int no_op_before_run(pid_t pgid, void *arg)
 	return 0;
 }
 
-/* wait4's rusage, read from the zombie before libev reaps it: CPU time
- * and peak RSS, covering the subshell the shell waited for, on both spawn
- * paths; and for many commands ending at once. */
+/* wait4's rusage (the reaper's): CPU time and peak RSS, covering the
+ * subshell the shell waited for, on both spawn paths; and for many
+ * commands ending at once, whose SIGCHLDs coalesce. */
 static void test_usage(char **env)
 {
 	struct res r;
@@ -924,8 +927,7 @@ static void test_usage(char **env)
 	   "usage: known on the posix_spawn path");
 	res_fini(&r);
 
-	/* Many commands, ending close together, with libev reaping each
-	 * SIGCHLD batch: every one still has its usage. */
+	/* Many commands ending close together: every one has its usage. */
 	enum { N = 30 };
 	struct res rs[N];
 	int known = 0, ended = 0;
@@ -979,7 +981,10 @@ int main(void)
 	/* Orphans come to us (and libev reaps them), not to a PID 1 that might
 	 * leave them as zombies forever. */
 	prctl(PR_SET_CHILD_SUBREAPER, 1);
-	loop = EV_DEFAULT;
+	/* As in the daemon: a loop of our own, whose children the reaper
+	 * reaps with wait4 (reap.h), not libev's default loop. */
+	loop = ev_loop_new(EVFLAG_AUTO);
+	reaper = reaper_new(loop);
 	if (!mkdtemp(tmpdir)) {
 		perror("mkdtemp");
 		return 1;
@@ -1006,5 +1011,7 @@ int main(void)
 	test_stdout_tail(env);
 	util_strv_free(env);
 	rmdir(tmpdir);
+	reaper_free(reaper);
+	ev_loop_destroy(loop);
 	return tap_done();
 }
