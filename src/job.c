@@ -209,6 +209,12 @@ static void on_finished(struct db_conn *c, PGresult *const *res, int n, void *ar
 				"fence=%lld",
 				j->cj.fence);
 	}
+	/* The retry's wake-up, once the outcome is committed: run_at counts
+	 * from the server's time of the UPDATE, so a timer started before it
+	 * was sent could fire before the job is due, find nothing, and leave
+	 * the retry to the poll. */
+	if (strcmp(j->out.status, "queued") == 0 && !j->out.give_back)
+		emit(j, JOB_EV_RETRY, j->out.retry_in_ms);
 	clear_run(j);
 	job_step(j, J_IDLE);
 	if (!maybe_stop(j))
@@ -334,8 +340,6 @@ static void write_outcome(struct job *j, const struct exec_outcome *o)
 	log_job(LOG_INFO, j,
 		"msg=\"job finished\" status=%s reason=%s exit_code=%d signal=%d ms=%" PRId64,
 		out.status, reason ? reason : "none", exit_code, sig, ms);
-	if (strcmp(out.status, "queued") == 0 && !out.give_back)
-		emit(j, JOB_EV_RETRY, out.retry_in_ms);
 	j->out = out;
 	struct db_stmt st[CLAIM_FINISH_MAX];
 	int n = claim_build_finish(st, &j->fparams, j->cj.id, j->cj.fence, &out);
