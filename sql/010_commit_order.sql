@@ -11,77 +11,86 @@
 --
 --     coalesce(commit_seq, id)
 --
--- (the index jobs_group_head is on it). At commit, the constraint trigger
--- jobs_commit_order (DEFERRABLE INITIALLY DEFERRED, so it runs when COMMIT
--- is sent, before the commit record is written) looks at each grouped job
--- the transaction inserted: when some unfinished job of its group that the
--- trigger can see has a greater key, the job takes a fresh number,
--- commit_seq = nextval of the id sequence, which is greater than every id
--- and key drawn so far and smaller than every one drawn later; otherwise it
--- keeps its id as its key (commit_seq NULL), because it already comes after
--- every job of its group that is visible. Either way, once the trigger has
--- run for it, the job's key is greater than that of every unfinished job of
--- its group visible at that moment. Deferred triggers fire in the order
--- their rows were inserted, so the jobs of one transaction keep their id
--- order: each is placed after the ones before it.
+-- (the index jobs_group_head is on it). The constraint trigger
+-- jobs_commit_order is DEFERRABLE INITIALLY DEFERRED: it runs when the
+-- producer's COMMIT is sent, before the commit record is written, once per
+-- grouped job the transaction inserted, in the order they were inserted.
+-- It places the job after every unfinished job of its group that is visible
+-- at that moment: a job whose id already puts it there keeps its id as its
+-- key (commit_seq stays NULL, and the row is not written again); any other
+-- takes a fresh number, commit_seq = nextval of the id sequence, which is
+-- greater than every id and number drawn so far and smaller than every one
+-- drawn later. Because the jobs of one transaction are placed in insertion
+-- (id) order, each after the ones before it, they keep their id order.
 --
 -- What "the order they became visible" means, exactly. For two jobs J and K
 -- of one group: if K was committed when J's transaction began its COMMIT
 -- (ran its deferred triggers), K starts before J. In particular, a producer
 -- that sends a COMMIT only after another producer's COMMIT has returned
 -- gets its jobs placed after the other's. Jobs committed together start in
--- id order. The remaining window is the one between a transaction's
--- deferred triggers and its commit record becoming visible: the rest of its
+-- id order. What is left open is a window, from the moment a transaction's
+-- deferred triggers run until its commit becomes visible: the rest of its
 -- deferred triggers, the WAL flush of the commit, and with synchronous
 -- replication the standby's answer. A transaction of the same group that
 -- commits inside that window may be placed either way. That is what a
 -- careful operator can expect: two producers whose COMMITs are in flight at
 -- the same time have no order between them that either could observe (each
--- learns its job is enqueued only when its own COMMIT returns), and closing
--- the window would need a lock that makes a group's producers wait for each
--- other's commits.
+-- learns that its job is enqueued only when its own COMMIT returns), and
+-- closing the window would take a lock that makes a group's producers wait
+-- for each other's commits.
 --
 -- Variations, all following from the trigger's nature:
 --   - SET CONSTRAINTS ALL IMMEDIATE (or naming jobs_commit_order) in a
---     producer's transaction places its jobs at the end of each statement
---     instead of at commit; PREPARE TRANSACTION places them at PREPARE.
---   - Under REPEATABLE READ or SERIALIZABLE the trigger's query would see
+--     producer's transaction places its jobs as each statement ends instead
+--     of at commit, and the window runs from there to the commit;
+--     PREPARE TRANSACTION places them at PREPARE.
+--   - Under REPEATABLE READ or SERIALIZABLE the trigger's queries would see
 --     the transaction's snapshot, not the jobs committed since: there every
 --     grouped job takes a fresh number at commit, so the order is the order
 --     in which the transactions began to commit.
 --   - A finished job put back to `queued` (pgjobd.retry(), or an UPDATE of
 --     its status), and a queued job moved to another queue or group, are
---     placed the same way by the same trigger (jobs_commit_order_requeued)
---     when that transaction commits: after the jobs of its group already
---     visible, like a job enqueued by that transaction. A job put back to
---     `queued` after a failed attempt (from `running`) keeps its key: it
---     holds back the later jobs of its group until its retry has run.
+--     placed the same way, by the same function (trigger
+--     jobs_commit_order_requeued), when that transaction commits: after the
+--     jobs of its group already visible, like a job enqueued by that
+--     transaction. A job put back to `queued` after a failed attempt (from
+--     `running`) keeps its key: it holds back the later jobs of its group
+--     until its retry has run.
 --   - A fresh number comes from the id sequence, so ids are not consecutive
---     where it was used (they never were promised to be).
+--     where one was drawn (they never were promised to be).
 --
 -- Rows enqueued before this version have commit_seq NULL: their key is their
 -- id, as their order was until now. Nothing is backfilled (no row is
--- rewritten); every fresh number drawn later is greater than their ids.
+-- rewritten); every number drawn later is greater than their ids.
 --
--- Why this design (measured on a 2-core VM, 20,000 single-row grouped
--- INSERT transactions from one backend, synchronous_commit off, backend CPU
--- per INSERT; a 100,000-row INSERT ... SELECT in 1,000 groups):
---   version 8 (id order)                          43 us, 500 B WAL; bulk 1.0 s
---   a fresh number for every grouped job at commit  81 us, 950 B WAL; bulk 5.2 s
---   this version (a fresh number only when needed)  see below
--- The second row is the plain design (commit_seq always drawn at commit): its
--- UPDATE of every grouped row at commit writes a second row version, which
--- cannot be a HOT update since the key is indexed, and new entries in every
--- index of the row. This version's trigger reads one index probe per grouped
--- job and writes only for a job whose transaction was overtaken by another
--- commit of its group, or which shares its transaction with later jobs of its
--- group (a multi-row enqueue into one group costs what the plain design
--- costs). Also considered: a transaction-level lock per group taken by the
--- INSERT, so that a group's producers commit in id order (exact, and no
--- writes, but a producer's INSERT would wait for another producer's open
--- transaction, and producers of two groups could deadlock); and commit
--- timestamps (track_commit_timestamp is off by default, they are not unique,
--- and they cannot be indexed with the rows).
+-- Why this design. Measured on a 2-core VM shared with other work (so
+-- only the differences count): backend CPU per INSERT over 20,000
+-- single-row grouped INSERT transactions made by a procedure (no parsing or
+-- network; synchronous_commit off), and one 100,000-row INSERT ... SELECT
+-- into 1,000 groups (100 jobs per group and transaction) and into 100,000
+-- groups (one each):
+--                                           single-row       bulk, per job
+--                                           CPU    WAL       100/grp 1/grp
+--   version 8 (id order)                    36 us  490 B      9 us    7 us
+--   a fresh number for every grouped job    73 us  900 B     34 us   31 us
+--   at commit (the plain design)
+--   this version                            50 us  510 B     28 us   13 us
+-- The plain design UPDATEs every grouped row at commit: a second row
+-- version, which cannot be a HOT update since the key is indexed, with new
+-- entries in every index of the row, and as much WAL again. This version
+-- reads one index probe for a job enqueued alone (two or three for the jobs of a
+-- multi-row enqueue into one group), and writes only for a job whose
+-- transaction was overtaken by another commit of its group. Its price is
+-- the column enqueued_xact (8 bytes a row), which tells a transaction's own
+-- jobs, placed in their turn, from jobs it must follow. Ungrouped jobs pay
+-- that column only: their INSERT queues no trigger event. Also considered: a
+-- transaction-level lock per group taken by the INSERT, so that a group's
+-- producers commit in id order (exact, no window, no writes, but a
+-- producer's INSERT would wait for another producer's open transaction, and
+-- producers of two groups could deadlock); and commit timestamps
+-- (track_commit_timestamp is off by default, they are not unique, and they
+-- cannot be indexed with the rows). A claim reads what it read before
+-- (tests/integration/t_45_backlog.sh, t_47_held_groups.sh).
 --
 -- Functions restated from their latest versions, each with only these
 -- changes (everything that means "the group's head" or "the later jobs of
@@ -98,7 +107,7 @@
 -- daemon since version 2 and are left as they are.
 --
 -- Locks taken by this migration (in one transaction with the rest of the
--- upgrade): ACCESS EXCLUSIVE on pgjobd.jobs, for the new column and to
+-- upgrade): ACCESS EXCLUSIVE on pgjobd.jobs, for the new columns and to
 -- replace jobs_group_head, so the upgrade waits for running jobs of lock
 -- mode `transaction` to finish, and INSERTs and claims wait for its commit;
 -- the new index is built by one read of the table meanwhile. Daemons of
@@ -106,36 +115,104 @@
 -- with unchanged signatures, so they start jobs in commit order at once,
 -- until their listener reconnects and stops them on the version mismatch.
 
-ALTER TABLE pgjobd.jobs ADD COLUMN commit_seq bigint;
+-- commit_seq: NULL, or the number a grouped job was given at its commit
+-- when its id would not do (see the top). enqueued_xact: the transaction
+-- that inserted the job (pg_current_xact_id(), the top-level transaction
+-- even inside a savepoint), so that the trigger can tell that transaction's
+-- own jobs from the others; NULL for rows enqueued before this version. Set
+-- as a default in a second statement: adding a column with a volatile
+-- default would rewrite the table. Producers may write neither column (they
+-- are not among their INSERT columns).
+ALTER TABLE pgjobd.jobs ADD COLUMN commit_seq bigint, ADD COLUMN enqueued_xact xid8;
+ALTER TABLE pgjobd.jobs ALTER COLUMN enqueued_xact SET DEFAULT pg_current_xact_id();
 
 -- A group's unfinished jobs in start order: finds a group's head in one
--- probe, and the jobs after a given one in one range scan.
+-- probe, the job just before or after a given one in one probe, and the
+-- jobs after it in one range scan.
 DROP INDEX pgjobd.jobs_group_head;
 CREATE INDEX jobs_group_head ON pgjobd.jobs (queue, group_id, (coalesce(commit_seq, id)))
     WHERE status IN ('queued', 'running') AND group_id IS NOT NULL;
 
--- The deferred trigger (see the top). NEW is the row as the event left it
--- (a later change in the same transaction has an event of its own when it
--- matters). Reads, with the latest committed state (READ COMMITTED: a new
--- snapshot), whether an unfinished job of the group has a greater key: one
--- probe of jobs_group_head. Writes only the job's own row, which no other
--- session can see or lock yet (an inserted row), or which this transaction
--- has locked already (an updated one): it never waits. SECURITY DEFINER: a
--- producer's row-level security would hide the other producers' jobs of the
--- group, and a producer has no right on the id sequence.
+-- The deferred trigger (see the top): places the job NEW after every
+-- unfinished job of its group that is visible now. NEW is the row as its
+-- event left it (a later change in the same transaction that matters has an
+-- event of its own). Under READ COMMITTED each statement here sees the
+-- latest committed state.
+--
+-- The job keeps its id as its key when nothing of its group is above it
+-- (one probe: the single-row INSERT's whole cost). Otherwise, for a job
+-- the transaction inserted, when what is above is another job the same
+-- transaction inserted later (a multi-row enqueue into one group: those are
+-- placed after this one, in their turn), the job keeps its key too if
+--   - the transaction's job of the group just below it kept its key: that
+--     one (or the first of the run it belongs to) found nothing but the
+--     transaction's own later jobs above it, and this one is among them; or
+--   - nothing but the transaction's own jobs not placed yet is above it
+--     (a scan over them, once per group and transaction);
+-- and provided no job of the transaction was renumbered before in this
+-- group (checked only when one was renumbered at all, in this transaction:
+-- the setting pgjobd.renumbered), because a renumbered job sorts above
+-- every id and the jobs inserted after it must follow it. In every other
+-- case the job is renumbered: a job of another transaction, a job already
+-- renumbered, or a job of this group that this transaction put back to
+-- `queued` (an UPDATE event) is above it.
+--
+-- Writes only the job's own row, which no other session can see or lock
+-- yet (an inserted row), or which this transaction has locked already (an
+-- updated one): it never waits. SECURITY DEFINER: a producer's row-level
+-- security would hide the other producers' jobs of the group, and a
+-- producer has no right on the id sequence.
 CREATE FUNCTION pgjobd.jobs_commit_order() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    k bigint := coalesce(NEW.commit_seq, NEW.id);
+    me xid8;
+    r record;
+    own_above boolean;
 BEGIN
-    IF current_setting('transaction_isolation') = 'read committed'
-       AND NOT EXISTS (SELECT 1 FROM pgjobd.jobs o
-                        WHERE o.queue = NEW.queue AND o.group_id = NEW.group_id
-                          AND o.status IN ('queued', 'running') AND o.id <> NEW.id
-                          AND coalesce(o.commit_seq, o.id) > coalesce(NEW.commit_seq, NEW.id))
-    THEN
-        RETURN NULL; -- it comes after every unfinished job of its group already
+    -- Under REPEATABLE READ or SERIALIZABLE the statements here would see
+    -- the transaction's snapshot, not what was committed since: renumber.
+    IF current_setting('transaction_isolation') = 'read committed' THEN
+        SELECT o.commit_seq, o.enqueued_xact INTO r FROM pgjobd.jobs o
+         WHERE o.queue = NEW.queue AND o.group_id = NEW.group_id
+           AND o.status IN ('queued', 'running') AND o.id <> NEW.id
+           AND coalesce(o.commit_seq, o.id) > k
+         ORDER BY coalesce(o.commit_seq, o.id) LIMIT 1;
+        IF NOT FOUND THEN
+            RETURN NULL; -- last of its group already
+        END IF;
+        me := pg_current_xact_id();
+        own_above := TG_OP = 'INSERT' AND r.commit_seq IS NULL AND r.enqueued_xact = me;
+        IF own_above AND current_setting('pgjobd.renumbered', true) = 'on' THEN
+            -- A renumbered job of this group would be its last.
+            SELECT o.commit_seq, o.enqueued_xact INTO r FROM pgjobd.jobs o
+             WHERE o.queue = NEW.queue AND o.group_id = NEW.group_id
+               AND o.status IN ('queued', 'running')
+             ORDER BY coalesce(o.commit_seq, o.id) DESC LIMIT 1;
+            own_above := r.commit_seq IS NULL AND r.enqueued_xact = me;
+        END IF;
+        IF own_above THEN
+            SELECT o.commit_seq, o.enqueued_xact INTO r FROM pgjobd.jobs o
+             WHERE o.queue = NEW.queue AND o.group_id = NEW.group_id
+               AND o.status IN ('queued', 'running')
+               AND coalesce(o.commit_seq, o.id) < k
+             ORDER BY coalesce(o.commit_seq, o.id) DESC LIMIT 1;
+            IF FOUND AND r.commit_seq IS NULL AND r.enqueued_xact = me THEN
+                RETURN NULL; -- placed with the transaction's job just below
+            END IF;
+            IF NOT EXISTS (SELECT 1 FROM pgjobd.jobs o
+                            WHERE o.queue = NEW.queue AND o.group_id = NEW.group_id
+                              AND o.status IN ('queued', 'running') AND o.id <> NEW.id
+                              AND coalesce(o.commit_seq, o.id) > k
+                              AND (o.commit_seq IS NOT NULL
+                                   OR o.enqueued_xact IS DISTINCT FROM me)) THEN
+                RETURN NULL; -- only its own transaction's later jobs above
+            END IF;
+        END IF;
     END IF;
     UPDATE pgjobd.jobs j SET commit_seq = nextval('pgjobd.jobs_id_seq')
      WHERE j.id = NEW.id AND j.status = 'queued' AND j.group_id IS NOT NULL;
+    PERFORM set_config('pgjobd.renumbered', 'on', true);
     RETURN NULL;
 END
 $$;

@@ -11,6 +11,8 @@
 #   5. a finished job put back to `queued` goes behind the jobs of its group already
 #      visible.
 #   6. the same as 1 with a REPEATABLE READ producer.
+#   7. a multi-row INSERT overtaken by a later commit: the later job first, then its jobs in
+#      id order; 8. not overtaken: its jobs keep their ids as their places.
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
 
@@ -65,6 +67,14 @@ tx_insert() {
 	TX_LINES[$2]=$n
 	wait_until 10 "[ \"\$(wc -l <'$T/tx.$2.out')\" -ge $n ]" || return 1
 	printf -v "$1" '%s' "$(sed -n "${n}p" "$T/tx.$2.out")"
+}
+# tx_sql NAME SQL: runs SQL (with no output) in the open transaction NAME, and returns once
+# it has run.
+tx_sql() {
+	local n=$((TX_LINES[$1] + 1))
+	printf '%s;\nSELECT 1;\n' "$2" >&"${TX_FD[$1]}"
+	TX_LINES[$1]=$n
+	wait_until 10 "[ \"\$(wc -l <'$T/tx.$1.out')\" -ge $n ]"
 }
 tx_commit() { # NAME: commits and waits for the session to end
 	local pid fd=${TX_FD[$1]}
@@ -181,6 +191,38 @@ gate_open g6
 done_in g6 3
 ok $? "case 6: all jobs succeed"
 is "$(starts g6)" "$b6 $a6" "case 6: the job committed first starts first"
+
+# ---------------------------------------------------------------- 7. multi-row INSERTs
+
+# One statement inserts three jobs; a later job is committed before it commits.
+gate g7
+tx_begin t7
+tx_sql t7 "INSERT INTO pgjobd.jobs (queue, group_id) SELECT 'co', 'g7' FROM generate_series(1, 3)"
+u7=$(enqueue g7)
+tx_commit t7
+ok $? "case 7: a three-job INSERT committed after job $u7"
+m7=$(psql_q "SELECT string_agg(id::text, ' ' ORDER BY id) FROM pgjobd.jobs
+	WHERE group_id = 'g7' AND id <> $u7 AND NOT data ? 'gate'")
+gate_open g7
+done_in g7 5
+ok $? "case 7: all jobs succeed"
+is "$(starts g7)" "$u7 $m7" "case 7: the job committed first, then the three in id order"
+# Nobody overtakes: the jobs keep their ids as their places, and no row is written again.
+gate g8
+tx_begin t8
+tx_sql t8 "INSERT INTO pgjobd.jobs (queue, group_id) SELECT 'co', 'g8' FROM generate_series(1, 3)"
+tx_insert n8 t8 g8
+tx_commit t8
+# (A row not written since its INSERT still has the inserting transaction as its xmin.)
+is "$(psql_q "SELECT count(*) || ' ' || count(commit_seq) || ' ' ||
+	count(*) FILTER (WHERE xmin::text = (enqueued_xact::text::bigint % 4294967296)::text)
+	FROM pgjobd.jobs WHERE group_id = 'g8' AND NOT data ? 'gate'")" "4 0 4" \
+	"case 8: four jobs of one transaction, nobody overtook them: none renumbered, none written again"
+gate_open g8
+done_in g8 5
+ok $? "case 8: all jobs succeed"
+is "$(starts g8)" "$(psql_q "SELECT string_agg(id::text, ' ' ORDER BY id) FROM pgjobd.jobs
+	WHERE group_id = 'g8' AND NOT data ? 'gate'")" "case 8: they start in id order"
 
 is "$(count_jobs "status <> 'succeeded'")" 0 "every job succeeded"
 stop_daemon "$d"

@@ -33,9 +33,12 @@ p=$(psql_q "EXPLAIN SELECT j.id, j.group_id FROM pgjobd.jobs j
 	ORDER BY j.priority, j.run_at, j.id LIMIT 1001")
 like "$p" "Index Scan using jobs_ready_grouped" "ready scan uses the jobs_ready_grouped index"
 unlike "$p" "Sort|Seq Scan" "ready scan neither sorts nor scans the table"
+# The group head probe: a group's unfinished jobs in start order (commit order: the key
+# coalesce(commit_seq, id), see sql/010_commit_order.sql).
 p=$(psql_q "EXPLAIN SELECT j.id FROM pgjobd.jobs j WHERE j.queue = 'big' AND j.group_id = 'g7'
-	AND j.status IN ('queued', 'running') ORDER BY j.id LIMIT 1")
+	AND j.status IN ('queued', 'running') ORDER BY coalesce(j.commit_seq, j.id) LIMIT 1")
 like "$p" "Index (Only )?Scan using jobs_group_head" "group head probe uses jobs_group_head"
+unlike "$p" "Sort" "group head probe does not sort"
 
 # Shared buffers touched by one claim (claim_batch, as the daemon's claimer
 # calls it for one slot), measured in one warm session (a new session's first
