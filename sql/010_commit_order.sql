@@ -78,12 +78,15 @@
 -- The plain design UPDATEs every grouped row at commit: a second row
 -- version, which cannot be a HOT update since the key is indexed, with new
 -- entries in every index of the row, and as much WAL again. This version
--- reads one index probe for a job enqueued alone (two or three for the jobs of a
--- multi-row enqueue into one group), and writes only for a job whose
+-- costs one index probe for a job enqueued alone (two or three for the jobs
+-- of a multi-row enqueue into one group), and writes only for a job whose
 -- transaction was overtaken by another commit of its group. Its price is
 -- the column enqueued_xact (8 bytes a row), which tells a transaction's own
 -- jobs, placed in their turn, from jobs it must follow. Ungrouped jobs pay
--- that column only: their INSERT queues no trigger event. Also considered: a
+-- that column only: their INSERT queues no trigger event. Like a deferred
+-- foreign key, the trigger keeps one pending event per grouped row in the
+-- producer's memory until COMMIT (a few dozen bytes each: a transaction
+-- that enqueues millions of grouped jobs should be split). Also considered: a
 -- transaction-level lock per group taken by the INSERT, so that a group's
 -- producers commit in id order (exact, no window, no writes, but a
 -- producer's INSERT would wait for another producer's open transaction, and
@@ -140,22 +143,24 @@ CREATE INDEX jobs_group_head ON pgjobd.jobs (queue, group_id, (coalesce(commit_s
 -- latest committed state.
 --
 -- The job keeps its id as its key when nothing of its group is above it
--- (one probe: the single-row INSERT's whole cost). Otherwise, for a job
--- the transaction inserted, when what is above is another job the same
--- transaction inserted later (a multi-row enqueue into one group: those are
--- placed after this one, in their turn), the job keeps its key too if
+-- (one probe: the single-row INSERT's whole cost). When something is, the
+-- job is renumbered, except in a multi-row enqueue into one group, where
+-- what is above a job the transaction inserted is the transaction's own
+-- later job, placed after this one in its turn. Such a job keeps its key
+-- too if
 --   - the transaction's job of the group just below it kept its key: that
---     one (or the first of the run it belongs to) found nothing but the
---     transaction's own later jobs above it, and this one is among them; or
---   - nothing but the transaction's own jobs not placed yet is above it
---     (a scan over them, once per group and transaction);
--- and provided no job of the transaction was renumbered before in this
--- group (checked only when one was renumbered at all, in this transaction:
--- the setting pgjobd.renumbered), because a renumbered job sorts above
--- every id and the jobs inserted after it must follow it. In every other
--- case the job is renumbered: a job of another transaction, a job already
--- renumbered, or a job of this group that this transaction put back to
--- `queued` (an UPDATE event) is above it.
+--     one, or the first of the run it belongs to, found nothing above it
+--     but the transaction's own later jobs, this one among them (a job of
+--     another transaction committed since then did so while this one was
+--     committing: the window); or
+--   - nothing is above it but the transaction's own jobs not placed yet (a
+--     scan over them, once per group and transaction);
+-- and provided no job of the transaction was renumbered in this group
+-- before (looked for only when one was renumbered at all in this
+-- transaction: the setting pgjobd.renumbered), because a renumbered job
+-- sorts above every id, and the jobs inserted after it must follow it. A
+-- job this transaction put back to `queued` or moved (an UPDATE event) is
+-- renumbered whenever anything of its group is above it.
 --
 -- Writes only the job's own row, which no other session can see or lock
 -- yet (an inserted row), or which this transaction has locked already (an
