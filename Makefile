@@ -78,6 +78,7 @@ TEST_DEPS_claim := claim
 TEST_DEPS_notify := notify
 TEST_DEPS_sha256 := sha256
 TEST_DEPS_priv := priv
+TEST_DEPS_cron := cron
 .SECONDEXPANSION:
 # addprefix/addsuffix, not patsubst: make replaces a pattern rule's % with the
 # stem before the second expansion, which broke $$(patsubst %,...).
