@@ -43,7 +43,8 @@
  * waiting for a retry). */
 static const char sql_claim[] =
     "SELECT slot, job_id, group_row, group_id, attempts, max_attempts, timeout_ms, fence, "
-    "data, arg_keys, arg_vals FROM pgjobd.claim_batch($1, $2::bigint, $3::text[], $4::int, "
+    "data, arg_keys, arg_vals, schedule, scheduled_for "
+    "FROM pgjobd.claim_batch($1, $2::bigint, $3::text[], $4::int, "
     "$5::bigint, $6::bigint, $7::int, $8::boolean, $9::bigint[], $10::bigint[], "
     "$11::bigint[])";
 /* Step 2, the slot's transaction: the group row first, then the job row,
@@ -206,6 +207,8 @@ void claim_job_free(struct claim_job *j)
 		return;
 	free(j->group_id);
 	free(j->data);
+	free(j->schedule);
+	free(j->scheduled_for);
 	util_strv_free(j->arg_keys); /* NULL-terminated (claim_parse_text_array) */
 	util_strv_free(j->arg_vals);
 	memset(j, 0, sizeof(*j));
@@ -223,6 +226,8 @@ void claim_decode(PGresult *c, int row, struct claim_job *out, int *slot)
 	out->timeout_ms = PQgetisnull(c, row, 6) ? -1 : strtoll(PQgetvalue(c, row, 6), NULL, 10);
 	out->fence = strtoll(PQgetvalue(c, row, 7), NULL, 10);
 	out->data = xstrdup(PQgetvalue(c, row, 8));
+	out->schedule = PQgetisnull(c, row, 11) ? NULL : xstrdup(PQgetvalue(c, row, 11));
+	out->scheduled_for = PQgetisnull(c, row, 12) ? NULL : xstrdup(PQgetvalue(c, row, 12));
 	char **keys = NULL, **vals = NULL;
 	int nk = claim_parse_text_array(PQgetvalue(c, row, 9), &keys);
 	int nv = claim_parse_text_array(PQgetvalue(c, row, 10), &vals);

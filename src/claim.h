@@ -27,6 +27,8 @@ struct claim_job {
 	char **arg_keys;     /* top-level scalars of data */
 	char **arg_vals;
 	size_t nargs;
+	char *schedule;	     /* the schedule that enqueued it, NULL when none */
+	char *scheduled_for; /* its tick, ISO 8601 UTC; NULL when no schedule */
 };
 
 /* A claim_batch call: claim up to nworkers jobs, one per idle slot, and

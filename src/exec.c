@@ -871,6 +871,11 @@ char **exec_env_build(const struct exec_env_in *in)
 	env_add(&e, xasprintf("PGJOBD_ATTEMPT=%d", in->attempt));
 	env_add(&e, xasprintf("PGJOBD_MAX_ATTEMPTS=%d", in->max_attempts));
 	env_add(&e, xasprintf("PGJOBD_FENCE=%lld", in->fence));
+	if (in->schedule) {
+		env_add(&e, xasprintf("PGJOBD_SCHEDULE=%s", in->schedule));
+		env_add(&e, xasprintf("PGJOBD_SCHEDULED_FOR=%s",
+				      in->scheduled_for ? in->scheduled_for : ""));
+	}
 
 	/* The data's keys in key order, a key given twice once (its last
 	 * value), so that which keys fit the limits does not depend on the

@@ -388,6 +388,8 @@ static void start_command(struct job *j)
 	    .attempt = j->cj.attempts,
 	    .max_attempts = j->cj.max_attempts,
 	    .fence = j->cj.fence,
+	    .schedule = j->cj.schedule,
+	    .scheduled_for = j->cj.scheduled_for,
 	    .arg_keys = (const char *const *)j->cj.arg_keys,
 	    .arg_vals = (const char *const *)j->cj.arg_vals,
 	    .nargs = j->cj.nargs,
