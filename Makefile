@@ -79,6 +79,7 @@ TEST_DEPS_notify := notify
 TEST_DEPS_sha256 := sha256
 TEST_DEPS_priv := priv
 TEST_DEPS_cron := cron
+TEST_DEPS_tick := tick cron
 .SECONDEXPANSION:
 # addprefix/addsuffix, not patsubst: make replaces a pattern rule's % with the
 # stem before the second expansion, which broke $$(patsubst %,...).

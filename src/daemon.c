@@ -18,7 +18,8 @@
  * of a payload: a wake-up only makes a claimer look for jobs, and a NOTIFY
  * on `pgjobd_cancel` only makes the maintenance session read
  * pgjobd.cancel_requests at once (maint_look); the ids read there are the
- * only ones cancelled.
+ * only ones cancelled. One on `pgjobd_schedule` only makes the scheduler
+ * (on the maintenance session) read pgjobd.schedules sooner.
  *
  * Ownership: struct daemon owns the config, the listener, every slot (in its
  * queue's array, or in `retiring` while a removed slot finishes its job) and
@@ -541,10 +542,13 @@ static void on_version(struct db_conn *c, PGresult *const *res, int n, void *arg
 				       : db_batch_error(&res[LISTENER_SECRET], 1)));
 		set_wake_secret(d, NULL);
 	}
-	if (d->state == D_STARTING)
+	if (d->state == D_STARTING) {
 		start_serving(d);
-	else
+	} else {
 		kick_all(d); /* notifications may have been missed while away */
+		if (d->maint)
+			maint_schedules_look(d->maint);
+	}
 }
 
 static void on_listener_event(struct db_conn *c, enum db_event ev, void *arg)
@@ -572,6 +576,12 @@ static void on_notify(struct db_conn *c, const char *channel, const char *payloa
 		/* A hint only: the ids come from pgjobd.cancel_requests. */
 		if (d->maint)
 			maint_look(d->maint);
+		return;
+	}
+	if (strcmp(channel, "pgjobd_schedule") == 0) {
+		/* A hint only: the scheduler reads pgjobd.schedules. */
+		if (d->maint)
+			maint_schedules_look(d->maint);
 		return;
 	}
 	if (!d->wake_secret) {
@@ -896,8 +906,10 @@ int daemon_run(const char *config_path, struct config *cfg)
 		 log_value(d->worker_prefix), cfg->nqueues);
 	/* pgjobd: a queue may have new jobs (payload: the queue's wake-up
 	 * payload); pgjobd_cancel: pgjobd.cancel() was called for a running
-	 * job (no payload: see the top). */
-	static const char *const setup[] = {"LISTEN pgjobd", "LISTEN pgjobd_cancel", NULL};
+	 * job; pgjobd_schedule: a schedule was made or resumed (no payload:
+	 * see the top). */
+	static const char *const setup[] = {"LISTEN pgjobd", "LISTEN pgjobd_cancel",
+					    "LISTEN pgjobd_schedule", NULL};
 	struct db_callbacks cbs = {
 	    .on_event = on_listener_event, .on_notify = on_notify, .on_fd = NULL, .arg = d};
 	cbs.metrics = d->metrics;
