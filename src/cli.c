@@ -52,6 +52,10 @@ const char cli_usage[] =
     "                                          QUEUE ('*': every queue); the owner's right\n"
     "       pgjobd revoke-queue ROLE QUEUE [-c FILE]\n"
     "                                          take that grant back\n"
+    "       pgjobd schedule add NAME CRON QUEUE [--data JSON] [--tz ZONE] [options]\n"
+    "                      | list [--json] | rm NAME | run-now NAME | pause NAME\n"
+    "                      | resume NAME [-c FILE]\n"
+    "                                          recurring jobs (pgjobd schedule --help)\n"
     "       pgjobd --version | --help\n"
     "FILE defaults to " CLI_DEFAULT_CONFIG ". T is a time PostgreSQL accepts as a\n"
     "timestamptz; DURATION is e.g. 500ms, 30s, 5m, 1h30m or 2d.\n";

@@ -22,6 +22,7 @@
 #include "config.h"
 #include "daemon.h"
 #include "log.h"
+#include "sched_cli.h"
 
 static int cmd_run(const struct cli_args *a)
 {
@@ -135,6 +136,21 @@ int main(int argc, char **argv)
 	bool given[NOPTIONS] = {false};
 	bool options_end = false;
 	log_init(LOG_INFO);
+	/* `schedule` has verbs, operands and options of its own (sched_cli.c):
+	 * it gets the whole command line when it is the command. */
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "-c") == 0 || strcmp(argv[i], "--config") == 0) {
+			i++;
+		} else if (strcmp(argv[i], "--") == 0) {
+			if (i + 1 < argc && strcmp(argv[i + 1], "schedule") == 0)
+				return sched_cli_main(argc, argv);
+			break;
+		} else if (argv[i][0] != '-' || argv[i][1] == '\0') {
+			if (strcmp(argv[i], "schedule") == 0)
+				return sched_cli_main(argc, argv);
+			break;
+		}
+	}
 	for (int i = 1; i < argc; i++) {
 		const char *s = argv[i];
 		if (options_end || s[0] != '-' || s[1] == '\0') {
