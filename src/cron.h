@@ -4,7 +4,7 @@
  * 5-field Vixie-cron syntax and its @-macros into a struct cron, and computes
  * the next tick of an expression after a given instant in an IANA time zone,
  * with the daylight-saving rules described at the top of cron.c (and in
- * pgjobd(8), SCHEDULES). Times are seconds since the epoch (UTC) throughout;
+ * pgjobd(8), Schedules). Times are seconds since the epoch (UTC) throughout;
  * "wall time" is a local time of day written as if it were UTC (the seconds
  * timegm() would give for the local fields). */
 #ifndef PGJOBD_CRON_H

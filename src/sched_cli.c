@@ -52,7 +52,7 @@ const char sched_cli_usage[] =
     "--missed: what to do with ticks no daemon enqueued within a minute of their time\n"
     "(all daemons down, or paused): skip them, run the last one once (default), or run\n"
     "them all (at most the latest 100). --overlap skip: skip a tick while a job of the\n"
-    "schedule is still queued or running (counted and logged). See pgjobd(8), SCHEDULES.\n";
+    "schedule is still queued or running (counted and logged). See pgjobd(8), Schedules.\n";
 
 /* The command line of one verb. Strings are borrowed from argv. */
 struct sargs {
@@ -372,7 +372,7 @@ static int verb_add(const struct sargs *a)
 	PQclear(r);
 	printf("%s schedule %s\n", created ? "created" : "replaced", name);
 	/* The next tick as the daemons will compute it, when this host knows
-	 * the zone (the daemons' hosts need it: pgjobd(8), SCHEDULES). */
+	 * the zone (the daemons' hosts need it: pgjobd(8), Schedules). */
 	struct cron_tz *z = cron_tz_new(tz, err, sizeof(err));
 	int64_t next;
 	if (z && !a->paused &&

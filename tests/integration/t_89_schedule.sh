@@ -88,6 +88,10 @@ ok $? "a producer may not create a schedule (42501)" || diag "$out"
 out=$(as app "SELECT count(*) FROM pgjobd.schedules")
 [[ $out == *"42501"* ]]
 ok $? "nor read the schedules" || diag "$out"
+psql_q "SELECT pgjobd.grant_queue('app', 's')" >/dev/null
+out=$(as app "INSERT INTO pgjobd.jobs (queue, schedule, scheduled_for) VALUES ('s', 'x', now())")
+[[ $out == *"42501"* ]]
+ok $? "nor forge a tick's job (which would take the tick's place)" || diag "$out"
 is "$(as wrk "SELECT pgjobd.schedule('w', '0 3 * * *', 's'); SELECT pgjobd.unschedule('w')")" "t
 t" "the worker role may schedule and unschedule"
 out=$(as wrk "UPDATE pgjobd.schedules SET cron = '* * * * *'")
