@@ -5,7 +5,7 @@
 --                     group_id, priority, max_attempts, timeout, expires_in).
 --                     Written by pgjobd.schedule() / unschedule() /
 --                     pause_schedule() / resume_schedule(); ticked by the
---                     daemons (src/sched.c), which alone compute next_run
+--                     daemons (src/scheduler.c), which alone compute next_run
 --                     (src/cron.c is the one definition of a tick).
 --   jobs.schedule     the schedule's name and the tick, on every job a
 --   jobs.scheduled_for  schedule enqueued; NULL on every other job. The

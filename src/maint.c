@@ -27,7 +27,7 @@
  * first: it reads the requests too), or when the session is up again; a lost
  * session is reconnected with db.c's backoff.
  *
- * The scheduler (sched.c) ticks the schedules on this session too, rather
+ * The scheduler (scheduler.c) ticks the schedules on this session too, rather
  * than on a session of its own: its transactions are short and rare. It
  * goes first when both wait (a tick is due at a time; housekeeping is not),
  * and nothing of maint's is sent while it holds the session: its
@@ -42,7 +42,7 @@
 #include "claim.h"
 #include "db.h"
 #include "log.h"
-#include "sched.h"
+#include "scheduler.h"
 #include "util.h"
 
 #define MAINT_INTERVAL 1.0  /* seconds between passes */
@@ -53,7 +53,7 @@
 struct maint {
 	struct ev_loop *loop;
 	struct db_conn *db;
-	struct sched *sched; /* borrows db */
+	struct scheduler *sched; /* borrows db */
 	ev_timer tick;
 	char **queues;		 /* served queues (NULL-terminated) */
 	long long *retention_ms; /* the element type of claim's bigint[] literals */
@@ -151,7 +151,7 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
 	(void)loop;
 	(void)revents;
 	struct maint *m = w->data;
-	if (!db_is_ready(m->db) || sched_holds(m->sched)) {
+	if (!db_is_ready(m->db) || scheduler_holds(m->sched)) {
 		m->tick_wanted = true; /* sent once the session is free */
 		return;
 	}
@@ -163,7 +163,7 @@ static void on_look(struct ev_loop *loop, ev_timer *w, int revents)
 	(void)loop;
 	(void)revents;
 	struct maint *m = w->data;
-	if (!db_is_ready(m->db) || sched_holds(m->sched)) {
+	if (!db_is_ready(m->db) || scheduler_holds(m->sched)) {
 		m->look_wanted = true;
 		return;
 	}
@@ -188,7 +188,7 @@ void maint_look(struct maint *m)
  * requests as well), else a hinted read, spaced as maint_look spaces them. */
 static void send_pending(struct maint *m)
 {
-	if (!db_is_ready(m->db) || sched_holds(m->sched) || sched_resume(m->sched))
+	if (!db_is_ready(m->db) || scheduler_holds(m->sched) || scheduler_resume(m->sched))
 		return;
 	if (m->tick_wanted) {
 		send_pass(m);
@@ -201,12 +201,12 @@ static void send_pending(struct maint *m)
 void maint_drain(struct maint *m)
 {
 	m->draining = true;
-	sched_stop(m->sched);
+	scheduler_stop(m->sched);
 }
 
 void maint_schedules_look(struct maint *m)
 {
-	sched_look(m->sched);
+	scheduler_look(m->sched);
 }
 
 static void on_sched_idle(void *arg)
@@ -242,7 +242,7 @@ void maint_configure(struct maint *m, const struct config *cfg)
 	}
 	m->nqueues = (int)cfg->nqueues;
 	if (m->sched)
-		sched_configure(m->sched, cfg->poll_interval_ms);
+		scheduler_configure(m->sched, cfg->poll_interval_ms);
 }
 
 struct maint *maint_new(struct ev_loop *loop, const char *conninfo, const struct config *cfg,
@@ -257,7 +257,7 @@ struct maint *maint_new(struct ev_loop *loop, const char *conninfo, const struct
 	maint_configure(m, cfg);
 	struct db_callbacks cbs = {.on_event = on_db_event, .arg = m, .metrics = metrics};
 	m->db = db_conn_new(loop, conninfo, "pgjobd maintenance", NULL, &cbs);
-	m->sched = sched_new(loop, m->db, cfg->poll_interval_ms, on_sched_idle, m);
+	m->sched = scheduler_new(loop, m->db, cfg->poll_interval_ms, on_sched_idle, m);
 	ev_init(&m->tick, on_tick);
 	m->tick.data = m;
 	ev_init(&m->look, on_look);
@@ -273,7 +273,7 @@ void maint_free(struct maint *m)
 		return;
 	ev_timer_stop(m->loop, &m->tick);
 	ev_timer_stop(m->loop, &m->look);
-	sched_free(m->sched);
+	scheduler_free(m->sched);
 	db_conn_free(m->db);
 	clear_queues(m);
 	buf_fini(&m->params.queues);

@@ -1,5 +1,5 @@
 /* maint.h - the daemon's maintenance session, which also carries the
- * scheduler of recurring jobs (sched.h): once a second it runs
+ * scheduler of recurring jobs (scheduler.h): once a second it runs
  * pgjobd.maintain() (expiry, cancel-request sweep, retention; one daemon at a
  * time, see sql/003_job_control.sql) and reads the pending cancel requests,
  * which it reports upward. The requests are the only thing the daemon
@@ -36,7 +36,7 @@ void maint_look(struct maint *m);
  * but the cancel requests are still read (every second and on hints) until
  * maint_free. */
 void maint_drain(struct maint *m);
-/* A hint (NOTIFY pgjobd_schedule): the scheduler (sched.h), which runs on
+/* A hint (NOTIFY pgjobd_schedule): the scheduler (scheduler.h), which runs on
  * this session, looks at the schedules soon. */
 void maint_schedules_look(struct maint *m);
 

@@ -1,6 +1,6 @@
 /* tick.h - what a due schedule does now: the ticks whose jobs to enqueue,
  * the ticks it skips, and its next run. Pure (cron.c does the calendar);
- * the scheduler (sched.c) calls it for each schedule it has locked. The
+ * the scheduler (scheduler.c) calls it for each schedule it has locked. The
  * policies are described at the top of tick.c and in pgjobd(8). */
 #ifndef PGJOBD_TICK_H
 #define PGJOBD_TICK_H

@@ -1,4 +1,4 @@
-/* sched.c - the scheduler: ticks the due schedules (see sched.h).
+/* scheduler.c - the scheduler: ticks the due schedules (see scheduler.h).
  *
  * A tick is one transaction of one daemon, on the maintenance session:
  *
@@ -41,13 +41,13 @@
  * The session belongs to maint.c. The scheduler sends only while it is idle
  * (db_is_ready), sends the next batch of its transaction from the callback
  * of the previous one (so the session is never idle with the transaction
- * open), and calls the owner's idle callback when it is done; sched_resume
+ * open), and calls the owner's idle callback when it is done; scheduler_resume
  * is how the owner gives it the session when it waits. A lost session ends
  * the transaction (rollback by the server); the scheduler probes again when
  * the session is back.
  *
  * Owns its timers, a cache of time zones (cron.c) and the pass in flight. */
-#include "sched.h"
+#include "scheduler.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,10 +126,10 @@ struct planned {
 	struct tick_out out;
 };
 
-struct sched {
+struct scheduler {
 	struct ev_loop *loop;
 	struct db_conn *db;
-	sched_idle_fn *idle;
+	scheduler_idle_fn *idle;
 	void *arg;
 	enum sched_state state;
 	bool want_probe; /* look at the table when the session is free */
@@ -157,9 +157,9 @@ struct sched {
 	struct buf u_names, u_next, u_last, u_so, u_sm, u_err;
 };
 
-static bool send_next(struct sched *s);
+static bool send_next(struct scheduler *s);
 
-static void set_state(struct sched *s, enum sched_state st)
+static void set_state(struct scheduler *s, enum sched_state st)
 {
 	/* idle <-> probe happens every poll_interval: not worth a log line */
 	bool routine =
@@ -242,7 +242,7 @@ static const char *arr_close(struct buf *b)
 
 /* ---------------------------------------------------------------- the pass */
 
-static void clear_plan(struct sched *s)
+static void clear_plan(struct scheduler *s)
 {
 	for (int i = 0; i < s->nplan; i++) {
 		free(s->plan[i].name);
@@ -254,7 +254,7 @@ static void clear_plan(struct sched *s)
 	s->nplan = 0;
 }
 
-static struct cron_tz *zone(struct sched *s, const char *name, char *err, size_t errlen)
+static struct cron_tz *zone(struct scheduler *s, const char *name, char *err, size_t errlen)
 {
 	for (int i = 0; i < s->nzones; i++)
 		if (strcmp(cron_tz_name(s->zones[i]), name) == 0)
@@ -272,7 +272,7 @@ static struct cron_tz *zone(struct sched *s, const char *name, char *err, size_t
 }
 
 /* Decides for row r of the due schedules into p. */
-static void plan_row(struct sched *s, PGresult *due, int r, struct planned *p)
+static void plan_row(struct scheduler *s, PGresult *due, int r, struct planned *p)
 {
 	char err[CRON_ERR_LEN];
 	struct cron c;
@@ -309,7 +309,7 @@ static void plan_row(struct sched *s, PGresult *due, int r, struct planned *p)
 static void on_written(struct db_conn *c, PGresult *const *res, int n, void *arg);
 static void on_rolled_back(struct db_conn *c, PGresult *const *res, int n, void *arg);
 
-static void rollback(struct sched *s)
+static void rollback(struct scheduler *s)
 {
 	struct db_stmt st = {.sql = sql_rollback};
 	set_state(s, S_ROLLBACK);
@@ -317,7 +317,7 @@ static void rollback(struct sched *s)
 		set_state(s, S_IDLE); /* the session is gone: so is the transaction */
 }
 
-static void set_clock_params(const struct sched *s, struct db_stmt *st)
+static void set_clock_params(const struct scheduler *s, struct db_stmt *st)
 {
 	st->nparams = 3;
 	for (int i = 0; i < 3; i++)
@@ -325,7 +325,7 @@ static void set_clock_params(const struct sched *s, struct db_stmt *st)
 }
 
 /* The rows are locked: decide, then write and commit (and probe). */
-static void write_pass(struct sched *s, PGresult *due)
+static void write_pass(struct scheduler *s, PGresult *due)
 {
 	int rows = PQntuples(due);
 	s->plan = xcalloc((size_t)rows + 1, sizeof(*s->plan));
@@ -389,7 +389,7 @@ static void write_pass(struct sched *s, PGresult *due)
 static void on_locked(struct db_conn *c, PGresult *const *res, int n, void *arg)
 {
 	(void)c;
-	struct sched *s = arg;
+	struct scheduler *s = arg;
 	if (!res) {
 		set_state(s, S_IDLE);
 		s->want_probe = true; /* when the session is back */
@@ -421,7 +421,7 @@ static void on_locked(struct db_conn *c, PGresult *const *res, int n, void *arg)
 }
 
 /* After COMMIT: log what the tick did. */
-static void log_pass(struct sched *s, PGresult *ins, PGresult *upd)
+static void log_pass(struct scheduler *s, PGresult *ins, PGresult *upd)
 {
 	for (int i = 0; ins && i < PQntuples(ins); i++) {
 		int64_t tick = whole_text(PQgetvalue(ins, i, 2));
@@ -483,7 +483,7 @@ static void log_pass(struct sched *s, PGresult *ins, PGresult *upd)
 }
 
 /* The probe's answer: tick at once, or set the timer. */
-static void after_probe(struct sched *s, PGresult *r)
+static void after_probe(struct scheduler *s, PGresult *r)
 {
 	if (PQntuples(r) != 1)
 		return;
@@ -510,7 +510,7 @@ static void after_probe(struct sched *s, PGresult *r)
 }
 
 /* The scheduler is done with the session: send more, or hand it back. */
-static void done(struct sched *s)
+static void done(struct scheduler *s)
 {
 	set_state(s, S_IDLE);
 	if (send_next(s))
@@ -522,7 +522,7 @@ static void done(struct sched *s)
 static void on_written(struct db_conn *c, PGresult *const *res, int n, void *arg)
 {
 	(void)c;
-	struct sched *s = arg;
+	struct scheduler *s = arg;
 	if (!res) {
 		clear_plan(s);
 		set_state(s, S_IDLE);
@@ -551,7 +551,7 @@ static void on_written(struct db_conn *c, PGresult *const *res, int n, void *arg
 static void on_rolled_back(struct db_conn *c, PGresult *const *res, int n, void *arg)
 {
 	(void)c;
-	struct sched *s = arg;
+	struct scheduler *s = arg;
 	set_state(s, S_IDLE);
 	if (!res)
 		return;
@@ -570,7 +570,7 @@ static void on_rolled_back(struct db_conn *c, PGresult *const *res, int n, void 
 static void on_probed(struct db_conn *c, PGresult *const *res, int n, void *arg)
 {
 	(void)c;
-	struct sched *s = arg;
+	struct scheduler *s = arg;
 	if (!res) {
 		set_state(s, S_IDLE);
 		s->want_probe = true;
@@ -585,7 +585,7 @@ static void on_probed(struct db_conn *c, PGresult *const *res, int n, void *arg)
 }
 
 /* Sends the tick or the probe that waits, if the session is free. */
-static bool send_next(struct sched *s)
+static bool send_next(struct scheduler *s)
 {
 	if (s->state != S_IDLE || s->stopped || !db_is_ready(s->db))
 		return false;
@@ -631,7 +631,7 @@ static void on_due(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	(void)loop;
 	(void)revents;
-	struct sched *s = w->data;
+	struct scheduler *s = w->data;
 	s->want_pass = true;
 	s->empty_pass = false;
 	send_next(s);
@@ -641,7 +641,7 @@ static void on_poll(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	(void)loop;
 	(void)revents;
-	struct sched *s = w->data;
+	struct scheduler *s = w->data;
 	s->want_probe = true;
 	s->empty_pass = false;
 	send_next(s);
@@ -652,7 +652,7 @@ static void on_look(struct ev_loop *loop, ev_timer *w, int revents)
 	on_poll(loop, w, revents);
 }
 
-void sched_look(struct sched *s)
+void scheduler_look(struct scheduler *s)
 {
 	if (s->stopped || ev_is_active(&s->look))
 		return;
@@ -661,17 +661,17 @@ void sched_look(struct sched *s)
 	ev_timer_start(s->loop, &s->look);
 }
 
-bool sched_resume(struct sched *s)
+bool scheduler_resume(struct scheduler *s)
 {
 	return send_next(s);
 }
 
-bool sched_holds(const struct sched *s)
+bool scheduler_holds(const struct scheduler *s)
 {
 	return s->state != S_IDLE;
 }
 
-void sched_stop(struct sched *s)
+void scheduler_stop(struct scheduler *s)
 {
 	s->stopped = true;
 	ev_timer_stop(s->loop, &s->due);
@@ -679,7 +679,7 @@ void sched_stop(struct sched *s)
 	ev_timer_stop(s->loop, &s->look);
 }
 
-void sched_configure(struct sched *s, int64_t poll_ms)
+void scheduler_configure(struct scheduler *s, int64_t poll_ms)
 {
 	s->poll_s = (double)poll_ms / 1000.0;
 	if (s->stopped)
@@ -691,7 +691,7 @@ void sched_configure(struct sched *s, int64_t poll_ms)
 
 /* PGJOBD_TEST_CLOCK="REAL0 FAKE0 RATE": at real time REAL0 (epoch seconds)
  * the clock reads FAKE0 and it runs RATE times as fast. For tests only. */
-static void read_test_clock(struct sched *s)
+static void read_test_clock(struct scheduler *s)
 {
 	const char *v = getenv("PGJOBD_TEST_CLOCK");
 	s->rate = 1.0;
@@ -714,10 +714,10 @@ static void read_test_clock(struct sched *s)
 		 rate);
 }
 
-struct sched *sched_new(struct ev_loop *loop, struct db_conn *db, int64_t poll_ms,
-			sched_idle_fn *idle, void *arg)
+struct scheduler *scheduler_new(struct ev_loop *loop, struct db_conn *db, int64_t poll_ms,
+				scheduler_idle_fn *idle, void *arg)
 {
-	struct sched *s = xcalloc(1, sizeof(*s));
+	struct scheduler *s = xcalloc(1, sizeof(*s));
 	s->loop = loop;
 	s->db = db;
 	s->idle = idle;
@@ -740,11 +740,11 @@ struct sched *sched_new(struct ev_loop *loop, struct db_conn *db, int64_t poll_m
 	ev_init(&s->look, on_look);
 	s->look.data = s;
 	s->last_look = ev_now(loop) - SCHED_LOOK_GAP;
-	sched_configure(s, poll_ms);
+	scheduler_configure(s, poll_ms);
 	return s;
 }
 
-void sched_free(struct sched *s)
+void scheduler_free(struct scheduler *s)
 {
 	if (!s)
 		return;
