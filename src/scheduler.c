@@ -32,7 +32,8 @@
  * one probe per SCHED_LOOK_GAP). With no schedules a daemon makes one
  * indexed read per poll_interval. Every tick's batch ends with a probe, so
  * that the timer follows the table. A row due but locked by another daemon
- * (found by no tick) is looked at again after SCHED_RETRY.
+ * (found by no tick) is looked at again after SCHED_RETRY, doubling while
+ * that goes on (another daemon's tick is stuck) up to SCHED_RETRY_MAX.
  *
  * The clock is the database server's (now(), the start of the tick's
  * transaction), the same for every daemon; PGJOBD_TEST_CLOCK gives tests a
@@ -63,6 +64,7 @@
 #define SCHED_BATCH 50	    /* due schedules per tick */
 #define SCHED_LOOK_GAP 0.05 /* seconds between probes on hints */
 #define SCHED_RETRY 0.05    /* seconds: due, but locked by another daemon */
+#define SCHED_RETRY_MAX 1.0 /* seconds: the longest such wait */
 #define SCHED_SLACK 0.002   /* seconds after a tick's time before it is looked for */
 #define SCHED_MAX_ZONES 32  /* cached time zones; more: the cache starts again */
 
@@ -136,6 +138,7 @@ struct scheduler {
 	bool want_pass;	 /* tick when the session is free */
 	bool stopped;	 /* draining: nothing new */
 	bool empty_pass; /* the last tick found nothing it could lock */
+	double retry;	 /* the next wait after such a tick */
 	ev_timer due;	 /* the earliest next_run */
 	ev_timer poll;	 /* every poll_interval */
 	ev_timer look;	 /* a hinted probe, SCHED_LOOK_GAP apart */
@@ -403,6 +406,8 @@ static void on_locked(struct db_conn *c, PGresult *const *res, int n, void *arg)
 	s->now = strtod(PQgetvalue(res[1], 0, 0), NULL);
 	PGresult *due = res[2];
 	s->empty_pass = PQntuples(due) == 0;
+	if (!s->empty_pass)
+		s->retry = SCHED_RETRY;
 	if (s->empty_pass) {
 		/* Taken by another daemon meanwhile, or the timer was early:
 		 * end the transaction and look again. */
@@ -498,7 +503,8 @@ static void after_probe(struct scheduler *s, PGresult *r)
 			return;
 		}
 		/* What is due is locked by another daemon's tick: soon. */
-		ev_timer_set(&s->due, SCHED_RETRY, 0.);
+		ev_timer_set(&s->due, s->retry, 0.);
+		s->retry = s->retry * 2 < SCHED_RETRY_MAX ? s->retry * 2 : SCHED_RETRY_MAX;
 		ev_timer_start(s->loop, &s->due);
 		return;
 	}
@@ -723,6 +729,7 @@ struct scheduler *scheduler_new(struct ev_loop *loop, struct db_conn *db, int64_
 	s->idle = idle;
 	s->arg = arg;
 	s->want_probe = true;
+	s->retry = SCHED_RETRY;
 	snprintf(s->limit, sizeof(s->limit), "%d", SCHED_BATCH);
 	buf_init(&s->a_names);
 	buf_init(&s->a_ticks);
