@@ -29,21 +29,16 @@ struct claim_job {
 	size_t nargs;
 };
 
-/* A claim_batch call: claim up to nworkers jobs, one per idle slot, and
- * first drop the bridges of jobs that slots now hold (or failed to hold). */
+/* A claim_batch call: claim up to nworkers jobs, one per idle slot. */
 struct claim_req {
 	const char *queue;
 	long long worker_id;	    /* this daemon's pgjobd.workers row (fence.h) */
 	const char *const *workers; /* the idle slots' worker names */
 	int nworkers;
-	int max_attempts;	       /* the queue's: a ceiling for the job's */
-	int64_t timeout_ms;	       /* the queue's (0: none): a ceiling for the job's */
-	int64_t max_data;	       /* the queue's: larger data fails the job unloaded */
-	bool orphans;		       /* also take over running jobs whose daemon is gone */
-	const long long *release_jobs; /* bridges of ungrouped jobs: job ids */
-	int nrelease_jobs;
-	const long long *release_groups; /* bridges of grouped jobs: group row ids */
-	int nrelease_groups;
+	int max_attempts;      /* the queue's: a ceiling for the job's */
+	int64_t timeout_ms;    /* the queue's (0: none): a ceiling for the job's */
+	int64_t max_data;      /* the queue's: larger data fails the job unloaded */
+	bool orphans;	       /* also take over running jobs whose daemon is gone */
 	const long long *skip; /* this daemon's jobs of the queue that it holds,
 				  is handing to a slot or releasing itself */
 	int nskip;
@@ -59,7 +54,7 @@ struct claim_params {
 	char max_data[24];
 	char scan[16];
 	char orphans[8];
-	struct buf workers, release_jobs, release_groups, skip;
+	struct buf workers, skip;
 };
 void claim_params_init(struct claim_params *p);
 void claim_params_fini(struct claim_params *p);

@@ -189,7 +189,7 @@ static void kick_queue(struct qstate *q)
 			q->workers[q->nreserved++] = job_worker(q->slots[i]);
 		}
 	}
-	if (q->nreserved == 0 && !claimer_has_releases(q->cl))
+	if (q->nreserved == 0)
 		return; /* every slot is busy: the next one to finish kicks again */
 	q->again = false;
 	struct claimer_ctx ctx = {
@@ -225,8 +225,8 @@ static void on_claimed(struct claimer *cl, struct claim_job *jobs, const int *sl
 		struct job *j = mine[slots[i]];
 		mine[slots[i]] = NULL;
 		if (!j) {
-			/* The slot stopped while the claim was in flight: drop
-			 * the bridge, the job is an orphan for the next pass. */
+			/* The slot stopped while the claim was in flight: the
+			 * job is handed back by the next orphan pass. */
 			claimer_release(cl, &jobs[i]);
 			claim_job_free(&jobs[i]);
 			continue;
@@ -245,9 +245,8 @@ static void on_claimed(struct claimer *cl, struct claim_job *jobs, const int *sl
 	if (n < 0)
 		return; /* the claimer reconnects; its on_up kicks */
 	/* A full batch: there may be more (slots that became idle meanwhile).
-	 * Or a kick was asked for meanwhile, or bridges wait to be dropped
-	 * (a job that a slot could not hold is one). */
-	if ((asked > 0 && n == asked) || q->again || claimer_has_releases(q->cl))
+	 * Or a kick was asked for meanwhile. */
+	if ((asked > 0 && n == asked) || q->again)
 		kick_queue(q);
 }
 
@@ -361,14 +360,13 @@ static void on_job_event(struct job *j, enum job_event ev, int64_t ms, void *arg
 			kick_queue(q);
 		break;
 	case JOB_EV_HELD:
-		/* The bridge goes with the claimer's next call (at the latest
-		 * the poll's). */
+		/* The slot answers for the job now (held_jobs). */
 		if (q)
 			claimer_release(q->cl, job_claimed(j));
 		break;
 	case JOB_EV_NOT_HELD:
-		/* Drop the bridge now: the job is an orphan for the next pass.
-		 * (From inside on_claimed, the kick waits for its end.) */
+		/* The job is handed back by the next orphan pass. (From
+		 * inside on_claimed, the kick waits for its end.) */
 		if (q) {
 			claimer_release(q->cl, job_claimed(j));
 			kick_queue(q);

@@ -143,8 +143,8 @@ static bool maybe_stop(struct job *j)
 	return true;
 }
 
-/* The session is unusable (or holds a bridge lock only its end releases):
- * connect again, unless the slot is draining, in which case it stops. */
+/* The session is unusable: connect again, unless the slot is draining, in
+ * which case it stops. */
 static void reconnect(struct job *j)
 {
 	job_step(j, J_CONNECTING);
@@ -463,8 +463,9 @@ static void apply_ceilings(struct job *j)
 		j->cj.max_attempts = 1;
 }
 
-/* The hold did not take: tell the daemon (the claimer drops the bridge, and
- * the job, still `running`, is an orphan for the next orphan pass). */
+/* The hold did not take: tell the daemon (the claimer no longer answers for
+ * the job, and the job, if still `running` for us, is handed back by the next
+ * orphan pass). */
 static void not_held(struct job *j)
 {
 	emit(j, JOB_EV_NOT_HELD, 0);
