@@ -265,7 +265,9 @@ DECLARE
     t0 timestamptz := clock_timestamp();
 BEGIN
     FOR i IN 1 .. 100000000 LOOP
-        SELECT count(*) INTO n FROM pg_locks WHERE locktype = 'advisory';
+        SELECT count(*) INTO n FROM pg_locks
+         WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database
+                                                      WHERE datname = current_database());
         samples := samples + 1;
         IF n > 0 THEN seen := seen + 1; END IF;
         EXIT WHEN i % 50 = 0 AND i > 500
