@@ -71,6 +71,33 @@ static int read_digits(const char **p, int64_t limit, int64_t *out)
 	return 0;
 }
 
+int parse_time(const char *s, int bare_sign, struct parse_time *out, const char **err)
+{
+	int64_t ms;
+	if (!s || !*s) {
+		set_err(err, "empty value");
+		return -1;
+	}
+	if (strcmp(s, "now") == 0) {
+		*out = (struct parse_time){PARSE_TIME_RELATIVE, 0};
+		return 0;
+	}
+	if ((s[0] == '+' || s[0] == '-') && is_digit(s[1])) {
+		if (parse_duration_ms(s + 1, &ms, err) < 0)
+			return -1;
+		*out = (struct parse_time){PARSE_TIME_RELATIVE, s[0] == '-' ? -ms : ms};
+		return 0;
+	}
+	/* A bare duration: only where the option says which way it points.
+	 * "2030-01-02" also starts with digits, but is no duration: absolute. */
+	if (bare_sign != 0 && is_digit(s[0]) && parse_duration_ms(s, &ms, NULL) == 0) {
+		*out = (struct parse_time){PARSE_TIME_RELATIVE, bare_sign < 0 ? -ms : ms};
+		return 0;
+	}
+	*out = (struct parse_time){PARSE_TIME_ABSOLUTE, 0};
+	return 0;
+}
+
 /* Common rejections shared by durations and sizes, so both say the same
  * thing for the same mistake. */
 static int check_leading(const char *s, const char **err)
