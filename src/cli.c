@@ -23,6 +23,7 @@
 #include <libpq-fe.h>
 #include <limits.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,53 +33,210 @@
 #include "migrate.h"
 #include "parse.h"
 
-const char cli_usage[] =
-    "usage: pgjobd [-c FILE]                   run the worker daemon in the foreground\n"
-    "       pgjobd check   [-c FILE]           validate the file, connect, check the schema\n"
-    "       pgjobd migrate [--grant] [-c FILE] create or upgrade schema pgjobd; --grant also\n"
-    "                                          sets up roles pgjobd_producer and pgjobd_worker\n"
-    "       pgjobd enqueue QUEUE [--group G] [--data JSON] [--priority N] [--run-at T]\n"
-    "                      [--dedupe-key K] [--expires-at T] [--max-attempts N]\n"
-    "                      [--timeout DURATION] [-c FILE]\n"
-    "                                          insert a job and print its id\n"
-    "       pgjobd status  [--json | --json-object] [--claim-warn DURATION] [-c FILE]\n"
-    "                                          jobs per queue and status, paused queues,\n"
-    "                                          the oldest open claim, live daemons\n"
-    "       pgjobd cancel  ID [-c FILE]        cancel a queued job, or stop a running one\n"
-    "       pgjobd pause   QUEUE [-c FILE]     start no more jobs of QUEUE\n"
-    "       pgjobd resume  QUEUE [-c FILE]     start jobs of QUEUE again\n"
-    "       pgjobd grant-queue  ROLE QUEUE [-c FILE]\n"
-    "                                          let ROLE (and its members) enqueue into\n"
-    "                                          QUEUE ('*': every queue); the owner's right\n"
-    "       pgjobd revoke-queue ROLE QUEUE [-c FILE]\n"
-    "                                          take that grant back\n"
-    "       pgjobd --version | --help\n"
-    "FILE defaults to " CLI_DEFAULT_CONFIG ". T is a time PostgreSQL accepts as a\n"
-    "timestamptz; DURATION is e.g. 500ms, 30s, 5m, 1h30m or 2d.\n";
+/* ---------------------------------------------------------------- the tables */
 
-int cli_usage_error(const char *fmt, ...)
+static const char help_run[] =
+    "usage: pgjobd [-c FILE]\n"
+    "Run the worker daemon in the foreground (the service) until SIGTERM or SIGINT;\n"
+    "SIGHUP reloads FILE. FILE must define at least one [queue.NAME] section.\n";
+
+static const char help_check[] =
+    "usage: pgjobd check [-c FILE]\n"
+    "Read and validate the whole file as the daemon does at startup, connect, and check\n"
+    "the schema version. Warns (and still exits 0) about a queue whose command's program\n"
+    "is not an executable on the command's PATH, and about queued jobs whose data is not\n"
+    "a JSON object although their queue's command uses $PGJOBD_ARG_ variables.\n";
+
+static const char help_migrate[] =
+    "usage: pgjobd migrate [--grant] [-c FILE]\n"
+    "Create schema pgjobd or upgrade it to this version, in one transaction.\n"
+    "  --grant   also create the roles pgjobd_producer and pgjobd_worker where missing\n"
+    "            (needs CREATEROLE) and grant them their rights\n";
+
+static const char help_enqueue[] =
+    "usage: pgjobd enqueue QUEUE [OPTION...] [-c FILE]\n"
+    "Insert one job into QUEUE and print its id.\n"
+    "  --data JSON            the job's data (default {}); a queue whose command uses\n"
+    "                         $PGJOBD_ARG_ variables wants an object\n"
+    "  --group G              its group: one job of a group runs at a time, in order\n"
+    "  --priority N           smaller starts first (default 0)\n"
+    "  --run-at TIME          not before TIME (default now)\n"
+    "  --expires-at TIME      never start after TIME\n"
+    "  --expires-in DURATION  never start after now + DURATION\n"
+    "  --dedupe KEY           (also --dedupe-key) insert nothing while a job of QUEUE\n"
+    "                         with KEY is unfinished: print that job's id instead,\n"
+    "                         say \"deduplicated: job N\" on stderr, and exit 3\n"
+    "  --max-attempts N       lower the queue's max_attempts for this job\n"
+    "  --timeout DURATION     lower the queue's timeout for this job\n"
+    "  --strict               refuse (exit 1) a queue that neither FILE nor any live\n"
+    "                         daemon serves, instead of warning\n"
+    "TIME is +DURATION (from now, e.g. +10m), -DURATION (ago), now, or an absolute\n"
+    "time PostgreSQL reads as a timestamptz (ISO 8601: 2030-01-02T03:04:05Z).\n"
+    "DURATION is e.g. 500ms, 30s, 5m, 1h30m or 2d.\n"
+    "Exit status: 0 enqueued, 3 deduplicated, 1 a database error, 2 bad usage.\n";
+
+static const char help_status[] =
+    "usage: pgjobd status [--json | --json-object] [--claim-warn DURATION]\n"
+    "                     [--watch [SECONDS]] [-c FILE]\n"
+    "Jobs per queue and status, paused queues, the live daemons serving each queue,\n"
+    "the oldest open claim and the number of live daemons. Warns on stderr about a\n"
+    "queue with queued jobs that no live daemon serves.\n"
+    "  --json                  the queues as a JSON array\n"
+    "  --json-object           everything as one JSON object\n"
+    "  --claim-warn DURATION   warn about a claim open longer (default 10m; 0: never)\n"
+    "  --watch [SECONDS]       show it again every SECONDS (default 2) until\n"
+    "                          interrupted; on a terminal, in place\n";
+
+static const char help_cancel[] = "usage: pgjobd cancel ID [-c FILE]\n"
+				  "Cancel a queued job, or stop a running one (pgjobd.cancel).\n"
+				  "A job already cancelled is not an error; one that does not\n"
+				  "exist or finished otherwise is (exit 1).\n";
+
+static const char help_pause[] =
+    "usage: pgjobd pause QUEUE [--strict] [-c FILE]\n"
+    "Start no more jobs of QUEUE (running ones go on). Pausing a paused queue is not\n"
+    "an error. Warns about a queue that neither FILE nor any live daemon serves;\n"
+    "  --strict   refuse it instead (exit 1)\n";
+
+static const char help_resume[] =
+    "usage: pgjobd resume QUEUE [--strict] [-c FILE]\n"
+    "Start jobs of QUEUE again. Resuming a queue that is not paused is not an error.\n"
+    "Warns about a queue that neither FILE nor any live daemon serves;\n"
+    "  --strict   refuse it instead (exit 1)\n";
+
+static const char help_grant_queue[] =
+    "usage: pgjobd grant-queue ROLE QUEUE [-c FILE]\n"
+    "Let ROLE (and its members) enqueue into QUEUE ('*': every queue). Only the\n"
+    "schema's owner may.\n";
+
+static const char help_revoke_queue[] = "usage: pgjobd revoke-queue ROLE QUEUE [-c FILE]\n"
+					"Take a grant of grant-queue back.\n";
+
+static const char help_help[] = "usage: pgjobd help [COMMAND]\n"
+				"Describe every command, or COMMAND.\n";
+
+static const char help_version[] =
+    "usage: pgjobd version\n"
+    "Print the version and the schema version it needs (also --version).\n";
+
+/* In the order of the overview. "run" has no run function: main.c runs the
+ * daemon, which this file knows nothing of. */
+const struct cli_command cli_commands[] = {
+    {"run", CLI_RUN, NULL, 0, 0, "run the worker daemon in the foreground", help_run, NULL},
+    {"check", CLI_CHECK, NULL, 0, 0, "validate the file, connect, check the schema", help_check,
+     cli_check},
+    {"migrate", CLI_MIGRATE, NULL, 0, 0, "create or upgrade schema pgjobd", help_migrate,
+     cli_migrate},
+    {"enqueue", CLI_ENQUEUE, "QUEUE", 1, 1, "insert a job and print its id", help_enqueue,
+     cli_enqueue},
+    {"status", CLI_STATUS, NULL, 0, 0, "jobs per queue, live daemons, the oldest claim",
+     help_status, cli_status},
+    {"cancel", CLI_CANCEL, "ID", 1, 1, "cancel a queued job, or stop a running one", help_cancel,
+     cli_cancel},
+    {"pause", CLI_PAUSE, "QUEUE", 1, 1, "start no more jobs of QUEUE", help_pause, cli_pause},
+    {"resume", CLI_RESUME, "QUEUE", 1, 1, "start jobs of QUEUE again", help_resume, cli_resume},
+    {"grant-queue", CLI_GRANT_QUEUE, "ROLE QUEUE", 2, 2, "let ROLE enqueue into QUEUE",
+     help_grant_queue, cli_grant_queue},
+    {"revoke-queue", CLI_REVOKE_QUEUE, "ROLE QUEUE", 2, 2, "take that grant back",
+     help_revoke_queue, cli_revoke_queue},
+    {"help", CLI_HELP, "COMMAND", 0, 1, "describe every command, or one", help_help, cli_help},
+    {"version", CLI_VERSION, NULL, 0, 0, "print the version", help_version, cli_version},
+};
+const size_t cli_ncommands = sizeof(cli_commands) / sizeof(cli_commands[0]);
+
+#define F(field) offsetof(struct cli_args, field)
+/* Alphabetical. */
+const struct cli_option cli_options[] = {
+    {"--claim-warn", NULL, CLI_VALUE, F(claim_warn), CLI_STATUS},
+    {"--config", "-c", CLI_VALUE, F(config), CLI_ALL},
+    {"--data", NULL, CLI_VALUE, F(data), CLI_ENQUEUE},
+    {"--dedupe-key", "--dedupe", CLI_VALUE, F(dedupe_key), CLI_ENQUEUE},
+    {"--expires-at", NULL, CLI_VALUE, F(expires_at), CLI_ENQUEUE},
+    {"--expires-in", NULL, CLI_VALUE, F(expires_in), CLI_ENQUEUE},
+    {"--grant", NULL, CLI_FLAG, F(grant), CLI_MIGRATE},
+    {"--group", NULL, CLI_VALUE, F(group), CLI_ENQUEUE},
+    {"--json", NULL, CLI_FLAG, F(json), CLI_STATUS},
+    {"--json-object", NULL, CLI_FLAG, F(json_object), CLI_STATUS},
+    {"--max-attempts", NULL, CLI_VALUE, F(max_attempts), CLI_ENQUEUE},
+    {"--priority", NULL, CLI_VALUE, F(priority), CLI_ENQUEUE},
+    {"--run-at", NULL, CLI_VALUE, F(run_at), CLI_ENQUEUE},
+    {"--strict", NULL, CLI_FLAG, F(strict), CLI_ENQUEUE | CLI_PAUSE | CLI_RESUME},
+    {"--timeout", NULL, CLI_VALUE, F(timeout), CLI_ENQUEUE},
+    {"--watch", NULL, CLI_OPTIONAL_WORD, F(watch), CLI_STATUS},
+};
+#undef F
+const size_t cli_noptions = sizeof(cli_options) / sizeof(cli_options[0]);
+
+const struct cli_command *cli_find_command(const char *name)
+{
+	for (size_t i = 0; i < cli_ncommands; i++)
+		if (strcmp(cli_commands[i].name, name) == 0)
+			return &cli_commands[i];
+	return NULL;
+}
+
+int cli_usage_error(const char *cmd, const char *fmt, ...)
 {
 	va_list ap;
 	fprintf(stderr, "pgjobd: ");
+	if (cmd)
+		fprintf(stderr, "%s: ", cmd);
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
-	fprintf(stderr, "\n%s", cli_usage);
-	return 2;
+	if (cmd)
+		fprintf(stderr, "; try 'pgjobd %s --help'\n", cmd);
+	else
+		fprintf(stderr, "; try 'pgjobd --help'\n");
+	return CLI_USAGE;
 }
 
-/* A bad value on a well-formed command line: the message names the argument,
- * and the usage text would only bury it. Returns 2. */
+int cli_print_help(const struct cli_command *cmd)
+{
+	if (cmd) {
+		fputs(cmd->help, stdout);
+		printf("Every command takes -c FILE (default " CLI_DEFAULT_CONFIG
+		       ") before or after its name.\n");
+		return CLI_OK;
+	}
+	printf("usage: pgjobd [COMMAND] [OPERAND...] [OPTION...] [-c FILE]\n\n");
+	for (size_t i = 0; i < cli_ncommands; i++) {
+		const char *h = cli_commands[i].help + strlen("usage: ");
+		printf("  %.*s\n      %s\n", (int)strcspn(h, "\n"), h, cli_commands[i].summary);
+	}
+	printf("\nFILE defaults to " CLI_DEFAULT_CONFIG "; every command but run and check\n"
+	       "needs only its [pgjobd] section. 'pgjobd COMMAND --help' tells more.\n");
+	return CLI_OK;
+}
+
+int cli_help(const struct cli_args *a)
+{
+	if (!a->operand)
+		return cli_print_help(NULL);
+	const struct cli_command *c = cli_find_command(a->operand);
+	if (!c)
+		return cli_usage_error("help", "unknown command '%s'", a->operand);
+	return cli_print_help(c);
+}
+
+int cli_version(const struct cli_args *a)
+{
+	(void)a;
+	printf("pgjobd %s (schema version %d)\n", PGJOBD_VERSION, migrate_latest());
+	return CLI_OK;
+}
+
+/* A bad value on a well-formed command line: a usage error naming the
+ * argument. Returns CLI_USAGE. */
 __attribute__((format(printf, 2, 3))) static int bad_value(const struct cli_args *a,
 							   const char *fmt, ...)
 {
+	char msg[1024];
 	va_list ap;
-	fprintf(stderr, "pgjobd: %s: ", a->cmd);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
-	return 2;
+	return cli_usage_error(a->cmd, "%s", msg);
 }
 
 /* Parses the integer argument `name` (value s) within [min, max] into buf as
@@ -108,14 +266,7 @@ static int queue_arg(const struct cli_args *a)
 
 /* ---------------------------------------------------------------- sessions */
 
-/* One subcommand's configuration and connection; both owned here. */
-struct session {
-	const struct cli_args *a;
-	struct config *cfg;
-	PGconn *pg;
-};
-
-static void session_close(struct session *s)
+void cli_session_close(struct cli_session *s)
 {
 	PQfinish(s->pg); /* ends an open transaction with a rollback */
 	config_free(s->cfg);
@@ -123,14 +274,12 @@ static void session_close(struct session *s)
 	s->cfg = NULL;
 }
 
-/* Loads the file (only [pgjobd] is needed unless need_queues) and connects.
- * Returns 0, or the exit status (2: configuration, 1: connection) after
- * printing why; on success the caller ends with session_close. */
-static int session_open(struct session *s, const struct cli_args *a, bool need_queues)
+int cli_session_open(struct cli_session *s, const struct cli_args *a, bool need_queues)
 {
 	s->a = a;
 	s->pg = NULL;
-	s->cfg = config_load(a->config, need_queues, stderr);
+	s->cfg = need_queues ? config_load(a->config, true, stderr)
+			     : config_load_control(a->config, stderr);
 	if (!s->cfg)
 		return 2;
 	const char *keys[] = {"dbname", "fallback_application_name", NULL};
@@ -139,7 +288,7 @@ static int session_open(struct session *s, const struct cli_args *a, bool need_q
 	if (PQstatus(s->pg) != CONNECTION_OK) {
 		fprintf(stderr, "pgjobd: %s: cannot connect to the database: %s", a->cmd,
 			PQerrorMessage(s->pg));
-		session_close(s);
+		cli_session_close(s);
 		return 1;
 	}
 	return 0;
@@ -157,7 +306,7 @@ static bool is_schema_error(const char *state)
 }
 
 /* Prints PostgreSQL's message for a failed statement (r may be NULL). */
-static void report_error(const struct session *s, const PGresult *r)
+static void report_error(const struct cli_session *s, const PGresult *r)
 {
 	const char *msg = r ? PQresultErrorMessage(r) : "";
 	if (!*msg)
@@ -170,9 +319,7 @@ static void report_error(const struct session *s, const PGresult *r)
 			migrate_latest(), s->a->config);
 }
 
-/* Runs one statement with text parameters. Returns its result (the caller
- * clears it), or NULL after printing PostgreSQL's message. */
-static PGresult *session_query(struct session *s, const char *sql, int n, const char *const *vals)
+PGresult *cli_session_query(struct cli_session *s, const char *sql, int n, const char *const *vals)
 {
 	PGresult *r = PQexecParams(s->pg, sql, n, NULL, vals, NULL, NULL, 0);
 	ExecStatusType st = PQresultStatus(r);
@@ -190,13 +337,13 @@ static PGresult *session_query(struct session *s, const char *sql, int n, const 
 static PGresult *query_once(const struct cli_args *a, const char *sql, int n,
 			    const char *const *vals, int *rc)
 {
-	struct session s;
-	*rc = session_open(&s, a, false);
+	struct cli_session s;
+	*rc = cli_session_open(&s, a, false);
 	if (*rc)
 		return NULL;
-	PGresult *r = session_query(&s, sql, n, vals);
+	PGresult *r = cli_session_query(&s, sql, n, vals);
 	*rc = r ? 0 : 1;
-	session_close(&s);
+	cli_session_close(&s);
 	return r;
 }
 
@@ -204,8 +351,8 @@ static PGresult *query_once(const struct cli_args *a, const char *sql, int n,
 
 int cli_check(const struct cli_args *a)
 {
-	struct session s;
-	int rc = session_open(&s, a, true);
+	struct cli_session s;
+	int rc = cli_session_open(&s, a, true);
 	if (rc)
 		return rc;
 	rc = 1;
@@ -222,20 +369,20 @@ int cli_check(const struct cli_args *a)
 	printf("%s: ok (%zu queues, schema version %d)\n", a->config, s.cfg->nqueues, v);
 	rc = 0;
 out:
-	session_close(&s);
+	cli_session_close(&s);
 	return rc;
 }
 
 int cli_migrate(const struct cli_args *a)
 {
-	struct session s;
-	int rc = session_open(&s, a, false);
+	struct cli_session s;
+	int rc = cli_session_open(&s, a, false);
 	if (rc)
 		return rc;
 	rc = 1;
 	if (migrate_apply(s.pg) == 0 && (!a->grant || migrate_setup_roles(s.pg) == 0))
 		rc = 0;
-	session_close(&s);
+	cli_session_close(&s);
 	return rc;
 }
 
@@ -247,7 +394,7 @@ int cli_migrate(const struct cli_args *a)
  * (SQLSTATE class 22) is a usage error naming the option; the value itself
  * is quoted unless show_value is false (job data may be long or secret).
  * Returns 0 valid, 2 invalid, 1 the question failed; both printed. */
-static int check_value(struct session *s, const char *name, const char *value, bool show_value,
+static int check_value(struct cli_session *s, const char *name, const char *value, bool show_value,
 		       const char *sql)
 {
 	PGresult *r = PQexecParams(s->pg, sql, 1, NULL, &value, NULL, NULL, 0);
@@ -291,7 +438,7 @@ static const char dedupe_sql[] = "SELECT id FROM pgjobd.jobs "
 				 "AND status IN ('queued', 'running') ORDER BY id LIMIT 1";
 
 /* Prints why the INSERT inserted nothing. Returns the exit status. */
-static int report_dedupe(struct session *s)
+static int report_dedupe(struct cli_session *s)
 {
 	const struct cli_args *a = s->a;
 	if (!a->dedupe_key) {
@@ -300,7 +447,7 @@ static int report_dedupe(struct session *s)
 		return 1;
 	}
 	const char *vals[2] = {a->operand, a->dedupe_key};
-	PGresult *r = session_query(s, dedupe_sql, 2, vals);
+	PGresult *r = cli_session_query(s, dedupe_sql, 2, vals);
 	if (!r)
 		return 1;
 	if (PQntuples(r) > 0)
@@ -339,8 +486,8 @@ int cli_enqueue(const struct cli_args *a)
 		snprintf(ms, sizeof(ms), "%lld", (long long)t);
 	}
 
-	struct session s;
-	rc = session_open(&s, a, false);
+	struct cli_session s;
+	rc = cli_session_open(&s, a, false);
 	if (rc)
 		return rc;
 	if ((a->data && (rc = check_value(&s, "--data", a->data, false, "SELECT $1::jsonb"))) ||
@@ -358,7 +505,7 @@ int cli_enqueue(const struct cli_args *a)
 			       a->max_attempts ? max : NULL,
 			       a->timeout ? ms : NULL,
 			       a->dedupe_key};
-	PGresult *r = session_query(&s, enqueue_sql, 9, vals);
+	PGresult *r = cli_session_query(&s, enqueue_sql, 9, vals);
 	if (!r) {
 		rc = 1;
 		goto out;
@@ -371,7 +518,7 @@ int cli_enqueue(const struct cli_args *a)
 	}
 	PQclear(r);
 out:
-	session_close(&s);
+	cli_session_close(&s);
 	return rc;
 }
 
@@ -605,7 +752,7 @@ static void warn_claim(const struct status_report *st, long long warn_ms, const 
 /* The count of live daemons into *live (owned by the caller's PGresult
  * *out), or NULL when this role may not read pgjobd.workers (a producer
  * role may run `status`). Returns 0, or -1 after printing why. */
-static int query_live(struct session *s, PGresult **out, const char **live)
+static int query_live(struct cli_session *s, PGresult **out, const char **live)
 {
 	PGresult *r = PQexecParams(s->pg, live_daemons_sql, 0, NULL, NULL, NULL, NULL, 0);
 	*out = NULL;
@@ -635,8 +782,8 @@ int cli_status(const struct cli_args *a)
 	if (a->json && a->json_object)
 		return bad_value(a, "give --json or --json-object, not both");
 
-	struct session s;
-	int rc = session_open(&s, a, false);
+	struct cli_session s;
+	int rc = cli_session_open(&s, a, false);
 	if (rc)
 		return rc;
 	/* Every question first, then the answer: a failure prints nothing on
@@ -644,11 +791,11 @@ int cli_status(const struct cli_args *a)
 	rc = 1;
 	struct status_report st = {0};
 	PGresult *queues = NULL, *claims = NULL, *live = NULL;
-	queues =
-	    session_query(&s, a->json || a->json_object ? status_json_sql : status_sql, 0, NULL);
+	queues = cli_session_query(&s, a->json || a->json_object ? status_json_sql : status_sql, 0,
+				   NULL);
 	if (!queues)
 		goto out;
-	claims = session_query(&s, claims_sql, 0, NULL);
+	claims = cli_session_query(&s, claims_sql, 0, NULL);
 	if (!claims)
 		goto out;
 	assert(PQntuples(claims) == 1 && PQnfields(claims) == CLAIMS_COLUMNS);
@@ -670,7 +817,7 @@ out:
 	PQclear(live);
 	PQclear(claims);
 	PQclear(queues);
-	session_close(&s);
+	cli_session_close(&s);
 	return rc;
 }
 
@@ -683,24 +830,24 @@ out:
  * have acted on it. *status is "" when there is no such job. Returns 0, or
  * -1 after printing why (closing the connection rolls the transaction back).
  */
-static int cancel_once(struct session *s, const char *id, bool *ok, char *status, size_t size)
+static int cancel_once(struct cli_session *s, const char *id, bool *ok, char *status, size_t size)
 {
 	const char *vals[1] = {id};
-	PGresult *r = session_query(s, "BEGIN", 0, NULL);
+	PGresult *r = cli_session_query(s, "BEGIN", 0, NULL);
 	if (!r)
 		return -1;
 	PQclear(r);
-	r = session_query(s, "SELECT pgjobd.cancel($1::bigint)", 1, vals);
+	r = cli_session_query(s, "SELECT pgjobd.cancel($1::bigint)", 1, vals);
 	if (!r)
 		return -1;
 	*ok = strcmp(PQgetvalue(r, 0, 0), "t") == 0;
 	PQclear(r);
-	r = session_query(s, "SELECT status FROM pgjobd.jobs WHERE id = $1::bigint", 1, vals);
+	r = cli_session_query(s, "SELECT status FROM pgjobd.jobs WHERE id = $1::bigint", 1, vals);
 	if (!r)
 		return -1;
 	snprintf(status, size, "%s", PQntuples(r) ? PQgetvalue(r, 0, 0) : "");
 	PQclear(r);
-	r = session_query(s, "COMMIT", 0, NULL);
+	r = cli_session_query(s, "COMMIT", 0, NULL);
 	if (!r)
 		return -1;
 	PQclear(r);
@@ -719,8 +866,8 @@ int cli_cancel(const struct cli_args *a)
 	int rc = int_arg(a, "ID", a->operand, LLONG_MIN, LLONG_MAX, id, sizeof(id));
 	if (rc)
 		return rc;
-	struct session s;
-	rc = session_open(&s, a, false);
+	struct cli_session s;
+	rc = cli_session_open(&s, a, false);
 	if (rc)
 		return rc;
 	rc = 1;
@@ -751,7 +898,7 @@ int cli_cancel(const struct cli_args *a)
 			status);
 	}
 out:
-	session_close(&s);
+	cli_session_close(&s);
 	return rc;
 }
 

@@ -40,7 +40,8 @@ struct queue_conf {
 	bool has_user; /* user was set and resolved: */
 	uid_t uid;
 	gid_t gid;
-	char *user_home; /* the user's home directory (for HOME) */
+	char *user_home;  /* the user's home directory (for HOME) */
+	int command_line; /* the line of `command` in the file (for warnings) */
 };
 
 struct config {
@@ -62,6 +63,21 @@ struct config {
  * [queue.*] sections are still checked but having none is not an error.
  * Returns NULL if anything was wrong (or the file cannot be read). */
 struct config *config_load(const char *path, bool need_queues, FILE *diag);
+/* The same for a control subcommand (enqueue, status, pause, ...), which
+ * needs only [pgjobd]: when every problem lies in [queue.*] sections, those
+ * sections are left out, one warning naming them is printed to diag
+ * ("FILE: warning: ignoring [queue.x], which has errors ..."), and the rest
+ * is returned. A problem anywhere else still returns NULL. */
+struct config *config_load_control(const char *path, FILE *diag);
+
+/* What the file alone cannot show, for `pgjobd check` and the daemon's
+ * start and reload: a queue whose command starts with a program that is
+ * not an executable file (in the command's PATH, or at its absolute path),
+ * when that can be told without a shell (see parse_command_program).
+ * Prints one "FILE:LINE: warning: ..." line per queue to out. Returns the
+ * number of warnings. */
+int config_warn_programs(const struct config *c, FILE *out);
+
 void config_free(struct config *c);
 
 /* Lookup by name, NULL when absent. Borrowed pointer. */

@@ -45,6 +45,17 @@ enum log_level log_get_level(void)
 	return cur_level;
 }
 
+const char *log_prefix(enum log_level level)
+{
+	static const char *const prefixes[] = {"<3>", "<4>", "<6>", "<7>"};
+	return to_journal ? prefixes[level] : "";
+}
+
+int log_to_journal(void)
+{
+	return to_journal;
+}
+
 int log_level_parse(const char *s, enum log_level *out)
 {
 	for (int i = 0; i <= LOG_DEBUG; i++) {

@@ -22,6 +22,12 @@ enum log_level log_get_level(void);
 /* "error|warn|info|debug" -> level; 0 or -1 for an unknown name. */
 int log_level_parse(const char *s, enum log_level *out);
 
+/* "<3>".."<7>" for level when stderr is the journal, else "": for lines
+ * written to stderr outside log_msg (configuration diagnostics). */
+const char *log_prefix(enum log_level level);
+/* True when stderr is the journal (see log_init). */
+int log_to_journal(void);
+
 void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 #define log_error(...) log_msg(LOG_ERROR, __VA_ARGS__)
 #define log_warn(...) log_msg(LOG_WARN, __VA_ARGS__)

@@ -39,6 +39,15 @@ struct parse_time {
 };
 int parse_time(const char *s, int bare_sign, struct parse_time *out, const char **err);
 
+/* The program a shell command runs first, when that can be told without a
+ * shell: the command's first word, made only of characters no shell treats
+ * specially (letters, digits, / . _ - + , : @ %), followed by a blank or the
+ * end, and not a shell keyword or builtin (exec, cd, if, true, [, ...) nor a
+ * variable assignment. Copies it into buf (size n) and returns true; false
+ * when the command starts any other way ("$HOME/x", "a=b x", quotes, a
+ * word longer than buf) and so cannot be judged. */
+bool parse_command_program(const char *command, char *buf, size_t n);
+
 /* Decimal integer within [min, max]. */
 int parse_int(const char *s, long long min, long long max, long long *out, const char **err);
 
