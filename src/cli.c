@@ -20,14 +20,18 @@
 #include "cli.h"
 
 #include <assert.h>
+#include <errno.h>
 #include <libpq-fe.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "migrate.h"
@@ -54,7 +58,9 @@ static const char help_migrate[] =
     "            (needs CREATEROLE) and grant them their rights\n";
 
 static const char help_enqueue[] =
-    "usage: pgjobd enqueue QUEUE [OPTION...] [-c FILE]\n"
+    "usage: pgjobd enqueue QUEUE [--data JSON] [--group G] [--priority N] [--run-at TIME]\n"
+    "                      [--expires-at TIME | --expires-in DURATION] [--dedupe KEY]\n"
+    "                      [--max-attempts N] [--timeout DURATION] [--strict] [-c FILE]\n"
     "Insert one job into QUEUE and print its id.\n"
     "  --data JSON            the job's data (default {}); a queue whose command uses\n"
     "                         $PGJOBD_ARG_ variables wants an object\n"
@@ -200,9 +206,18 @@ int cli_print_help(const struct cli_command *cmd)
 		return CLI_OK;
 	}
 	printf("usage: pgjobd [COMMAND] [OPERAND...] [OPTION...] [-c FILE]\n\n");
+	/* Each command's synopsis: its help's first line and the indented
+	 * lines that continue it. */
 	for (size_t i = 0; i < cli_ncommands; i++) {
 		const char *h = cli_commands[i].help + strlen("usage: ");
-		printf("  %.*s\n      %s\n", (int)strcspn(h, "\n"), h, cli_commands[i].summary);
+		size_t n = strcspn(h, "\n");
+		printf("  %.*s\n", (int)n, h);
+		for (h += n; h[0] == '\n' && h[1] == ' '; h += n) {
+			h++;
+			n = strcspn(h, "\n");
+			printf("%.*s\n", (int)(n > 5 ? n - 5 : n), h + (n > 5 ? 5 : 0));
+		}
+		printf("      %s\n", cli_commands[i].summary);
 	}
 	printf("\nFILE defaults to " CLI_DEFAULT_CONFIG "; every command but run and check\n"
 	       "needs only its [pgjobd] section. 'pgjobd COMMAND --help' tells more.\n");
@@ -349,6 +364,35 @@ static PGresult *query_once(const struct cli_args *a, const char *sql, int n,
 
 /* ---------------------------------------------------------------- check, migrate */
 
+/* Queued jobs of a queue whose command reads $PGJOBD_ARG_... variables,
+ * with data that is not a JSON object and so sets none of them. */
+static const char queued_data_sql[] =
+    "SELECT count(*), min(id) FROM pgjobd.jobs "
+    "WHERE queue = $1 AND status = 'queued' AND jsonb_typeof(data) <> 'object'";
+
+/* check's warning about such jobs, one line per queue. Returns 0, or -1
+ * after printing PostgreSQL's message. */
+static int warn_queued_data(struct cli_session *s)
+{
+	for (size_t i = 0; i < s->cfg->nqueues; i++) {
+		const struct queue_conf *q = s->cfg->queues[i];
+		if (!strstr(q->command, "PGJOBD_ARG_"))
+			continue;
+		PGresult *r = cli_session_query(s, queued_data_sql, 1, (const char *const *)&q->name);
+		if (!r)
+			return -1;
+		if (atoll(PQgetvalue(r, 0, 0)) > 0)
+			fprintf(stderr,
+				"%s%s:%d: warning: [queue.%s] has %s queued jobs (job %s the first) "
+				"whose data is not a JSON object: its command uses $PGJOBD_ARG_ "
+				"variables, which only the keys of an object set\n",
+				log_prefix(LOG_WARN), s->a->config, q->command_line, q->name,
+				PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1));
+		PQclear(r);
+	}
+	return 0;
+}
+
 int cli_check(const struct cli_args *a)
 {
 	struct cli_session s;
@@ -366,6 +410,9 @@ int cli_check(const struct cli_args *a)
 			v, migrate_latest(), a->config);
 		goto out;
 	}
+	config_warn_programs(s.cfg, stderr);
+	if (warn_queued_data(&s) < 0)
+		goto out;
 	printf("%s: ok (%zu queues, schema version %d)\n", a->config, s.cfg->nqueues, v);
 	rc = 0;
 out:
@@ -386,6 +433,74 @@ int cli_migrate(const struct cli_args *a)
 	return rc;
 }
 
+/* ---------------------------------------------------------------- served queues */
+
+/* Live daemons serving $1 (sql/012_ops.sql), and live daemons of an older
+ * version, which do not say what they serve. */
+static const char served_sql[] =
+    "SELECT count(*) FILTER (WHERE $1 = ANY (queues)), count(*) FILTER (WHERE queues IS NULL) "
+    "FROM pgjobd.workers WHERE alive_until > now()";
+
+enum served { SERVED_YES, SERVED_NO, SERVED_UNKNOWN, SERVED_ERROR };
+
+/* Does anything serve queue: FILE's own [queue.NAME] section, or a live
+ * daemon's list? *why says why it cannot be told (SERVED_UNKNOWN). */
+static enum served queue_served(struct cli_session *s, const char *queue, const char **why)
+{
+	*why = NULL;
+	if (config_find_queue(s->cfg, queue))
+		return SERVED_YES;
+	PGresult *r = PQexecParams(s->pg, served_sql, 1, NULL, &queue, NULL, NULL, 0);
+	enum served v = SERVED_ERROR;
+	if (PQresultStatus(r) == PGRES_TUPLES_OK) {
+		if (atoll(PQgetvalue(r, 0, 0)) > 0) {
+			v = SERVED_YES;
+		} else if (atoll(PQgetvalue(r, 0, 1)) > 0) {
+			v = SERVED_UNKNOWN;
+			*why = "a live daemon of an older version does not say which queues it serves";
+		} else {
+			v = SERVED_NO;
+		}
+	} else {
+		const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+		if (state && strcmp(state, "42501") == 0) { /* insufficient_privilege */
+			v = SERVED_UNKNOWN;
+			*why = "this role may not read pgjobd.workers";
+		} else {
+			report_error(s, r);
+		}
+	}
+	PQclear(r);
+	return v;
+}
+
+/* The check of enqueue, pause and resume: a queue that nothing serves is
+ * almost always a typo, and its jobs would wait silently. A warning on
+ * stderr, or with --strict an error. Returns 0 to go on, or the exit
+ * status after printing why not. */
+static int check_served(struct cli_session *s)
+{
+	const struct cli_args *a = s->a;
+	const char *why;
+	enum served v = queue_served(s, a->operand, &why);
+	if (v == SERVED_ERROR)
+		return CLI_FAILED;
+	if (v == SERVED_YES || (v == SERVED_UNKNOWN && !a->strict))
+		return 0;
+	if (v == SERVED_UNKNOWN) {
+		fprintf(stderr,
+			"pgjobd: %s: cannot tell whether a daemon serves queue %s (%s); refused "
+			"(--strict)\n",
+			a->cmd, a->operand, why);
+		return CLI_FAILED;
+	}
+	fprintf(stderr,
+		"pgjobd: %s: %squeue %s is served by no live daemon and has no section in %s%s\n",
+		a->cmd, a->strict ? "" : "warning: ", a->operand, a->config,
+		a->strict ? "; refused (--strict)" : "; its jobs wait until a daemon serves it");
+	return a->strict ? CLI_FAILED : 0;
+}
+
 /* ---------------------------------------------------------------- enqueue */
 
 /* Asks PostgreSQL whether `value` of option `name` is valid input for the
@@ -393,9 +508,10 @@ int cli_migrate(const struct cli_args *a)
  * uses, and no local copy of it could agree on every input. A data exception
  * (SQLSTATE class 22) is a usage error naming the option; the value itself
  * is quoted unless show_value is false (job data may be long or secret).
+ * The one value the statement returns is copied to out (when not NULL).
  * Returns 0 valid, 2 invalid, 1 the question failed; both printed. */
-static int check_value(struct cli_session *s, const char *name, const char *value, bool show_value,
-		       const char *sql)
+static int check_value(struct cli_session *s, const char *name, const char *value,
+		       bool show_value, const char *sql, char *out, size_t size)
 {
 	PGresult *r = PQexecParams(s->pg, sql, 1, NULL, &value, NULL, NULL, 0);
 	int rc = 0;
@@ -404,31 +520,54 @@ static int check_value(struct cli_session *s, const char *name, const char *valu
 		if (state && strncmp(state, "22", 2) == 0) {
 			const char *msg = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
 			const char *detail = PQresultErrorField(r, PG_DIAG_MESSAGE_DETAIL);
-			fprintf(stderr, "pgjobd: %s: bad %s", s->a->cmd, name);
+			char quoted[256] = "";
 			if (show_value)
-				fprintf(stderr, " '%s'", value);
-			fprintf(stderr, ": %s", msg ? msg : "invalid value");
-			if (detail)
-				fprintf(stderr, " (%s)", detail);
-			fputc('\n', stderr);
-			rc = 2;
+				snprintf(quoted, sizeof(quoted), " '%s'", value);
+			rc = bad_value(s->a, "bad %s%s: %s%s%s%s", name, quoted,
+				       msg ? msg : "invalid value", detail ? " (" : "",
+				       detail ? detail : "", detail ? ")" : "");
 		} else {
 			report_error(s, r);
-			rc = 1;
+			rc = CLI_FAILED;
 		}
+	} else if (out) {
+		snprintf(out, size, "%s", PQgetvalue(r, 0, 0));
 	}
 	PQclear(r);
 	return rc;
 }
 
+/* A TIME option (--run-at, --expires-at): relative ones become milliseconds
+ * from the server's now() in ms (as text), absolute ones are checked by
+ * PostgreSQL, as the INSERT will read them, and go as they are in *abs.
+ * Returns 0 or the exit status after printing why. */
+static int time_arg(struct cli_session *s, const char *name, const char *value, const char **abs,
+		    char *ms, size_t size)
+{
+	struct parse_time t;
+	const char *err = NULL;
+	*abs = NULL;
+	ms[0] = '\0';
+	if (parse_time(value, 0, &t, &err) < 0)
+		return bad_value(s->a, "bad %s '%s': %s", name, value, err);
+	if (t.kind == PARSE_TIME_RELATIVE) {
+		snprintf(ms, size, "%lld", (long long)t.offset_ms);
+		return 0;
+	}
+	*abs = value;
+	return check_value(s, name, value, true, "SELECT $1::timestamptz", NULL, 0);
+}
+
 /* Missing values are NULL parameters, so the column defaults (data {},
  * priority 0, run_at now) are spelled here and the queue's settings apply
- * to max_attempts and timeout. */
+ * to max_attempts and timeout. A time is either absolute ($5, $6) or
+ * milliseconds from now ($10, $11). */
 static const char enqueue_sql[] =
     "INSERT INTO pgjobd.jobs (queue, group_id, data, priority, run_at, expires_at, "
     "max_attempts, timeout, dedupe_key) "
     "VALUES ($1, $2, coalesce($3::jsonb, '{}'), coalesce($4::int, 0), "
-    "coalesce($5::timestamptz, now()), $6::timestamptz, $7::int, "
+    "coalesce($5::timestamptz, now() + $10::bigint * interval '1 millisecond', now()), "
+    "coalesce($6::timestamptz, now() + $11::bigint * interval '1 millisecond'), $7::int, "
     "$8::bigint * interval '1 millisecond', $9) "
     "RETURNING id";
 
@@ -437,34 +576,25 @@ static const char dedupe_sql[] = "SELECT id FROM pgjobd.jobs "
 				 "WHERE queue = $1 AND dedupe_key = $2 "
 				 "AND status IN ('queued', 'running') ORDER BY id LIMIT 1";
 
-/* Prints why the INSERT inserted nothing. Returns the exit status. */
-static int report_dedupe(struct cli_session *s)
+/* The job data's warning: a queue whose command reads $PGJOBD_ARG_...
+ * gets those variables only from the top-level keys of an object, so any
+ * other JSON value leaves them unset. Judged only for a queue of FILE,
+ * whose command this side can read. */
+static void warn_data_type(const struct cli_session *s, const char *type)
 {
-	const struct cli_args *a = s->a;
-	if (!a->dedupe_key) {
-		/* Only the dedupe trigger drops rows; anything else is new. */
-		fprintf(stderr, "pgjobd: enqueue: the INSERT inserted no row\n");
-		return 1;
-	}
-	const char *vals[2] = {a->operand, a->dedupe_key};
-	PGresult *r = cli_session_query(s, dedupe_sql, 2, vals);
-	if (!r)
-		return 1;
-	if (PQntuples(r) > 0)
-		printf("deduplicated: job %s of queue %s has dedupe key %s and is not finished\n",
-		       PQgetvalue(r, 0, 0), a->operand, a->dedupe_key);
-	else
-		/* It finished between our INSERT and this look-up. */
-		printf("deduplicated: a job of queue %s had dedupe key %s and has finished "
-		       "since\n",
-		       a->operand, a->dedupe_key);
-	PQclear(r);
-	return 0;
+	const struct queue_conf *q = config_find_queue(s->cfg, s->a->operand);
+	if (!q || !q->command || strcmp(type, "object") == 0 || !strstr(q->command, "PGJOBD_ARG_"))
+		return;
+	fprintf(stderr,
+		"pgjobd: enqueue: warning: --data is a JSON %s, not an object: the command of "
+		"queue %s uses $PGJOBD_ARG_ variables, which only the keys of an object set\n",
+		type, s->a->operand);
 }
 
 int cli_enqueue(const struct cli_args *a)
 {
-	char prio[24], max[24], ms[24];
+	char prio[24], max[24], ms[24], run_ms[24], exp_ms[24], type[16] = "object";
+	const char *run_abs = NULL, *exp_abs = NULL;
 	int rc = queue_arg(a);
 	if (rc)
 		return rc;
@@ -485,38 +615,76 @@ int cli_enqueue(const struct cli_args *a)
 			return bad_value(a, "bad --timeout '%s': must be more than 0", a->timeout);
 		snprintf(ms, sizeof(ms), "%lld", (long long)t);
 	}
+	exp_ms[0] = run_ms[0] = '\0';
+	if (a->expires_in && a->expires_at)
+		return bad_value(a, "give --expires-in or --expires-at, not both");
+	if (a->expires_in) {
+		int64_t t;
+		const char *err = NULL;
+		if (parse_duration_ms(a->expires_in, &t, &err) < 0)
+			return bad_value(a, "bad --expires-in '%s': %s", a->expires_in, err);
+		snprintf(exp_ms, sizeof(exp_ms), "%lld", (long long)t);
+	}
 
 	struct cli_session s;
 	rc = cli_session_open(&s, a, false);
 	if (rc)
 		return rc;
-	if ((a->data && (rc = check_value(&s, "--data", a->data, false, "SELECT $1::jsonb"))) ||
-	    (a->run_at &&
-	     (rc = check_value(&s, "--run-at", a->run_at, true, "SELECT $1::timestamptz"))) ||
-	    (a->expires_at &&
-	     (rc = check_value(&s, "--expires-at", a->expires_at, true, "SELECT $1::timestamptz"))))
+	if ((a->data && (rc = check_value(&s, "--data", a->data, false,
+					  "SELECT jsonb_typeof($1::jsonb)", type, sizeof(type)))) ||
+	    (a->run_at && (rc = time_arg(&s, "--run-at", a->run_at, &run_abs, run_ms,
+					 sizeof(run_ms)))) ||
+	    (a->expires_at && (rc = time_arg(&s, "--expires-at", a->expires_at, &exp_abs, exp_ms,
+					     sizeof(exp_ms)))) ||
+	    (rc = check_served(&s)))
 		goto out;
-	const char *vals[9] = {a->operand,
-			       a->group,
-			       a->data,
-			       a->priority ? prio : NULL,
-			       a->run_at,
-			       a->expires_at,
-			       a->max_attempts ? max : NULL,
-			       a->timeout ? ms : NULL,
-			       a->dedupe_key};
-	PGresult *r = cli_session_query(&s, enqueue_sql, 9, vals);
-	if (!r) {
-		rc = 1;
-		goto out;
+	warn_data_type(&s, type);
+	const char *vals[11] = {a->operand,
+				a->group,
+				a->data,
+				a->priority ? prio : NULL,
+				run_abs,
+				exp_abs,
+				a->max_attempts ? max : NULL,
+				a->timeout ? ms : NULL,
+				a->dedupe_key,
+				run_ms[0] ? run_ms : NULL,
+				exp_ms[0] ? exp_ms : NULL};
+	/* An INSERT that inserts nothing met the dedupe key of an unfinished
+	 * job: print that job's id, so a script gets an id either way. When
+	 * the job finished between the two statements, the key is free again:
+	 * insert once more. */
+	rc = CLI_FAILED;
+	for (int tries = 0; tries < 3; tries++) {
+		PGresult *r = cli_session_query(&s, enqueue_sql, 11, vals);
+		if (!r)
+			goto out;
+		if (PQntuples(r) == 1) {
+			printf("%s\n", PQgetvalue(r, 0, 0));
+			PQclear(r);
+			rc = CLI_OK;
+			goto out;
+		}
+		PQclear(r);
+		if (!a->dedupe_key) {
+			/* Only the dedupe trigger drops rows. */
+			fprintf(stderr, "pgjobd: enqueue: the INSERT inserted no row\n");
+			goto out;
+		}
+		r = cli_session_query(&s, dedupe_sql, 2, (const char *const[]){a->operand, a->dedupe_key});
+		if (!r)
+			goto out;
+		if (PQntuples(r) == 1) {
+			printf("%s\n", PQgetvalue(r, 0, 0));
+			fprintf(stderr, "deduplicated: job %s\n", PQgetvalue(r, 0, 0));
+			PQclear(r);
+			rc = CLI_DEDUPLICATED;
+			goto out;
+		}
+		PQclear(r);
 	}
-	if (PQntuples(r) == 1) {
-		printf("%s\n", PQgetvalue(r, 0, 0));
-		rc = 0;
-	} else {
-		rc = report_dedupe(&s);
-	}
-	PQclear(r);
+	fprintf(stderr, "pgjobd: enqueue: the job with dedupe key %s kept changing; try again\n",
+		a->dedupe_key);
 out:
 	cli_session_close(&s);
 	return rc;
@@ -524,26 +692,51 @@ out:
 
 /* ---------------------------------------------------------------- status */
 
-/* Every column of queue_stats, as text for the table. */
-static const char status_sql[] = "SELECT queue, queued, running, succeeded, failed, cancelled, "
-				 "coalesce(date_trunc('second', oldest_queued_age)::text, ''), "
-				 "CASE WHEN paused THEN 'yes' ELSE 'no' END, failed_last_hour "
-				 "FROM pgjobd.queue_stats ORDER BY queue";
+/* The live daemons serving each queue (sql/012_ops.sql), as `d` for the
+ * queries below; for a role that may not read pgjobd.workers, nothing, and
+ * the column reads "?" (null in JSON). A queue that a daemon serves but
+ * that has no job yet gets a row too (the FULL JOIN). */
+static const char daemons_cte[] =
+    "WITH d AS (SELECT q AS queue, count(*) AS n FROM pgjobd.workers w, unnest(w.queues) q "
+    "WHERE w.alive_until > now() GROUP BY q) ";
+static const char no_daemons_cte[] =
+    "WITH d AS (SELECT NULL::text AS queue, NULL::bigint AS n WHERE false) ";
+
+/* Every column of queue_stats, and the daemons, as text for the table. $1:
+ * whether d is known. */
+static const char status_sql[] =
+    "SELECT coalesce(s.queue, d.queue), coalesce(s.queued, 0), coalesce(s.running, 0), "
+    "coalesce(s.succeeded, 0), coalesce(s.failed, 0), coalesce(s.cancelled, 0), "
+    "coalesce(date_trunc('second', s.oldest_queued_age)::text, ''), "
+    "CASE WHEN s.paused THEN 'yes' ELSE 'no' END, coalesce(s.failed_last_hour, 0), "
+    "CASE WHEN $1::boolean THEN coalesce(d.n, 0)::text ELSE '?' END "
+    "FROM pgjobd.queue_stats s FULL JOIN d ON d.queue = s.queue ORDER BY 1";
 
 /* The same as one JSON array built by PostgreSQL (so it escapes the
- * strings): the age in seconds (a number, null when none) and paused as a
- * boolean. json, not jsonb: the keys keep the view's column order. */
+ * strings): the age in seconds (a number, null when none), paused as a
+ * boolean, daemons a number or null. json, not jsonb: the keys keep the
+ * view's column order. */
 static const char status_json_sql[] =
     "SELECT coalesce(json_agg(json_build_object("
-    "'queue', queue, 'queued', queued, 'running', running, 'succeeded', succeeded, "
-    "'failed', failed, 'cancelled', cancelled, "
-    "'oldest_queued_age', round(extract(epoch FROM oldest_queued_age)::numeric, 3), "
-    "'paused', paused, 'failed_last_hour', failed_last_hour) ORDER BY queue), '[]') "
-    "FROM pgjobd.queue_stats";
+    "'queue', coalesce(s.queue, d.queue), 'queued', coalesce(s.queued, 0), "
+    "'running', coalesce(s.running, 0), 'succeeded', coalesce(s.succeeded, 0), "
+    "'failed', coalesce(s.failed, 0), 'cancelled', coalesce(s.cancelled, 0), "
+    "'oldest_queued_age', round(extract(epoch FROM s.oldest_queued_age)::numeric, 3), "
+    "'paused', coalesce(s.paused, false), 'failed_last_hour', coalesce(s.failed_last_hour, 0), "
+    "'daemons', CASE WHEN $1::boolean THEN coalesce(d.n, 0) END) "
+    "ORDER BY coalesce(s.queue, d.queue)), '[]') "
+    "FROM pgjobd.queue_stats s FULL JOIN d ON d.queue = s.queue";
+
+/* Queues with queued jobs that no live daemon serves: each earns a warning
+ * (their jobs wait, silently, for a daemon that may never come). */
+static const char unserved_sql[] =
+    "SELECT s.queue, s.queued FROM pgjobd.queue_stats s WHERE s.queued > 0 "
+    "AND NOT EXISTS (SELECT 1 FROM pgjobd.workers w "
+    "WHERE w.alive_until > now() AND s.queue = ANY (w.queues)) ORDER BY s.queue";
 
 static const char *const status_head[] = {
     "QUEUE",	 "QUEUED",	  "RUNNING", "SUCCEEDED",	 "FAILED",
-    "CANCELLED", "OLDEST_QUEUED", "PAUSED",  "FAILED_LAST_HOUR",
+    "CANCELLED", "OLDEST_QUEUED", "PAUSED",  "FAILED_LAST_HOUR", "DAEMONS",
 };
 #define STATUS_COLUMNS (sizeof(status_head) / sizeof(status_head[0]))
 
@@ -626,7 +819,8 @@ enum {
 /* Daemons alive by the server's clock (sql/006_fencing.sql): a daemon that
  * stopped, or whose supervisor saw it die, has alive_until '-infinity'. */
 static const char live_daemons_sql[] =
-    "SELECT count(*) FROM pgjobd.workers WHERE alive_until > now()";
+    "SELECT count(*), count(*) FILTER (WHERE queues IS NULL) FROM pgjobd.workers "
+    "WHERE alive_until > now()";
 
 /* --claim-warn's default: a job of more than ten minutes is past what
  * lock mode `transaction` suits (pgjobd(8), "Lock modes"). */
@@ -772,35 +966,35 @@ static int query_live(struct cli_session *s, PGresult **out, const char **live)
 	return -1;
 }
 
-int cli_status(const struct cli_args *a)
+/* One report of `status` on stdout, its warnings on stderr. Returns 0, or
+ * 1 after printing why (nothing on stdout then). */
+static int status_once(struct cli_session *s, long long warn_ms, const char *warn)
 {
-	const char *warn = a->claim_warn ? a->claim_warn : CLAIM_WARN_DEFAULT;
-	int64_t warn_ms;
-	const char *err = NULL;
-	if (parse_duration_ms(warn, &warn_ms, &err) < 0)
-		return bad_value(a, "bad --claim-warn '%s': %s", warn, err);
-	if (a->json && a->json_object)
-		return bad_value(a, "give --json or --json-object, not both");
-
-	struct cli_session s;
-	int rc = cli_session_open(&s, a, false);
-	if (rc)
-		return rc;
+	const struct cli_args *a = s->a;
 	/* Every question first, then the answer: a failure prints nothing on
 	 * stdout. */
-	rc = 1;
+	int rc = CLI_FAILED;
 	struct status_report st = {0};
-	PGresult *queues = NULL, *claims = NULL, *live = NULL;
-	queues = cli_session_query(&s, a->json || a->json_object ? status_json_sql : status_sql, 0,
-				   NULL);
+	PGresult *queues = NULL, *claims = NULL, *live = NULL, *unserved = NULL;
+	char sql[2048];
+	if (query_live(s, &live, &st.live) < 0)
+		goto out;
+	const char *known = st.live ? "true" : "false";
+	snprintf(sql, sizeof(sql), "%s%s", st.live ? daemons_cte : no_daemons_cte,
+		 a->json || a->json_object ? status_json_sql : status_sql);
+	queues = cli_session_query(s, sql, 1, &known);
 	if (!queues)
 		goto out;
-	claims = cli_session_query(&s, claims_sql, 0, NULL);
+	claims = cli_session_query(s, claims_sql, 0, NULL);
 	if (!claims)
 		goto out;
 	assert(PQntuples(claims) == 1 && PQnfields(claims) == CLAIMS_COLUMNS);
-	if (query_live(&s, &live, &st.live) < 0)
-		goto out;
+	/* Only when every live daemon says what it serves. */
+	if (st.live && atoll(PQgetvalue(live, 0, 1)) == 0) {
+		unserved = cli_session_query(s, unserved_sql, 0, NULL);
+		if (!unserved)
+			goto out;
+	}
 	st.queues = queues;
 	st.claims = claims;
 	if (a->json) {
@@ -811,12 +1005,103 @@ int cli_status(const struct cli_args *a)
 		print_table(queues);
 		print_claims(&st);
 	}
+	for (int i = 0; unserved && i < PQntuples(unserved); i++)
+		fprintf(stderr,
+			"pgjobd: status: warning: queue %s has %s queued jobs and no live daemon "
+			"serves it\n",
+			PQgetvalue(unserved, i, 0), PQgetvalue(unserved, i, 1));
 	warn_claim(&st, warn_ms, warn);
-	rc = 0;
+	rc = CLI_OK;
 out:
+	PQclear(unserved);
 	PQclear(live);
 	PQclear(claims);
 	PQclear(queues);
+	return rc;
+}
+
+static volatile sig_atomic_t watch_stop;
+
+static void on_watch_signal(int sig)
+{
+	(void)sig;
+	watch_stop = 1;
+}
+
+/* --watch's interval: seconds, a fraction allowed as for watch(1); "" is
+ * the default, 2 s. Returns 0 or -1. */
+static int parse_watch(const char *s, double *out)
+{
+	if (!*s) {
+		*out = 2.0;
+		return 0;
+	}
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (errno || end == s || *end || !(v >= 0.1 && v <= 86400.0))
+		return -1;
+	*out = v;
+	return 0;
+}
+
+/* --watch: the report again every interval until SIGINT or SIGTERM (then
+ * exit 0). On a terminal each report replaces the last (the screen is
+ * cleared with ANSI escapes, like watch(1)); otherwise they follow each
+ * other, so a pipe or a file gets a plain log of them. A failed report is
+ * printed, the connection reset, and the next one tried. */
+static int status_watch(struct cli_session *s, double interval, long long warn_ms,
+			const char *warn)
+{
+	bool tty = isatty(STDOUT_FILENO);
+	bool json = s->a->json || s->a->json_object;
+	struct sigaction sa = {.sa_handler = on_watch_signal};
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	for (int n = 0; !watch_stop; n++) {
+		if (tty)
+			fputs("\033[H\033[2J", stdout);
+		else if (n > 0 && !json)
+			fputc('\n', stdout);
+		if (!json) {
+			char when[64];
+			time_t now = time(NULL);
+			struct tm tm;
+			localtime_r(&now, &tm);
+			strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", &tm);
+			printf("Every %gs: pgjobd status    %s\n\n", interval, when);
+		}
+		if (status_once(s, warn_ms, warn) != 0 && PQstatus(s->pg) != CONNECTION_OK)
+			PQreset(s->pg);
+		if (fflush(stdout) != 0)
+			return CLI_FAILED; /* the reader is gone */
+		struct timespec ts = {(time_t)interval,
+				      (long)((interval - (double)(time_t)interval) * 1e9)};
+		while (!watch_stop && nanosleep(&ts, &ts) < 0 && errno == EINTR)
+			;
+	}
+	return CLI_OK;
+}
+
+int cli_status(const struct cli_args *a)
+{
+	const char *warn = a->claim_warn ? a->claim_warn : CLAIM_WARN_DEFAULT;
+	int64_t warn_ms;
+	double interval = 0;
+	const char *err = NULL;
+	if (parse_duration_ms(warn, &warn_ms, &err) < 0)
+		return bad_value(a, "bad --claim-warn '%s': %s", warn, err);
+	if (a->json && a->json_object)
+		return bad_value(a, "give --json or --json-object, not both");
+	if (a->watch && parse_watch(a->watch, &interval) < 0)
+		return bad_value(a, "bad --watch '%s': give seconds from 0.1 to 86400", a->watch);
+
+	struct cli_session s;
+	int rc = cli_session_open(&s, a, false);
+	if (rc)
+		return rc;
+	rc = a->watch ? status_watch(&s, interval, warn_ms, warn) : status_once(&s, warn_ms, warn);
 	cli_session_close(&s);
 	return rc;
 }
@@ -888,6 +1173,11 @@ int cli_cancel(const struct cli_args *a)
 		else
 			printf("cancel requested for running job %s\n", id);
 		rc = 0;
+	} else if (strcmp(status, "cancelled") == 0) {
+		/* What was asked for holds: not an error (like a pause of a
+		 * paused queue). */
+		printf("job %s was already cancelled\n", id);
+		rc = CLI_OK;
 	} else if (!*status) {
 		fprintf(stderr, "pgjobd: cancel: job %s does not exist\n", id);
 	} else if (is_unfinished(status)) {
@@ -904,19 +1194,33 @@ out:
 
 /* ---------------------------------------------------------------- pause, resume */
 
-/* Calls sql (pgjobd.pause or pgjobd.resume of $1) for the QUEUE operand.
- * Returns its boolean as 1 or 0, or -1 with *rc the exit status after
- * printing why. */
+/* Calls sql (pgjobd.pause or pgjobd.resume of $1) for the QUEUE operand,
+ * after the check that something serves it. Returns its boolean as 1 or 0,
+ * or -1 with *rc the exit status after printing why. Either answer is a
+ * success: the queue is in the state asked for (exit 0, as for a cancel of
+ * a job already cancelled); the message says which. */
 static int queue_switch(const struct cli_args *a, const char *sql, int *rc)
 {
 	*rc = queue_arg(a);
 	if (*rc)
 		return -1;
-	PGresult *r = query_once(a, sql, 1, &a->operand, rc);
-	if (!r)
+	struct cli_session s;
+	*rc = cli_session_open(&s, a, false);
+	if (*rc)
 		return -1;
-	int b = strcmp(PQgetvalue(r, 0, 0), "t") == 0;
+	int b = -1;
+	*rc = check_served(&s);
+	if (*rc)
+		goto out;
+	PGresult *r = cli_session_query(&s, sql, 1, &a->operand);
+	if (!r) {
+		*rc = CLI_FAILED;
+		goto out;
+	}
+	b = strcmp(PQgetvalue(r, 0, 0), "t") == 0;
 	PQclear(r);
+out:
+	cli_session_close(&s);
 	return b;
 }
 
