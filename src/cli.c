@@ -378,16 +378,18 @@ static int warn_queued_data(struct cli_session *s)
 		const struct queue_conf *q = s->cfg->queues[i];
 		if (!strstr(q->command, "PGJOBD_ARG_"))
 			continue;
-		PGresult *r = cli_session_query(s, queued_data_sql, 1, (const char *const *)&q->name);
+		PGresult *r =
+		    cli_session_query(s, queued_data_sql, 1, (const char *const *)&q->name);
 		if (!r)
 			return -1;
 		if (atoll(PQgetvalue(r, 0, 0)) > 0)
-			fprintf(stderr,
-				"%s%s:%d: warning: [queue.%s] has %s queued jobs (job %s the first) "
-				"whose data is not a JSON object: its command uses $PGJOBD_ARG_ "
-				"variables, which only the keys of an object set\n",
-				log_prefix(LOG_WARN), s->a->config, q->command_line, q->name,
-				PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1));
+			fprintf(
+			    stderr,
+			    "%s%s:%d: warning: [queue.%s] has %s queued jobs (job %s the first) "
+			    "whose data is not a JSON object: its command uses $PGJOBD_ARG_ "
+			    "variables, which only the keys of an object set\n",
+			    log_prefix(LOG_WARN), s->a->config, q->command_line, q->name,
+			    PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1));
 		PQclear(r);
 	}
 	return 0;
@@ -457,7 +459,8 @@ static enum served queue_served(struct cli_session *s, const char *queue, const 
 			v = SERVED_YES;
 		} else if (atoll(PQgetvalue(r, 0, 1)) > 0) {
 			v = SERVED_UNKNOWN;
-			*why = "a live daemon of an older version does not say which queues it serves";
+			*why =
+			    "a live daemon of an older version does not say which queues it serves";
 		} else {
 			v = SERVED_NO;
 		}
@@ -510,8 +513,8 @@ static int check_served(struct cli_session *s)
  * is quoted unless show_value is false (job data may be long or secret).
  * The one value the statement returns is copied to out (when not NULL).
  * Returns 0 valid, 2 invalid, 1 the question failed; both printed. */
-static int check_value(struct cli_session *s, const char *name, const char *value,
-		       bool show_value, const char *sql, char *out, size_t size)
+static int check_value(struct cli_session *s, const char *name, const char *value, bool show_value,
+		       const char *sql, char *out, size_t size)
 {
 	PGresult *r = PQexecParams(s->pg, sql, 1, NULL, &value, NULL, NULL, 0);
 	int rc = 0;
@@ -632,8 +635,8 @@ int cli_enqueue(const struct cli_args *a)
 		return rc;
 	if ((a->data && (rc = check_value(&s, "--data", a->data, false,
 					  "SELECT jsonb_typeof($1::jsonb)", type, sizeof(type)))) ||
-	    (a->run_at && (rc = time_arg(&s, "--run-at", a->run_at, &run_abs, run_ms,
-					 sizeof(run_ms)))) ||
+	    (a->run_at &&
+	     (rc = time_arg(&s, "--run-at", a->run_at, &run_abs, run_ms, sizeof(run_ms)))) ||
 	    (a->expires_at && (rc = time_arg(&s, "--expires-at", a->expires_at, &exp_abs, exp_ms,
 					     sizeof(exp_ms)))) ||
 	    (rc = check_served(&s)))
@@ -671,7 +674,8 @@ int cli_enqueue(const struct cli_args *a)
 			fprintf(stderr, "pgjobd: enqueue: the INSERT inserted no row\n");
 			goto out;
 		}
-		r = cli_session_query(&s, dedupe_sql, 2, (const char *const[]){a->operand, a->dedupe_key});
+		r = cli_session_query(&s, dedupe_sql, 2,
+				      (const char *const[]){a->operand, a->dedupe_key});
 		if (!r)
 			goto out;
 		if (PQntuples(r) == 1) {
@@ -1050,8 +1054,7 @@ static int parse_watch(const char *s, double *out)
  * cleared with ANSI escapes, like watch(1)); otherwise they follow each
  * other, so a pipe or a file gets a plain log of them. A failed report is
  * printed, the connection reset, and the next one tried. */
-static int status_watch(struct cli_session *s, double interval, long long warn_ms,
-			const char *warn)
+static int status_watch(struct cli_session *s, double interval, long long warn_ms, const char *warn)
 {
 	bool tty = isatty(STDOUT_FILENO);
 	bool json = s->a->json || s->a->json_object;

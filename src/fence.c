@@ -113,8 +113,8 @@ static void on_registered(struct db_conn *c, PGresult *const *res, int n, void *
 	f->queues_sent = f->queues_in_flight;
 	if (f->guard)
 		guard_set_worker(f->guard, f->worker_id);
-	log_info("msg=\"registered\" worker=%s worker_id=%lld fence_timeout_ms=%lld", f->name,
-		 f->worker_id, (long long)f->fence_ms);
+	log_info("msg=\"registered\" worker=%s worker_id=%lld fence_timeout_ms=%lld",
+		 log_value(f->name), f->worker_id, (long long)f->fence_ms);
 	/* A new instance: nothing of the old one's deadline carries over. */
 	f->deadline = 0;
 	f->expired = true;

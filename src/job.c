@@ -275,10 +275,19 @@ static void write_outcome(struct job *j, const struct exec_outcome *o)
 	int64_t ms = util_now_ms() - j->started_ms;
 	metrics_job_finished(j->env->metrics, q->name, metrics_outcome(out.status, out.give_back),
 			     (double)ms / 1000.0);
-	log_job(LOG_INFO, j,
-		"msg=\"job finished\" status=%s reason=%s exit_code=%d signal=%d ms=%" PRId64,
-		out.status, reason ? reason : "none", exit_code, sig, ms);
-	if (strcmp(out.status, "queued") == 0 && !out.give_back)
+	/* A job that failed for good is a warning (`journalctl -p warning`
+	 * lists failures); a retry, a success or a give-back is news. The exit
+	 * code and the signal appear only when there is one. */
+	char codes[48] = "";
+	if (o->status == EXEC_EXITED)
+		snprintf(codes, sizeof(codes), " exit_code=%d", o->exit_code);
+	else if (o->status == EXEC_SIGNALED)
+		snprintf(codes, sizeof(codes), " signal=%d", o->signal);
+	bool retry = strcmp(out.status, "queued") == 0 && !out.give_back;
+	log_job(strcmp(out.status, "failed") == 0 ? LOG_WARN : LOG_INFO, j,
+		"msg=\"job finished\" status=%s reason=%s%s%s ms=%" PRId64, out.status,
+		reason ? reason : "none", codes, retry ? " retry=true" : "", ms);
+	if (retry)
 		emit(j, JOB_EV_RETRY, out.retry_in_ms);
 	j->out = out;
 	struct db_stmt st[CLAIM_FINISH_MAX];
