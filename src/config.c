@@ -100,6 +100,7 @@ enum key_kind {
 	KIND_INT,	  /* int, parse_int */
 	KIND_LOG_LEVEL,	  /* enum log_level */
 	KIND_LOCK_MODE,	  /* enum lock_mode */
+	KIND_LOG_OUTPUT,  /* enum log_output */
 	KIND_ENV,	  /* char **env + size_t nenv (queue_conf only) */
 	KIND_USER,	  /* user, has_user, uid, gid, user_home (queue_conf only) */
 };
@@ -134,6 +135,7 @@ static const struct key_def keys[] = {
     {"lease", SEC_QUEUE, KIND_DURATION, 1000, 30 * MS_DAY, "30s", true, Q(lease_ms)},
     {"lock_mode", SEC_QUEUE, KIND_LOCK_MODE, 0, 0, "transaction", true, Q(lock_mode)},
     {"log_level", SEC_PGJOBD, KIND_LOG_LEVEL, 0, 0, "info", true, P(log_level)},
+    {"log_output", SEC_QUEUE, KIND_LOG_OUTPUT, 0, 0, "none", true, Q(log_output)},
     {"max_attempts", SEC_QUEUE, KIND_INT, 1, 1000000, "5", true, Q(max_attempts)},
     {"max_data", SEC_QUEUE, KIND_SIZE, KIB, GIB, "1MiB", true, Q(max_data)},
     {"max_output", SEC_QUEUE, KIND_SIZE, KIB, GIB, "1MiB", true, Q(max_output)},
@@ -579,6 +581,17 @@ static int apply_value(struct load *L, int line, const struct key_def *k, void *
 		}
 		*(enum lock_mode *)field = LOCK_TRANSACTION;
 		return 0;
+	case KIND_LOG_OUTPUT:
+		if (strcmp(val, "none") == 0) {
+			*(enum log_output *)field = LOG_OUTPUT_NONE;
+			return 0;
+		}
+		if (strcmp(val, "journal") == 0) {
+			*(enum log_output *)field = LOG_OUTPUT_JOURNAL;
+			return 0;
+		}
+		err = "use 'none' or 'journal'";
+		break;
 	case KIND_ENV: {
 		struct queue_conf *q = base;
 		char **env;
@@ -1340,9 +1353,10 @@ bool queue_conf_equal(const struct queue_conf *a, const struct queue_conf *b)
 	    a->kill_grace_ms != b->kill_grace_ms || a->max_attempts != b->max_attempts ||
 	    a->backoff_ms != b->backoff_ms || a->backoff_max_ms != b->backoff_max_ms ||
 	    a->retention_ms != b->retention_ms || a->lock_mode != b->lock_mode ||
-	    a->max_output != b->max_output || a->max_data != b->max_data ||
-	    a->lease_ms != b->lease_ms || !str_eq(a->working_dir, b->working_dir) ||
-	    a->nenv != b->nenv || a->has_user != b->has_user || !str_eq(a->user, b->user) ||
+	    a->log_output != b->log_output || a->max_output != b->max_output ||
+	    a->max_data != b->max_data || a->lease_ms != b->lease_ms ||
+	    !str_eq(a->working_dir, b->working_dir) || a->nenv != b->nenv ||
+	    a->has_user != b->has_user || !str_eq(a->user, b->user) ||
 	    !str_eq(a->user_home, b->user_home))
 		return false;
 	if (a->has_user && (a->uid != b->uid || a->gid != b->gid))

@@ -16,24 +16,27 @@
 #include "log.h"
 
 enum lock_mode { LOCK_TRANSACTION = 0 };
+/* Where a job's output lines go besides the job's row (joblog.h). */
+enum log_output { LOG_OUTPUT_NONE = 0, LOG_OUTPUT_JOURNAL };
 
 struct queue_conf {
 	int refs;
-	char *name;		  /* [queue.NAME] */
-	char *command;		  /* required; taken verbatim (see config.c) */
-	int concurrency;	  /* default 1, 1..1024 */
-	int64_t timeout_ms;	  /* default 5m; 0 = no timeout */
-	int64_t kill_grace_ms;	  /* default 10s */
-	int max_attempts;	  /* default 5, 1..1000000 */
-	int64_t backoff_ms;	  /* default 10s */
-	int64_t backoff_max_ms;	  /* default 1h; must be >= backoff */
-	int64_t retention_ms;	  /* default 7d; 0 = keep */
-	enum lock_mode lock_mode; /* only "transaction" for now */
-	int64_t max_output;	  /* bytes, default 1MiB, 1KiB..1GiB */
-	int64_t max_data;	  /* bytes of a job's data as stored, default 1MiB */
-	int64_t lease_ms;	  /* lease mode's claim length, default 30s */
-	char *working_dir;	  /* NULL = the daemon's; with user: its home or "/" */
-	char **env;		  /* NULL-terminated "NAME=VALUE" array, never NULL */
+	char *name;		    /* [queue.NAME] */
+	char *command;		    /* required; taken verbatim (see config.c) */
+	int concurrency;	    /* default 1, 1..1024 */
+	int64_t timeout_ms;	    /* default 5m; 0 = no timeout */
+	int64_t kill_grace_ms;	    /* default 10s */
+	int max_attempts;	    /* default 5, 1..1000000 */
+	int64_t backoff_ms;	    /* default 10s */
+	int64_t backoff_max_ms;	    /* default 1h; must be >= backoff */
+	int64_t retention_ms;	    /* default 7d; 0 = keep */
+	enum lock_mode lock_mode;   /* only "transaction" for now */
+	enum log_output log_output; /* default none */
+	int64_t max_output;	    /* bytes, default 1MiB, 1KiB..1GiB */
+	int64_t max_data;	    /* bytes of a job's data as stored, default 1MiB */
+	int64_t lease_ms;	    /* lease mode's claim length, default 30s */
+	char *working_dir;	    /* NULL = the daemon's; with user: its home or "/" */
+	char **env;		    /* NULL-terminated "NAME=VALUE" array, never NULL */
 	size_t nenv;
 	char *user;    /* NULL = run as the daemon's user; else switched to, which
 			* the daemon checks it can do (priv_has_switch_caps) */

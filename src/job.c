@@ -36,6 +36,7 @@
 #include "exec.h"
 #include "fence.h"
 #include "guard.h"
+#include "joblog.h"
 #include "log.h"
 #include "metrics.h"
 #include "result.h"
@@ -69,6 +70,7 @@ struct job {
 	char worker[256];
 	struct claim_job cj;
 	struct exec_proc *proc;
+	struct joblog *joblog; /* log_output = journal: the running command's lines */
 	pid_t pgid;
 	ev_timer timeout;
 	const char *kill_reason; /* why we are terminating the command, NULL if not */
@@ -313,6 +315,8 @@ static void end_containment(struct job *j)
 static void on_exec_done(struct exec_proc *p, const struct exec_outcome *o, void *arg)
 {
 	struct job *j = arg;
+	joblog_free(j->joblog); /* its last lines before the outcome's */
+	j->joblog = NULL;
 	end_containment(j);
 	j->pgid = 0;
 	ev_timer_stop(j->env->loop, &j->timeout);
@@ -371,6 +375,14 @@ static int register_pgroup(pid_t pgid, void *arg)
 	return 0;
 }
 
+/* exec's on_output hook: the queue forwards its commands' lines. */
+static void forward_output(int stream, const char *buf, size_t n, void *arg)
+{
+	struct job *j = arg;
+	if (j->joblog)
+		joblog_feed(j->joblog, stream == 0 ? JOBLOG_STDOUT : JOBLOG_STDERR, buf, n);
+}
+
 /* A job's timeout lowers the queue's, never raises or disables it, whatever
  * the row says: under 1 ms (0 once rounded) counts as 1 ms, and a queue
  * timeout of 0 (none) lets the job's stand. job_ms < 0: the job gave none.
@@ -418,7 +430,11 @@ static void start_command(struct job *j)
 	    /* Without the hook, contain would take the shell for an orphan. */
 	    .before_run = j->env->guard || j->env->contain ? register_pgroup : NULL,
 	    .before_run_arg = j,
+	    .on_output = q->log_output == LOG_OUTPUT_JOURNAL ? forward_output : NULL,
+	    .on_output_arg = j,
 	};
+	if (q->log_output == LOG_OUTPUT_JOURNAL)
+		j->joblog = joblog_new(j->cj.id, q->name, j->cj.attempts, (size_t)q->max_output);
 	j->pgid = 0;
 	j->started_ms = util_now_ms();
 	j->proc = exec_start(j->env->loop, &spec, on_exec_done, j);
@@ -427,6 +443,8 @@ static void start_command(struct job *j)
 		/* EMFILE and the like: the environment, not the job. Give the
 		 * attempt back and let the job be claimed again later. */
 		log_job(LOG_ERROR, j, "msg=\"cannot start command\" err=\"%s\"", strerror(errno));
+		joblog_free(j->joblog);
+		j->joblog = NULL;
 		struct exec_outcome o = {
 		    .status = EXEC_SPAWN_FAILED, .spawn_errno = errno, .spawn_what = "pipe"};
 		j->kill_reason = "shutdown";
@@ -730,6 +748,7 @@ void job_free(struct job *j)
 		exec_free(j->proc);
 		end_containment(j);
 	}
+	joblog_free(j->joblog);
 	clear_run(j);
 	db_conn_free(j->db);
 	queue_conf_unref(j->q);

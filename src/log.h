@@ -29,6 +29,15 @@ const char *log_prefix(enum log_level level);
 int log_to_journal(void);
 
 void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The same whatever the configured level: for lines an operator asked for
+ * by other means (a queue's log_output). */
+void log_force(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Sends one entry to the journal over its native protocol (a datagram to
+ * /run/systemd/journal/socket): `entry` is "FIELD=value\n" lines, no value
+ * holding a newline. Never blocks: returns 0, or -1 with errno (EAGAIN when
+ * the journal is behind, ENOENT or ECONNREFUSED when there is none). */
+int log_journal_entry(const char *entry, size_t len);
 #define log_error(...) log_msg(LOG_ERROR, __VA_ARGS__)
 #define log_warn(...) log_msg(LOG_WARN, __VA_ARGS__)
 #define log_info(...) log_msg(LOG_INFO, __VA_ARGS__)
