@@ -618,6 +618,15 @@ int cli_enqueue(const struct cli_args *a)
 			return bad_value(a, "bad --timeout '%s': must be more than 0", a->timeout);
 		snprintf(ms, sizeof(ms), "%lld", (long long)t);
 	}
+	/* A relative time's mistakes are judged here, before any file is
+	 * read; an absolute time is PostgreSQL's to judge (time_arg). */
+	const char *const times[2][2] = {{"--run-at", a->run_at}, {"--expires-at", a->expires_at}};
+	for (int i = 0; i < 2; i++) {
+		struct parse_time t;
+		const char *err = NULL;
+		if (times[i][1] && parse_time(times[i][1], 0, &t, &err) < 0)
+			return bad_value(a, "bad %s '%s': %s", times[i][0], times[i][1], err);
+	}
 	exp_ms[0] = run_ms[0] = '\0';
 	if (a->expires_in && a->expires_at)
 		return bad_value(a, "give --expires-in or --expires-at, not both");

@@ -1227,11 +1227,23 @@ static bool in_path(const char *path, const char *prog)
 	return false;
 }
 
+/* File order, for config_warn_programs. */
+static int by_command_line(const void *a, const void *b)
+{
+	const struct queue_conf *const *x = a, *const *y = b;
+	return ((*x)->command_line > (*y)->command_line) -
+	       ((*x)->command_line < (*y)->command_line);
+}
+
 int config_warn_programs(const struct config *c, FILE *out)
 {
 	int n = 0;
+	struct queue_conf **qs = xcalloc(c->nqueues + 1, sizeof(*qs));
+	memcpy(qs, c->queues, c->nqueues * sizeof(*qs));
+	if (c->nqueues > 1)
+		qsort(qs, c->nqueues, sizeof(*qs), by_command_line);
 	for (size_t i = 0; i < c->nqueues; i++) {
-		const struct queue_conf *q = c->queues[i];
+		const struct queue_conf *q = qs[i];
 		char prog[256];
 		if (!q->command || !parse_command_program(q->command, prog, sizeof(prog)))
 			continue;
@@ -1260,6 +1272,7 @@ int config_warn_programs(const struct config *c, FILE *out)
 		n += why != NULL;
 		free(where);
 	}
+	free(qs);
 	return n;
 }
 
