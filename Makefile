@@ -45,7 +45,7 @@ MANPAGES := man/pgjobd.8 man/pgjobd.ini.5
 TEST_HELPERS := $(B)/tests/notify-sink $(B)/tests/chaos-proxy
 
 .PHONY: all check check-unit check-integration check-asan asan install uninstall clean format format-check bench \
-	chaos deb
+	chaos deb schema
 
 all: $(B)/pgjobd
 
@@ -96,6 +96,13 @@ check-unit: $(UNIT_TESTS)
 check-integration: $(B)/pgjobd $(TEST_HELPERS)
 	PGJOBD=$(abspath $(B)/pgjobd) NOTIFY_SINK=$(abspath $(B)/tests/notify-sink) \
 		CHAOS_PROXY=$(abspath $(B)/tests/chaos-proxy) prove -j1 tests/integration/t_*.sh
+
+# sql/schema.sql is the whole schema as the migrations leave a fresh database (a
+# normalised pg_dump, see sql/README). After adding or changing a migration, run
+# `make schema` to regenerate it (a throwaway PostgreSQL cluster, as the tests start
+# one); tests/integration/t_01_schema.sh fails while it is stale.
+schema: $(B)/pgjobd
+	PGJOBD=$(abspath $(B)/pgjobd) bash tests/schema-update.sh
 
 # Measurements, not tests: exits 0 whatever the figures (see tests/bench/README).
 # Results in $(B)/bench/results.json; BENCH_QUICK=1 for a 10x smaller run.
