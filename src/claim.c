@@ -102,7 +102,11 @@ static const char sql_release[] =
     "$6::bigint)";
 
 /* The daemon's liveness, on the fence session (fence.c). */
-static const char sql_register[] = "SELECT pgjobd.register_worker($1, $2::int)";
+static const char sql_register[] = "SELECT pgjobd.register_worker($1, $2::int, $3::text[])";
+/* After a reload: the queues the instance serves now (sql/012_ops.sql). Its
+ * own row only, which nothing else writes but the heartbeat. */
+static const char sql_set_queues[] =
+    "UPDATE pgjobd.workers SET queues = $2::text[] WHERE id = $1::bigint";
 static const char sql_heartbeat[] = "SELECT pgjobd.heartbeat($1::bigint)";
 const char claim_sql_forget_workers[] = "SELECT pgjobd.forget_workers()";
 const char claim_sql_worker_gone[] = "SELECT pgjobd.worker_gone($1::bigint)";
@@ -282,14 +286,27 @@ int claim_build_release(struct db_stmt *st, struct release_params *p, const stru
 }
 
 int claim_build_register(struct db_stmt *st, struct fence_params *p, const char *name,
-			 int64_t fence_ms)
+			 int64_t fence_ms, const char *const *queues, int nqueues)
 {
 	memset(st, 0, sizeof(*st));
 	snprintf(p->fence_ms, sizeof(p->fence_ms), "%lld", (long long)fence_ms);
 	st->sql = sql_register;
-	st->nparams = 2;
+	st->nparams = 3;
 	st->params[0] = name;
 	st->params[1] = p->fence_ms;
+	st->params[2] = text_array(&p->queues, queues, nqueues);
+	return 1;
+}
+
+int claim_build_set_queues(struct db_stmt *st, struct fence_params *p, long long worker_id,
+			   const char *const *queues, int nqueues)
+{
+	memset(st, 0, sizeof(*st));
+	snprintf(p->id, sizeof(p->id), "%lld", worker_id);
+	st->sql = sql_set_queues;
+	st->nparams = 2;
+	st->params[0] = p->id;
+	st->params[1] = text_array(&p->queues, queues, nqueues);
 	return 1;
 }
 

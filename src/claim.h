@@ -126,9 +126,14 @@ int claim_build_release(struct db_stmt *st, struct release_params *p, const stru
 struct fence_params {
 	char id[24];
 	char fence_ms[16];
+	struct buf queues; /* buf_init'ed by the owner, buf_fini'ed too */
 };
+/* Registration carries the names of the queues the daemon serves; after a
+ * reload, claim_build_set_queues writes them to the instance's row. */
 int claim_build_register(struct db_stmt *st, struct fence_params *p, const char *name,
-			 int64_t fence_ms);
+			 int64_t fence_ms, const char *const *queues, int nqueues);
+int claim_build_set_queues(struct db_stmt *st, struct fence_params *p, long long worker_id,
+			   const char *const *queues, int nqueues);
 int claim_build_heartbeat(struct db_stmt *st, struct fence_params *p, long long worker_id);
 extern const char claim_sql_forget_workers[];
 /* For the supervisor's exit: $1 = the instance id; its jobs may be taken over

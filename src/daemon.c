@@ -652,6 +652,17 @@ static void on_stop_signal(struct ev_loop *loop, ev_signal *w, int revents)
 	begin_drain(d, again || d->state == D_STARTING);
 }
 
+/* The queues of cfg, for the daemon's row in pgjobd.workers (`pgjobd status`
+ * counts the daemons serving each queue). */
+static void announce_queues(struct daemon *d, const struct config *cfg)
+{
+	const char **names = xcalloc(cfg->nqueues + 1, sizeof(*names));
+	for (size_t i = 0; i < cfg->nqueues; i++)
+		names[i] = cfg->queues[i]->name;
+	fence_set_queues(d->fence, names, (int)cfg->nqueues);
+	free(names);
+}
+
 static void apply_config(struct daemon *d, struct config *nc)
 {
 	const char *key = config_restart_key(d->cfg, nc);
@@ -660,6 +671,8 @@ static void apply_config(struct daemon *d, struct config *nc)
 			 key);
 	log_set_level(nc->log_level);
 	report_configure(d->report, nc);
+	announce_queues(d, nc);
+	config_warn_programs(nc, stderr);
 	if (d->maint)
 		maint_configure(d->maint, nc);
 	if (nc->poll_interval_ms != d->cfg->poll_interval_ms && d->state == D_RUNNING) {
@@ -853,6 +866,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 	d->metrics = metrics_new();
 	d->fence = fence_new(d->loop, d->conninfo, d->worker_prefix, cfg->fence_timeout_ms,
 			     d->guard, d->metrics, on_fence, d);
+	announce_queues(d, cfg);
 	d->env = (struct job_env){
 	    .loop = d->loop,
 	    .conninfo = d->conninfo,
