@@ -47,7 +47,7 @@ END
 $$;
 REVOKE EXECUTE ON FUNCTION pgjobd.grant_ops() FROM PUBLIC;
 
--- Version 8's grant_roles(), everything it granted kept, then this
+-- Version 9's grant_roles(), everything it granted kept, then this
 -- version's grants.
 CREATE OR REPLACE FUNCTION pgjobd.grant_roles() RETURNS void
 LANGUAGE plpgsql AS $$
@@ -97,6 +97,7 @@ BEGIN
     END IF;
     PERFORM pgjobd.grant_fencing();
     PERFORM pgjobd.grant_security();
+    PERFORM pgjobd.grant_locks();
     PERFORM pgjobd.grant_ops();
 END
 $$;

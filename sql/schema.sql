@@ -14,13 +14,6 @@
 
 CREATE SCHEMA pgjobd;
 
-CREATE FUNCTION pgjobd.bridge_key(p_job bigint, p_group bigint, OUT k1 integer, OUT k2 integer) RETURNS record
-    LANGUAGE sql IMMUTABLE
-    AS $$
-    SELECT CASE WHEN p_group IS NULL THEN 1886020100 ELSE 1886020103 END,
-           (coalesce(p_group, p_job) & 2147483647)::int
-$$;
-
 CREATE FUNCTION pgjobd.cancel(p_id bigint) RETURNS boolean
     LANGUAGE plpgsql
     AS $$
@@ -88,133 +81,6 @@ BEGIN
 END
 $_$;
 
-CREATE FUNCTION pgjobd.claim(p_queue text, p_worker text, p_max_attempts integer, p_scan integer) RETURNS TABLE(job_id bigint, group_id text, attempts integer, max_attempts integer, timeout_ms bigint, data text, arg_keys text[], arg_vals text[])
-    LANGUAGE plpgsql
-    AS $$
-DECLARE
-    r record;
-    gid bigint;
-    k record;
-    f record;
-    got bigint;
-    busy text[] := '{}';
-    scan_cut boolean := false;
-    n int := 0;
-BEGIN
-    PERFORM set_config('pgjobd.claim', '', false);
-
-    -- Orphans first: running rows nobody holds (their daemon is gone).
-    FOR r IN SELECT j.id, j.group_id, j.attempts, j.max_attempts FROM pgjobd.jobs j
-             WHERE j.queue = p_queue AND j.status = 'running'
-             ORDER BY j.id FOR UPDATE SKIP LOCKED
-    LOOP
-        gid := NULL;
-        IF r.group_id IS NOT NULL THEN
-            SELECT g.id INTO gid FROM pgjobd.groups g
-             WHERE g.queue = p_queue AND g.group_id = r.group_id FOR UPDATE SKIP LOCKED;
-            CONTINUE WHEN gid IS NULL;
-        END IF;
-        k := pgjobd.bridge_key(r.id, gid);
-        CONTINUE WHEN NOT pg_try_advisory_lock(k.k1, k.k2);
-        IF r.attempts >= coalesce(r.max_attempts, p_max_attempts) THEN
-            -- Its last attempt died with its daemon: that is a failed attempt.
-            UPDATE pgjobd.jobs j SET status = 'failed', finished_at = clock_timestamp(),
-                   updated_at = clock_timestamp(),
-                   error = jsonb_build_object('reason', 'lost_lock', 'exit_code', NULL,
-                           'signal', NULL, 'stderr', NULL,
-                           'message', 'the daemon running this job lost its claim')
-             WHERE j.id = r.id;
-            PERFORM pg_advisory_unlock(k.k1, k.k2);
-            CONTINUE;
-        END IF;
-        -- An orphan: run it again, counting a new attempt.
-        RETURN QUERY SELECT * FROM pgjobd.start_job(r.id, gid, p_worker, p_max_attempts);
-        RETURN;
-    END LOOP;
-
-    -- The best ready ungrouped job: one probe of jobs_ready_free, locked.
-    SELECT j.id, j.priority, j.run_at INTO f FROM pgjobd.jobs j
-     WHERE j.queue = p_queue AND j.status = 'queued' AND j.group_id IS NULL
-       AND j.run_at <= now()
-     ORDER BY j.priority, j.run_at, j.id
-     FOR UPDATE SKIP LOCKED LIMIT 1;
-
-    -- Grouped jobs that would start before it, in start order (the row
-    -- comparison is an index condition, so the scan stops at the ungrouped
-    -- candidate; without one, a sentinel bound keeps it an index condition
-    -- rather than an OR that would filter the whole index). The cursor
-    -- takes no locks; a candidate is locked (group row first, then job row)
-    -- only when it is tried. Rows of busy groups are skipped; the scan is
-    -- bounded by p_scan.
-    FOR r IN SELECT j.id, j.group_id FROM pgjobd.jobs j
-             WHERE j.queue = p_queue AND j.status = 'queued' AND j.group_id IS NOT NULL
-               AND j.run_at <= now()
-               AND (j.priority, j.run_at, j.id) <
-                   (coalesce(f.priority, 2147483647), coalesce(f.run_at, 'infinity'),
-                    coalesce(f.id, 9223372036854775807))
-             ORDER BY j.priority, j.run_at, j.id
-             -- The LIMIT is the scan's bound, and it also keeps the generic
-             -- plan that plpgsql settles on after five calls an ordered index
-             -- scan: without it the planner may sort the whole backlog.
-             LIMIT p_scan + 1
-    LOOP
-        n := n + 1;
-        IF n > p_scan THEN
-            scan_cut := true;
-            EXIT;
-        END IF;
-        CONTINUE WHEN r.group_id = ANY(busy);
-        got := pgjobd.try_group_head(p_queue, r.group_id, r.id);
-        IF got <= 0 THEN
-            -- A busy group is skipped for the rest of this claim; a job that
-            -- is not its group's head is not: the head (say, back from a
-            -- retry with a later run_at) may come later in the scan.
-            IF got = 0 THEN
-                busy := busy || r.group_id;
-            END IF;
-            CONTINUE;
-        END IF;
-        RETURN QUERY SELECT * FROM pgjobd.start_job(r.id, got, p_worker, p_max_attempts);
-        RETURN;
-    END LOOP;
-
-    IF f.id IS NOT NULL THEN
-        k := pgjobd.bridge_key(f.id, NULL);
-        IF pg_try_advisory_lock(k.k1, k.k2) THEN
-            RETURN QUERY SELECT * FROM pgjobd.start_job(f.id, NULL, p_worker, p_max_attempts);
-            RETURN;
-        END IF;
-    END IF;
-
-    -- The bounded scan met only busy groups (one group's long backlog can
-    -- fill it). For liveness, visit each group's head once, skipping from
-    -- group to group through jobs_group_head (a loose index scan), and start
-    -- the first that can start. Rare, and O(groups) rather than O(jobs).
-    IF scan_cut THEN
-        FOR r IN WITH RECURSIVE heads AS (
-                     (SELECT j.group_id, j.id, j.status, j.run_at FROM pgjobd.jobs j
-                       WHERE j.queue = p_queue AND j.group_id IS NOT NULL
-                         AND j.status IN ('queued', 'running')
-                       ORDER BY j.group_id, j.id LIMIT 1)
-                     UNION ALL
-                     SELECT nx.group_id, nx.id, nx.status, nx.run_at FROM heads h,
-                       LATERAL (SELECT j.group_id, j.id, j.status, j.run_at FROM pgjobd.jobs j
-                                 WHERE j.queue = p_queue AND j.group_id > h.group_id
-                                   AND j.status IN ('queued', 'running')
-                                 ORDER BY j.group_id, j.id LIMIT 1) nx)
-                 SELECT h.group_id, h.id FROM heads h
-                  WHERE h.status = 'queued' AND h.run_at <= now()
-        LOOP
-            CONTINUE WHEN r.group_id = ANY(busy);
-            got := pgjobd.try_group_head(p_queue, r.group_id, r.id);
-            CONTINUE WHEN got <= 0;
-            RETURN QUERY SELECT * FROM pgjobd.start_job(r.id, got, p_worker, p_max_attempts);
-            RETURN;
-        END LOOP;
-    END IF;
-END
-$$;
-
 CREATE FUNCTION pgjobd.claim_batch(p_queue text, p_worker_id bigint, p_workers text[], p_max_attempts integer, p_timeout_ms bigint, p_max_data bigint, p_scan integer, p_orphans boolean, p_release_jobs bigint[], p_release_groups bigint[], p_skip bigint[]) RETURNS TABLE(slot integer, job_id bigint, group_row bigint, group_id text, attempts integer, max_attempts integer, timeout_ms bigint, fence bigint, data text, arg_keys text[], arg_vals text[])
     LANGUAGE plpgsql
     AS $$
@@ -223,10 +89,7 @@ DECLARE
     ids bigint[] := '{}';   -- picked jobs, in start order
     gids bigint[] := '{}';  -- their group rows (NULL: ungrouped)
     r record;
-    x bigint;
     gid bigint;
-    k1 int;
-    k2 int;
     u_ids bigint[];
     u_pri int[];
     u_run timestamptz[];
@@ -239,12 +102,6 @@ DECLARE
     head record;
     budget int := p_scan;   -- groups this call may still mark held
 BEGIN
-    FOREACH x IN ARRAY coalesce(p_release_jobs, '{}') LOOP
-        PERFORM pg_advisory_unlock(1886020100, (x & 2147483647)::int);
-    END LOOP;
-    FOREACH x IN ARRAY coalesce(p_release_groups, '{}') LOOP
-        PERFORM pg_advisory_unlock(1886020103, (x & 2147483647)::int);
-    END LOOP;
     IF want = 0 THEN
         RETURN;
     END IF;
@@ -263,11 +120,7 @@ BEGIN
         RETURN;
     END IF;
 
-    -- Marks whose time has come: the head they wait for is due now, so it
-    -- and its group's later jobs go back into jobs_ready_grouped before the
-    -- scans below. A plain probe of jobs_held first: usually there are none.
-    -- At most p_scan a call (the rest go in the next calls), row locks with
-    -- SKIP LOCKED (a locked one is cleared by a later call).
+    -- Marks whose time has come (see version 7).
     IF EXISTS (SELECT 1 FROM pgjobd.jobs h
                 WHERE h.queue = p_queue AND h.status = 'queued'
                   AND h.held_until <= statement_timestamp()) THEN
@@ -279,8 +132,12 @@ BEGIN
                          FOR UPDATE SKIP LOCKED);
     END IF;
 
-    -- Orphans first. The bridge is tried before the rows: a live claim
-    -- holds one or the other, so live jobs are never row-locked here.
+    -- Orphans first: running jobs that no slot holds and that may be taken,
+    -- our own that none of our slots answers for (not in p_skip: claimed
+    -- for us, but never started) and other daemons' whose daemon's
+    -- alive_until has passed. A slot that holds a job holds its group row
+    -- and its job row; both are tried with SKIP LOCKED, group row first, the
+    -- order every claim and hold locks them in.
     IF p_orphans THEN
         DELETE FROM pgjobd.waiting w
          WHERE w.queue = p_queue
@@ -304,31 +161,17 @@ BEGIN
                 IF gid IS NULL THEN
                     -- maintain() deleted it in a race with this job's
                     -- claim; the job row lock (below) still tells whether
-                    -- its daemon holds it.
+                    -- a slot holds it.
                     INSERT INTO pgjobd.groups (queue, group_id) VALUES (p_queue, r.group_id)
                         ON CONFLICT DO NOTHING RETURNING id INTO gid;
                 END IF;
                 CONTINUE WHEN gid IS NULL;
-                k1 := 1886020103;
-                k2 := (gid & 2147483647)::int;
-            ELSE
-                k1 := 1886020100;
-                k2 := (r.id & 2147483647)::int;
-            END IF;
-            CONTINUE WHEN NOT pg_try_advisory_lock(k1, k2);
-            IF gid IS NOT NULL THEN
                 PERFORM 1 FROM pgjobd.groups g WHERE g.id = gid FOR UPDATE SKIP LOCKED;
-                IF NOT FOUND THEN
-                    PERFORM pg_advisory_unlock(k1, k2);
-                    CONTINUE;
-                END IF;
+                CONTINUE WHEN NOT FOUND;
             END IF;
             PERFORM 1 FROM pgjobd.jobs j WHERE j.id = r.id AND j.status = 'running'
              FOR UPDATE SKIP LOCKED;
-            IF NOT FOUND THEN
-                PERFORM pg_advisory_unlock(k1, k2);
-                CONTINUE;
-            END IF;
+            CONTINUE WHEN NOT FOUND;
             IF own THEN
                 -- Claimed for us, held by none of our slots: it never
                 -- started. Queued again, the attempt given back; it is a
@@ -337,7 +180,6 @@ BEGIN
                        worker = NULL, worker_id = NULL, started_at = NULL,
                        updated_at = clock_timestamp()
                  WHERE j.id = r.id;
-                PERFORM pg_advisory_unlock(k1, k2);
                 CONTINUE;
             END IF;
             IF EXISTS (SELECT 1 FROM pgjobd.cancel_requests c WHERE c.job_id = r.id) THEN
@@ -349,7 +191,6 @@ BEGIN
                                'message', 'cancelled; the daemon running it was gone')
                  WHERE j.id = r.id;
                 DELETE FROM pgjobd.cancel_requests c WHERE c.job_id = r.id;
-                PERFORM pg_advisory_unlock(k1, k2);
                 CONTINUE;
             END IF;
             IF r.attempts >= least(coalesce(r.max_attempts, p_max_attempts), p_max_attempts) THEN
@@ -360,7 +201,6 @@ BEGIN
                                'signal', NULL, 'stderr', NULL,
                                'message', 'the daemon running this job lost its claim')
                  WHERE j.id = r.id;
-                PERFORM pg_advisory_unlock(k1, k2);
                 CONTINUE;
             END IF;
             -- An orphan: run it again, counting a new attempt.
@@ -373,7 +213,9 @@ BEGIN
     END IF;
 
     -- The best ready ungrouped jobs: one probe of jobs_ready_free, locked.
-    -- (Expired rows are filtered here until maintain() cancels them.)
+    -- (Expired rows are filtered here until maintain() cancels them.) A
+    -- locked queued job is ours to start: any other claim of it would have
+    -- to lock it first.
     SELECT array_agg(c.id ORDER BY c.priority, c.run_at, c.id),
            array_agg(c.priority ORDER BY c.priority, c.run_at, c.id),
            array_agg(c.run_at ORDER BY c.priority, c.run_at, c.id)
@@ -407,10 +249,8 @@ BEGIN
         LOOP
             WHILE ui <= nu AND coalesce(array_length(ids, 1), 0) < want
                   AND (u_pri[ui], u_run[ui], u_ids[ui]) < (r.priority, r.run_at, r.id) LOOP
-                IF pg_try_advisory_lock(1886020100, (u_ids[ui] & 2147483647)::int) THEN
-                    ids := ids || u_ids[ui];
-                    gids := gids || NULL::bigint;
-                END IF;
+                ids := ids || u_ids[ui];
+                gids := gids || NULL::bigint;
                 ui := ui + 1;
             END LOOP;
             EXIT WHEN array_length(ids, 1) >= want;
@@ -459,10 +299,8 @@ BEGIN
         END LOOP;
     END IF;
     WHILE ui <= nu AND coalesce(array_length(ids, 1), 0) < want LOOP
-        IF pg_try_advisory_lock(1886020100, (u_ids[ui] & 2147483647)::int) THEN
-            ids := ids || u_ids[ui];
-            gids := gids || NULL::bigint;
-        END IF;
+        ids := ids || u_ids[ui];
+        gids := gids || NULL::bigint;
         ui := ui + 1;
     END LOOP;
 
@@ -491,11 +329,8 @@ BEGIN
         LOOP
             EXIT WHEN array_length(ids, 1) >= want;
             IF r.run_at > statement_timestamp() THEN
-                -- A head waiting out a backoff that is not marked yet (marks
-                -- made above are seen here): this walk meets it anyway, and
-                -- may as well mark its group, so that the next calls neither
-                -- meet its later jobs in their ordered scan nor need this
-                -- walk because of them.
+                -- A head waiting out a backoff that is not marked yet (see
+                -- version 7): mark its group while this walk meets it.
                 IF r.held_until IS NULL AND budget > 0 THEN
                     PERFORM pgjobd.hold_group(p_queue, r.group_id, r.id, r.run_at, p_scan);
                     budget := budget - 1;
@@ -527,8 +362,8 @@ BEGIN
 
     -- Data larger than max_data (as stored: pg_column_size reads the size
     -- without loading a TOASTed value) is never loaded: the job fails and
-    -- its slot stays idle for this call. Its bridge goes with the caller's
-    -- next call like any other; a group's next job may start after it.
+    -- its slot stays idle for this call; a group's next job may start after
+    -- it.
     UPDATE pgjobd.jobs j SET status = 'failed', finished_at = clock_timestamp(),
            updated_at = clock_timestamp(), worker = NULL, worker_id = NULL,
            error = jsonb_build_object('reason', 'data_too_large', 'exit_code', NULL,
@@ -571,6 +406,17 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION pgjobd.dedupe_lock_done() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    DELETE FROM pgjobd.dedupe_locks d
+     WHERE d.queue = NEW.queue AND d.dedupe_key = NEW.dedupe_key;
+    RETURN NULL;
+END
+$$;
+
 CREATE FUNCTION pgjobd.fence_margin(p_fence_ms integer) RETURNS interval
     LANGUAGE sql IMMUTABLE
     AS $$
@@ -608,6 +454,16 @@ BEGIN
               pgjobd.release_claim(bigint, bigint, boolean, jsonb, int, bigint),
               pgjobd.hold_group(text, text, bigint, timestamptz, int)
               TO pgjobd_worker;
+    END IF;
+END
+$$;
+
+CREATE FUNCTION pgjobd.grant_locks() RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_worker') THEN
+        GRANT SELECT, UPDATE ON pgjobd.maintenance_lock TO pgjobd_worker;
     END IF;
 END
 $$;
@@ -693,6 +549,7 @@ BEGIN
     END IF;
     PERFORM pgjobd.grant_fencing();
     PERFORM pgjobd.grant_security();
+    PERFORM pgjobd.grant_locks();
     PERFORM pgjobd.grant_ops();
 END
 $$;
@@ -751,44 +608,17 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION pgjobd.hold() RETURNS bigint
-    LANGUAGE plpgsql
-    AS $$
-DECLARE
-    c text := current_setting('pgjobd.claim', true);
-    jid bigint;
-    gid bigint;
-    k record;
-BEGIN
-    IF c IS NULL OR c = '' THEN
-        RETURN NULL;
-    END IF;
-    jid := split_part(c, ':', 1)::bigint;
-    gid := nullif(split_part(c, ':', 2), '')::bigint;
-    IF gid IS NOT NULL THEN
-        PERFORM 1 FROM pgjobd.groups g WHERE g.id = gid FOR UPDATE;
-    END IF;
-    PERFORM 1 FROM pgjobd.jobs j WHERE j.id = jid FOR UPDATE;
-    k := pgjobd.bridge_key(jid, gid);
-    PERFORM pg_advisory_unlock(k.k1, k.k2);
-    PERFORM set_config('pgjobd.claim', '', false);
-    RETURN jid;
-END
-$$;
-
 CREATE FUNCTION pgjobd.hold_group(q text, g text, p_head bigint, p_until timestamp with time zone, p_limit integer) RETURNS integer
     LANGUAGE plpgsql
     AS $$
 DECLARE
     n int;
 BEGIN
-    IF NOT pg_try_advisory_xact_lock(1886020108, hashtext(q || E'\n' || g)) THEN
-        RETURN 0;
-    END IF;
     PERFORM 1 FROM pgjobd.jobs j
-     WHERE j.id = p_head AND j.status = 'queued' AND j.run_at = p_until
-       AND j.run_at > statement_timestamp()
-       AND (j.expires_at IS NULL OR j.expires_at > statement_timestamp());
+     WHERE j.id = p_head AND j.queue = q AND j.group_id = g AND j.status = 'queued'
+       AND j.run_at = p_until AND j.run_at > statement_timestamp()
+       AND (j.expires_at IS NULL OR j.expires_at > statement_timestamp())
+     FOR UPDATE SKIP LOCKED;
     IF NOT FOUND THEN
         RETURN 0;
     END IF;
@@ -804,15 +634,6 @@ BEGIN
     GET DIAGNOSTICS n = ROW_COUNT;
     RETURN n;
 END
-$$;
-
-CREATE FUNCTION pgjobd.job_args(p_data jsonb, OUT keys text[], OUT vals text[]) RETURNS record
-    LANGUAGE sql IMMUTABLE
-    AS $$
-    SELECT coalesce(array_agg(e.key ORDER BY e.key), '{}'),
-           coalesce(array_agg(e.value #>> '{}' ORDER BY e.key), '{}')
-    FROM jsonb_each(CASE WHEN jsonb_typeof(p_data) = 'object' THEN p_data ELSE '{}' END) e
-    WHERE jsonb_typeof(e.value) IN ('string', 'number', 'boolean')
 $$;
 
 CREATE FUNCTION pgjobd.jobs_cancelled() RETURNS trigger
@@ -849,7 +670,16 @@ CREATE FUNCTION pgjobd.jobs_dedupe() RETURNS trigger
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
-    PERFORM pg_advisory_xact_lock(1886020106, hashtext(NEW.queue || E'\n' || NEW.dedupe_key));
+    LOOP
+        INSERT INTO pgjobd.dedupe_locks (queue, dedupe_key)
+        VALUES (NEW.queue, NEW.dedupe_key)
+        ON CONFLICT DO NOTHING;
+        EXIT WHEN FOUND;
+        PERFORM 1 FROM pgjobd.dedupe_locks d
+         WHERE d.queue = NEW.queue AND d.dedupe_key = NEW.dedupe_key
+         FOR UPDATE;
+        EXIT WHEN FOUND;
+    END LOOP;
     IF EXISTS (SELECT 1 FROM pgjobd.jobs j
                 WHERE j.queue = NEW.queue AND j.dedupe_key = NEW.dedupe_key
                   AND j.status IN ('queued', 'running')) THEN
@@ -863,7 +693,6 @@ CREATE FUNCTION pgjobd.jobs_head_changed() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
 BEGIN
-    PERFORM pg_advisory_xact_lock(1886020108, hashtext(OLD.queue || E'\n' || OLD.group_id));
     IF current_setting('transaction_isolation') = 'read committed' THEN
         UPDATE pgjobd.jobs j SET held_until = NULL
          WHERE j.queue = OLD.queue AND j.group_id = OLD.group_id AND j.id > OLD.id
@@ -912,7 +741,8 @@ BEGIN
     expired := 0;
     deleted := 0;
     more := false;
-    locked := pg_try_advisory_xact_lock(1886020105, 0);
+    PERFORM 1 FROM pgjobd.maintenance_lock FOR UPDATE SKIP LOCKED;
+    locked := FOUND;
     IF NOT locked THEN
         RETURN;
     END IF;
@@ -950,8 +780,7 @@ BEGIN
             RETURNING j.queue, j.group_id),
         gone AS (
             -- A group with nothing left to run needs no lock row; a job
-            -- enqueued into it later gets a new one (the INSERT trigger, or
-            -- the claim when it raced with this delete).
+            -- enqueued into it later gets a new one (its first claim).
             DELETE FROM pgjobd.groups g
              WHERE g.id IN (SELECT gr.id FROM pgjobd.groups gr
                              WHERE (gr.queue, gr.group_id) IN
@@ -1092,58 +921,6 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION pgjobd.start_job(jid bigint, gid bigint, p_worker text, p_max_attempts integer) RETURNS TABLE(job_id bigint, group_id text, attempts integer, max_attempts integer, timeout_ms bigint, data text, arg_keys text[], arg_vals text[])
-    LANGUAGE plpgsql
-    AS $$
-BEGIN
-    PERFORM set_config('pgjobd.claim', jid || ':' || coalesce(gid::text, ''), false);
-    RETURN QUERY
-        WITH u AS (
-            UPDATE pgjobd.jobs j SET status = 'running', attempts = j.attempts + 1,
-                   worker = p_worker, started_at = clock_timestamp(),
-                   updated_at = clock_timestamp(), finished_at = NULL
-             WHERE j.id = jid
-            RETURNING j.id, j.group_id, j.attempts, j.max_attempts, j.timeout, j.data)
-        SELECT u.id, u.group_id, u.attempts, coalesce(u.max_attempts, p_max_attempts),
-               (extract(epoch FROM u.timeout) * 1000)::bigint, u.data::text, a.keys, a.vals
-          FROM u, pgjobd.job_args(u.data) a;
-END
-$$;
-
-CREATE FUNCTION pgjobd.try_group_head(q text, g text, jid bigint) RETURNS bigint
-    LANGUAGE plpgsql
-    AS $$
-DECLARE
-    gid bigint;
-    head bigint;
-    k record;
-BEGIN
-    SELECT gr.id INTO gid FROM pgjobd.groups gr
-     WHERE gr.queue = q AND gr.group_id = g FOR UPDATE SKIP LOCKED;
-    IF gid IS NULL THEN
-        RETURN 0;
-    END IF;
-    SELECT j.id INTO head FROM pgjobd.jobs j
-     WHERE j.queue = q AND j.group_id = g AND j.status IN ('queued', 'running')
-     ORDER BY j.id LIMIT 1;
-    IF head IS DISTINCT FROM jid THEN
-        RETURN -1;
-    END IF;
-    k := pgjobd.bridge_key(jid, gid);
-    IF NOT pg_try_advisory_lock(k.k1, k.k2) THEN
-        RETURN 0;
-    END IF;
-    PERFORM 1 FROM pgjobd.jobs j
-     WHERE j.id = jid AND j.status = 'queued' AND j.run_at <= now()
-     FOR UPDATE SKIP LOCKED;
-    IF NOT FOUND THEN
-        PERFORM pg_advisory_unlock(k.k1, k.k2);
-        RETURN -1;
-    END IF;
-    RETURN gid;
-END
-$$;
-
 CREATE FUNCTION pgjobd.try_group_head_v2(q text, g text, jid bigint) RETURNS bigint
     LANGUAGE plpgsql
     SET enable_seqscan TO 'off'
@@ -1158,13 +935,10 @@ BEGIN
         IF EXISTS (SELECT 1 FROM pgjobd.groups gr WHERE gr.queue = q AND gr.group_id = g) THEN
             RETURN 0; -- locked: busy
         END IF;
-        IF NOT pg_try_advisory_xact_lock(1886020107, hashtext(q || E'\n' || g)) THEN
-            RETURN 0; -- another claimer is creating it
-        END IF;
         INSERT INTO pgjobd.groups (queue, group_id) VALUES (q, g)
             ON CONFLICT DO NOTHING RETURNING id INTO gid;
         IF gid IS NULL THEN
-            RETURN 0; -- created and committed since our first look
+            RETURN 0; -- another claim created it since our first look
         END IF;
     END IF;
     SELECT j.id, j.status, j.run_at, j.expires_at INTO head FROM pgjobd.jobs j
@@ -1180,7 +954,11 @@ BEGIN
         END IF;
         RETURN 0;
     END IF;
-    IF NOT pg_try_advisory_lock(1886020103, (gid & 2147483647)::int) THEN
+    -- jid heads the group, but a job with a larger id may run: one that a
+    -- claim started before jid became visible (or queued again), whose slot
+    -- does not hold the group row yet, or whose daemon died.
+    IF EXISTS (SELECT 1 FROM pgjobd.jobs j
+                WHERE j.queue = q AND j.group_id = g AND j.status = 'running') THEN
         RETURN 0;
     END IF;
     PERFORM 1 FROM pgjobd.jobs j
@@ -1188,7 +966,6 @@ BEGIN
        AND (j.expires_at IS NULL OR j.expires_at > statement_timestamp())
      FOR UPDATE SKIP LOCKED;
     IF NOT FOUND THEN
-        PERFORM pg_advisory_unlock(1886020103, (gid & 2147483647)::int);
         RETURN -1;
     END IF;
     RETURN gid;
@@ -1213,6 +990,11 @@ CREATE TABLE pgjobd.cancel_requests (
     job_id bigint NOT NULL,
     requested_at timestamp with time zone DEFAULT now() NOT NULL,
     requested_by text DEFAULT CURRENT_USER NOT NULL
+);
+
+CREATE UNLOGGED TABLE pgjobd.dedupe_locks (
+    queue text NOT NULL,
+    dedupe_key text NOT NULL
 );
 
 CREATE SEQUENCE pgjobd.fence_seq
@@ -1275,6 +1057,11 @@ ALTER TABLE pgjobd.jobs ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     NO MINVALUE
     NO MAXVALUE
     CACHE 1
+);
+
+CREATE TABLE pgjobd.maintenance_lock (
+    one boolean DEFAULT true NOT NULL,
+    CONSTRAINT "maintenance_lock has one row" CHECK (one)
 );
 
 CREATE TABLE pgjobd.paused_queues (
@@ -1354,6 +1141,9 @@ ALTER TABLE pgjobd.workers ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
 ALTER TABLE ONLY pgjobd.cancel_requests
     ADD CONSTRAINT cancel_requests_pkey PRIMARY KEY (job_id);
 
+ALTER TABLE ONLY pgjobd.dedupe_locks
+    ADD CONSTRAINT dedupe_locks_pkey PRIMARY KEY (queue, dedupe_key);
+
 ALTER TABLE ONLY pgjobd.groups
     ADD CONSTRAINT groups_pkey PRIMARY KEY (id);
 
@@ -1362,6 +1152,9 @@ ALTER TABLE ONLY pgjobd.groups
 
 ALTER TABLE ONLY pgjobd.jobs
     ADD CONSTRAINT jobs_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY pgjobd.maintenance_lock
+    ADD CONSTRAINT maintenance_lock_pkey PRIMARY KEY (one);
 
 ALTER TABLE ONLY pgjobd.paused_queues
     ADD CONSTRAINT paused_queues_pkey PRIMARY KEY (queue);
@@ -1386,6 +1179,8 @@ CREATE INDEX jobs_finished ON pgjobd.jobs USING btree (queue, finished_at) WHERE
 
 CREATE INDEX jobs_group_head ON pgjobd.jobs USING btree (queue, group_id, id) WHERE ((status = ANY (ARRAY['queued'::text, 'running'::text])) AND (group_id IS NOT NULL));
 
+CREATE INDEX jobs_group_running ON pgjobd.jobs USING btree (queue, group_id) WHERE ((status = 'running'::text) AND (group_id IS NOT NULL));
+
 CREATE INDEX jobs_held ON pgjobd.jobs USING btree (queue, held_until) WHERE ((status = 'queued'::text) AND (held_until IS NOT NULL));
 
 CREATE INDEX jobs_ready_free ON pgjobd.jobs USING btree (queue, priority, run_at, id) WHERE ((status = 'queued'::text) AND (group_id IS NULL));
@@ -1397,6 +1192,8 @@ CREATE INDEX jobs_running ON pgjobd.jobs USING btree (queue, id) WHERE (status =
 CREATE UNIQUE INDEX wake_secret_one_row ON pgjobd.wake_secret USING btree ((true));
 
 CREATE INDEX workers_name ON pgjobd.workers USING btree (name);
+
+CREATE CONSTRAINT TRIGGER dedupe_lock_done AFTER INSERT ON pgjobd.dedupe_locks DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION pgjobd.dedupe_lock_done();
 
 CREATE TRIGGER jobs_cancelled BEFORE UPDATE OF status ON pgjobd.jobs FOR EACH ROW WHEN (((new.status = 'cancelled'::text) AND (old.status <> 'cancelled'::text))) EXECUTE FUNCTION pgjobd.jobs_cancelled();
 
@@ -1438,8 +1235,6 @@ GRANT USAGE ON SCHEMA pgjobd TO pgjobd_worker;
 REVOKE ALL ON FUNCTION pgjobd.cancel(p_id bigint) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.cancel(p_id bigint) TO pgjobd_worker;
 
-REVOKE ALL ON FUNCTION pgjobd.claim(p_queue text, p_worker text, p_max_attempts integer, p_scan integer) FROM PUBLIC;
-
 REVOKE ALL ON FUNCTION pgjobd.claim_batch(p_queue text, p_worker_id bigint, p_workers text[], p_max_attempts integer, p_timeout_ms bigint, p_max_data bigint, p_scan integer, p_orphans boolean, p_release_jobs bigint[], p_release_groups bigint[], p_skip bigint[]) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.claim_batch(p_queue text, p_worker_id bigint, p_workers text[], p_max_attempts integer, p_timeout_ms bigint, p_max_data bigint, p_scan integer, p_orphans boolean, p_release_jobs bigint[], p_release_groups bigint[], p_skip bigint[]) TO pgjobd_worker;
 
@@ -1447,6 +1242,8 @@ REVOKE ALL ON FUNCTION pgjobd.forget_workers() FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.forget_workers() TO pgjobd_worker;
 
 REVOKE ALL ON FUNCTION pgjobd.grant_fencing() FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION pgjobd.grant_locks() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgjobd.grant_ops() FROM PUBLIC;
 
@@ -1458,8 +1255,6 @@ REVOKE ALL ON FUNCTION pgjobd.grant_security() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgjobd.heartbeat(p_id bigint) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.heartbeat(p_id bigint) TO pgjobd_worker;
-
-REVOKE ALL ON FUNCTION pgjobd.hold() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgjobd.hold_group(q text, g text, p_head bigint, p_until timestamp with time zone, p_limit integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.hold_group(q text, g text, p_head bigint, p_until timestamp with time zone, p_limit integer) TO pgjobd_worker;
@@ -1488,10 +1283,6 @@ GRANT ALL ON FUNCTION pgjobd.resume(p_queue text) TO pgjobd_worker;
 REVOKE ALL ON FUNCTION pgjobd.revoke_queue(p_role name, p_queue text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgjobd.setup_roles() FROM PUBLIC;
-
-REVOKE ALL ON FUNCTION pgjobd.start_job(jid bigint, gid bigint, p_worker text, p_max_attempts integer) FROM PUBLIC;
-
-REVOKE ALL ON FUNCTION pgjobd.try_group_head(q text, g text, jid bigint) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgjobd.try_group_head_v2(q text, g text, jid bigint) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.try_group_head_v2(q text, g text, jid bigint) TO pgjobd_worker;
@@ -1547,6 +1338,8 @@ GRANT SELECT(finished_at) ON TABLE pgjobd.jobs TO pgjobd_producer;
 GRANT SELECT(updated_at) ON TABLE pgjobd.jobs TO pgjobd_producer;
 
 GRANT SELECT(created_by) ON TABLE pgjobd.jobs TO pgjobd_producer;
+
+GRANT SELECT,UPDATE ON TABLE pgjobd.maintenance_lock TO pgjobd_worker;
 
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE pgjobd.paused_queues TO pgjobd_worker;
 
