@@ -426,7 +426,7 @@ $$;
 
 -- ---------------------------------------------------------------- claims
 
--- Version 7's claim_batch (sql/007_held_groups.sql), restated whole because
+-- Version 9's claim_batch (sql/009_row_locks.sql), restated whole because
 -- its result gains two columns, which CREATE OR REPLACE cannot do. What
 -- changed, and nothing else (each place is marked "014"):
 --   - RETURNS TABLE: two more columns at the end, schedule text and
@@ -450,10 +450,7 @@ DECLARE
     ids bigint[] := '{}';   -- picked jobs, in start order
     gids bigint[] := '{}';  -- their group rows (NULL: ungrouped)
     r record;
-    x bigint;
     gid bigint;
-    k1 int;
-    k2 int;
     u_ids bigint[];
     u_pri int[];
     u_run timestamptz[];
@@ -466,12 +463,6 @@ DECLARE
     head record;
     budget int := p_scan;   -- groups this call may still mark held
 BEGIN
-    FOREACH x IN ARRAY coalesce(p_release_jobs, '{}') LOOP
-        PERFORM pg_advisory_unlock(1886020100, (x & 2147483647)::int);
-    END LOOP;
-    FOREACH x IN ARRAY coalesce(p_release_groups, '{}') LOOP
-        PERFORM pg_advisory_unlock(1886020103, (x & 2147483647)::int);
-    END LOOP;
     IF want = 0 THEN
         RETURN;
     END IF;
@@ -490,11 +481,7 @@ BEGIN
         RETURN;
     END IF;
 
-    -- Marks whose time has come: the head they wait for is due now, so it
-    -- and its group's later jobs go back into jobs_ready_grouped before the
-    -- scans below. A plain probe of jobs_held first: usually there are none.
-    -- At most p_scan a call (the rest go in the next calls), row locks with
-    -- SKIP LOCKED (a locked one is cleared by a later call).
+    -- Marks whose time has come (see version 7).
     IF EXISTS (SELECT 1 FROM pgjobd.jobs h
                 WHERE h.queue = p_queue AND h.status = 'queued'
                   AND h.held_until <= statement_timestamp()) THEN
@@ -506,8 +493,12 @@ BEGIN
                          FOR UPDATE SKIP LOCKED);
     END IF;
 
-    -- Orphans first. The bridge is tried before the rows: a live claim
-    -- holds one or the other, so live jobs are never row-locked here.
+    -- Orphans first: running jobs that no slot holds and that may be taken,
+    -- our own that none of our slots answers for (not in p_skip: claimed
+    -- for us, but never started) and other daemons' whose daemon's
+    -- alive_until has passed. A slot that holds a job holds its group row
+    -- and its job row; both are tried with SKIP LOCKED, group row first, the
+    -- order every claim and hold locks them in.
     IF p_orphans THEN
         DELETE FROM pgjobd.waiting w
          WHERE w.queue = p_queue
@@ -531,31 +522,17 @@ BEGIN
                 IF gid IS NULL THEN
                     -- maintain() deleted it in a race with this job's
                     -- claim; the job row lock (below) still tells whether
-                    -- its daemon holds it.
+                    -- a slot holds it.
                     INSERT INTO pgjobd.groups (queue, group_id) VALUES (p_queue, r.group_id)
                         ON CONFLICT DO NOTHING RETURNING id INTO gid;
                 END IF;
                 CONTINUE WHEN gid IS NULL;
-                k1 := 1886020103;
-                k2 := (gid & 2147483647)::int;
-            ELSE
-                k1 := 1886020100;
-                k2 := (r.id & 2147483647)::int;
-            END IF;
-            CONTINUE WHEN NOT pg_try_advisory_lock(k1, k2);
-            IF gid IS NOT NULL THEN
                 PERFORM 1 FROM pgjobd.groups g WHERE g.id = gid FOR UPDATE SKIP LOCKED;
-                IF NOT FOUND THEN
-                    PERFORM pg_advisory_unlock(k1, k2);
-                    CONTINUE;
-                END IF;
+                CONTINUE WHEN NOT FOUND;
             END IF;
             PERFORM 1 FROM pgjobd.jobs j WHERE j.id = r.id AND j.status = 'running'
              FOR UPDATE SKIP LOCKED;
-            IF NOT FOUND THEN
-                PERFORM pg_advisory_unlock(k1, k2);
-                CONTINUE;
-            END IF;
+            CONTINUE WHEN NOT FOUND;
             IF own THEN
                 -- Claimed for us, held by none of our slots: it never
                 -- started. Queued again, the attempt given back; it is a
@@ -564,7 +541,6 @@ BEGIN
                        worker = NULL, worker_id = NULL, started_at = NULL,
                        updated_at = clock_timestamp()
                  WHERE j.id = r.id;
-                PERFORM pg_advisory_unlock(k1, k2);
                 CONTINUE;
             END IF;
             IF EXISTS (SELECT 1 FROM pgjobd.cancel_requests c WHERE c.job_id = r.id) THEN
@@ -576,7 +552,6 @@ BEGIN
                                'message', 'cancelled; the daemon running it was gone')
                  WHERE j.id = r.id;
                 DELETE FROM pgjobd.cancel_requests c WHERE c.job_id = r.id;
-                PERFORM pg_advisory_unlock(k1, k2);
                 CONTINUE;
             END IF;
             IF r.attempts >= least(coalesce(r.max_attempts, p_max_attempts), p_max_attempts) THEN
@@ -587,7 +562,6 @@ BEGIN
                                'signal', NULL, 'stderr', NULL,
                                'message', 'the daemon running this job lost its claim')
                  WHERE j.id = r.id;
-                PERFORM pg_advisory_unlock(k1, k2);
                 CONTINUE;
             END IF;
             -- An orphan: run it again, counting a new attempt.
@@ -600,7 +574,9 @@ BEGIN
     END IF;
 
     -- The best ready ungrouped jobs: one probe of jobs_ready_free, locked.
-    -- (Expired rows are filtered here until maintain() cancels them.)
+    -- (Expired rows are filtered here until maintain() cancels them.) A
+    -- locked queued job is ours to start: any other claim of it would have
+    -- to lock it first.
     SELECT array_agg(c.id ORDER BY c.priority, c.run_at, c.id),
            array_agg(c.priority ORDER BY c.priority, c.run_at, c.id),
            array_agg(c.run_at ORDER BY c.priority, c.run_at, c.id)
@@ -634,10 +610,8 @@ BEGIN
         LOOP
             WHILE ui <= nu AND coalesce(array_length(ids, 1), 0) < want
                   AND (u_pri[ui], u_run[ui], u_ids[ui]) < (r.priority, r.run_at, r.id) LOOP
-                IF pg_try_advisory_lock(1886020100, (u_ids[ui] & 2147483647)::int) THEN
-                    ids := ids || u_ids[ui];
-                    gids := gids || NULL::bigint;
-                END IF;
+                ids := ids || u_ids[ui];
+                gids := gids || NULL::bigint;
                 ui := ui + 1;
             END LOOP;
             EXIT WHEN array_length(ids, 1) >= want;
@@ -686,10 +660,8 @@ BEGIN
         END LOOP;
     END IF;
     WHILE ui <= nu AND coalesce(array_length(ids, 1), 0) < want LOOP
-        IF pg_try_advisory_lock(1886020100, (u_ids[ui] & 2147483647)::int) THEN
-            ids := ids || u_ids[ui];
-            gids := gids || NULL::bigint;
-        END IF;
+        ids := ids || u_ids[ui];
+        gids := gids || NULL::bigint;
         ui := ui + 1;
     END LOOP;
 
@@ -718,11 +690,8 @@ BEGIN
         LOOP
             EXIT WHEN array_length(ids, 1) >= want;
             IF r.run_at > statement_timestamp() THEN
-                -- A head waiting out a backoff that is not marked yet (marks
-                -- made above are seen here): this walk meets it anyway, and
-                -- may as well mark its group, so that the next calls neither
-                -- meet its later jobs in their ordered scan nor need this
-                -- walk because of them.
+                -- A head waiting out a backoff that is not marked yet (see
+                -- version 7): mark its group while this walk meets it.
                 IF r.held_until IS NULL AND budget > 0 THEN
                     PERFORM pgjobd.hold_group(p_queue, r.group_id, r.id, r.run_at, p_scan);
                     budget := budget - 1;
@@ -754,8 +723,8 @@ BEGIN
 
     -- Data larger than max_data (as stored: pg_column_size reads the size
     -- without loading a TOASTed value) is never loaded: the job fails and
-    -- its slot stays idle for this call. Its bridge goes with the caller's
-    -- next call like any other; a group's next job may start after it.
+    -- its slot stays idle for this call; a group's next job may start after
+    -- it.
     UPDATE pgjobd.jobs j SET status = 'failed', finished_at = clock_timestamp(),
            updated_at = clock_timestamp(), worker = NULL, worker_id = NULL,
            error = jsonb_build_object('reason', 'data_too_large', 'exit_code', NULL,
@@ -831,7 +800,7 @@ BEGIN
 END
 $$;
 
--- Version 8's grant_roles() (sql/008_security.sql), unchanged but for the
+-- Version 12's grant_roles() (sql/012_ops.sql), unchanged but for the
 -- last call.
 CREATE OR REPLACE FUNCTION pgjobd.grant_roles() RETURNS void
 LANGUAGE plpgsql AS $$
@@ -881,6 +850,8 @@ BEGIN
     END IF;
     PERFORM pgjobd.grant_fencing();
     PERFORM pgjobd.grant_security();
+    PERFORM pgjobd.grant_locks();
+    PERFORM pgjobd.grant_ops();
     PERFORM pgjobd.grant_schedules();
 END
 $$;

@@ -190,7 +190,7 @@ static void kick_queue(struct qstate *q)
 			q->workers[q->nreserved++] = job_worker(q->slots[i]);
 		}
 	}
-	if (q->nreserved == 0 && !claimer_has_releases(q->cl))
+	if (q->nreserved == 0)
 		return; /* every slot is busy: the next one to finish kicks again */
 	q->again = false;
 	struct claimer_ctx ctx = {
@@ -226,8 +226,8 @@ static void on_claimed(struct claimer *cl, struct claim_job *jobs, const int *sl
 		struct job *j = mine[slots[i]];
 		mine[slots[i]] = NULL;
 		if (!j) {
-			/* The slot stopped while the claim was in flight: drop
-			 * the bridge, the job is an orphan for the next pass. */
+			/* The slot stopped while the claim was in flight: the
+			 * job is handed back by the next orphan pass. */
 			claimer_release(cl, &jobs[i]);
 			claim_job_free(&jobs[i]);
 			continue;
@@ -246,9 +246,8 @@ static void on_claimed(struct claimer *cl, struct claim_job *jobs, const int *sl
 	if (n < 0)
 		return; /* the claimer reconnects; its on_up kicks */
 	/* A full batch: there may be more (slots that became idle meanwhile).
-	 * Or a kick was asked for meanwhile, or bridges wait to be dropped
-	 * (a job that a slot could not hold is one). */
-	if ((asked > 0 && n == asked) || q->again || claimer_has_releases(q->cl))
+	 * Or a kick was asked for meanwhile. */
+	if ((asked > 0 && n == asked) || q->again)
 		kick_queue(q);
 }
 
@@ -362,14 +361,13 @@ static void on_job_event(struct job *j, enum job_event ev, int64_t ms, void *arg
 			kick_queue(q);
 		break;
 	case JOB_EV_HELD:
-		/* The bridge goes with the claimer's next call (at the latest
-		 * the poll's). */
+		/* The slot answers for the job now (held_jobs). */
 		if (q)
 			claimer_release(q->cl, job_claimed(j));
 		break;
 	case JOB_EV_NOT_HELD:
-		/* Drop the bridge now: the job is an orphan for the next pass.
-		 * (From inside on_claimed, the kick waits for its end.) */
+		/* The job is handed back by the next orphan pass. (From
+		 * inside on_claimed, the kick waits for its end.) */
 		if (q) {
 			claimer_release(q->cl, job_claimed(j));
 			kick_queue(q);
@@ -664,6 +662,17 @@ static void on_stop_signal(struct ev_loop *loop, ev_signal *w, int revents)
 	begin_drain(d, again || d->state == D_STARTING);
 }
 
+/* The queues of cfg, for the daemon's row in pgjobd.workers (`pgjobd status`
+ * counts the daemons serving each queue). */
+static void announce_queues(struct daemon *d, const struct config *cfg)
+{
+	const char **names = xcalloc(cfg->nqueues + 1, sizeof(*names));
+	for (size_t i = 0; i < cfg->nqueues; i++)
+		names[i] = cfg->queues[i]->name;
+	fence_set_queues(d->fence, names, (int)cfg->nqueues);
+	free(names);
+}
+
 static void apply_config(struct daemon *d, struct config *nc)
 {
 	const char *key = config_restart_key(d->cfg, nc);
@@ -672,6 +681,8 @@ static void apply_config(struct daemon *d, struct config *nc)
 			 key);
 	log_set_level(nc->log_level);
 	report_configure(d->report, nc);
+	announce_queues(d, nc);
+	config_warn_programs(nc, stderr);
 	if (d->maint)
 		maint_configure(d->maint, nc);
 	if (nc->poll_interval_ms != d->cfg->poll_interval_ms && d->state == D_RUNNING) {
@@ -865,6 +876,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 	d->metrics = metrics_new();
 	d->fence = fence_new(d->loop, d->conninfo, d->worker_prefix, cfg->fence_timeout_ms,
 			     d->guard, d->metrics, on_fence, d);
+	announce_queues(d, cfg);
 	d->env = (struct job_env){
 	    .loop = d->loop,
 	    .conninfo = d->conninfo,

@@ -58,6 +58,11 @@ struct exec_spec {
 	 * Used to register the group with the supervisor first. */
 	int (*before_run)(pid_t pgid, void *arg);
 	void *before_run_arg;
+	/* NULL, or called from the loop with each chunk read from the
+	 * command's stdout (stream 0) or stderr (1), whole, before the capture
+	 * bounds it (the hook bounds what it keeps itself). */
+	void (*on_output)(int stream, const char *buf, size_t n, void *arg);
+	void *on_output_arg;
 };
 
 /* Start the command. The spec is copied as needed; the caller may free it

@@ -7,11 +7,11 @@
  *   SELECT ... FROM pgjobd.maintain(queues[], retention_ms[], MAINT_BATCH)
  *   SELECT job_id FROM pgjobd.cancel_requests
  *
- * pgjobd.maintain() takes a transaction-level try-lock first, so of all the
- * daemons on a database exactly one works at a time and the others return
- * at once; every step is a bounded batch in a short transaction. When a step
- * hit its bound, the next pass comes after MAINT_AGAIN instead, until the
- * backlog (of expired or old finished jobs) is gone.
+ * pgjobd.maintain() first locks the one row of pgjobd.maintenance_lock with
+ * SKIP LOCKED, so of all the daemons on a database exactly one works at a
+ * time and the others return at once; every step is a bounded batch in a short transaction. When a
+ * step hit its bound, the next pass comes after MAINT_AGAIN instead, until the backlog (of expired
+ * or old finished jobs) is gone.
  *
  * Cancel requests: pgjobd.cancel_requests is the only source of the ids of
  * jobs to cancel (only the owner and the worker role may write it). A NOTIFY
