@@ -329,11 +329,14 @@ cli enqueue out -c "$T/d.ini"
 o=$out
 wait_until 20 "[ \"\$(job_field $o status)\" = succeeded ]"
 wait_until 10 "grep -q 'stream=stdout line=\"no newline\"' '$T/d.log'"
-is "$(grep -o "msg=\"job output\" job=$o queue=out attempt=1 stream=[a-z]* line=.*" "$T/d.log")" \
+# The two streams are separate pipes: their lines keep their order within a
+# stream, not between the streams. So stdout's lines first, then stderr's.
+is "$( (grep -o "msg=\"job output\" job=$o queue=out attempt=1 stream=stdout line=.*" "$T/d.log"
+	grep -o "msg=\"job output\" job=$o queue=out attempt=1 stream=stderr line=.*" "$T/d.log"))" \
 	"msg=\"job output\" job=$o queue=out attempt=1 stream=stdout line=hello
 msg=\"job output\" job=$o queue=out attempt=1 stream=stdout line=\"world \\\"quoted\\\"\"
-msg=\"job output\" job=$o queue=out attempt=1 stream=stderr line=oops
-msg=\"job output\" job=$o queue=out attempt=1 stream=stdout line=\"no newline\"" \
+msg=\"job output\" job=$o queue=out attempt=1 stream=stdout line=\"no newline\"
+msg=\"job output\" job=$o queue=out attempt=1 stream=stderr line=oops" \
 	"log_output = journal without journald: each line of stdout and stderr as a logfmt line, quoted"
 cli enqueue flood -c "$T/d.ini"
 fl=$out
