@@ -1,4 +1,4 @@
--- 010_commit_order.sql - schema version 10: a group's jobs start in the order
+-- 015_commit_order.sql - schema version 15: a group's jobs start in the order
 -- they became visible (commit order), not in id order.
 --
 -- Up to version 8 a group's head was its unfinished job with the smallest
@@ -243,7 +243,7 @@ CREATE CONSTRAINT TRIGGER jobs_commit_order_requeued
 
 REVOKE EXECUTE ON FUNCTION pgjobd.jobs_commit_order() FROM PUBLIC;
 
--- Version 5's function; its head read orders by the key.
+-- Version 9's function (sql/009_row_locks.sql); its head read orders by the key.
 CREATE OR REPLACE FUNCTION pgjobd.try_group_head_v2(q text, g text, jid bigint) RETURNS bigint
 LANGUAGE plpgsql SET enable_seqscan = off AS $$
 DECLARE
@@ -256,13 +256,10 @@ BEGIN
         IF EXISTS (SELECT 1 FROM pgjobd.groups gr WHERE gr.queue = q AND gr.group_id = g) THEN
             RETURN 0; -- locked: busy
         END IF;
-        IF NOT pg_try_advisory_xact_lock(1886020107, hashtext(q || E'\n' || g)) THEN
-            RETURN 0; -- another claimer is creating it
-        END IF;
         INSERT INTO pgjobd.groups (queue, group_id) VALUES (q, g)
             ON CONFLICT DO NOTHING RETURNING id INTO gid;
         IF gid IS NULL THEN
-            RETURN 0; -- created and committed since our first look
+            RETURN 0; -- another claim created it since our first look
         END IF;
     END IF;
     SELECT j.id, j.status, j.run_at, j.expires_at INTO head FROM pgjobd.jobs j
@@ -278,7 +275,11 @@ BEGIN
         END IF;
         RETURN 0;
     END IF;
-    IF NOT pg_try_advisory_lock(1886020103, (gid & 2147483647)::int) THEN
+    -- jid heads the group, but a job later in its order may run: one that a
+    -- claim started before jid became visible (or queued again), whose slot
+    -- does not hold the group row yet, or whose daemon died.
+    IF EXISTS (SELECT 1 FROM pgjobd.jobs j
+                WHERE j.queue = q AND j.group_id = g AND j.status = 'running') THEN
         RETURN 0;
     END IF;
     PERFORM 1 FROM pgjobd.jobs j
@@ -286,14 +287,13 @@ BEGIN
        AND (j.expires_at IS NULL OR j.expires_at > statement_timestamp())
      FOR UPDATE SKIP LOCKED;
     IF NOT FOUND THEN
-        PERFORM pg_advisory_unlock(1886020103, (gid & 2147483647)::int);
         RETURN -1;
     END IF;
     RETURN gid;
 END
 $$;
 
--- Version 7's function; the head's key is read with the head, and the later
+-- Version 9's function; the head's key is read with the head, and the later
 -- jobs are those after it in key order.
 CREATE OR REPLACE FUNCTION pgjobd.hold_group(q text, g text, p_head bigint, p_until timestamptz,
                                              p_limit int) RETURNS int
@@ -302,13 +302,11 @@ DECLARE
     n int;
     head_key bigint;
 BEGIN
-    IF NOT pg_try_advisory_xact_lock(1886020108, hashtext(q || E'\n' || g)) THEN
-        RETURN 0;
-    END IF;
     SELECT coalesce(j.commit_seq, j.id) INTO head_key FROM pgjobd.jobs j
-     WHERE j.id = p_head AND j.status = 'queued' AND j.run_at = p_until
-       AND j.run_at > statement_timestamp()
-       AND (j.expires_at IS NULL OR j.expires_at > statement_timestamp());
+     WHERE j.id = p_head AND j.queue = q AND j.group_id = g AND j.status = 'queued'
+       AND j.run_at = p_until AND j.run_at > statement_timestamp()
+       AND (j.expires_at IS NULL OR j.expires_at > statement_timestamp())
+     FOR UPDATE SKIP LOCKED;
     IF NOT FOUND THEN
         RETURN 0;
     END IF;
@@ -327,12 +325,11 @@ BEGIN
 END
 $$;
 
--- Version 7's trigger function; the group's later jobs are those with a
+-- Version 9's trigger function; the group's later jobs are those with a
 -- greater key than the changed job's.
 CREATE OR REPLACE FUNCTION pgjobd.jobs_head_changed() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM pg_advisory_xact_lock(1886020108, hashtext(OLD.queue || E'\n' || OLD.group_id));
     IF current_setting('transaction_isolation') = 'read committed' THEN
         UPDATE pgjobd.jobs j SET held_until = NULL
          WHERE j.queue = OLD.queue AND j.group_id = OLD.group_id
@@ -349,27 +346,29 @@ BEGIN
 END
 $$;
 
--- Version 7's claim_batch (see 007_held_groups.sql, 006_fencing.sql and
--- 002_fast_claim.sql for the protocol and what each statement locks), with
+-- Version 14's claim_batch (sql/014_schedules.sql; see 009_row_locks.sql,
+-- 007_held_groups.sql, 006_fencing.sql and 002_fast_claim.sql for the
+-- protocol and what each statement locks), with
 -- the same signature; the grouped scan's read of a candidate's head, and the
--- loose index scan over the groups' heads, order by the key.
+-- loose index scan over the groups' heads, order by the key. Also: max_data
+-- counts a compressed value's size as text (see below), not its compressed
+-- size.
 CREATE OR REPLACE FUNCTION pgjobd.claim_batch(p_queue text, p_worker_id bigint, p_workers text[],
                                    p_max_attempts int, p_timeout_ms bigint, p_max_data bigint,
                                    p_scan int, p_orphans boolean, p_release_jobs bigint[],
                                    p_release_groups bigint[], p_skip bigint[])
 RETURNS TABLE (slot int, job_id bigint, group_row bigint, group_id text, attempts int,
                max_attempts int, timeout_ms bigint, fence bigint, data text, arg_keys text[],
-               arg_vals text[])
+               arg_vals text[],
+               -- 014: the job's schedule and tick (ISO 8601, UTC), NULL if none
+               schedule text, scheduled_for text)
 LANGUAGE plpgsql AS $$
 DECLARE
     want int := coalesce(array_length(p_workers, 1), 0);
     ids bigint[] := '{}';   -- picked jobs, in start order
     gids bigint[] := '{}';  -- their group rows (NULL: ungrouped)
     r record;
-    x bigint;
     gid bigint;
-    k1 int;
-    k2 int;
     u_ids bigint[];
     u_pri int[];
     u_run timestamptz[];
@@ -382,12 +381,6 @@ DECLARE
     head record;
     budget int := p_scan;   -- groups this call may still mark held
 BEGIN
-    FOREACH x IN ARRAY coalesce(p_release_jobs, '{}') LOOP
-        PERFORM pg_advisory_unlock(1886020100, (x & 2147483647)::int);
-    END LOOP;
-    FOREACH x IN ARRAY coalesce(p_release_groups, '{}') LOOP
-        PERFORM pg_advisory_unlock(1886020103, (x & 2147483647)::int);
-    END LOOP;
     IF want = 0 THEN
         RETURN;
     END IF;
@@ -406,11 +399,7 @@ BEGIN
         RETURN;
     END IF;
 
-    -- Marks whose time has come: the head they wait for is due now, so it
-    -- and its group's later jobs go back into jobs_ready_grouped before the
-    -- scans below. A plain probe of jobs_held first: usually there are none.
-    -- At most p_scan a call (the rest go in the next calls), row locks with
-    -- SKIP LOCKED (a locked one is cleared by a later call).
+    -- Marks whose time has come (see version 7).
     IF EXISTS (SELECT 1 FROM pgjobd.jobs h
                 WHERE h.queue = p_queue AND h.status = 'queued'
                   AND h.held_until <= statement_timestamp()) THEN
@@ -422,8 +411,12 @@ BEGIN
                          FOR UPDATE SKIP LOCKED);
     END IF;
 
-    -- Orphans first. The bridge is tried before the rows: a live claim
-    -- holds one or the other, so live jobs are never row-locked here.
+    -- Orphans first: running jobs that no slot holds and that may be taken,
+    -- our own that none of our slots answers for (not in p_skip: claimed
+    -- for us, but never started) and other daemons' whose daemon's
+    -- alive_until has passed. A slot that holds a job holds its group row
+    -- and its job row; both are tried with SKIP LOCKED, group row first, the
+    -- order every claim and hold locks them in.
     IF p_orphans THEN
         DELETE FROM pgjobd.waiting w
          WHERE w.queue = p_queue
@@ -447,31 +440,17 @@ BEGIN
                 IF gid IS NULL THEN
                     -- maintain() deleted it in a race with this job's
                     -- claim; the job row lock (below) still tells whether
-                    -- its daemon holds it.
+                    -- a slot holds it.
                     INSERT INTO pgjobd.groups (queue, group_id) VALUES (p_queue, r.group_id)
                         ON CONFLICT DO NOTHING RETURNING id INTO gid;
                 END IF;
                 CONTINUE WHEN gid IS NULL;
-                k1 := 1886020103;
-                k2 := (gid & 2147483647)::int;
-            ELSE
-                k1 := 1886020100;
-                k2 := (r.id & 2147483647)::int;
-            END IF;
-            CONTINUE WHEN NOT pg_try_advisory_lock(k1, k2);
-            IF gid IS NOT NULL THEN
                 PERFORM 1 FROM pgjobd.groups g WHERE g.id = gid FOR UPDATE SKIP LOCKED;
-                IF NOT FOUND THEN
-                    PERFORM pg_advisory_unlock(k1, k2);
-                    CONTINUE;
-                END IF;
+                CONTINUE WHEN NOT FOUND;
             END IF;
             PERFORM 1 FROM pgjobd.jobs j WHERE j.id = r.id AND j.status = 'running'
              FOR UPDATE SKIP LOCKED;
-            IF NOT FOUND THEN
-                PERFORM pg_advisory_unlock(k1, k2);
-                CONTINUE;
-            END IF;
+            CONTINUE WHEN NOT FOUND;
             IF own THEN
                 -- Claimed for us, held by none of our slots: it never
                 -- started. Queued again, the attempt given back; it is a
@@ -480,7 +459,6 @@ BEGIN
                        worker = NULL, worker_id = NULL, started_at = NULL,
                        updated_at = clock_timestamp()
                  WHERE j.id = r.id;
-                PERFORM pg_advisory_unlock(k1, k2);
                 CONTINUE;
             END IF;
             IF EXISTS (SELECT 1 FROM pgjobd.cancel_requests c WHERE c.job_id = r.id) THEN
@@ -492,7 +470,6 @@ BEGIN
                                'message', 'cancelled; the daemon running it was gone')
                  WHERE j.id = r.id;
                 DELETE FROM pgjobd.cancel_requests c WHERE c.job_id = r.id;
-                PERFORM pg_advisory_unlock(k1, k2);
                 CONTINUE;
             END IF;
             IF r.attempts >= least(coalesce(r.max_attempts, p_max_attempts), p_max_attempts) THEN
@@ -503,7 +480,6 @@ BEGIN
                                'signal', NULL, 'stderr', NULL,
                                'message', 'the daemon running this job lost its claim')
                  WHERE j.id = r.id;
-                PERFORM pg_advisory_unlock(k1, k2);
                 CONTINUE;
             END IF;
             -- An orphan: run it again, counting a new attempt.
@@ -516,7 +492,9 @@ BEGIN
     END IF;
 
     -- The best ready ungrouped jobs: one probe of jobs_ready_free, locked.
-    -- (Expired rows are filtered here until maintain() cancels them.)
+    -- (Expired rows are filtered here until maintain() cancels them.) A
+    -- locked queued job is ours to start: any other claim of it would have
+    -- to lock it first.
     SELECT array_agg(c.id ORDER BY c.priority, c.run_at, c.id),
            array_agg(c.priority ORDER BY c.priority, c.run_at, c.id),
            array_agg(c.run_at ORDER BY c.priority, c.run_at, c.id)
@@ -550,10 +528,8 @@ BEGIN
         LOOP
             WHILE ui <= nu AND coalesce(array_length(ids, 1), 0) < want
                   AND (u_pri[ui], u_run[ui], u_ids[ui]) < (r.priority, r.run_at, r.id) LOOP
-                IF pg_try_advisory_lock(1886020100, (u_ids[ui] & 2147483647)::int) THEN
-                    ids := ids || u_ids[ui];
-                    gids := gids || NULL::bigint;
-                END IF;
+                ids := ids || u_ids[ui];
+                gids := gids || NULL::bigint;
                 ui := ui + 1;
             END LOOP;
             EXIT WHEN array_length(ids, 1) >= want;
@@ -602,10 +578,8 @@ BEGIN
         END LOOP;
     END IF;
     WHILE ui <= nu AND coalesce(array_length(ids, 1), 0) < want LOOP
-        IF pg_try_advisory_lock(1886020100, (u_ids[ui] & 2147483647)::int) THEN
-            ids := ids || u_ids[ui];
-            gids := gids || NULL::bigint;
-        END IF;
+        ids := ids || u_ids[ui];
+        gids := gids || NULL::bigint;
         ui := ui + 1;
     END LOOP;
 
@@ -634,11 +608,8 @@ BEGIN
         LOOP
             EXIT WHEN array_length(ids, 1) >= want;
             IF r.run_at > statement_timestamp() THEN
-                -- A head waiting out a backoff that is not marked yet (marks
-                -- made above are seen here): this walk meets it anyway, and
-                -- may as well mark its group, so that the next calls neither
-                -- meet its later jobs in their ordered scan nor need this
-                -- walk because of them.
+                -- A head waiting out a backoff that is not marked yet (see
+                -- version 7): mark its group while this walk meets it.
                 IF r.held_until IS NULL AND budget > 0 THEN
                     PERFORM pgjobd.hold_group(p_queue, r.group_id, r.id, r.run_at, p_scan);
                     budget := budget - 1;
@@ -668,17 +639,27 @@ BEGIN
         RETURN;
     END IF;
 
-    -- Data larger than max_data (as stored: pg_column_size reads the size
-    -- without loading a TOASTed value) is never loaded: the job fails and
-    -- its slot stays idle for this call. Its bridge goes with the caller's
-    -- next call like any other; a group's next job may start after it.
+    -- Data larger than max_data is never loaded: the job fails and its slot
+    -- stays idle for this call; a group's next job may start after it. The
+    -- size is the data's as stored (pg_column_size reads it without loading
+    -- a TOASTed value) or, when PostgreSQL compressed it, its size as text,
+    -- which is what the daemon would load: a value that compresses well
+    -- (20 MB of one repeated character is stored in about 230 kB) must not
+    -- bring more than max_data into the daemon. Only compressed values are
+    -- decompressed for this, once per claim.
     UPDATE pgjobd.jobs j SET status = 'failed', finished_at = clock_timestamp(),
            updated_at = clock_timestamp(), worker = NULL, worker_id = NULL,
            error = jsonb_build_object('reason', 'data_too_large', 'exit_code', NULL,
                    'signal', NULL, 'stderr', NULL,
                    'message', 'data is larger than the queue''s max_data',
-                   'data_bytes', pg_column_size(j.data), 'max_data', p_max_data)
-     WHERE j.id = ANY(ids) AND pg_column_size(j.data) > p_max_data;
+                   'data_bytes', greatest(pg_column_size(j.data),
+                                          CASE WHEN pg_column_compression(j.data) IS NOT NULL
+                                               THEN octet_length(j.data::text) END),
+                   'max_data', p_max_data)
+     WHERE j.id = ANY(ids)
+       AND (pg_column_size(j.data) > p_max_data
+            OR (pg_column_compression(j.data) IS NOT NULL
+                AND octet_length(j.data::text) > p_max_data));
 
     RETURN QUERY
         WITH t AS (SELECT p.id, p.gid, p.n::int AS slot
@@ -692,7 +673,8 @@ BEGIN
                   FROM t
                  WHERE j.id = t.id AND j.status IN ('queued', 'running')
                 RETURNING t.slot, j.id, t.gid, j.group_id, j.attempts, j.max_attempts,
-                          j.timeout, j.fence, j.data)
+                          j.timeout, j.fence, j.data,
+                          j.schedule, j.scheduled_for)  -- 014
         SELECT u.slot, u.id, u.gid, u.group_id, u.attempts,
                least(coalesce(u.max_attempts, p_max_attempts), p_max_attempts),
                -- NULL: the queue's timeout applies. A job's own timeout
@@ -703,7 +685,10 @@ BEGIN
                                greatest(1, ceil(extract(epoch FROM u.timeout) * 1000)))::bigint
                     ELSE greatest(1, ceil(extract(epoch FROM u.timeout) * 1000))::bigint END
                AS job_timeout_ms,
-               u.fence, u.data::text, a.keys, a.vals
+               u.fence, u.data::text, a.keys, a.vals,
+               -- 014: the schedule and its tick
+               u.schedule,
+               to_char(u.scheduled_for AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
           FROM u, LATERAL (
               SELECT coalesce(array_agg(e.key ORDER BY e.key), '{}') AS keys,
                      coalesce(array_agg(e.value #>> '{}' ORDER BY e.key), '{}') AS vals
