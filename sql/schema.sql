@@ -10,7 +10,7 @@
 -- their grants and row-level security policies show), normalised by
 -- tests/schema-dump.sh: no owners, no SET preamble, no pg_dump comments.
 --
--- Schema version 14 (014_schedules), dumped by pg_dump 15.
+-- Schema version 15 (015_commit_order), dumped by pg_dump 15.
 
 CREATE SCHEMA pgjobd;
 
@@ -446,7 +446,7 @@ BEGIN
             SELECT j.id, j.status, j.run_at, j.expires_at INTO head FROM pgjobd.jobs j
              WHERE j.queue = p_queue AND j.group_id = r.group_id
                AND j.status IN ('queued', 'running')
-             ORDER BY j.id LIMIT 1;
+             ORDER BY coalesce(j.commit_seq, j.id) LIMIT 1;
             IF head.id IS DISTINCT FROM r.id THEN
                 -- A ready head comes later in this scan (or in a later
                 -- call); a running head, or one that expired, keeps the
@@ -492,7 +492,7 @@ BEGIN
                         FROM pgjobd.jobs j
                        WHERE j.queue = p_queue AND j.group_id IS NOT NULL
                          AND j.status IN ('queued', 'running')
-                       ORDER BY j.group_id, j.id LIMIT 1)
+                       ORDER BY j.group_id, coalesce(j.commit_seq, j.id) LIMIT 1)
                      UNION ALL
                      SELECT nx.group_id, nx.id, nx.status, nx.run_at, nx.expires_at,
                             nx.held_until FROM heads h,
@@ -501,7 +501,7 @@ BEGIN
                                   FROM pgjobd.jobs j
                                  WHERE j.queue = p_queue AND j.group_id > h.group_id
                                    AND j.status IN ('queued', 'running')
-                                 ORDER BY j.group_id, j.id LIMIT 1) nx)
+                                 ORDER BY j.group_id, coalesce(j.commit_seq, j.id) LIMIT 1) nx)
                  SELECT h.group_id, h.id, h.run_at, h.held_until FROM heads h
                   WHERE h.status = 'queued'
                     AND (h.expires_at IS NULL OR h.expires_at > statement_timestamp())
@@ -539,17 +539,27 @@ BEGIN
         RETURN;
     END IF;
 
-    -- Data larger than max_data (as stored: pg_column_size reads the size
-    -- without loading a TOASTed value) is never loaded: the job fails and
-    -- its slot stays idle for this call; a group's next job may start after
-    -- it.
+    -- Data larger than max_data is never loaded: the job fails and its slot
+    -- stays idle for this call; a group's next job may start after it. The
+    -- size is the data's as stored (pg_column_size reads it without loading
+    -- a TOASTed value) or, when PostgreSQL compressed it, its size as text,
+    -- which is what the daemon would load: a value that compresses well
+    -- (20 MB of one repeated character is stored in about 230 kB) must not
+    -- bring more than max_data into the daemon. Only compressed values are
+    -- decompressed for this, once per claim.
     UPDATE pgjobd.jobs j SET status = 'failed', finished_at = clock_timestamp(),
            updated_at = clock_timestamp(), worker = NULL, worker_id = NULL,
            error = jsonb_build_object('reason', 'data_too_large', 'exit_code', NULL,
                    'signal', NULL, 'stderr', NULL,
                    'message', 'data is larger than the queue''s max_data',
-                   'data_bytes', pg_column_size(j.data), 'max_data', p_max_data)
-     WHERE j.id = ANY(ids) AND pg_column_size(j.data) > p_max_data;
+                   'data_bytes', greatest(pg_column_size(j.data),
+                                          CASE WHEN pg_column_compression(j.data) IS NOT NULL
+                                               THEN octet_length(j.data::text) END),
+                   'max_data', p_max_data)
+     WHERE j.id = ANY(ids)
+       AND (pg_column_size(j.data) > p_max_data
+            OR (pg_column_compression(j.data) IS NOT NULL
+                AND octet_length(j.data::text) > p_max_data));
 
     RETURN QUERY
         WITH t AS (SELECT p.id, p.gid, p.n::int AS slot
@@ -816,8 +826,9 @@ CREATE FUNCTION pgjobd.hold_group(q text, g text, p_head bigint, p_until timesta
     AS $$
 DECLARE
     n int;
+    head_key bigint;
 BEGIN
-    PERFORM 1 FROM pgjobd.jobs j
+    SELECT coalesce(j.commit_seq, j.id) INTO head_key FROM pgjobd.jobs j
      WHERE j.id = p_head AND j.queue = q AND j.group_id = g AND j.status = 'queued'
        AND j.run_at = p_until AND j.run_at > statement_timestamp()
        AND (j.expires_at IS NULL OR j.expires_at > statement_timestamp())
@@ -829,10 +840,11 @@ BEGIN
     -- is not in the scan's range; when it is, a claim marks it if need be.
     UPDATE pgjobd.jobs j SET held_until = p_until
      WHERE j.id IN (SELECT s.id FROM pgjobd.jobs s
-                     WHERE s.queue = q AND s.group_id = g AND s.id >= p_head
+                     WHERE s.queue = q AND s.group_id = g
+                       AND coalesce(s.commit_seq, s.id) >= head_key
                        AND s.status = 'queued' AND s.held_until IS NULL
                        AND (s.id = p_head OR s.run_at <= statement_timestamp())
-                     ORDER BY s.id LIMIT p_limit
+                     ORDER BY coalesce(s.commit_seq, s.id) LIMIT p_limit
                      FOR UPDATE SKIP LOCKED);
     GET DIAGNOSTICS n = ROW_COUNT;
     RETURN n;
@@ -868,6 +880,63 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION pgjobd.jobs_commit_order() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    k bigint := coalesce(NEW.commit_seq, NEW.id);
+    me xid8;
+    r record;
+    own_above boolean;
+BEGIN
+    -- Under REPEATABLE READ or SERIALIZABLE the statements here would see
+    -- the transaction's snapshot, not what was committed since: renumber.
+    IF current_setting('transaction_isolation') = 'read committed' THEN
+        SELECT o.commit_seq, o.enqueued_xact INTO r FROM pgjobd.jobs o
+         WHERE o.queue = NEW.queue AND o.group_id = NEW.group_id
+           AND o.status IN ('queued', 'running') AND o.id <> NEW.id
+           AND coalesce(o.commit_seq, o.id) > k
+         ORDER BY coalesce(o.commit_seq, o.id) LIMIT 1;
+        IF NOT FOUND THEN
+            RETURN NULL; -- last of its group already
+        END IF;
+        me := pg_current_xact_id();
+        own_above := TG_OP = 'INSERT' AND r.commit_seq IS NULL AND r.enqueued_xact = me;
+        IF own_above AND current_setting('pgjobd.renumbered', true) = 'on' THEN
+            -- A renumbered job of this group would be its last.
+            SELECT o.commit_seq, o.enqueued_xact INTO r FROM pgjobd.jobs o
+             WHERE o.queue = NEW.queue AND o.group_id = NEW.group_id
+               AND o.status IN ('queued', 'running')
+             ORDER BY coalesce(o.commit_seq, o.id) DESC LIMIT 1;
+            own_above := r.commit_seq IS NULL AND r.enqueued_xact = me;
+        END IF;
+        IF own_above THEN
+            SELECT o.commit_seq, o.enqueued_xact INTO r FROM pgjobd.jobs o
+             WHERE o.queue = NEW.queue AND o.group_id = NEW.group_id
+               AND o.status IN ('queued', 'running')
+               AND coalesce(o.commit_seq, o.id) < k
+             ORDER BY coalesce(o.commit_seq, o.id) DESC LIMIT 1;
+            IF FOUND AND r.commit_seq IS NULL AND r.enqueued_xact = me THEN
+                RETURN NULL; -- placed with the transaction's job just below
+            END IF;
+            IF NOT EXISTS (SELECT 1 FROM pgjobd.jobs o
+                            WHERE o.queue = NEW.queue AND o.group_id = NEW.group_id
+                              AND o.status IN ('queued', 'running') AND o.id <> NEW.id
+                              AND coalesce(o.commit_seq, o.id) > k
+                              AND (o.commit_seq IS NOT NULL
+                                   OR o.enqueued_xact IS DISTINCT FROM me)) THEN
+                RETURN NULL; -- only its own transaction's later jobs above
+            END IF;
+        END IF;
+    END IF;
+    UPDATE pgjobd.jobs j SET commit_seq = nextval('pgjobd.jobs_id_seq')
+     WHERE j.id = NEW.id AND j.status = 'queued' AND j.group_id IS NOT NULL;
+    PERFORM set_config('pgjobd.renumbered', 'on', true);
+    RETURN NULL;
+END
+$$;
+
 CREATE FUNCTION pgjobd.jobs_dedupe() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -898,12 +967,14 @@ CREATE FUNCTION pgjobd.jobs_head_changed() RETURNS trigger
 BEGIN
     IF current_setting('transaction_isolation') = 'read committed' THEN
         UPDATE pgjobd.jobs j SET held_until = NULL
-         WHERE j.queue = OLD.queue AND j.group_id = OLD.group_id AND j.id > OLD.id
+         WHERE j.queue = OLD.queue AND j.group_id = OLD.group_id
+           AND coalesce(j.commit_seq, j.id) > coalesce(OLD.commit_seq, OLD.id)
            AND j.status = 'queued'
            AND j.held_until IS NOT NULL;
     ELSE
         UPDATE pgjobd.jobs j SET held_until = NULL
-         WHERE j.queue = OLD.queue AND j.group_id = OLD.group_id AND j.id > OLD.id
+         WHERE j.queue = OLD.queue AND j.group_id = OLD.group_id
+           AND coalesce(j.commit_seq, j.id) > coalesce(OLD.commit_seq, OLD.id)
            AND j.status = 'queued';
     END IF;
     RETURN NULL;
@@ -1256,7 +1327,7 @@ BEGIN
     END IF;
     SELECT j.id, j.status, j.run_at, j.expires_at INTO head FROM pgjobd.jobs j
      WHERE j.queue = q AND j.group_id = g AND j.status IN ('queued', 'running')
-     ORDER BY j.id LIMIT 1;
+     ORDER BY coalesce(j.commit_seq, j.id) LIMIT 1;
     IF head.id IS DISTINCT FROM jid THEN
         -- Only a ready, queued head can start (later in the caller's scan);
         -- a running head, one waiting out a retry, or an expired one keeps
@@ -1267,7 +1338,7 @@ BEGIN
         END IF;
         RETURN 0;
     END IF;
-    -- jid heads the group, but a job with a larger id may run: one that a
+    -- jid heads the group, but a job later in its order may run: one that a
     -- claim started before jid became visible (or queued again), whose slot
     -- does not hold the group row yet, or whose daemon died.
     IF EXISTS (SELECT 1 FROM pgjobd.jobs j
@@ -1368,6 +1439,8 @@ CREATE TABLE pgjobd.jobs (
     held_until timestamp with time zone,
     schedule text,
     scheduled_for timestamp with time zone,
+    commit_seq bigint,
+    enqueued_xact xid8 DEFAULT pg_current_xact_id(),
     CONSTRAINT "max_attempts must be at least 1" CHECK ((max_attempts >= 1)),
     CONSTRAINT "queue must be 1 to 63 characters of A-Z a-z 0-9 _ . -" CHECK ((queue ~ '^[A-Za-z0-9_.-]{1,63}$'::text)),
     CONSTRAINT "status must be queued, running, succeeded, failed or cancelled" CHECK ((status = ANY (ARRAY['queued'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text]))),
@@ -1536,7 +1609,7 @@ CREATE INDEX jobs_expiry ON pgjobd.jobs USING btree (expires_at) WHERE ((status 
 
 CREATE INDEX jobs_finished ON pgjobd.jobs USING btree (queue, finished_at) WHERE (status = ANY (ARRAY['succeeded'::text, 'failed'::text, 'cancelled'::text]));
 
-CREATE INDEX jobs_group_head ON pgjobd.jobs USING btree (queue, group_id, id) WHERE ((status = ANY (ARRAY['queued'::text, 'running'::text])) AND (group_id IS NOT NULL));
+CREATE INDEX jobs_group_head ON pgjobd.jobs USING btree (queue, group_id, COALESCE(commit_seq, id)) WHERE ((status = ANY (ARRAY['queued'::text, 'running'::text])) AND (group_id IS NOT NULL));
 
 CREATE INDEX jobs_group_running ON pgjobd.jobs USING btree (queue, group_id) WHERE ((status = 'running'::text) AND (group_id IS NOT NULL));
 
@@ -1563,6 +1636,10 @@ CREATE CONSTRAINT TRIGGER dedupe_lock_done AFTER INSERT ON pgjobd.dedupe_locks D
 CREATE TRIGGER jobs_cancelled BEFORE UPDATE OF status ON pgjobd.jobs FOR EACH ROW WHEN (((new.status = 'cancelled'::text) AND (old.status <> 'cancelled'::text))) EXECUTE FUNCTION pgjobd.jobs_cancelled();
 
 CREATE TRIGGER jobs_check_grant BEFORE INSERT ON pgjobd.jobs FOR EACH ROW WHEN ((new.dedupe_key IS NOT NULL)) EXECUTE FUNCTION pgjobd.jobs_check_grant();
+
+CREATE CONSTRAINT TRIGGER jobs_commit_order AFTER INSERT ON pgjobd.jobs DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((new.group_id IS NOT NULL)) EXECUTE FUNCTION pgjobd.jobs_commit_order();
+
+CREATE CONSTRAINT TRIGGER jobs_commit_order_requeued AFTER UPDATE OF status, queue, group_id ON pgjobd.jobs DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (((new.group_id IS NOT NULL) AND (new.status = 'queued'::text) AND ((old.status = ANY (ARRAY['succeeded'::text, 'failed'::text, 'cancelled'::text])) OR (new.queue <> old.queue) OR (new.group_id IS DISTINCT FROM old.group_id)))) EXECUTE FUNCTION pgjobd.jobs_commit_order();
 
 CREATE TRIGGER jobs_dedupe BEFORE INSERT ON pgjobd.jobs FOR EACH ROW WHEN ((new.dedupe_key IS NOT NULL)) EXECUTE FUNCTION pgjobd.jobs_dedupe();
 
@@ -1625,6 +1702,8 @@ GRANT ALL ON FUNCTION pgjobd.heartbeat(p_id bigint) TO pgjobd_worker;
 
 REVOKE ALL ON FUNCTION pgjobd.hold_group(q text, g text, p_head bigint, p_until timestamp with time zone, p_limit integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.hold_group(q text, g text, p_head bigint, p_until timestamp with time zone, p_limit integer) TO pgjobd_worker;
+
+REVOKE ALL ON FUNCTION pgjobd.jobs_commit_order() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgjobd.maintain(p_queues text[], p_retention_ms bigint[], p_limit integer, OUT locked boolean, OUT expired integer, OUT deleted integer, OUT more boolean) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.maintain(p_queues text[], p_retention_ms bigint[], p_limit integer, OUT locked boolean, OUT expired integer, OUT deleted integer, OUT more boolean) TO pgjobd_worker;
