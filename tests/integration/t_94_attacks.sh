@@ -220,7 +220,7 @@ is "$(as wrk "SELECT string_agg(queue || ':' || queued || ':' || paused, ' ' ORD
 	"a:4:false b:4:true c:1:false" "the worker role sees every queue and every job"
 st=$("$PGJOBD" status -c "$T/wrk-cli.ini" 2>&1)
 like "$st" $'(^|\n)a +4 +0 ' "pgjobd status as the worker role lists a, with every job" || diag "$st"
-like "$st" $'(^|\n)b +4 +0 +0 +0 +0 +[0-9:]+ +yes +0(\n|$)' "... and b, paused" || diag "$st"
+like "$st" $'(^|\n)b +4 +0 +0 +0 +0 +[0-9:]+ +yes +0 +[0-9]+(\n|$)' "... and b, paused" || diag "$st"
 as wrk "SELECT pgjobd.resume('b')" >/dev/null
 refused stranger "SELECT * FROM pgjobd.queue_stats" "the stranger may not read queue_stats"
 refused app1 "SELECT * FROM pgjobd.wake_secret" "a producer may not read the wake-up secret"
