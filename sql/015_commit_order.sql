@@ -1,7 +1,7 @@
 -- 015_commit_order.sql - schema version 15: a group's jobs start in the order
 -- they became visible (commit order), not in id order.
 --
--- Up to version 8 a group's head was its unfinished job with the smallest
+-- Up to version 14 a group's head was its unfinished job with the smallest
 -- id. An id is drawn when the row is inserted, not when it is committed: a
 -- transaction that inserted job A, stayed open, and committed after another
 -- one had inserted and committed job B made A (the smaller id) start before
@@ -98,16 +98,16 @@
 -- Functions restated from their latest versions, each with only these
 -- changes (everything that means "the group's head" or "the later jobs of
 -- the group" now orders by the key):
---   try_group_head_v2  (version 5) its head read orders by the key;
---   hold_group         (version 7) reads the head's key, and marks the later
+--   try_group_head_v2  (version 9) its head read orders by the key;
+--   hold_group         (version 9) reads the head's key, and marks the later
 --                      jobs by key (key >= the head's, in key order);
---   jobs_head_changed  (version 7) the later jobs are those with a greater
+--   jobs_head_changed  (version 9) the later jobs are those with a greater
 --                      key than the changed job's;
---   claim_batch        (version 7) the head read in its grouped scan orders
+--   claim_batch        (version 14) the head read in its grouped scan orders
 --                      by the key; its loose index scan over the groups'
 --                      heads orders by (group_id, key).
--- pgjobd.claim() and pgjobd.try_group_head() of version 1 are called by no
--- daemon since version 2 and are left as they are.
+-- (Written against version 8 and restated on versions 9 and 14 when they
+-- landed first; the changes above are the same.)
 --
 -- Locks taken by this migration (in one transaction with the rest of the
 -- upgrade): ACCESS EXCLUSIVE on pgjobd.jobs, for the new columns and to
