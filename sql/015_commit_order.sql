@@ -350,9 +350,9 @@ $$;
 -- 007_held_groups.sql, 006_fencing.sql and 002_fast_claim.sql for the
 -- protocol and what each statement locks), with
 -- the same signature; the grouped scan's read of a candidate's head, and the
--- loose index scan over the groups' heads, order by the key. Also: max_data
--- counts a compressed value's size as text (see below), not its compressed
--- size.
+-- loose index scan over the groups' heads, order by the key. Also: a
+-- compressed value whose text is over 16 times max_data fails like one over
+-- max_data as stored (see below).
 CREATE OR REPLACE FUNCTION pgjobd.claim_batch(p_queue text, p_worker_id bigint, p_workers text[],
                                    p_max_attempts int, p_timeout_ms bigint, p_max_data bigint,
                                    p_scan int, p_orphans boolean, p_release_jobs bigint[],
@@ -642,24 +642,24 @@ BEGIN
     -- Data larger than max_data is never loaded: the job fails and its slot
     -- stays idle for this call; a group's next job may start after it. The
     -- size is the data's as stored (pg_column_size reads it without loading
-    -- a TOASTed value) or, when PostgreSQL compressed it, its size as text,
-    -- which is what the daemon would load: a value that compresses well
-    -- (20 MB of one repeated character is stored in about 230 kB) must not
-    -- bring more than max_data into the daemon. Only compressed values are
-    -- decompressed for this, once per claim.
+    -- a TOASTed value). A value that compresses very well (20 MB of one
+    -- repeated character is stored in about 230 kB) would still bring far
+    -- more than that into the daemon, so a compressed value whose text is
+    -- longer than 16 times max_data fails too: a daemon never loads more
+    -- than that per job. Only compressed values are decompressed for this.
     UPDATE pgjobd.jobs j SET status = 'failed', finished_at = clock_timestamp(),
            updated_at = clock_timestamp(), worker = NULL, worker_id = NULL,
            error = jsonb_build_object('reason', 'data_too_large', 'exit_code', NULL,
                    'signal', NULL, 'stderr', NULL,
                    'message', 'data is larger than the queue''s max_data',
-                   'data_bytes', greatest(pg_column_size(j.data),
-                                          CASE WHEN pg_column_compression(j.data) IS NOT NULL
-                                               THEN octet_length(j.data::text) END),
+                   'data_bytes', pg_column_size(j.data),
+                   'text_bytes', CASE WHEN pg_column_compression(j.data) IS NOT NULL
+                                      THEN octet_length(j.data::text) END,
                    'max_data', p_max_data)
      WHERE j.id = ANY(ids)
        AND (pg_column_size(j.data) > p_max_data
             OR (pg_column_compression(j.data) IS NOT NULL
-                AND octet_length(j.data::text) > p_max_data));
+                AND octet_length(j.data::text) > 16 * p_max_data));
 
     RETURN QUERY
         WITH t AS (SELECT p.id, p.gid, p.n::int AS slot

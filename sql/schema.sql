@@ -542,24 +542,24 @@ BEGIN
     -- Data larger than max_data is never loaded: the job fails and its slot
     -- stays idle for this call; a group's next job may start after it. The
     -- size is the data's as stored (pg_column_size reads it without loading
-    -- a TOASTed value) or, when PostgreSQL compressed it, its size as text,
-    -- which is what the daemon would load: a value that compresses well
-    -- (20 MB of one repeated character is stored in about 230 kB) must not
-    -- bring more than max_data into the daemon. Only compressed values are
-    -- decompressed for this, once per claim.
+    -- a TOASTed value). A value that compresses very well (20 MB of one
+    -- repeated character is stored in about 230 kB) would still bring far
+    -- more than that into the daemon, so a compressed value whose text is
+    -- longer than 16 times max_data fails too: a daemon never loads more
+    -- than that per job. Only compressed values are decompressed for this.
     UPDATE pgjobd.jobs j SET status = 'failed', finished_at = clock_timestamp(),
            updated_at = clock_timestamp(), worker = NULL, worker_id = NULL,
            error = jsonb_build_object('reason', 'data_too_large', 'exit_code', NULL,
                    'signal', NULL, 'stderr', NULL,
                    'message', 'data is larger than the queue''s max_data',
-                   'data_bytes', greatest(pg_column_size(j.data),
-                                          CASE WHEN pg_column_compression(j.data) IS NOT NULL
-                                               THEN octet_length(j.data::text) END),
+                   'data_bytes', pg_column_size(j.data),
+                   'text_bytes', CASE WHEN pg_column_compression(j.data) IS NOT NULL
+                                      THEN octet_length(j.data::text) END,
                    'max_data', p_max_data)
      WHERE j.id = ANY(ids)
        AND (pg_column_size(j.data) > p_max_data
             OR (pg_column_compression(j.data) IS NOT NULL
-                AND octet_length(j.data::text) > p_max_data));
+                AND octet_length(j.data::text) > 16 * p_max_data));
 
     RETURN QUERY
         WITH t AS (SELECT p.id, p.gid, p.n::int AS slot

@@ -324,7 +324,7 @@ b20=$(as app1 "INSERT INTO pgjobd.jobs (queue, data) SELECT 'big', jsonb_build_o
 b2=$(as app1 "INSERT INTO pgjobd.jobs (queue, data) SELECT 'big', jsonb_build_object('p', string_agg(md5(g::text), ''))
                 FROM generate_series(1, 65536) g RETURNING id")
 # 50 MB of one character: PostgreSQL compresses it to about 0.6 MB, under
-# max_data as stored, but a daemon would load all 50 MB.
+# max_data as stored, but a daemon would load all 50 MB (over 16 x max_data).
 bz=$(as app1 "INSERT INTO pgjobd.jobs (queue, data) VALUES ('big', jsonb_build_object('p', repeat('x', 50000000))) RETURNING id")
 note "the 50 MB job is stored in $(psql_q "SELECT pg_column_size(data) FROM pgjobd.jobs WHERE id = ${bz:-0}") bytes"
 bs=$(as app1 "INSERT INTO pgjobd.jobs (queue, data) VALUES ('big', '{\"small\": true}') RETURNING id")
@@ -334,7 +334,7 @@ is "$(psql_q "SELECT string_agg(status || ':' || coalesce(error->>'reason', '-')
                 FROM pgjobd.jobs WHERE id IN (${b20:-0}, ${b2:-0}, ${bz:-0}, ${bs:-0})")" \
 	"failed:data_too_large failed:data_too_large failed:data_too_large succeeded:-" \
 	"20 MiB, 2 MiB and 50 MB that compresses under 1 MiB: data_too_large; the small job after them succeeded"
-cmp_ok "$(job_field "${bz:-0}" "(error->>'data_bytes')::bigint")" -gt 50000000 "... the compressed job's error gives its size as text"
+cmp_ok "$(job_field "${bz:-0}" "(error->>'text_bytes')::bigint")" -gt 50000000 "... the compressed job's error gives its size as text"
 is "$(cat "$T/big.ran" 2>/dev/null | tr '\n' ' ')" "${bs} " "only the small job's command ran"
 hwm=$(rss "$d1" VmHWM)
 note "daemon after: VmRSS $(rss "$d1" VmRSS) kB, VmHWM $hwm kB"
