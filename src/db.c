@@ -74,7 +74,7 @@ static void set_state(struct db_conn *c, enum db_state s)
 	bool routine =
 	    (c->state == DB_IDLE && s == DB_BUSY) || (c->state == DB_BUSY && s == DB_IDLE);
 	if (c->state != s && !routine)
-		log_debug("msg=\"db state\" app=%s from=%s to=%s", c->appname,
+		log_debug("msg=\"db state\" app=%s from=%s to=%s", log_value(c->appname),
 			  state_names[c->state], state_names[s]);
 	c->state = s;
 }
@@ -173,7 +173,7 @@ static void fail(struct db_conn *c, const char *why)
 		ev_io_stop(c->loop, &c->io);
 	ev_timer_stop(c->loop, &c->timer);
 	if (was == DB_CONNECT || was == DB_WAIT) {
-		log_warn("msg=\"cannot connect to database\" app=%s err=%s", c->appname,
+		log_warn("msg=\"cannot connect to database\" app=%s err=%s", log_value(c->appname),
 			 log_value(c->err));
 		schedule_connect(c);
 		return;
@@ -266,7 +266,7 @@ static void setup_done(struct db_conn *c, PGresult *const *res, int n, void *arg
 	if (!res)
 		return; /* fail() already handled it */
 	if (!db_batch_ok(res, n)) {
-		log_error("msg=\"connection setup failed\" app=%s err=%s", c->appname,
+		log_error("msg=\"connection setup failed\" app=%s err=%s", log_value(c->appname),
 			  log_value(db_batch_error(res, n)));
 		/* e.g. the schema is missing: retry later rather than spin */
 		c->state = DB_BROKEN;
@@ -275,7 +275,7 @@ static void setup_done(struct db_conn *c, PGresult *const *res, int n, void *arg
 	}
 	c->backoff_ms = BACKOFF_MIN_MS;
 	set_state(c, DB_IDLE);
-	log_debug("msg=\"database connected\" app=%s", c->appname);
+	log_debug("msg=\"database connected\" app=%s", log_value(c->appname));
 	if (c->cbs.on_event)
 		c->cbs.on_event(c, DB_UP, c->cbs.arg);
 }

@@ -92,6 +92,8 @@ struct exec_proc {
 
 	struct capture out, err;
 	int64_t start_ms, end_ms;
+	void (*on_output)(int stream, const char *buf, size_t n, void *arg);
+	void *on_output_arg;
 };
 
 /* kill(-pgid, sig), ignoring ESRCH (the group is already gone). */
@@ -214,6 +216,9 @@ static void drain_pipe(struct exec_proc *p, ev_io *w, int *fd, struct capture *c
 		if (n > 0) {
 			/* capture keeps at most max bytes; the rest is discarded. */
 			capture_append(cap, buf, (size_t)n);
+			if (p->on_output)
+				p->on_output(fd == &p->out_fd ? 0 : 1, buf, (size_t)n,
+					     p->on_output_arg);
 			continue;
 		}
 		if (n < 0 && errno == EINTR)
@@ -604,6 +609,8 @@ struct exec_proc *exec_start(struct ev_loop *loop, const struct exec_spec *spec,
 	p->loop = loop;
 	p->cb = cb;
 	p->arg = arg;
+	p->on_output = spec->on_output;
+	p->on_output_arg = spec->on_output_arg;
 	p->in_fd = in[1];
 	p->out_fd = out[0];
 	p->err_fd = err[0];
@@ -899,6 +906,11 @@ char **exec_env_build(const struct exec_env_in *in)
 	env_add(&e, xasprintf("PGJOBD_ATTEMPT=%d", in->attempt));
 	env_add(&e, xasprintf("PGJOBD_MAX_ATTEMPTS=%d", in->max_attempts));
 	env_add(&e, xasprintf("PGJOBD_FENCE=%lld", in->fence));
+	if (in->schedule) {
+		env_add(&e, xasprintf("PGJOBD_SCHEDULE=%s", in->schedule));
+		env_add(&e, xasprintf("PGJOBD_SCHEDULED_FOR=%s",
+				      in->scheduled_for ? in->scheduled_for : ""));
+	}
 
 	/* The data's keys in key order, a key given twice once (its last
 	 * value), so that which keys fit the limits does not depend on the

@@ -66,6 +66,11 @@ struct exec_spec {
 	 * Used to register the group with the supervisor first. */
 	int (*before_run)(pid_t pgid, void *arg);
 	void *before_run_arg;
+	/* NULL, or called from the loop with each chunk read from the
+	 * command's stdout (stream 0) or stderr (1), whole, before the capture
+	 * bounds it (the hook bounds what it keeps itself). */
+	void (*on_output)(int stream, const char *buf, size_t n, void *arg);
+	void *on_output_arg;
 };
 
 /* Start the command. The spec is copied as needed; the caller may free it
@@ -99,13 +104,16 @@ struct exec_env_in {
 	int attempt;
 	int max_attempts;
 	long long fence;	     /* the claim's fencing token */
+	const char *schedule;	     /* NULL: not a scheduled job, neither is exported */
+	const char *scheduled_for;   /* its tick (ISO 8601, UTC) */
 	const char *const *arg_keys; /* top-level scalars of data, as text */
 	const char *const *arg_vals;
 	size_t nargs;
 };
 /* Builds PATH=/usr/local/bin:/usr/bin:/bin, HOME, LANG (if set), then the
  * queue env (which may override those three), then PGJOBD_JOB_ID, _QUEUE,
- * _GROUP_ID, _ATTEMPT, _MAX_ATTEMPTS, _FENCE, then PGJOBD_ARG_<key> for the args, in
+ * _GROUP_ID, _ATTEMPT, _MAX_ATTEMPTS, _FENCE, for a scheduled job _SCHEDULE and
+ * _SCHEDULED_FOR, then PGJOBD_ARG_<key> for the args, in
  * byte order of their keys (a key given twice: its last value). A NULL value
  * is not exported. An arg is skipped when its key does not match
  * [A-Za-z_][A-Za-z0-9_]* (invalid_name), when its whole "PGJOBD_ARG_key=value"

@@ -36,6 +36,7 @@
 #include "exec.h"
 #include "fence.h"
 #include "guard.h"
+#include "joblog.h"
 #include "log.h"
 #include "metrics.h"
 #include "result.h"
@@ -69,6 +70,7 @@ struct job {
 	char worker[256];
 	struct claim_job cj;
 	struct exec_proc *proc;
+	struct joblog *joblog; /* log_output = journal: the running command's lines */
 	pid_t pgid;
 	ev_timer timeout;
 	const char *kill_reason; /* why we are terminating the command, NULL if not */
@@ -146,8 +148,8 @@ static bool maybe_stop(struct job *j)
 	return true;
 }
 
-/* The session is unusable (or holds a bridge lock only its end releases):
- * connect again, unless the slot is draining, in which case it stops. */
+/* The session is unusable: connect again, unless the slot is draining, in
+ * which case it stops. */
 static void reconnect(struct job *j)
 {
 	job_step(j, J_CONNECTING);
@@ -236,7 +238,7 @@ static int64_t retry_delay(const struct queue_conf *q, int attempt)
 	return d / 2 + (int64_t)(random() % (d / 2 + 1));
 }
 
-/* The attempt's entry in jobs.history (sql/011_history.sql): what only the
+/* The attempt's entry in jobs.history (sql/016_history.sql): what only the
  * daemon knows of it. ran: the command was spawned (o carries its output,
  * run time and rusage), else they are unknown (null). */
 static char *history_entry(const char *reason, int exit_code, int sig, const char *msg,
@@ -337,9 +339,20 @@ static void write_outcome(struct job *j, const struct exec_outcome *o)
 	metrics_job_finished(j->env->metrics, q->name, metrics_outcome(out.status, out.give_back),
 			     (double)ms / 1000.0);
 	note_usage(j, o, ran);
-	log_job(LOG_INFO, j,
-		"msg=\"job finished\" status=%s reason=%s exit_code=%d signal=%d ms=%" PRId64,
-		out.status, reason ? reason : "none", exit_code, sig, ms);
+	/* A job that failed for good is a warning (`journalctl -p warning`
+	 * lists failures); a retry, a success or a give-back is news. The exit
+	 * code and the signal appear only when there is one. */
+	char codes[48] = "";
+	if (o->status == EXEC_EXITED)
+		snprintf(codes, sizeof(codes), " exit_code=%d", o->exit_code);
+	else if (o->status == EXEC_SIGNALED)
+		snprintf(codes, sizeof(codes), " signal=%d", o->signal);
+	bool retry = strcmp(out.status, "queued") == 0 && !out.give_back;
+	log_job(strcmp(out.status, "failed") == 0 ? LOG_WARN : LOG_INFO, j,
+		"msg=\"job finished\" status=%s reason=%s%s%s ms=%" PRId64, out.status,
+		reason ? reason : "none", codes, retry ? " retry=true" : "", ms);
+	if (retry)
+		emit(j, JOB_EV_RETRY, out.retry_in_ms);
 	j->out = out;
 	struct db_stmt st[CLAIM_FINISH_MAX];
 	int n = claim_build_finish(st, &j->fparams, j->cj.id, j->cj.fence, &out);
@@ -364,6 +377,8 @@ static void end_containment(struct job *j)
 static void on_exec_done(struct exec_proc *p, const struct exec_outcome *o, void *arg)
 {
 	struct job *j = arg;
+	joblog_free(j->joblog); /* its last lines before the outcome's */
+	j->joblog = NULL;
 	end_containment(j);
 	j->pgid = 0;
 	ev_timer_stop(j->env->loop, &j->timeout);
@@ -423,6 +438,14 @@ static int register_pgroup(pid_t pgid, void *arg)
 	return 0;
 }
 
+/* exec's on_output hook: the queue forwards its commands' lines. */
+static void forward_output(int stream, const char *buf, size_t n, void *arg)
+{
+	struct job *j = arg;
+	if (j->joblog)
+		joblog_feed(j->joblog, stream == 0 ? JOBLOG_STDOUT : JOBLOG_STDERR, buf, n);
+}
+
 /* A job's timeout lowers the queue's, never raises or disables it, whatever
  * the row says: under 1 ms (0 once rounded) counts as 1 ms, and a queue
  * timeout of 0 (none) lets the job's stand. job_ms < 0: the job gave none.
@@ -449,6 +472,8 @@ static void start_command(struct job *j)
 	    .attempt = j->cj.attempts,
 	    .max_attempts = j->cj.max_attempts,
 	    .fence = j->cj.fence,
+	    .schedule = j->cj.schedule,
+	    .scheduled_for = j->cj.scheduled_for,
 	    .arg_keys = (const char *const *)j->cj.arg_keys,
 	    .arg_vals = (const char *const *)j->cj.arg_vals,
 	    .nargs = j->cj.nargs,
@@ -471,7 +496,11 @@ static void start_command(struct job *j)
 	    /* Without the hook, contain would take the shell for an orphan. */
 	    .before_run = j->env->guard || j->env->contain ? register_pgroup : NULL,
 	    .before_run_arg = j,
+	    .on_output = q->log_output == LOG_OUTPUT_JOURNAL ? forward_output : NULL,
+	    .on_output_arg = j,
 	};
+	if (q->log_output == LOG_OUTPUT_JOURNAL)
+		j->joblog = joblog_new(j->cj.id, q->name, j->cj.attempts, (size_t)q->max_output);
 	j->pgid = 0;
 	j->started_ms = util_now_ms();
 	j->proc = exec_start(j->env->loop, &spec, on_exec_done, j);
@@ -480,6 +509,8 @@ static void start_command(struct job *j)
 		/* EMFILE and the like: the environment, not the job. Give the
 		 * attempt back and let the job be claimed again later. */
 		log_job(LOG_ERROR, j, "msg=\"cannot start command\" err=\"%s\"", strerror(errno));
+		joblog_free(j->joblog);
+		j->joblog = NULL;
 		struct exec_outcome o = {
 		    .status = EXEC_SPAWN_FAILED, .spawn_errno = errno, .spawn_what = "pipe"};
 		j->kill_reason = "shutdown";
@@ -525,8 +556,9 @@ static void apply_ceilings(struct job *j)
 		j->cj.max_attempts = 1;
 }
 
-/* The hold did not take: tell the daemon (the claimer drops the bridge, and
- * the job, still `running`, is an orphan for the next orphan pass). */
+/* The hold did not take: tell the daemon (the claimer no longer answers for
+ * the job, and the job, if still `running` for us, is handed back by the next
+ * orphan pass). */
 static void not_held(struct job *j)
 {
 	emit(j, JOB_EV_NOT_HELD, 0);
@@ -783,6 +815,7 @@ void job_free(struct job *j)
 		exec_free(j->proc);
 		end_containment(j);
 	}
+	joblog_free(j->joblog);
 	clear_run(j);
 	db_conn_free(j->db);
 	queue_conf_unref(j->q);

@@ -80,7 +80,7 @@ static const struct option {
 };
 #define NOPTIONS (sizeof(options) / sizeof(options[0]))
 
-static const char jobs_usage[] =
+const char jobs_cli_jobs_usage[] =
     "usage: pgjobd jobs [--queue Q] [--status S] [--group G] [--since DURATION]\n"
     "                   [--limit N] [--json] [-c FILE]\n"
     "Jobs, newest first: id, queue, group, status, attempts, age (since enqueued),\n"
@@ -96,7 +96,7 @@ static const char jobs_usage[] =
     "  -c, --config FILE  the configuration file (default " DEFAULT_CONFIG ");\n"
     "                     only its [pgjobd] section is used\n";
 
-static const char show_usage[] =
+const char jobs_cli_show_usage[] =
     "usage: pgjobd show ID [--json] [-c FILE]\n"
     "Everything about job ID: its columns, each attempt of its history (start, end,\n"
     "run time, worker, reason, exit code or signal, CPU time, peak memory, the end\n"
@@ -105,7 +105,7 @@ static const char show_usage[] =
     "  -c, --config FILE  the configuration file (default " DEFAULT_CONFIG ");\n"
     "                     only its [pgjobd] section is used\n";
 
-static const char retry_usage[] =
+const char jobs_cli_retry_usage[] =
     "usage: pgjobd retry ID... [-c FILE]\n"
     "       pgjobd retry --queue Q --failed [--since DURATION] [-c FILE]\n"
     "Queue finished jobs again (pgjobd.retry): attempts start again from 0, run_at\n"
@@ -823,9 +823,9 @@ static int cmd_retry(const struct args *a)
 /* ---------------------------------------------------------------- dispatch */
 
 static const struct command commands[3] = {
-    {"jobs", CMD_JOBS, jobs_usage, cmd_jobs},
-    {"show", CMD_SHOW, show_usage, cmd_show},
-    {"retry", CMD_RETRY, retry_usage, cmd_retry},
+    {"jobs", CMD_JOBS, jobs_cli_jobs_usage, cmd_jobs},
+    {"show", CMD_SHOW, jobs_cli_show_usage, cmd_show},
+    {"retry", CMD_RETRY, jobs_cli_retry_usage, cmd_retry},
 };
 
 static const struct command *find_command(const char *name)

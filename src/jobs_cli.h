@@ -7,6 +7,9 @@
 
 #include <stdbool.h>
 
+/* `pgjobd jobs|show|retry --help` (also `pgjobd help NAME`). */
+extern const char jobs_cli_jobs_usage[], jobs_cli_show_usage[], jobs_cli_retry_usage[];
+
 /* True when name is one of this module's subcommands. */
 bool jobs_cli_is_command(const char *name);
 

@@ -60,7 +60,7 @@ struct result_attempt {
  * "stderr": "<text>"|null, ["truncated": true,] ["message": M,]
  * "cpu_ms": N|null, "max_rss_kb": N|null, "duration_ms": N|null}. The
  * database adds attempt, worker, started_at and finished_at
- * (sql/011_history.sql). */
+ * (sql/016_history.sql). */
 char *result_history_entry(const struct result_attempt *a);
 
 /* Append `len` bytes as a JSON string literal (with quotes) to *b, escaping

@@ -259,6 +259,18 @@ static void test_env_build(void)
 		is_str(e[i], want2[i], "minimal env[%zu]", i);
 	ok(want2[i] == NULL && e[i] == NULL, "minimal env: no LANG, nothing else");
 	util_strv_free(e);
+
+	/* A scheduled job: its schedule and tick follow PGJOBD_FENCE. */
+	m.schedule = "nightly";
+	m.scheduled_for = "2024-03-31T01:00:00Z";
+	e = exec_env_build(&m);
+	for (i = 0; e[i]; i++)
+		;
+	ok(i == 10 && strcmp(e[7], "PGJOBD_FENCE=0") == 0, "scheduled: two more entries");
+	is_str(i == 10 ? e[8] : NULL, "PGJOBD_SCHEDULE=nightly", "PGJOBD_SCHEDULE");
+	is_str(i == 10 ? e[9] : NULL, "PGJOBD_SCHEDULED_FOR=2024-03-31T01:00:00Z",
+	       "PGJOBD_SCHEDULED_FOR");
+	util_strv_free(e);
 	util_strv_free(NULL);
 	free(big);
 	free(exact);

@@ -1,4 +1,4 @@
--- 011_history.sql - what each attempt did, kept; finished jobs run again on
+-- 016_history.sql - schema version 16: what each attempt did, kept; finished jobs run again on
 -- an operator's word.
 --
 --   jobs.history   a jsonb array, one object per attempt that ended, oldest
@@ -204,11 +204,34 @@ BEGIN
 END
 $$;
 
+-- The lock on a dedupe key that the INSERT trigger jobs_dedupe takes
+-- (sql/009_row_locks.sql): a row of pgjobd.dedupe_locks, held until the
+-- transaction ends. As the owner, because no other role may touch that
+-- table; only the owner and the worker role may call it.
+CREATE FUNCTION pgjobd.lock_dedupe_key(p_queue text, p_key text) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    LOOP
+        INSERT INTO pgjobd.dedupe_locks (queue, dedupe_key)
+        VALUES (p_queue, p_key)
+        ON CONFLICT DO NOTHING;
+        EXIT WHEN FOUND;
+        PERFORM 1 FROM pgjobd.dedupe_locks d
+         WHERE d.queue = p_queue AND d.dedupe_key = p_key
+         FOR UPDATE;
+        EXIT WHEN FOUND;
+    END LOOP;
+END
+$$;
+REVOKE EXECUTE ON FUNCTION pgjobd.lock_dedupe_key(text, text) FROM PUBLIC;
+
 -- See the top. Row-locks the job (FOR UPDATE: a finished row is locked by
 -- nobody but a retention DELETE, which skips locked rows, or another
--- retry), and for a job with a dedupe_key takes the INSERT trigger's
--- transaction-level lock on the key (jobs_dedupe), so that a concurrent
--- INSERT of the same key and this retry see each other.
+-- retry), and for a job with a dedupe_key takes the INSERT trigger's lock
+-- on the key (lock_dedupe_key), so that a concurrent INSERT of the same key
+-- and this retry see each other. The status change back to `queued` places
+-- a grouped job behind the jobs of its group already visible (the trigger
+-- jobs_commit_order_requeued, sql/015_commit_order.sql).
 CREATE FUNCTION pgjobd.retry(p_id bigint) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -221,7 +244,7 @@ BEGIN
         RETURN false;
     END IF;
     IF j.dedupe_key IS NOT NULL THEN
-        PERFORM pg_advisory_xact_lock(1886020106, hashtext(j.queue || E'\n' || j.dedupe_key));
+        PERFORM pgjobd.lock_dedupe_key(j.queue, j.dedupe_key);
         IF EXISTS (SELECT 1 FROM pgjobd.jobs o
                     WHERE o.queue = j.queue AND o.dedupe_key = j.dedupe_key
                       AND o.status IN ('queued', 'running') AND o.id <> p_id) THEN
@@ -256,7 +279,7 @@ BEGIN
         GRANT SELECT (history) ON pgjobd.jobs TO pgjobd_producer;
     END IF;
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_worker') THEN
-        GRANT EXECUTE ON FUNCTION pgjobd.retry(bigint),
+        GRANT EXECUTE ON FUNCTION pgjobd.retry(bigint), pgjobd.lock_dedupe_key(text, text),
               pgjobd.release_claim(bigint, bigint, boolean, jsonb, int, bigint, jsonb)
               TO pgjobd_worker;
     END IF;
@@ -264,7 +287,7 @@ END
 $$;
 REVOKE EXECUTE ON FUNCTION pgjobd.grant_history() FROM PUBLIC;
 
--- Version 8's grant_roles(), everything it granted kept, then this
+-- Version 14's grant_roles(), everything it granted kept, then this
 -- version's grants.
 CREATE OR REPLACE FUNCTION pgjobd.grant_roles() RETURNS void
 LANGUAGE plpgsql AS $$
@@ -314,6 +337,9 @@ BEGIN
     END IF;
     PERFORM pgjobd.grant_fencing();
     PERFORM pgjobd.grant_security();
+    PERFORM pgjobd.grant_locks();
+    PERFORM pgjobd.grant_ops();
+    PERFORM pgjobd.grant_schedules();
     PERFORM pgjobd.grant_history();
 END
 $$;
