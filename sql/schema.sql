@@ -10,7 +10,7 @@
 -- their grants and row-level security policies show), normalised by
 -- tests/schema-dump.sh: no owners, no SET preamble, no pg_dump comments.
 --
--- Schema version 15 (015_commit_order), dumped by pg_dump 15.
+-- Schema version 16 (016_history), dumped by pg_dump 15.
 
 CREATE SCHEMA pgjobd;
 
@@ -651,6 +651,21 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION pgjobd.grant_history() RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_producer') THEN
+        GRANT SELECT (history) ON pgjobd.jobs TO pgjobd_producer;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_worker') THEN
+        GRANT EXECUTE ON FUNCTION pgjobd.retry(bigint), pgjobd.lock_dedupe_key(text, text),
+              pgjobd.release_claim(bigint, bigint, boolean, jsonb, int, bigint, jsonb)
+              TO pgjobd_worker;
+    END IF;
+END
+$$;
+
 CREATE FUNCTION pgjobd.grant_locks() RETURNS void
     LANGUAGE plpgsql
     AS $$
@@ -745,6 +760,7 @@ BEGIN
     PERFORM pgjobd.grant_locks();
     PERFORM pgjobd.grant_ops();
     PERFORM pgjobd.grant_schedules();
+    PERFORM pgjobd.grant_history();
 END
 $$;
 
@@ -821,6 +837,28 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION pgjobd.history_add(p_history jsonb, p_entry jsonb) RETURNS jsonb
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+DECLARE
+    h jsonb := CASE WHEN jsonb_typeof(p_history) = 'array' THEN p_history ELSE '[]' END;
+    e jsonb := h -> -1;
+BEGIN
+    IF p_entry IS NULL THEN
+        RETURN h;
+    END IF;
+    IF length(e ->> 'stderr') > 4096 THEN
+        h := jsonb_set(h, '{-1}', e || jsonb_build_object('stderr', right(e ->> 'stderr', 4096),
+                                                          'truncated', true));
+    END IF;
+    h := h || jsonb_build_array(p_entry);
+    WHILE jsonb_array_length(h) > 20 LOOP
+        h := h - 0;
+    END LOOP;
+    RETURN h;
+END
+$$;
+
 CREATE FUNCTION pgjobd.hold_group(q text, g text, p_head bigint, p_until timestamp with time zone, p_limit integer) RETURNS integer
     LANGUAGE plpgsql
     AS $$
@@ -848,6 +886,35 @@ BEGIN
                      FOR UPDATE SKIP LOCKED);
     GET DIAGNOSTICS n = ROW_COUNT;
     RETURN n;
+END
+$$;
+
+CREATE FUNCTION pgjobd.jobs_attempt_ended() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    e jsonb;
+BEGIN
+    IF NEW.status = 'queued' AND NEW.attempts < OLD.attempts THEN
+        RETURN NEW;
+    END IF;
+    IF NEW.fence IS DISTINCT FROM OLD.fence THEN
+        e := jsonb_build_object('reason', 'lost_lock', 'exit_code', NULL, 'signal', NULL,
+                                'stderr', NULL,
+                                'message', 'the daemon running it was gone; taken over');
+    ELSIF NEW.status = 'succeeded' THEN
+        e := jsonb_build_object('reason', 'none', 'exit_code', 0, 'signal', NULL, 'stderr', NULL);
+    ELSE
+        e := jsonb_build_object('reason', coalesce(NEW.error ->> 'reason', 'lost_lock'),
+                                'exit_code', NEW.error -> 'exit_code',
+                                'signal', NEW.error -> 'signal',
+                                'stderr', NEW.error -> 'stderr');
+    END IF;
+    NEW.history := pgjobd.history_add(OLD.history,
+        jsonb_build_object('attempt', OLD.attempts, 'worker', OLD.worker,
+                           'started_at', OLD.started_at, 'finished_at', clock_timestamp(),
+                           'cpu_ms', NULL, 'max_rss_kb', NULL, 'duration_ms', NULL) || e);
+    RETURN NEW;
 END
 $$;
 
@@ -1005,6 +1072,24 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION pgjobd.lock_dedupe_key(p_queue text, p_key text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    LOOP
+        INSERT INTO pgjobd.dedupe_locks (queue, dedupe_key)
+        VALUES (p_queue, p_key)
+        ON CONFLICT DO NOTHING;
+        EXIT WHEN FOUND;
+        PERFORM 1 FROM pgjobd.dedupe_locks d
+         WHERE d.queue = p_queue AND d.dedupe_key = p_key
+         FOR UPDATE;
+        EXIT WHEN FOUND;
+    END LOOP;
+END
+$$;
+
 CREATE FUNCTION pgjobd.maintain(p_queues text[], p_retention_ms bigint[], p_limit integer, OUT locked boolean, OUT expired integer, OUT deleted integer, OUT more boolean) RETURNS record
     LANGUAGE plpgsql
     AS $$
@@ -1152,6 +1237,57 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION pgjobd.release_claim(p_id bigint, p_fence bigint, p_started boolean, p_error jsonb, p_max_attempts integer, p_retry_ms bigint, p_entry jsonb) RETURNS text
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    a int;
+    t timestamptz := clock_timestamp();
+    h jsonb;
+BEGIN
+    SELECT j.attempts, CASE WHEN p_started
+                            THEN pgjobd.history_add(j.history,
+                                     jsonb_build_object('attempt', j.attempts,
+                                                        'worker', j.worker,
+                                                        'started_at', j.started_at,
+                                                        'finished_at', t)
+                                     || coalesce(p_entry, '{}'))
+                            ELSE j.history END
+      INTO a, h
+      FROM pgjobd.jobs j
+     WHERE j.id = p_id AND j.fence = p_fence AND j.status = 'running'
+     FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        IF EXISTS (SELECT 1 FROM pgjobd.jobs j
+                    WHERE j.id = p_id AND j.fence = p_fence AND j.status = 'running') THEN
+            RETURN 'locked';
+        END IF;
+        RETURN 'gone';
+    END IF;
+    IF NOT p_started THEN
+        UPDATE pgjobd.jobs j SET status = 'queued', attempts = j.attempts - 1,
+               worker = NULL, worker_id = NULL, started_at = NULL,
+               updated_at = t
+         WHERE j.id = p_id;
+    ELSIF EXISTS (SELECT 1 FROM pgjobd.cancel_requests c WHERE c.job_id = p_id) THEN
+        UPDATE pgjobd.jobs j SET status = 'cancelled', error = p_error, history = h,
+               finished_at = t, updated_at = t
+         WHERE j.id = p_id;
+        DELETE FROM pgjobd.cancel_requests c WHERE c.job_id = p_id;
+    ELSIF a >= p_max_attempts THEN
+        UPDATE pgjobd.jobs j SET status = 'failed', error = p_error, history = h,
+               finished_at = t, updated_at = t
+         WHERE j.id = p_id;
+    ELSE
+        UPDATE pgjobd.jobs j SET status = 'queued', error = p_error, history = h,
+               run_at = t + p_retry_ms * interval '1 millisecond',
+               updated_at = t
+         WHERE j.id = p_id;
+    END IF;
+    RETURN 'released';
+END
+$$;
+
 CREATE FUNCTION pgjobd.release_worker(p_worker text) RETURNS integer
     LANGUAGE plpgsql
     AS $$
@@ -1192,6 +1328,39 @@ BEGIN
         RETURN true;
     END IF;
     RETURN false;
+END
+$$;
+
+CREATE FUNCTION pgjobd.retry(p_id bigint) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    j record;
+BEGIN
+    SELECT r.queue, r.dedupe_key INTO j FROM pgjobd.jobs r
+     WHERE r.id = p_id AND r.status IN ('succeeded', 'failed', 'cancelled')
+     FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF j.dedupe_key IS NOT NULL THEN
+        PERFORM pgjobd.lock_dedupe_key(j.queue, j.dedupe_key);
+        IF EXISTS (SELECT 1 FROM pgjobd.jobs o
+                    WHERE o.queue = j.queue AND o.dedupe_key = j.dedupe_key
+                      AND o.status IN ('queued', 'running') AND o.id <> p_id) THEN
+            RETURN false;
+        END IF;
+    END IF;
+    UPDATE pgjobd.jobs r SET status = 'queued', attempts = 0, run_at = now(),
+           error = NULL, result = NULL, finished_at = NULL, started_at = NULL,
+           worker = NULL, worker_id = NULL, held_until = NULL,
+           expires_at = CASE WHEN r.expires_at <= now() THEN NULL ELSE r.expires_at END,
+           updated_at = clock_timestamp()
+     WHERE r.id = p_id;
+    IF EXISTS (SELECT 1 FROM pgjobd.waiting w WHERE w.queue = j.queue) THEN
+        PERFORM pg_notify('pgjobd', pgjobd.wake_payload(j.queue));
+    END IF;
+    RETURN true;
 END
 $$;
 
@@ -1441,6 +1610,7 @@ CREATE TABLE pgjobd.jobs (
     scheduled_for timestamp with time zone,
     commit_seq bigint,
     enqueued_xact xid8 DEFAULT pg_current_xact_id(),
+    history jsonb DEFAULT '[]'::jsonb NOT NULL,
     CONSTRAINT "max_attempts must be at least 1" CHECK ((max_attempts >= 1)),
     CONSTRAINT "queue must be 1 to 63 characters of A-Z a-z 0-9 _ . -" CHECK ((queue ~ '^[A-Za-z0-9_.-]{1,63}$'::text)),
     CONSTRAINT "status must be queued, running, succeeded, failed or cancelled" CHECK ((status = ANY (ARRAY['queued'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text]))),
@@ -1633,6 +1803,8 @@ CREATE INDEX workers_name ON pgjobd.workers USING btree (name);
 
 CREATE CONSTRAINT TRIGGER dedupe_lock_done AFTER INSERT ON pgjobd.dedupe_locks DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION pgjobd.dedupe_lock_done();
 
+CREATE TRIGGER jobs_attempt_ended BEFORE UPDATE OF status, fence ON pgjobd.jobs FOR EACH ROW WHEN (((old.status = 'running'::text) AND ((new.status <> 'running'::text) OR (new.fence IS DISTINCT FROM old.fence)) AND (NOT (new.history IS DISTINCT FROM old.history)))) EXECUTE FUNCTION pgjobd.jobs_attempt_ended();
+
 CREATE TRIGGER jobs_cancelled BEFORE UPDATE OF status ON pgjobd.jobs FOR EACH ROW WHEN (((new.status = 'cancelled'::text) AND (old.status <> 'cancelled'::text))) EXECUTE FUNCTION pgjobd.jobs_cancelled();
 
 CREATE TRIGGER jobs_check_grant BEFORE INSERT ON pgjobd.jobs FOR EACH ROW WHEN ((new.dedupe_key IS NOT NULL)) EXECUTE FUNCTION pgjobd.jobs_check_grant();
@@ -1685,6 +1857,8 @@ GRANT ALL ON FUNCTION pgjobd.forget_workers() TO pgjobd_worker;
 
 REVOKE ALL ON FUNCTION pgjobd.grant_fencing() FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION pgjobd.grant_history() FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION pgjobd.grant_locks() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgjobd.grant_ops() FROM PUBLIC;
@@ -1705,6 +1879,9 @@ GRANT ALL ON FUNCTION pgjobd.hold_group(q text, g text, p_head bigint, p_until t
 
 REVOKE ALL ON FUNCTION pgjobd.jobs_commit_order() FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION pgjobd.lock_dedupe_key(p_queue text, p_key text) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgjobd.lock_dedupe_key(p_queue text, p_key text) TO pgjobd_worker;
+
 REVOKE ALL ON FUNCTION pgjobd.maintain(p_queues text[], p_retention_ms bigint[], p_limit integer, OUT locked boolean, OUT expired integer, OUT deleted integer, OUT more boolean) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.maintain(p_queues text[], p_retention_ms bigint[], p_limit integer, OUT locked boolean, OUT expired integer, OUT deleted integer, OUT more boolean) TO pgjobd_worker;
 
@@ -1723,6 +1900,9 @@ GRANT ALL ON FUNCTION pgjobd.register_worker(p_name text, p_fence_ms integer, p_
 REVOKE ALL ON FUNCTION pgjobd.release_claim(p_id bigint, p_fence bigint, p_started boolean, p_error jsonb, p_max_attempts integer, p_retry_ms bigint) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.release_claim(p_id bigint, p_fence bigint, p_started boolean, p_error jsonb, p_max_attempts integer, p_retry_ms bigint) TO pgjobd_worker;
 
+REVOKE ALL ON FUNCTION pgjobd.release_claim(p_id bigint, p_fence bigint, p_started boolean, p_error jsonb, p_max_attempts integer, p_retry_ms bigint, p_entry jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgjobd.release_claim(p_id bigint, p_fence bigint, p_started boolean, p_error jsonb, p_max_attempts integer, p_retry_ms bigint, p_entry jsonb) TO pgjobd_worker;
+
 REVOKE ALL ON FUNCTION pgjobd.release_worker(p_worker text) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.release_worker(p_worker text) TO pgjobd_worker;
 
@@ -1731,6 +1911,9 @@ GRANT ALL ON FUNCTION pgjobd.resume(p_queue text) TO pgjobd_worker;
 
 REVOKE ALL ON FUNCTION pgjobd.resume_schedule(name text) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.resume_schedule(name text) TO pgjobd_worker;
+
+REVOKE ALL ON FUNCTION pgjobd.retry(p_id bigint) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgjobd.retry(p_id bigint) TO pgjobd_worker;
 
 REVOKE ALL ON FUNCTION pgjobd.revoke_queue(p_role name, p_queue text) FROM PUBLIC;
 
@@ -1802,6 +1985,8 @@ GRANT SELECT(finished_at) ON TABLE pgjobd.jobs TO pgjobd_producer;
 GRANT SELECT(updated_at) ON TABLE pgjobd.jobs TO pgjobd_producer;
 
 GRANT SELECT(created_by) ON TABLE pgjobd.jobs TO pgjobd_producer;
+
+GRANT SELECT(history) ON TABLE pgjobd.jobs TO pgjobd_producer;
 
 GRANT SELECT,UPDATE ON TABLE pgjobd.maintenance_lock TO pgjobd_worker;
 

@@ -71,7 +71,7 @@ enum {
 	CLI_HELP = 1 << 10,
 	CLI_VERSION = 1 << 11,
 	CLI_SCHEDULE = 1 << 12, /* parsed by sched_cli.c; listed here for help */
-	CLI_JOBS = 1 << 13,     /* jobs, show, retry: parsed by jobs_cli.c */
+	CLI_JOBS = 1 << 13,	/* jobs, show, retry: parsed by jobs_cli.c */
 	CLI_ALL = (1 << 14) - 1,
 };
 

@@ -107,7 +107,6 @@ static bool is_number_word(const char *s)
 	return s[0] >= '0' && s[0] <= '9';
 }
 
-
 /* `jobs`, `show` and `retry` parse what follows their name (jobs_cli.c);
  * before it only -c FILE may come. The output is the result: losing it to a
  * full disk or a closed pipe must not look like success. */
