@@ -64,7 +64,7 @@ $(B)/sql_embed.o: $(B)/sql_embed.c
 $(B):
 	mkdir -p $(B)/tests
 
-# A unit test links only its module(s) plus util and log (STYLE §9).
+# A unit test links only its module(s) plus util and log.
 TEST_DEPS_parse := parse
 TEST_DEPS_config := config parse
 TEST_DEPS_capture := capture
@@ -138,10 +138,10 @@ chaos: $(B)/pgjobd $(B)/tests/chaos-proxy
 		CHAOS_SECONDS=$(CHAOS_SECONDS) bash tests/chaos/run.sh
 
 asan:
-	$(MAKE) B=build-asan CFLAGS='-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all' LDFLAGS='-fsanitize=address,undefined'
+	$(MAKE) B=build-asan CFLAGS='-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all -DPGJOBD_CHECK_STATES' LDFLAGS='-fsanitize=address,undefined'
 
 check-asan:
-	$(MAKE) B=build-asan CFLAGS='-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all' LDFLAGS='-fsanitize=address,undefined' check
+	$(MAKE) B=build-asan CFLAGS='-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all -DPGJOBD_CHECK_STATES' LDFLAGS='-fsanitize=address,undefined' check
 
 # The units in systemd/ name /usr/local/bin/pgjobd and /etc/pgjobd/; the
 # installed copies name BINDIR and SYSCONFDIR. The example configuration is

@@ -7,7 +7,7 @@
  * Invariants:
  * - len <= max and cap <= max (+1 for a NUL kept after the data, so callers
  *   that debug-print it are safe): memory is bounded by max_output whatever
- *   the command writes, which is the whole point of this module (SPEC §3).
+ *   the command writes, which is the whole point of this module (pgjobd(8)).
  * - data is allocated lazily and grows geometrically (x2, from CAPTURE_MIN)
  *   up to max, so a job that prints 3 bytes costs a few dozen, not max.
  * - HEAD keeps the first max bytes: once full, further appends only count.

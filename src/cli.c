@@ -3,7 +3,7 @@
  *
  * Each one loads the file, opens one blocking libpq connection (a struct
  * session), runs a few parameterised statements and exits; none of this
- * code runs inside the daemon. The SQL is the interface of SPEC §1 (the
+ * code runs inside the daemon. The SQL is the interface pgjobd(8) documents (the
  * jobs table, pgjobd.cancel/pause/resume/grant_queue/revoke_queue, the
  * queue_stats view), called the
  * way any producer or operator would; values from the command line only

@@ -120,7 +120,7 @@ struct key_def {
 
 /* Every key, alphabetical (asserted). Queue keys are all reloadable: a
  * reload gives *new* jobs the new settings and running jobs keep their
- * counted reference to the old ones (SPEC §2). database and worker_name
+ * counted reference to the old ones (pgjobd.ini(5)). database and worker_name
  * identify the daemon's sessions and rows, so changing them needs a restart. */
 static const struct key_def keys[] = {
     {"backoff", SEC_QUEUE, KIND_DURATION, 0, 30 * MS_DAY, "10s", true, Q(backoff_ms)},

@@ -4,7 +4,7 @@
  * (config_free). Each struct queue_conf inside is reference-counted: the
  * config holds one reference; a running job takes another (queue_conf_ref)
  * so a reload can free the old config while jobs still use their old queue
- * settings (STYLE §4). */
+ * settings. */
 #ifndef PGJOBD_CONFIG_H
 #define PGJOBD_CONFIG_H
 

@@ -1,4 +1,4 @@
-/* exec.c - running one job's command (SPEC §3, STYLE §7).
+/* exec.c - running one job's command (pgjobd(8), "How a command runs").
  *
  * Owns: one struct exec_proc per started command, with its child process
  * (/bin/sh -c COMMAND, leader of its own process group), the parent ends of
@@ -593,7 +593,7 @@ struct exec_proc *exec_start(struct ev_loop *loop, const struct exec_spec *spec,
 
 	assert(spec->command && spec->envp && spec->reaper && cb);
 	if (spec->stdin_len > 0) {
-		/* Sized by the job's data: checked, not x-alloc'd (STYLE §4). */
+		/* Sized by the job's data: checked, not x-alloc'd. */
 		data = malloc(spec->stdin_len);
 		if (!data)
 			return NULL; /* errno ENOMEM: an environment problem */

@@ -93,7 +93,7 @@ void exec_kill(struct exec_proc *p, int64_t kill_grace_ms);
  * SIGKILL (group) first. exec_free(NULL) is a no-op. */
 void exec_free(struct exec_proc *p);
 
-/* Environment for a job (SPEC §3). Pure. */
+/* Environment for a job (pgjobd(8)). Pure. */
 struct exec_env_in {
 	const char *home;	/* HOME */
 	const char *lang;	/* LANG of the daemon, NULL when unset */

@@ -1,4 +1,4 @@
-/* log.h - levelled logfmt lines on stderr (STYLE §5).
+/* log.h - levelled logfmt lines on stderr.
  *
  * Every line: [<N> | ISO-8601 time] level=LEVEL <rest>, where <rest> is the
  * caller's format, itself logfmt: `msg="job finished" job=42 status=ok`.

@@ -1,4 +1,4 @@
-/* result.c - JSON for the `result` and `error` columns (SPEC §3).
+/* result.c - JSON for the `result` and `error` columns (pgjobd(8)).
  *
  * Owns: turning a command's captured bytes into JSON text that PostgreSQL
  * jsonb accepts. Pure: no I/O, no globals; every function returns malloc'd

@@ -52,7 +52,7 @@ STEP_TIMEOUT=${BENCH_STEP_TIMEOUT:-600}       # seconds any single run may take
 OUT=${BENCH_OUT:-$repo/build/bench}           # results.json, table.txt, logs
 BIN=${BENCH_BIN:-$repo/build/bench}           # spawnbench, pickup, stamp
 
-# Targets of issue 5, read by people next to the figures; never pass/fail criteria of
+# Targets of the performance work, read by people next to the figures; never pass/fail criteria of
 # the build. Each is "OP VALUE" with OP one of <= >=; empty: no target.
 TGT_RATIO_CEILING=">= 0.8"   # ungrouped throughput / spawn ceiling
 TGT_RATIO_GROUPED=">= 0.7"   # 100 groups throughput / spawn ceiling

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Retention (SPEC §1 "Observing", sql/003_job_control.sql pgjobd.maintain()): finished
+# Retention (pgjobd(8) "Observing", sql/003_job_control.sql pgjobd.maintain()): finished
 # jobs older than their queue's `retention` are deleted by the daemons, in batches of at
 # most 500, one daemon at a time; only what is old AND finished goes: younger finished
 # jobs, queued jobs, jobs of a queue with `retention = 0` and of a queue no daemon serves

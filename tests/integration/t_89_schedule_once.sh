@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Schedules: exactly one job per tick, whatever the number of daemons and whatever happens
-# to them (SPEC §1, Operating; sql/014_schedules.sql). Three daemons started at the same
+# to them (pgjobd(8), Operating; sql/014_schedules.sql). Three daemons started at the same
 # instant, then two, tick five minutely schedules over many ticks: every tick of every
 # schedule has exactly one job and none is missing. Then a daemon is killed with SIGKILL in
 # the middle of a tick (its transaction holds the due schedule locked while its INSERT

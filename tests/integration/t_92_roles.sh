@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Roles (SPEC §1, sql/003_job_control.sql): pgjobd.setup_roles() creates pgjobd_producer
+# Roles (pgjobd(8), sql/003_job_control.sql): pgjobd.setup_roles() creates pgjobd_producer
 # and pgjobd_worker. A producer may INSERT a job's input columns and read jobs (outcome
 # included) and queue_stats, and nothing else: updating status or result, deleting,
 # setting pgjobd's own columns, TRUNCATE, the operator functions, the side tables, DDL

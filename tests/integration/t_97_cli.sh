@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The command line (SPEC §4): `migrate --grant` sets up the roles (idempotent; without
+# The command line (pgjobd(8)): `migrate --grant` sets up the roles (idempotent; without
 # CREATEROLE it fails with PostgreSQL's message); `pause`/`resume` say what they did;
 # `status` prints queue_stats as an aligned table (then the lines t_98_status.sh tests) or
 # as a JSON array; `enqueue` stores every option and reports a deduplicated job instead of
