@@ -194,6 +194,8 @@ static void kick_queue(struct qstate *q)
 	if (q->nreserved == 0)
 		return; /* every slot is busy: the next one to finish kicks again */
 	q->again = false;
+	/* First: held_jobs may move d->held (it grows the array). */
+	int nheld = held_jobs(d, q);
 	struct claimer_ctx ctx = {
 	    .worker_id = fence_worker_id(d->fence),
 	    .max_attempts = q->conf->max_attempts,
@@ -201,8 +203,8 @@ static void kick_queue(struct qstate *q)
 	    .max_data = q->conf->max_data,
 	    .orphan_every_ms = d->cfg->poll_interval_ms,
 	    .held = d->held,
+	    .nheld = nheld,
 	};
-	ctx.nheld = held_jobs(d, q);
 	if (claimer_claim(q->cl, q->workers, q->nreserved, &ctx) < 0) {
 		for (int i = 0; i < q->nreserved; i++)
 			job_unreserve(q->reserved[i]);
