@@ -232,7 +232,7 @@ static int session_open(struct session *s, const struct args *a)
 {
 	s->a = a;
 	s->pg = NULL;
-	struct config *cfg = config_load(a->config, false, stderr);
+	struct config *cfg = config_load_control(a->config, stderr);
 	if (!cfg)
 		return 2;
 	const char *keys[] = {"dbname", "fallback_application_name", NULL};

@@ -224,7 +224,7 @@ static int open_session(struct ssession *s, const struct sargs *a)
 {
 	s->a = a;
 	s->pg = NULL;
-	s->cfg = config_load(a->config, false, stderr);
+	s->cfg = config_load_control(a->config, stderr);
 	if (!s->cfg)
 		return 2;
 	const char *keys[] = {"dbname", "fallback_application_name", NULL};
