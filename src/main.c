@@ -133,18 +133,10 @@ static int jobs_cli_dispatch(int argc, char **argv, int at)
 
 int main(int argc, char **argv)
 {
-	struct cli_args a = {.config = CLI_DEFAULT_CONFIG};
-	const struct cli_command *cmd = NULL;
-	bool given[64] = {false};
-	bool options_end = false, want_help = false;
-	const char **operands = calloc((size_t)argc + 1, sizeof(char *));
-	struct parse_error e = {0};
-	assert(cli_noptions <= sizeof(given) / sizeof(given[0]));
-	if (!operands)
-		return 1;
 	log_init(LOG_INFO);
 	/* `schedule` has verbs, operands and options of its own (sched_cli.c):
-	 * it gets the whole command line when it is the command. */
+	 * it gets the whole command line when it is the command; `jobs`, `show`
+	 * and `retry` get what follows their name (jobs_cli.c). */
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "-c") == 0 || strcmp(argv[i], "--config") == 0) {
 			i++;
@@ -160,6 +152,15 @@ int main(int argc, char **argv)
 			break;
 		}
 	}
+	struct cli_args a = {.config = CLI_DEFAULT_CONFIG};
+	const struct cli_command *cmd = NULL;
+	bool given[64] = {false};
+	bool options_end = false, want_help = false;
+	const char **operands = calloc((size_t)argc + 1, sizeof(char *));
+	struct parse_error e = {0};
+	assert(cli_noptions <= sizeof(given) / sizeof(given[0]));
+	if (!operands)
+		return 1;
 	for (int i = 1; i < argc; i++) {
 		const char *s = argv[i];
 		if (options_end || s[0] != '-' || s[1] == '\0') {
