@@ -18,7 +18,8 @@
  * of a payload: a wake-up only makes a claimer look for jobs, and a NOTIFY
  * on `pgjobd_cancel` only makes the maintenance session read
  * pgjobd.cancel_requests at once (maint_look); the ids read there are the
- * only ones cancelled.
+ * only ones cancelled. One on `pgjobd_schedule` only makes the scheduler
+ * (on the maintenance session) read pgjobd.schedules sooner.
  *
  * Ownership: struct daemon owns the config, the listener, every slot (in its
  * queue's array, or in `retiring` while a removed slot finishes its job) and
@@ -53,6 +54,7 @@
 #include "migrate.h"
 #include "notify.h"
 #include "priv.h"
+#include "reap.h"
 #include "report.h"
 #include "sha256.h"
 #include "util.h"
@@ -106,9 +108,9 @@ struct daemon {
 	struct job_env env;
 	ev_signal sigterm, sigint, sighup;
 	ev_timer poll, grace, watchdog;
-	ev_child guard_child;
-	ev_idle reap;	  /* started while `dead` is not empty */
-	bool terminating; /* commands were told to stop */
+	struct reaper *reaper; /* every child is reaped by it (reap.h) */
+	ev_idle reap;	       /* started while `dead` is not empty */
+	bool terminating;      /* commands were told to stop */
 	int exit_code;
 };
 
@@ -189,9 +191,11 @@ static void kick_queue(struct qstate *q)
 			q->workers[q->nreserved++] = job_worker(q->slots[i]);
 		}
 	}
-	if (q->nreserved == 0 && !claimer_has_releases(q->cl))
+	if (q->nreserved == 0)
 		return; /* every slot is busy: the next one to finish kicks again */
 	q->again = false;
+	/* First: held_jobs may move d->held (it grows the array). */
+	int nheld = held_jobs(d, q);
 	struct claimer_ctx ctx = {
 	    .worker_id = fence_worker_id(d->fence),
 	    .max_attempts = q->conf->max_attempts,
@@ -199,8 +203,8 @@ static void kick_queue(struct qstate *q)
 	    .max_data = q->conf->max_data,
 	    .orphan_every_ms = d->cfg->poll_interval_ms,
 	    .held = d->held,
+	    .nheld = nheld,
 	};
-	ctx.nheld = held_jobs(d, q);
 	if (claimer_claim(q->cl, q->workers, q->nreserved, &ctx) < 0) {
 		for (int i = 0; i < q->nreserved; i++)
 			job_unreserve(q->reserved[i]);
@@ -225,8 +229,8 @@ static void on_claimed(struct claimer *cl, struct claim_job *jobs, const int *sl
 		struct job *j = mine[slots[i]];
 		mine[slots[i]] = NULL;
 		if (!j) {
-			/* The slot stopped while the claim was in flight: drop
-			 * the bridge, the job is an orphan for the next pass. */
+			/* The slot stopped while the claim was in flight: the
+			 * job is handed back by the next orphan pass. */
 			claimer_release(cl, &jobs[i]);
 			claim_job_free(&jobs[i]);
 			continue;
@@ -245,9 +249,8 @@ static void on_claimed(struct claimer *cl, struct claim_job *jobs, const int *sl
 	if (n < 0)
 		return; /* the claimer reconnects; its on_up kicks */
 	/* A full batch: there may be more (slots that became idle meanwhile).
-	 * Or a kick was asked for meanwhile, or bridges wait to be dropped
-	 * (a job that a slot could not hold is one). */
-	if ((asked > 0 && n == asked) || q->again || claimer_has_releases(q->cl))
+	 * Or a kick was asked for meanwhile. */
+	if ((asked > 0 && n == asked) || q->again)
 		kick_queue(q);
 }
 
@@ -361,14 +364,13 @@ static void on_job_event(struct job *j, enum job_event ev, int64_t ms, void *arg
 			kick_queue(q);
 		break;
 	case JOB_EV_HELD:
-		/* The bridge goes with the claimer's next call (at the latest
-		 * the poll's). */
+		/* The slot answers for the job now (held_jobs). */
 		if (q)
 			claimer_release(q->cl, job_claimed(j));
 		break;
 	case JOB_EV_NOT_HELD:
-		/* Drop the bridge now: the job is an orphan for the next pass.
-		 * (From inside on_claimed, the kick waits for its end.) */
+		/* The job is handed back by the next orphan pass. (From
+		 * inside on_claimed, the kick waits for its end.) */
 		if (q) {
 			claimer_release(q->cl, job_claimed(j));
 			kick_queue(q);
@@ -541,10 +543,13 @@ static void on_version(struct db_conn *c, PGresult *const *res, int n, void *arg
 				       : db_batch_error(&res[LISTENER_SECRET], 1)));
 		set_wake_secret(d, NULL);
 	}
-	if (d->state == D_STARTING)
+	if (d->state == D_STARTING) {
 		start_serving(d);
-	else
+	} else {
 		kick_all(d); /* notifications may have been missed while away */
+		if (d->maint)
+			maint_schedules_look(d->maint);
+	}
 }
 
 static void on_listener_event(struct db_conn *c, enum db_event ev, void *arg)
@@ -572,6 +577,12 @@ static void on_notify(struct db_conn *c, const char *channel, const char *payloa
 		/* A hint only: the ids come from pgjobd.cancel_requests. */
 		if (d->maint)
 			maint_look(d->maint);
+		return;
+	}
+	if (strcmp(channel, "pgjobd_schedule") == 0) {
+		/* A hint only: the scheduler reads pgjobd.schedules. */
+		if (d->maint)
+			maint_schedules_look(d->maint);
 		return;
 	}
 	if (!d->wake_secret) {
@@ -654,6 +665,17 @@ static void on_stop_signal(struct ev_loop *loop, ev_signal *w, int revents)
 	begin_drain(d, again || d->state == D_STARTING);
 }
 
+/* The queues of cfg, for the daemon's row in pgjobd.workers (`pgjobd status`
+ * counts the daemons serving each queue). */
+static void announce_queues(struct daemon *d, const struct config *cfg)
+{
+	const char **names = xcalloc(cfg->nqueues + 1, sizeof(*names));
+	for (size_t i = 0; i < cfg->nqueues; i++)
+		names[i] = cfg->queues[i]->name;
+	fence_set_queues(d->fence, names, (int)cfg->nqueues);
+	free(names);
+}
+
 static void apply_config(struct daemon *d, struct config *nc)
 {
 	const char *key = config_restart_key(d->cfg, nc);
@@ -662,6 +684,8 @@ static void apply_config(struct daemon *d, struct config *nc)
 			 key);
 	log_set_level(nc->log_level);
 	report_configure(d->report, nc);
+	announce_queues(d, nc);
+	config_warn_programs(nc, stderr);
 	if (d->maint)
 		maint_configure(d->maint, nc);
 	if (nc->poll_interval_ms != d->cfg->poll_interval_ms && d->state == D_RUNNING) {
@@ -779,13 +803,12 @@ static void on_sighup(struct ev_loop *loop, ev_signal *w, int revents)
 	notify_send("READY=1");
 }
 
-static void on_guard_exit(struct ev_loop *loop, ev_child *w, int revents)
+static void on_guard_exit(pid_t pid, int status, const struct rusage *ru, void *arg)
 {
-	(void)loop;
-	(void)revents;
-	struct daemon *d = w->data;
-	ev_child_stop(d->loop, w);
-	log_error("msg=\"guard process died; stopping\" status=%d", w->rstatus);
+	(void)pid;
+	(void)ru;
+	struct daemon *d = arg;
+	log_error("msg=\"guard process died; stopping\" status=%d", status);
 	d->exit_code = 1;
 	begin_drain(d, true);
 }
@@ -842,7 +865,18 @@ int daemon_run(const char *config_path, struct config *cfg)
 		free(d);
 		return 1;
 	}
-	d->loop = EV_DEFAULT;
+	/* Not libev's default loop: its SIGCHLD watcher would reap every child
+	 * with waitpid(-1), and what each command cost would be lost; our
+	 * reaper reaps them with wait4 (reap.h). */
+	d->loop = ev_loop_new(EVFLAG_AUTO);
+	if (!d->loop) {
+		log_error("msg=\"cannot create the event loop\"");
+		guard_stop(d->guard);
+		config_free(cfg);
+		free(d);
+		return 1;
+	}
+	d->reaper = reaper_new(d->loop);
 	/* Before any command: a cgroup per command, or the daemon as a
 	 * subreaper; also clears job cgroups an earlier run left. */
 	d->contain = contain_new(d->loop, d->guard);
@@ -855,6 +889,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 	d->metrics = metrics_new();
 	d->fence = fence_new(d->loop, d->conninfo, d->worker_prefix, cfg->fence_timeout_ms,
 			     d->guard, d->metrics, on_fence, d);
+	announce_queues(d, cfg);
 	d->env = (struct job_env){
 	    .loop = d->loop,
 	    .conninfo = d->conninfo,
@@ -862,6 +897,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 	    .home = d->home,
 	    .lang = getenv("LANG"),
 	    .guard = d->guard,
+	    .reaper = d->reaper,
 	    .contain = d->contain,
 	    .fence = d->fence,
 	    .on_event = on_job_event,
@@ -881,9 +917,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 	d->grace.data = d;
 	ev_idle_init(&d->reap, on_reap);
 	d->reap.data = d;
-	ev_child_init(&d->guard_child, on_guard_exit, guard_pid(d->guard), 0);
-	d->guard_child.data = d;
-	ev_child_start(d->loop, &d->guard_child);
+	reaper_watch(d->reaper, guard_pid(d->guard), on_guard_exit, d);
 	uint64_t wd = notify_watchdog_usec();
 	if (wd) {
 		double every = (double)wd / 2e6;
@@ -896,8 +930,10 @@ int daemon_run(const char *config_path, struct config *cfg)
 		 log_value(d->worker_prefix), cfg->nqueues);
 	/* pgjobd: a queue may have new jobs (payload: the queue's wake-up
 	 * payload); pgjobd_cancel: pgjobd.cancel() was called for a running
-	 * job (no payload: see the top). */
-	static const char *const setup[] = {"LISTEN pgjobd", "LISTEN pgjobd_cancel", NULL};
+	 * job; pgjobd_schedule: a schedule was made or resumed (no payload:
+	 * see the top). */
+	static const char *const setup[] = {"LISTEN pgjobd", "LISTEN pgjobd_cancel",
+					    "LISTEN pgjobd_schedule", NULL};
 	struct db_callbacks cbs = {
 	    .on_event = on_listener_event, .on_notify = on_notify, .on_fd = NULL, .arg = d};
 	cbs.metrics = d->metrics;
@@ -921,7 +957,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 	free(d->retiring);
 	free(d->dead);
 	free(d->held);
-	ev_child_stop(d->loop, &d->guard_child);
+	reaper_unwatch(d->reaper, guard_pid(d->guard));
 	ev_timer_stop(d->loop, &d->poll);
 	ev_timer_stop(d->loop, &d->grace);
 	ev_timer_stop(d->loop, &d->watchdog);
@@ -937,9 +973,11 @@ int daemon_run(const char *config_path, struct config *cfg)
 	free(d->worker_prefix);
 	free(d->home);
 	metrics_free(d->metrics);
+	struct ev_loop *loop = d->loop;
+	reaper_free(d->reaper);
 	free(d);
 	notify_fini(); /* a last try for a held STOPPING=1 */
-	ev_loop_destroy(EV_DEFAULT);
+	ev_loop_destroy(loop);
 	log_info("msg=\"stopped\" exit_code=%d", code);
 	return code;
 }

@@ -38,6 +38,12 @@ struct fence *fence_new(struct ev_loop *loop, const char *conninfo, const char *
 /* Stops the timers and closes the session. fence_free(NULL) is a no-op. */
 void fence_free(struct fence *f);
 
+/* The names of the queues the daemon serves, for pgjobd.workers.queues
+ * (copied): sent with the next registration, or at once (with the next
+ * heartbeat) to the registered instance's row. Call at start and after
+ * each reload. */
+void fence_set_queues(struct fence *f, const char *const *names, int n);
+
 /* The registered instance (pgjobd.workers.id), 0 while there is none. */
 long long fence_worker_id(const struct fence *f);
 /* True when registered and the deadline is at least min_left_ms away. */

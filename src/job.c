@@ -36,6 +36,7 @@
 #include "exec.h"
 #include "fence.h"
 #include "guard.h"
+#include "joblog.h"
 #include "log.h"
 #include "metrics.h"
 #include "result.h"
@@ -69,6 +70,7 @@ struct job {
 	char worker[256];
 	struct claim_job cj;
 	struct exec_proc *proc;
+	struct joblog *joblog; /* log_output = journal: the running command's lines */
 	pid_t pgid;
 	ev_timer timeout;
 	const char *kill_reason; /* why we are terminating the command, NULL if not */
@@ -79,6 +81,7 @@ struct job {
 	struct release_params rparams;
 	char *result; /* JSON of the outcome being written */
 	char *error;
+	char *entry; /* the attempt's history entry, NULL when it gets none */
 	/* The session holding cj was lost and its command is dead: cj is
 	 * released from the next session (pgjobd.release_claim), with `error`
 	 * as the attempt's outcome. */
@@ -122,8 +125,10 @@ static void clear_run(struct job *j)
 	claim_job_free(&j->cj);
 	free(j->result);
 	free(j->error);
+	free(j->entry);
 	j->result = NULL;
 	j->error = NULL;
+	j->entry = NULL;
 	j->kill_reason = NULL;
 	if (j->run_q) {
 		queue_conf_unref(j->run_q);
@@ -143,8 +148,8 @@ static bool maybe_stop(struct job *j)
 	return true;
 }
 
-/* The session is unusable (or holds a bridge lock only its end releases):
- * connect again, unless the slot is draining, in which case it stops. */
+/* The session is unusable: connect again, unless the slot is draining, in
+ * which case it stops. */
 static void reconnect(struct job *j)
 {
 	job_step(j, J_CONNECTING);
@@ -206,6 +211,12 @@ static void on_finished(struct db_conn *c, PGresult *const *res, int n, void *ar
 				"fence=%lld",
 				j->cj.fence);
 	}
+	/* The retry's wake-up, once the outcome is committed: run_at counts
+	 * from the server's time of the UPDATE, so a timer started before it
+	 * was sent could fire before the job is due, find nothing, and leave
+	 * the retry to the poll. */
+	if (strcmp(j->out.status, "queued") == 0 && !j->out.give_back)
+		emit(j, JOB_EV_RETRY, j->out.retry_in_ms);
 	clear_run(j);
 	job_step(j, J_IDLE);
 	if (!maybe_stop(j))
@@ -227,11 +238,58 @@ static int64_t retry_delay(const struct queue_conf *q, int attempt)
 	return d / 2 + (int64_t)(random() % (d / 2 + 1));
 }
 
+/* The attempt's entry in jobs.history (sql/016_history.sql): what only the
+ * daemon knows of it. ran: the command was spawned (o carries its output,
+ * run time and rusage), else they are unknown (null). */
+static char *history_entry(const char *reason, int exit_code, int sig, const char *msg,
+			   const struct exec_outcome *o, bool ran)
+{
+	size_t len = 0;
+	const char *err = ran ? capture_data(o->err, &len) : "";
+	struct result_attempt a = {
+	    .reason = reason,
+	    .exit_code = exit_code,
+	    .signal = sig,
+	    .message = msg,
+	    .err = err,
+	    .err_len = len,
+	    .err_truncated = ran && capture_truncated(o->err),
+	    .cpu_ms = ran ? o->cpu_ms : -1,
+	    .max_rss_kb = ran ? o->max_rss_kb : -1,
+	    .duration_ms = ran ? o->duration_ms : -1,
+	};
+	return result_history_entry(&a);
+}
+
+/* The `error` JSON of a failed attempt, with the tails of its stderr and,
+ * when it ran, of its stdout. */
+static char *error_json(const char *reason, int exit_code, int sig, const char *msg,
+			const struct exec_outcome *o, bool ran)
+{
+	size_t elen = 0, olen = 0;
+	const char *err = ran ? capture_data(o->err, &elen) : "";
+	const char *out = ran ? capture_tail(o->out, &olen) : "";
+	return result_error_json(reason, exit_code, sig, msg, err, elen,
+				 ran && capture_truncated(o->err), out, olen,
+				 ran && capture_truncated(o->out));
+}
+
+/* What the command cost, for the metrics, when wait4 told us. */
+static void note_usage(struct job *j, const struct exec_outcome *o, bool ran)
+{
+	if (ran && o->cpu_ms >= 0)
+		metrics_job_usage(j->env->metrics, j->run_q->name, (double)o->cpu_ms / 1000.0,
+				  o->max_rss_kb);
+}
+
 static void write_outcome(struct job *j, const struct exec_outcome *o)
 {
 	struct claim_outcome out = {0};
 	const struct queue_conf *q = j->run_q;
 	const char *reason = j->kill_reason;
+	/* A real outcome of exec carries the captures; one made up for a
+	 * command that was never spawned does not. */
+	bool ran = o->out != NULL;
 	int exit_code = o->status == EXEC_EXITED ? o->exit_code : -1; /* -1, 0: null in JSON */
 	int sig = o->status == EXEC_SIGNALED ? o->signal : 0;
 	char msg[256] = "";
@@ -247,16 +305,15 @@ static void write_outcome(struct job *j, const struct exec_outcome *o)
 		}
 	}
 	if (!reason) {
-		size_t len;
+		size_t len, tail_len;
+		const char *tail = capture_tail(o->out, &tail_len);
 		const char *data = capture_data(o->out, &len);
-		j->result = result_from_stdout(data, len, capture_truncated(o->out));
+		j->result =
+		    result_from_stdout(data, len, capture_truncated(o->out), tail, tail_len);
 		out.status = "succeeded";
 		out.result = j->result;
 	} else {
-		size_t len = 0;
-		const char *err = o->err ? capture_data(o->err, &len) : "";
-		j->error = result_error_json(reason, exit_code, sig, msg[0] ? msg : NULL, err, len,
-					     o->err ? capture_truncated(o->err) : false);
+		j->error = error_json(reason, exit_code, sig, msg[0] ? msg : NULL, o, ran);
 		out.error = j->error;
 		if (strcmp(reason, "shutdown") == 0 || strcmp(reason, "unstarted") == 0) {
 			/* Interrupted by a shutdown, or never started (the fence
@@ -272,13 +329,29 @@ static void write_outcome(struct job *j, const struct exec_outcome *o)
 			out.status = "failed";
 		}
 	}
+	/* Every attempt that counts has an entry, and so has a run a shutdown
+	 * interrupted; a claim given back before its command ran has none. */
+	if (ran || !out.give_back)
+		j->entry = history_entry(reason ? reason : "none", exit_code, sig,
+					 msg[0] ? msg : NULL, o, ran);
+	out.entry = j->entry;
 	int64_t ms = util_now_ms() - j->started_ms;
 	metrics_job_finished(j->env->metrics, q->name, metrics_outcome(out.status, out.give_back),
 			     (double)ms / 1000.0);
-	log_job(LOG_INFO, j,
-		"msg=\"job finished\" status=%s reason=%s exit_code=%d signal=%d ms=%" PRId64,
-		out.status, reason ? reason : "none", exit_code, sig, ms);
-	if (strcmp(out.status, "queued") == 0 && !out.give_back)
+	note_usage(j, o, ran);
+	/* A job that failed for good is a warning (`journalctl -p warning`
+	 * lists failures); a retry, a success or a give-back is news. The exit
+	 * code and the signal appear only when there is one. */
+	char codes[48] = "";
+	if (o->status == EXEC_EXITED)
+		snprintf(codes, sizeof(codes), " exit_code=%d", o->exit_code);
+	else if (o->status == EXEC_SIGNALED)
+		snprintf(codes, sizeof(codes), " signal=%d", o->signal);
+	bool retry = strcmp(out.status, "queued") == 0 && !out.give_back;
+	log_job(strcmp(out.status, "failed") == 0 ? LOG_WARN : LOG_INFO, j,
+		"msg=\"job finished\" status=%s reason=%s%s%s ms=%" PRId64, out.status,
+		reason ? reason : "none", codes, retry ? " retry=true" : "", ms);
+	if (retry)
 		emit(j, JOB_EV_RETRY, out.retry_in_ms);
 	j->out = out;
 	struct db_stmt st[CLAIM_FINISH_MAX];
@@ -304,6 +377,8 @@ static void end_containment(struct job *j)
 static void on_exec_done(struct exec_proc *p, const struct exec_outcome *o, void *arg)
 {
 	struct job *j = arg;
+	joblog_free(j->joblog); /* its last lines before the outcome's */
+	j->joblog = NULL;
 	end_containment(j);
 	j->pgid = 0;
 	ev_timer_stop(j->env->loop, &j->timeout);
@@ -315,14 +390,15 @@ static void on_exec_done(struct exec_proc *p, const struct exec_outcome *o, void
 			"msg=\"command ended after its claim was lost\" reason=lost_lock");
 		metrics_job_finished(j->env->metrics, j->run_q->name, METRICS_INTERRUPTED,
 				     (double)(util_now_ms() - j->started_ms) / 1000.0);
-		size_t len = 0;
-		const char *err = o->err ? capture_data(o->err, &len) : "";
+		note_usage(j, o, true);
+		static const char lost[] =
+		    "the database session holding the job was lost; the command was killed";
+		int exit_code = o->status == EXEC_EXITED ? o->exit_code : -1;
+		int sig = o->status == EXEC_SIGNALED ? o->signal : 0;
 		free(j->error);
-		j->error = result_error_json(
-		    "lost_lock", o->status == EXEC_EXITED ? o->exit_code : -1,
-		    o->status == EXEC_SIGNALED ? o->signal : 0,
-		    "the database session holding the job was lost; the command was killed", err,
-		    len, o->err ? capture_truncated(o->err) : false);
+		free(j->entry);
+		j->error = error_json("lost_lock", exit_code, sig, lost, o, true);
+		j->entry = history_entry("lost_lock", exit_code, sig, lost, o, true);
 		exec_free(p);
 		j->proc = NULL;
 		j->release_pending = true;
@@ -362,6 +438,14 @@ static int register_pgroup(pid_t pgid, void *arg)
 	return 0;
 }
 
+/* exec's on_output hook: the queue forwards its commands' lines. */
+static void forward_output(int stream, const char *buf, size_t n, void *arg)
+{
+	struct job *j = arg;
+	if (j->joblog)
+		joblog_feed(j->joblog, stream == 0 ? JOBLOG_STDOUT : JOBLOG_STDERR, buf, n);
+}
+
 /* A job's timeout lowers the queue's, never raises or disables it, whatever
  * the row says: under 1 ms (0 once rounded) counts as 1 ms, and a queue
  * timeout of 0 (none) lets the job's stand. job_ms < 0: the job gave none.
@@ -388,6 +472,8 @@ static void start_command(struct job *j)
 	    .attempt = j->cj.attempts,
 	    .max_attempts = j->cj.max_attempts,
 	    .fence = j->cj.fence,
+	    .schedule = j->cj.schedule,
+	    .scheduled_for = j->cj.scheduled_for,
 	    .arg_keys = (const char *const *)j->cj.arg_keys,
 	    .arg_vals = (const char *const *)j->cj.arg_vals,
 	    .nargs = j->cj.nargs,
@@ -398,6 +484,7 @@ static void start_command(struct job *j)
 	bool switch_user = q->has_user && (q->uid != geteuid() || q->gid != getegid());
 	struct exec_spec spec = {
 	    .command = q->command,
+	    .reaper = j->env->reaper,
 	    .working_dir = q->working_dir,
 	    .envp = envp,
 	    .stdin_data = j->cj.data,
@@ -409,7 +496,11 @@ static void start_command(struct job *j)
 	    /* Without the hook, contain would take the shell for an orphan. */
 	    .before_run = j->env->guard || j->env->contain ? register_pgroup : NULL,
 	    .before_run_arg = j,
+	    .on_output = q->log_output == LOG_OUTPUT_JOURNAL ? forward_output : NULL,
+	    .on_output_arg = j,
 	};
+	if (q->log_output == LOG_OUTPUT_JOURNAL)
+		j->joblog = joblog_new(j->cj.id, q->name, j->cj.attempts, (size_t)q->max_output);
 	j->pgid = 0;
 	j->started_ms = util_now_ms();
 	j->proc = exec_start(j->env->loop, &spec, on_exec_done, j);
@@ -418,6 +509,8 @@ static void start_command(struct job *j)
 		/* EMFILE and the like: the environment, not the job. Give the
 		 * attempt back and let the job be claimed again later. */
 		log_job(LOG_ERROR, j, "msg=\"cannot start command\" err=\"%s\"", strerror(errno));
+		joblog_free(j->joblog);
+		j->joblog = NULL;
 		struct exec_outcome o = {
 		    .status = EXEC_SPAWN_FAILED, .spawn_errno = errno, .spawn_what = "pipe"};
 		j->kill_reason = "shutdown";
@@ -463,8 +556,9 @@ static void apply_ceilings(struct job *j)
 		j->cj.max_attempts = 1;
 }
 
-/* The hold did not take: tell the daemon (the claimer drops the bridge, and
- * the job, still `running`, is an orphan for the next orphan pass). */
+/* The hold did not take: tell the daemon (the claimer no longer answers for
+ * the job, and the job, if still `running` for us, is handed back by the next
+ * orphan pass). */
 static void not_held(struct job *j)
 {
 	emit(j, JOB_EV_NOT_HELD, 0);
@@ -616,7 +710,7 @@ static void on_released(struct db_conn *c, PGresult *const *res, int n, void *ar
 static void send_release(struct job *j)
 {
 	struct db_stmt st;
-	claim_build_release(&st, &j->rparams, &j->cj, true, j->error,
+	claim_build_release(&st, &j->rparams, &j->cj, true, j->error, j->entry,
 			    retry_delay(j->run_q ? j->run_q : j->q, j->cj.attempts));
 	job_step(j, J_RELEASING);
 	if (db_send(j->db, &st, 1, on_released, j) < 0) {
@@ -721,6 +815,7 @@ void job_free(struct job *j)
 		exec_free(j->proc);
 		end_containment(j);
 	}
+	joblog_free(j->joblog);
 	clear_run(j);
 	db_conn_free(j->db);
 	queue_conf_unref(j->q);

@@ -18,6 +18,7 @@ struct contain;
 struct fence;
 struct guard;
 struct metrics;
+struct reaper;
 
 enum job_event {
 	JOB_EV_IDLE,	 /* connected and idle (after connect or a finished job) */
@@ -36,6 +37,7 @@ struct job_env {
 	const char *home;	   /* HOME for commands of queues without `user` */
 	const char *lang;	   /* the daemon's LANG, NULL if unset */
 	struct guard *guard;
+	struct reaper *reaper;	 /* reaps the commands' shells (reap.h) */
 	struct contain *contain; /* a cgroup per command, or orphans swept; may be NULL */
 	struct fence *fence;	 /* the daemon's liveness; NULL: not fenced (tests) */
 	job_event_fn *on_event;

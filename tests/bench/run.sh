@@ -52,7 +52,7 @@ STEP_TIMEOUT=${BENCH_STEP_TIMEOUT:-600}       # seconds any single run may take
 OUT=${BENCH_OUT:-$repo/build/bench}           # results.json, table.txt, logs
 BIN=${BENCH_BIN:-$repo/build/bench}           # spawnbench, pickup, stamp
 
-# Targets of issue 5, read by people next to the figures; never pass/fail criteria of
+# Targets of the performance work, read by people next to the figures; never pass/fail criteria of
 # the build. Each is "OP VALUE" with OP one of <= >=; empty: no target.
 TGT_RATIO_CEILING=">= 0.8"   # ungrouped throughput / spawn ceiling
 TGT_RATIO_GROUPED=">= 0.7"   # 100 groups throughput / spawn ceiling
@@ -617,7 +617,7 @@ bench_strace() {
 
 # claim_rounds QUEUE COUNT WORKER: COUNT claims for one slot in one warm psql session, as
 # the daemon's claimer makes them (p_scan 1000, src/claim.c), each followed by the
-# claimed job's finish and the release of its bridge lock. Appends one line per claim to
+# claimed job's finish. Appends one line per claim to
 # $W/held.QUEUE.$REP: "ms M buffers B wal W" (execution time and shared buffers from
 # EXPLAIN ANALYZE; WAL written by the claim's own transaction, the finish left out).
 claim_rounds() {
@@ -627,7 +627,6 @@ claim_rounds() {
 EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF) SELECT * FROM pgjobd.claim_batch('$q', $3, '{bench}', 5, 0, 1048576, 1000, false, '{}', '{}', '{}');
 SELECT 'wal ' || pg_wal_lsn_diff(pg_current_wal_insert_lsn(), :'lsn');
 UPDATE pgjobd.jobs SET status = 'succeeded', finished_at = now() WHERE worker = 'bench' AND status = 'running';
-SELECT pg_advisory_unlock_all();
 "
 	done
 	psql -X -qAt -v ON_ERROR_STOP=1 <<<"$sql" >"$T/held-raw" 2>&1 ||

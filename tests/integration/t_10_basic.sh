@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Basic runs (SPEC §3): a job's life queued -> running -> succeeded, results from JSON,
+# Basic runs (pgjobd(8)): a job's life queued -> running -> succeeded, results from JSON,
 # YAML and plain-text stdout, data on stdin, PGJOBD_* environment, 50 jobs in a row.
 . "$(dirname "$0")/lib.sh"
 require_pgjobd

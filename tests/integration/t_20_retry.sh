@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Failed attempts and retries (SPEC §3): exit status, backoff, max_attempts (queue and
+# Failed attempts and retries (pgjobd(8)): exit status, backoff, max_attempts (queue and
 # row), a missing program (shell exit 127), death by signal, a working_dir that vanished.
 . "$(dirname "$0")/lib.sh"
 require_pgjobd

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Timeouts (SPEC §2, §3): SIGTERM to the whole process group at `timeout`, SIGKILL after
+# Timeouts (pgjobd.ini(5), pgjobd(8)): SIGTERM to the whole process group at `timeout`, SIGKILL after
 # `kill_grace`; a grandchild dies with the shell; the row's timeout overrides the queue's.
 . "$(dirname "$0")/lib.sh"
 require_pgjobd

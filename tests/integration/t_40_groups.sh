@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Groups (SPEC §1, guarantees 1 and 2): three daemons share a queue; within a group,
+# Groups (pgjobd(8), guarantees 1 and 2): three daemons share a queue; within a group,
 # never two commands at once and jobs start in id order (a retry holds back the group);
 # ungrouped jobs run in parallel up to `concurrency` per daemon.
 . "$(dirname "$0")/lib.sh"

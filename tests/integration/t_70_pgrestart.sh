@@ -42,7 +42,7 @@ touch "$T/gate.restarted"
 wait_until 90 "[ \"\$(count_jobs \"status IN ('queued', 'running')\")\" = 0 ]"
 ok $? "no job stays queued or running"
 is "$(count_jobs "status = 'succeeded'")" 200 "all 200 jobs succeeded"
-# One restart should cost a job at most one attempt; more is not a SPEC violation
+# One restart should cost a job at most one attempt; more is not a violation of the guarantees
 # (max_attempts allows it) but worth a look, so it is reported, not failed.
 many=$(psql_q "SELECT id, group_id, attempts, error->>'reason' FROM pgjobd.jobs WHERE attempts > 2")
 [ -n "$many" ] && diag "jobs that needed more than 2 attempts (id|group|attempts|reason):" "$many"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Cancel (SPEC §1, issue 3): UPDATE ... SET status = 'cancelled' on a queued job stops it
+# Cancel (pgjobd(8)): UPDATE ... SET status = 'cancelled' on a queued job stops it
 # from ever running; pgjobd.cancel(id) on a running job terminates its command's whole
 # process group (SIGTERM, SIGKILL after kill_grace) within about a second, and the job
 # ends `cancelled`, reason `cancelled`, not retried; on a queued job it cancels it, on a

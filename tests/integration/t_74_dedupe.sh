@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# dedupe_key (SPEC §1, issue 3): while a job of the same (queue, dedupe_key) is unfinished,
+# dedupe_key (pgjobd(8)): while a job of the same (queue, dedupe_key) is unfinished,
 # a plain INSERT with that key inserts nothing and raises no error (INSERT 0 0), also when
 # 8 sessions insert the same key at the same instant; once the job has finished
 # (succeeded, failed or cancelled) the key can be used again.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Pause (SPEC §1, issue 3): pgjobd.pause('q') stops new starts of queue q on every daemon
+# Pause (pgjobd(8)): pgjobd.pause('q') stops new starts of queue q on every daemon
 # at once and persistently (a daemon started while q is paused starts nothing of it);
 # running jobs are not disturbed; other queues go on; pgjobd.resume('q') restarts q on
 # every daemon at once (its NOTIFY wakes them: the fallback poll here is an hour).

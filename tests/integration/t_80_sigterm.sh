@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SIGTERM/SIGINT (SPEC §3, §4): stop claiming, let running commands finish within
+# SIGTERM/SIGINT (pgjobd(8)): stop claiming, let running commands finish within
 # shutdown_grace, else terminate them (their jobs return to queued, the attempt not held
 # against max_attempts) and exit 0.
 . "$(dirname "$0")/lib.sh"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# metrics_file (issue 4): the file is valid Prometheus text (prom-check.awk, itself tested
+# metrics_file: the file is valid Prometheus text (prom-check.awk, itself tested
 # here on broken input), it is replaced atomically (no .tmp left), its counters match the
 # jobs table after N jobs, some failing, some retried, and after a reconnect; a reload
 # that changes metrics_file moves the file; an unwritable path is logged and the daemon

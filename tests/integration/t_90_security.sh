@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Isolation of commands (SPEC §3): job data never passes through a shell parser; the
+# Isolation of commands (pgjobd(8)): job data never passes through a shell parser; the
 # command's environment is clean (no daemon variables, no credentials, no conninfo); it
 # inherits no file descriptor besides 0, 1 and 2.
 . "$(dirname "$0")/lib.sh"

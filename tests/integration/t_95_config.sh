@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Configuration (SPEC §2, §4): errors name FILE:LINE and exit 2 without starting; `check`
+# Configuration (pgjobd.ini(5), pgjobd(8)): errors name FILE:LINE and exit 2 without starting; `check`
 # validates, connects and checks the schema; SIGHUP reloads, and a broken file is
 # reported and ignored (the old config stays).
 . "$(dirname "$0")/lib.sh"

@@ -60,7 +60,7 @@ claim_secs() {
 # ---------------------------------------------------------------- before any daemon
 
 cli status -c "$conf"
-is "$rc:$out" "0:QUEUE  QUEUED  RUNNING  SUCCEEDED  FAILED  CANCELLED  OLDEST_QUEUED  PAUSED  FAILED_LAST_HOUR
+is "$rc:$out" "0:QUEUE  QUEUED  RUNNING  SUCCEEDED  FAILED  CANCELLED  OLDEST_QUEUED  PAUSED  FAILED_LAST_HOUR  DAEMONS
 
 oldest open claim: none
 live daemons: 0" "no daemon: the header, no open claim, no live daemon"
@@ -87,7 +87,7 @@ cli status -c "$conf"
 note "pgjobd status while the job runs:" "$out"
 mapfile -t lines <<<"$out"
 is "${#lines[@]}" 5 "status: header, one queue, blank line, claim, daemons"
-like "${lines[1]}" '^long +0 +1 +0 +0 +0 +no +0$' "status: the queue's line as before"
+like "${lines[1]}" '^long +0 +1 +0 +0 +0 +no +0 +1$' "status: the queue's line as before, served by one daemon"
 is "${lines[2]}" "" "status: a blank line under the table"
 like "${lines[3]}" "^oldest open claim: [0-9]+s \\(queue long, pid $slot_pid, xid age [0-9]+\\); it holds back VACUUM in the whole database\$" \
 	"status: the claim's age, queue, backend pid and xid age, and what it costs"
@@ -170,7 +170,7 @@ cli status --claim-warn soon -c "$conf"
 is "$rc:$out" "2:" "a bad --claim-warn: exit 2, nothing on stdout"
 like "$err" "^pgjobd: status: bad --claim-warn 'soon'" "... the message names the option"
 cli status --json --json-object -c "$conf"
-is "$rc:$out:$err" "2::pgjobd: status: give --json or --json-object, not both" \
+is "$rc:$out:$err" "2::pgjobd: status: give --json or --json-object, not both; try 'pgjobd status --help'" \
 	"--json and --json-object together: exit 2"
 cli enqueue long --claim-warn 1s -c "$conf"
 like "$rc:$err" "^2:pgjobd: enqueue: --claim-warn is an option of status" "--claim-warn belongs to status"

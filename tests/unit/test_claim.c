@@ -17,12 +17,14 @@ static void test_finish(void)
 {
 	struct db_stmt st[CLAIM_FINISH_MAX];
 	struct finish_params p;
-	struct claim_outcome ok_out = {.status = "succeeded", .result = "{}"};
+	struct claim_outcome ok_out = {
+	    .status = "succeeded", .result = "{}", .entry = "{\"reason\": \"none\"}"};
 	dirty(st, CLAIM_FINISH_MAX);
 	int n = claim_build_finish(st, &p, 42, 31, &ok_out);
 	is_int(n, 2, "succeeded: UPDATE and COMMIT");
-	is_int(st[0].nparams, 7, "the UPDATE has 7 parameters");
-	is_str(st[0].params[6], "31", "... the fencing token last");
+	is_int(st[0].nparams, 8, "the UPDATE has 8 parameters");
+	is_str(st[0].params[6], "31", "... the fencing token");
+	is_str(st[0].params[7], "{\"reason\": \"none\"}", "... the history entry last");
 	is_str(st[0].params[0], "42", "... the job id first");
 	is_str(st[0].params[1], "succeeded", "... then the status");
 	ok(st[0].params[3] == NULL, "... no error: SQL NULL");
@@ -45,6 +47,7 @@ static void test_finish(void)
 	is_int(n, 2, "queued: UPDATE and COMMIT");
 	is_str(st[0].params[4], "1500", "retry delay in ms");
 	is_str(st[0].params[5], "1", "give_back 1");
+	ok(st[0].params[7] == NULL, "no history entry: SQL NULL");
 }
 
 static void test_maintain(void)
