@@ -67,7 +67,10 @@ wait_until 20 "[ \"\$(job_field $G status)\" = running ]"
 ok $? "a long job of queue short is running"
 
 # ---------------------------------------------------------------- one daemon
-psql_q "
+# One transaction, the counts included: the daemon's maintenance pass (every second) sees
+# the rows and their groups' rows together, and none of them before they are counted.
+counted=$(psql_q "
+BEGIN;
 $(old_rows short 1200)
 -- Groups whose jobs are all finished and old (3 jobs each).
 $(old_rows short 15 "'gdone-' || (g % 5)")
@@ -86,18 +89,21 @@ INSERT INTO pgjobd.jobs (queue, created_at, run_at, finished_at)
      SELECT 'short', now() - interval '2 days', now() + interval '1 day',
             CASE WHEN g <= 5 THEN now() - interval '1 day' END
        FROM generate_series(1, 20) g;
-"
+-- Group rows are created by the first claim of a group (not by the INSERT):
+-- these stand for the rows those groups' claims left behind.
+INSERT INTO pgjobd.groups (queue, group_id)
+     SELECT 'short', g FROM unnest(ARRAY['gdone-0', 'gdone-1', 'gdone-2', 'gdone-3',
+                                         'gdone-4', 'gbusy']) g;
+SELECT string_agg(status || ':' || n, ' ' ORDER BY status)
+  FROM (SELECT status, count(*) n FROM pgjobd.jobs WHERE $OLD_SHORT GROUP BY status) s;
+SELECT count(*) FROM pgjobd.groups
+ WHERE queue = 'short' AND (group_id LIKE 'gdone-%' OR group_id = 'gbusy');
+COMMIT;
+")
 ok $? "inserted 1217 old finished rows in short (17 grouped), 50 young ones, 21 queued ones"
-is "$(psql_q "SELECT string_agg(status || ':' || n, ' ' ORDER BY status) FROM
-                (SELECT status, count(*) n FROM pgjobd.jobs WHERE $OLD_SHORT GROUP BY status) s")" \
-	"cancelled:406 failed:406 succeeded:405" "the old rows cover all three final statuses"
-# Group rows are created by the first claim of a group (not by the INSERT):
-# these stand for the rows those groups' claims left behind.
-psql_q "INSERT INTO pgjobd.groups (queue, group_id)
-        SELECT 'short', g FROM unnest(ARRAY['gdone-0', 'gdone-1', 'gdone-2', 'gdone-3',
-                                            'gdone-4', 'gbusy']) g" >/dev/null
-is "$(psql_q "SELECT count(*) FROM pgjobd.groups WHERE queue = 'short' AND (group_id LIKE 'gdone-%' OR group_id = 'gbusy')")" \
-	6 "the 6 groups have their lock rows"
+is "$(sed -n 1p <<<"$counted")" "cancelled:406 failed:406 succeeded:405" \
+	"the old rows cover all three final statuses"
+is "$(sed -n 2p <<<"$counted")" 6 "the 6 groups have their lock rows"
 
 wait_until 30 "[ \"\$(count_jobs \"$OLD_SHORT\")\" = 0 ]"
 ok $? "every old finished row of short is deleted"
