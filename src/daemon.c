@@ -167,7 +167,7 @@ static void kick_queue(struct qstate *q)
 	struct daemon *d = q->d;
 	if (d->state != D_RUNNING)
 		return;
-	if (!fence_holds(d->fence, fence_timeout_ms(d->fence) / 2)) {
+	if (!fence_may_claim(d->fence)) {
 		/* Claims not confirmed lately: a job started now could be
 		 * killed at once. The fence's FENCE_UP kicks again. */
 		q->again = true;

@@ -87,6 +87,10 @@ static void confirmed(struct fence *f)
 	int64_t d = f->sent + f->fence_ms;
 	if (d <= f->deadline)
 		return;
+	/* Heartbeats slowed by load (or by a lock on our row) bring the
+	 * deadline close without passing it: claiming stops meanwhile
+	 * (fence_may_claim), and must start again when they catch up. */
+	bool could = fence_may_claim(f);
 	f->deadline = d;
 	if (f->guard)
 		guard_set_deadline(f->guard, d);
@@ -94,6 +98,8 @@ static void confirmed(struct fence *f)
 	if (f->expired) {
 		f->expired = false;
 		log_info("msg=\"claims confirmed again\" worker_id=%lld", f->worker_id);
+		emit(f, FENCE_UP);
+	} else if (!could && fence_may_claim(f)) {
 		emit(f, FENCE_UP);
 	}
 }
@@ -284,6 +290,11 @@ long long fence_worker_id(const struct fence *f)
 bool fence_holds(const struct fence *f, int64_t min_left_ms)
 {
 	return f->worker_id != 0 && !f->expired && f->deadline - util_boot_ms() >= min_left_ms;
+}
+
+bool fence_may_claim(const struct fence *f)
+{
+	return fence_holds(f, f->fence_ms / 2);
 }
 
 int64_t fence_timeout_ms(const struct fence *f)

@@ -11,6 +11,9 @@
 #  E. PGJOBD_FENCE increases with every claim of a group.
 #  F. The session is lost while the outcome is being written: the outcome is written again
 #     from the next session; the command does not run again.
+#  G. Heartbeats held up (a lock on the daemon's workers row) past half of fence_timeout,
+#     not past all of it: a job enqueued meanwhile waits, and starts as soon as a heartbeat
+#     gets through again, not at the next poll.
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
 shared_cluster # the sessions it ends are its own database's
@@ -160,6 +163,39 @@ wait_until 20 "[ \"\$(job_field $id status)\" = succeeded ]" || fail "F: the job
 sleep 1
 is "$(job_field "$id" "status || ' ' || attempts")" "succeeded 1" "F: one attempt, counted once"
 is "$(grep -c "^start gf $id " "$T/marks.log")" 1 "F: the command ran once"
+
+# ---- G: slow heartbeats: claiming pauses, and resumes when they catch up
+write_conf "$T/g.ini" <<EOF
+$(conf_header fence_timeout=6s poll_interval=60s)
+
+[queue.g]
+command = echo ok
+EOF
+start_daemon g "$T/g.ini"
+G=$DAEMON_PID
+gid() { psql_q "SELECT id FROM pgjobd.workers WHERE name LIKE '%:$G' AND alive_until > now()"; }
+wait_until 20 '[ -n "$(gid)" ]' || bail_out "daemon g did not register"
+wid=$(gid)
+id=$(psql_q "INSERT INTO pgjobd.jobs (queue) VALUES ('g') RETURNING id")
+wait_until 20 "[ \"\$(job_field $id status)\" = succeeded ]" || fail "G: a first job runs"
+# The last heartbeat confirmed was sent before the lock: after 3 s of it, less than half
+# of the 6 s is left; the lock ends at 3.6 s, well before the deadline (at least 4.5 s).
+psql_q "BEGIN; SELECT 1 FROM pgjobd.workers WHERE id = $wid FOR UPDATE; SELECT pg_sleep(3.6); COMMIT" \
+	>/dev/null 2>&1 &
+locker=$!
+sleep 3
+id=$(psql_q "INSERT INTO pgjobd.jobs (queue) VALUES ('g') RETURNING id")
+t0=$(now_ms)
+wait "$locker"
+wait_until 20 "[ \"\$(job_field $id status)\" = succeeded ]"
+ok $? "G: the job enqueued while heartbeats were held up runs"
+took=$(($(now_ms) - t0))
+cmp_ok "$took" -lt 15000 "G: ... once a heartbeat got through, not at the 60 s poll (${took} ms)"
+if grep -q 'cannot confirm this daemon' "$T/g.log"; then
+	note "G: the deadline passed too (a loaded machine): the test took the expiry path"
+fi
+stop_daemon "$G"
+is "$?" 0 "daemon g exits 0"
 
 # ---- E: fencing tokens
 prev=0 bad=0
