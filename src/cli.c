@@ -307,6 +307,7 @@ int cli_session_open(struct cli_session *s, const struct cli_args *a, bool need_
 {
 	s->a = a;
 	s->pg = NULL;
+	s->sqlstate[0] = '\0';
 	s->cfg = need_queues ? config_load(a->config, true, stderr)
 			     : config_load_control(a->config, stderr);
 	if (!s->cfg)
@@ -354,6 +355,8 @@ PGresult *cli_session_query(struct cli_session *s, const char *sql, int n, const
 	ExecStatusType st = PQresultStatus(r);
 	if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK)
 		return r;
+	const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+	snprintf(s->sqlstate, sizeof(s->sqlstate), "%s", state ? state : "");
 	report_error(s, r);
 	PQclear(r);
 	return NULL;

@@ -128,6 +128,7 @@ struct cli_session {
 	const struct cli_args *a;
 	struct config *cfg;
 	PGconn *pg;
+	char sqlstate[6]; /* of the last statement that failed, "" when none did */
 };
 /* Loads the file and connects. need_queues: the whole file must be valid,
  * with at least one queue (check); else only [pgjobd] must be, and a queue
@@ -138,7 +139,8 @@ int cli_session_open(struct cli_session *s, const struct cli_args *a, bool need_
 void cli_session_close(struct cli_session *s);
 /* Runs one statement with text parameters. Returns its result (the caller
  * clears it), or NULL after printing PostgreSQL's message (with a hint to
- * migrate when the schema is missing or older). */
+ * migrate when the schema is missing or older) and keeping its SQLSTATE in
+ * s->sqlstate. */
 PGresult *cli_session_query(struct cli_session *s, const char *sql, int n, const char *const *vals);
 
 /* Each subcommand prints its result on stdout and its errors on stderr,

@@ -40,8 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
-#include "migrate.h"
+#include "cli.h"
 #include "parse.h"
 
 #define DEFAULT_CONFIG "/etc/pgjobd/pgjobd.ini"
@@ -221,68 +220,30 @@ static int since_arg(const struct args *a, char *buf, size_t size)
 
 /* ---------------------------------------------------------------- sessions */
 
+/* One subcommand's connection: cli.c's session, named after this command. */
 struct session {
-	const struct args *a;
-	PGconn *pg;
+	struct cli_args ca; /* the name and file, all cli_session needs */
+	struct cli_session cs;
 };
 
 /* Reads the file (only what [pgjobd] says is used) and connects. Returns 0,
  * or the exit status after printing why. */
 static int session_open(struct session *s, const struct args *a)
 {
-	s->a = a;
-	s->pg = NULL;
-	struct config *cfg = config_load_control(a->config, stderr);
-	if (!cfg)
-		return 2;
-	const char *keys[] = {"dbname", "fallback_application_name", NULL};
-	const char *vals[] = {cfg->database, "pgjobd", NULL};
-	s->pg = PQconnectdbParams(keys, vals, 1);
-	config_free(cfg);
-	if (PQstatus(s->pg) != CONNECTION_OK) {
-		fprintf(stderr, "pgjobd: %s: cannot connect to the database: %s", a->cmd,
-			PQerrorMessage(s->pg));
-		PQfinish(s->pg);
-		s->pg = NULL;
-		return 1;
-	}
-	return 0;
+	s->ca = (struct cli_args){.cmd = a->cmd, .config = a->config};
+	return cli_session_open(&s->cs, &s->ca, false);
 }
 
 static void session_close(struct session *s)
 {
-	PQfinish(s->pg);
-	s->pg = NULL;
-}
-
-/* PostgreSQL's message for a failed statement, and a hint when the schema
- * lacks what this binary needs (a missing relation, column or function). */
-static void report_error(const struct session *s, const PGresult *r)
-{
-	const char *msg = r ? PQresultErrorMessage(r) : "";
-	if (!*msg)
-		msg = PQerrorMessage(s->pg);
-	fprintf(stderr, "pgjobd: %s: %s", s->a->cmd, msg);
-	const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
-	if (state && (strcmp(state, "3F000") == 0 || strcmp(state, "42P01") == 0 ||
-		      strcmp(state, "42703") == 0 || strcmp(state, "42883") == 0))
-		fprintf(stderr,
-			"pgjobd: hint: this pgjobd needs schema version %d: run 'pgjobd migrate -c "
-			"%s'\n",
-			migrate_latest(), s->a->config);
+	cli_session_close(&s->cs);
 }
 
 /* One statement with text parameters; its result (the caller clears it),
  * or NULL after printing why. */
 static PGresult *query(struct session *s, const char *sql, int n, const char *const *vals)
 {
-	PGresult *r = PQexecParams(s->pg, sql, n, NULL, vals, NULL, NULL, 0);
-	ExecStatusType st = PQresultStatus(r);
-	if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK)
-		return r;
-	report_error(s, r);
-	PQclear(r);
-	return NULL;
+	return cli_session_query(&s->cs, sql, n, vals);
 }
 
 /* ---------------------------------------------------------------- text output */

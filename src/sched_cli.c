@@ -25,9 +25,7 @@
 #include <time.h>
 
 #include "cli.h"
-#include "config.h"
 #include "cron.h"
-#include "migrate.h"
 #include "parse.h"
 
 const char sched_cli_usage[] =
@@ -214,36 +212,25 @@ static int parse_args(int argc, char **argv, struct sargs *a)
 
 /* ---------------------------------------------------------------- session */
 
+/* One verb's connection: cli.c's session, named "schedule VERB". */
 struct ssession {
 	const struct sargs *a;
-	struct config *cfg;
-	PGconn *pg;
+	char cmd[32];	    /* "schedule VERB", the prefix of every message */
+	struct cli_args ca; /* the name and file, all cli_session needs */
+	struct cli_session cs;
 };
 
 static int open_session(struct ssession *s, const struct sargs *a)
 {
 	s->a = a;
-	s->pg = NULL;
-	s->cfg = config_load_control(a->config, stderr);
-	if (!s->cfg)
-		return 2;
-	const char *keys[] = {"dbname", "fallback_application_name", NULL};
-	const char *vals[] = {s->cfg->database, "pgjobd", NULL};
-	s->pg = PQconnectdbParams(keys, vals, 1);
-	if (PQstatus(s->pg) != CONNECTION_OK) {
-		fprintf(stderr, "pgjobd: schedule %s: cannot connect to the database: %s", a->verb,
-			PQerrorMessage(s->pg));
-		PQfinish(s->pg);
-		config_free(s->cfg);
-		return 1;
-	}
-	return 0;
+	snprintf(s->cmd, sizeof(s->cmd), "schedule %s", a->verb);
+	s->ca = (struct cli_args){.cmd = s->cmd, .config = a->config};
+	return cli_session_open(&s->cs, &s->ca, false);
 }
 
 static void close_session(struct ssession *s)
 {
-	PQfinish(s->pg);
-	config_free(s->cfg);
+	cli_session_close(&s->cs);
 }
 
 /* Runs one statement. Returns its result (the caller clears it), or NULL
@@ -251,24 +238,9 @@ static void close_session(struct ssession *s)
  * value (SQLSTATE class 22), else 1. */
 static PGresult *query(struct ssession *s, const char *sql, int n, const char *const *vals, int *rc)
 {
-	PGresult *r = PQexecParams(s->pg, sql, n, NULL, vals, NULL, NULL, 0);
-	ExecStatusType st = PQresultStatus(r);
-	if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) {
-		*rc = 0;
-		return r;
-	}
-	const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
-	const char *msg = PQresultErrorMessage(r);
-	fprintf(stderr, "pgjobd: schedule %s: %s", s->a->verb, *msg ? msg : PQerrorMessage(s->pg));
-	if (state && (strcmp(state, "42P01") == 0 || strcmp(state, "42883") == 0 ||
-		      strcmp(state, "3F000") == 0))
-		fprintf(stderr,
-			"pgjobd: hint: this pgjobd needs schema version %d: run 'pgjobd migrate -c "
-			"%s'\n",
-			migrate_latest(), s->a->config);
-	*rc = state && strncmp(state, "22", 2) == 0 ? 2 : 1;
-	PQclear(r);
-	return NULL;
+	PGresult *r = cli_session_query(&s->cs, sql, n, vals);
+	*rc = r ? 0 : strncmp(s->cs.sqlstate, "22", 2) == 0 ? 2 : 1;
+	return r;
 }
 
 /* ---------------------------------------------------------------- verbs */
