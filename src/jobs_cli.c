@@ -224,14 +224,30 @@ static int since_arg(const struct args *a, char *buf, size_t size)
 struct session {
 	struct cli_args ca; /* the name and file, all cli_session needs */
 	struct cli_session cs;
+	/* The role may read jobs.worker (a producer may not: it names hosts).
+	 * PostgreSQL checks column privileges when a statement is parsed, so
+	 * each statement that shows the worker comes in two versions. */
+	bool worker;
 };
 
-/* Reads the file (only what [pgjobd] says is used) and connects. Returns 0,
- * or the exit status after printing why. */
+/* Reads the file (only what [pgjobd] says is used), connects and learns
+ * whether the role may read the worker. Returns 0, or the exit status
+ * after printing why. */
 static int session_open(struct session *s, const struct args *a)
 {
 	s->ca = (struct cli_args){.cmd = a->cmd, .config = a->config};
-	return cli_session_open(&s->cs, &s->ca, false);
+	int rc = cli_session_open(&s->cs, &s->ca, false);
+	if (rc)
+		return rc;
+	PGresult *r = cli_session_query(
+	    &s->cs, "SELECT has_column_privilege('pgjobd.jobs', 'worker', 'SELECT')", 0, NULL);
+	if (!r) {
+		cli_session_close(&s->cs);
+		return 1;
+	}
+	s->worker = PQntuples(r) == 1 && PQgetvalue(r, 0, 0)[0] == 't';
+	PQclear(r);
+	return 0;
 }
 
 static void session_close(struct session *s)
@@ -300,17 +316,24 @@ static void fmt_age(char *buf, size_t size, long long ms)
 	"AND ($4::bigint IS NULL OR updated_at >= now() - $4::bigint * interval '1 millisecond') " \
 	"ORDER BY id DESC LIMIT $5::int"
 
-static const char jobs_sql[] =
-    "SELECT id, queue, coalesce(group_id, '-'), status, attempts, "
-    "floor(extract(epoch FROM now() - created_at) * 1000)::bigint, coalesce(worker, '-'), "
-    "coalesce(error->>'reason', '-') " JOBS_FROM;
+/* Each statement that shows the worker, as [0] NULL, [1] the column
+ * (struct session's worker). */
+#define JOBS_SQL(worker)                                                                           \
+	"SELECT id, queue, coalesce(group_id, '-'), status, attempts, "                            \
+	"floor(extract(epoch FROM now() - created_at) * 1000)::bigint, coalesce(" worker           \
+	", '-'), "                                                                                 \
+	"coalesce(error->>'reason', '-') " JOBS_FROM
+static const char *const jobs_sql[2] = {JOBS_SQL("NULL::text"), JOBS_SQL("worker")};
 
-static const char jobs_json_sql[] =
-    "SELECT coalesce(json_agg(json_build_object('id', id, 'queue', queue, 'group_id', "
-    "group_id, 'status', status, 'attempts', attempts, 'max_attempts', max_attempts, "
-    "'priority', priority, 'created_at', created_at, 'run_at', run_at, 'started_at', "
-    "started_at, 'finished_at', finished_at, 'worker', worker, 'reason', error->>'reason') "
-    "ORDER BY id DESC), '[]') FROM (SELECT * " JOBS_FROM ") j";
+#define JOBS_JSON_SQL(worker)                                                                      \
+	"SELECT coalesce(json_agg(json_build_object('id', id, 'queue', queue, 'group_id', "        \
+	"group_id, 'status', status, 'attempts', attempts, 'max_attempts', max_attempts, "         \
+	"'priority', priority, 'created_at', created_at, 'run_at', run_at, 'started_at', "         \
+	"started_at, 'finished_at', finished_at, 'worker', worker, 'reason', error->>'reason') "   \
+	"ORDER BY id DESC), '[]') FROM (SELECT id, queue, group_id, status, attempts, "            \
+	"max_attempts, priority, created_at, run_at, started_at, finished_at, " worker             \
+	" AS worker, error " JOBS_FROM ") j"
+static const char *const jobs_json_sql[2] = {JOBS_JSON_SQL("NULL::text"), JOBS_JSON_SQL("worker")};
 
 static const struct column {
 	const char *head;
@@ -398,7 +421,7 @@ static int cmd_jobs(const struct args *a)
 	if ((rc = session_open(&s, a)))
 		return rc;
 	const char *vals[5] = {a->queue, a->status, a->group, a->since ? since : NULL, limit};
-	PGresult *r = query(&s, a->json ? jobs_json_sql : jobs_sql, 5, vals);
+	PGresult *r = query(&s, (a->json ? jobs_json_sql : jobs_sql)[s.worker], 5, vals);
 	rc = 1;
 	if (r) {
 		if (a->json)
@@ -416,14 +439,15 @@ static int cmd_jobs(const struct args *a)
 
 /* The row, every column as text ('' for NULL, shown as "-"); the enum
  * numbers the columns. */
-static const char show_sql[] =
-    "SELECT id, queue, group_id, status, attempts, max_attempts, priority, created_at, "
-    "run_at, started_at, finished_at, updated_at, expires_at, timeout, dedupe_key, worker, "
-    "data, jsonb_pretty(result), error->>'reason', error->>'exit_code', error->>'signal', "
-    "error->>'message', error->>'stderr', error->>'truncated', error->>'stdout', "
-    "error->>'stdout_truncated', error - ARRAY['reason', 'exit_code', 'signal', 'message', "
-    "'stderr', 'truncated', 'stdout', 'stdout_truncated'] "
-    "FROM pgjobd.jobs WHERE id = $1::bigint";
+#define SHOW_SQL(worker)                                                                           \
+	"SELECT id, queue, group_id, status, attempts, max_attempts, priority, created_at, "       \
+	"run_at, started_at, finished_at, updated_at, expires_at, timeout, dedupe_key, " worker    \
+	", data, jsonb_pretty(result), error->>'reason', error->>'exit_code', error->>'signal', "  \
+	"error->>'message', error->>'stderr', error->>'truncated', error->>'stdout', "             \
+	"error->>'stdout_truncated', error - ARRAY['reason', 'exit_code', 'signal', 'message', "   \
+	"'stderr', 'truncated', 'stdout', 'stdout_truncated'] "                                    \
+	"FROM pgjobd.jobs WHERE id = $1::bigint"
+static const char *const show_sql[2] = {SHOW_SQL("NULL::text"), SHOW_SQL("worker")};
 enum {
 	S_ID,
 	S_QUEUE,
@@ -477,14 +501,16 @@ enum {
 	H_MESSAGE,
 };
 
-static const char show_json_sql[] =
-    "SELECT json_build_object('id', id, 'queue', queue, 'group_id', group_id, 'status', "
-    "status, 'attempts', attempts, 'max_attempts', max_attempts, 'priority', priority, "
-    "'created_at', created_at, 'run_at', run_at, 'started_at', started_at, 'finished_at', "
-    "finished_at, 'updated_at', updated_at, 'expires_at', expires_at, 'timeout_ms', "
-    "ceil(extract(epoch FROM timeout) * 1000)::bigint, 'dedupe_key', dedupe_key, 'worker', "
-    "worker, 'data', data, 'result', result, 'error', error, 'history', history) "
-    "FROM pgjobd.jobs WHERE id = $1::bigint";
+#define SHOW_JSON_SQL(worker)                                                                      \
+	"SELECT json_build_object('id', id, 'queue', queue, 'group_id', group_id, 'status', "      \
+	"status, 'attempts', attempts, 'max_attempts', max_attempts, 'priority', priority, "       \
+	"'created_at', created_at, 'run_at', run_at, 'started_at', started_at, 'finished_at', "    \
+	"finished_at, 'updated_at', updated_at, 'expires_at', expires_at, 'timeout_ms', "          \
+	"ceil(extract(epoch FROM timeout) * 1000)::bigint, 'dedupe_key', dedupe_key, "             \
+	"'worker', " worker                                                                        \
+	", 'data', data, 'result', result, 'error', error, 'history', history) "                   \
+	"FROM pgjobd.jobs WHERE id = $1::bigint"
+static const char *const show_json_sql[2] = {SHOW_JSON_SQL("NULL::text"), SHOW_JSON_SQL("worker")};
 
 static const char *val(const PGresult *r, int row, int col)
 {
@@ -636,9 +662,9 @@ static int cmd_show(const struct args *a)
 	const char *vals[1] = {id};
 	PGresult *r = NULL, *h = NULL;
 	if (a->json) {
-		r = query(&s, show_json_sql, 1, vals);
+		r = query(&s, show_json_sql[s.worker], 1, vals);
 	} else {
-		r = query(&s, show_sql, 1, vals);
+		r = query(&s, show_sql[s.worker], 1, vals);
 		if (r && PQntuples(r) == 1)
 			h = query(&s, history_sql, 1, vals);
 		if (r && PQntuples(r) == 1 && !h)

@@ -327,6 +327,28 @@ wait_until 20 "[ \"\$(job_field ${h3:-0} status)\" = succeeded ]"
 ok $? "afterwards a producer's job still runs under the worker-role daemon"
 refused app "UPDATE pgjobd.jobs SET status = 'queued' WHERE id = ${h3:-0}" "afterwards the producer still cannot UPDATE status"
 
+# `pgjobd jobs` and `show` as a producer: the worker column is not the producer's to read,
+# so it shows as none; the rest is there.
+write_conf "$T/app.ini" <<EOF
+[pgjobd]
+database = host=$T/sock port=$PGPORT dbname=$PGDATABASE user=app
+EOF
+out=$("$PGJOBD" jobs --queue hello -c "$T/app.ini" 2>&1)
+is "$?:$(echo "$out" | awk -v id="${h3:-0}" '$1 == id { print $2, $4, $7 }')" "0:hello succeeded -" \
+	"pgjobd jobs as a producer: its job, with no worker"
+out=$("$PGJOBD" jobs --json --queue hello -c "$T/app.ini" 2>&1)
+is "$?:$(echo "$out" | jq -r --argjson id "${h3:-0}" '.[] | select(.id == $id) | "\(.status) \(.worker)"')" \
+	"0:succeeded null" "pgjobd jobs --json as a producer: worker null"
+out=$("$PGJOBD" show "${h3:-0}" -c "$T/app.ini" 2>&1)
+is "$?:$(echo "$out" | awk '$1 == "status" && !s { s = $2 } $1 == "worker" && !w { w = $2 }
+	END { print "status=" s, "worker=" w }')" \
+	"0:status=succeeded worker=-" "pgjobd show as a producer: the job, worker -"
+out=$("$PGJOBD" show --json "${h3:-0}" -c "$T/app.ini" 2>&1)
+is "$?:$(echo "$out" | jq -r '"\(.status) \(.worker) \(.history | length)"')" "0:succeeded null 1" \
+	"pgjobd show --json as a producer: worker null, the history there"
+out=$("$PGJOBD" show "${h3:-0}" -c "$T/wrk.ini" 2>&1)
+like "$(echo "$out" | awk '$1 == "worker" { print $2; exit }')" ':hello[.][0-9]+$' "pgjobd show as the worker role: the worker"
+
 is "$(grep -c 'level=error\|maintenance pass failed\|permission denied' "$T/d.log")" 0 \
 	"the daemon logged no error, no failed maintenance pass, no permission problem"
 pid_alive "$d"
