@@ -241,13 +241,13 @@ hwm_mib() {
 	awk '/^VmHWM:/ { printf "%.3f", $2 / 1024 }' "/proc/$1/status" 2>/dev/null
 }
 # guard_of PID: the daemon's guard (src/guard.c): its child that still runs the pgjobd
-# image (forked, never exec'd) in the daemon's process group. Commands are in their own
-# process groups, so a command caught between posix_spawn and exec is not mistaken for it.
+# image (forked, never exec'd) and leads a session of its own (setsid). Commands get
+# process groups of their own in the daemon's session, so a command caught between its
+# fork and exec is not mistaken for it.
 guard_of() {
-	local pgrp c
-	pgrp=$(awk '{ sub(/.*\) /, ""); print $3 }' "/proc/$1/stat")
+	local c
 	for c in $(pgrep -P "$1" -x pgjobd); do
-		[ "$(awk '{ sub(/.*\) /, ""); print $3 }' "/proc/$c/stat" 2>/dev/null)" = "$pgrp" ] && echo "$c"
+		[ "$(awk '{ sub(/.*\) /, ""); print $4 }' "/proc/$c/stat" 2>/dev/null)" = "$c" ] && echo "$c"
 	done
 }
 
