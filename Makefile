@@ -42,10 +42,12 @@ BENCH_TOOLS := $(B)/bench/spawnbench $(B)/bench/pickup $(B)/bench/stamp
 
 UNITS := pgjobd.service pgjobd@.service
 MANPAGES := man/pgjobd.8 man/pgjobd.ini.5
-TEST_HELPERS := $(B)/tests/notify-sink $(B)/tests/chaos-proxy
+TEST_HELPERS := $(B)/tests/notify-sink $(B)/tests/chaos-proxy $(B)/tests/config-keys
+# Integration test files run at once (tests/integration/run.sh): they mostly wait.
+TEST_JOBS ?= 8
 
 .PHONY: all check check-unit check-integration check-asan asan install uninstall clean format format-check bench \
-	chaos
+	chaos deb schema
 
 all: $(B)/pgjobd
 
@@ -64,12 +66,12 @@ $(B)/sql_embed.o: $(B)/sql_embed.c
 $(B):
 	mkdir -p $(B)/tests
 
-# A unit test links only its module(s) plus util and log (STYLE §9).
+# A unit test links only its module(s) plus util and log.
 TEST_DEPS_parse := parse
 TEST_DEPS_config := config parse
 TEST_DEPS_capture := capture
 TEST_DEPS_result := result
-TEST_DEPS_exec := exec capture parse priv
+TEST_DEPS_exec := exec capture parse priv reap
 TEST_DEPS_guard := guard procfs
 TEST_DEPS_procfs := procfs
 TEST_DEPS_log :=
@@ -78,6 +80,8 @@ TEST_DEPS_claim := claim
 TEST_DEPS_notify := notify
 TEST_DEPS_sha256 := sha256
 TEST_DEPS_priv := priv
+TEST_DEPS_cron := cron
+TEST_DEPS_tick := tick cron
 .SECONDEXPANSION:
 # addprefix/addsuffix, not patsubst: make replaces a pattern rule's % with the
 # stem before the second expansion, which broke $$(patsubst %,...).
@@ -90,12 +94,25 @@ check: check-unit check-integration
 $(B)/tests/%: tests/integration/%.c | $(B)
 	$(CC) $(CFLAGS) -std=c11 -D_GNU_SOURCE $(WARN) $(WERROR) $(LDFLAGS) -o $@ $<
 
+# ... except the one that prints the configuration's key table (as test_config links).
+$(B)/tests/config-keys: tests/integration/config-keys.c $(addprefix $(B)/,$(addsuffix .o,config parse util log)) | $(B)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(PKG_LIBS)
+
 check-unit: $(UNIT_TESTS)
 	prove $(UNIT_TESTS)
 
+# One PostgreSQL for the whole run, TEST_JOBS files at once (see tests/integration/run.sh).
 check-integration: $(B)/pgjobd $(TEST_HELPERS)
 	PGJOBD=$(abspath $(B)/pgjobd) NOTIFY_SINK=$(abspath $(B)/tests/notify-sink) \
-		CHAOS_PROXY=$(abspath $(B)/tests/chaos-proxy) prove -j1 tests/integration/t_*.sh
+		CHAOS_PROXY=$(abspath $(B)/tests/chaos-proxy) CONFIG_KEYS=$(abspath $(B)/tests/config-keys) \
+		bash tests/integration/run.sh -j $(TEST_JOBS)
+
+# sql/schema.sql is the whole schema as the migrations leave a fresh database (a
+# normalised pg_dump, see sql/README). After adding or changing a migration, run
+# `make schema` to regenerate it (a throwaway PostgreSQL cluster, as the tests start
+# one); tests/integration/t_01_schema.sh fails while it is stale.
+schema: $(B)/pgjobd
+	PGJOBD=$(abspath $(B)/pgjobd) bash tests/schema-update.sh
 
 # Measurements, not tests: exits 0 whatever the figures (see tests/bench/README).
 # Results in $(B)/bench/results.json; BENCH_QUICK=1 for a 10x smaller run.
@@ -129,10 +146,10 @@ chaos: $(B)/pgjobd $(B)/tests/chaos-proxy
 		CHAOS_SECONDS=$(CHAOS_SECONDS) bash tests/chaos/run.sh
 
 asan:
-	$(MAKE) B=build-asan CFLAGS='-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all' LDFLAGS='-fsanitize=address,undefined'
+	$(MAKE) B=build-asan CFLAGS='-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all -DPGJOBD_CHECK_STATES' LDFLAGS='-fsanitize=address,undefined'
 
 check-asan:
-	$(MAKE) B=build-asan CFLAGS='-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all' LDFLAGS='-fsanitize=address,undefined' check
+	$(MAKE) B=build-asan CFLAGS='-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all -DPGJOBD_CHECK_STATES' LDFLAGS='-fsanitize=address,undefined' check
 
 # The units in systemd/ name /usr/local/bin/pgjobd and /etc/pgjobd/; the
 # installed copies name BINDIR and SYSCONFDIR. The example configuration is
@@ -169,6 +186,45 @@ uninstall:
 	for u in $(UNITS); do rm -f $(DESTDIR)$(UNITDIR)/$$u; done
 	rm -f $(DESTDIR)$(SYSUSERSDIR)/pgjobd.conf $(DESTDIR)$(TMPFILESDIR)/pgjobd.conf
 	rm -f $(DESTDIR)$(MANDIR)/man8/pgjobd.8 $(DESTDIR)$(MANDIR)/man5/pgjobd.ini.5
+
+# A Debian package built with dpkg-deb alone (no debian/ source tree):
+# `make install` into $(B)/deb/root with the Debian paths, the man pages
+# compressed, the example configuration as a conffile, the maintainer scripts
+# of systemd/debian/ (users, directories, daemon-reload), and Depends from
+# dpkg-shlibdeps when it is installed (else the libraries the binary links).
+# Result: $(B)/deb/pgjobd_VERSION_ARCH.deb. `dpkg -i` it, then
+# `systemctl enable --now pgjobd`.
+DEB_VERSION ?= $(VERSION)-1
+DEB_ARCH := $(shell dpkg --print-architecture 2>/dev/null || echo amd64)
+DEB_DIR := $(B)/deb
+DEB_ROOT := $(DEB_DIR)/root
+DEB_FILE := $(DEB_DIR)/pgjobd_$(DEB_VERSION)_$(DEB_ARCH).deb
+DEB_DEPENDS_FALLBACK := libc6, libpq5, libev4, libyaml-0-2, libinih1
+
+# Built anew every time: it is quick, and a package must never lag its sources.
+deb: $(B)/pgjobd
+	rm -rf $(DEB_DIR) && mkdir -p $(DEB_ROOT)/DEBIAN
+	$(MAKE) --no-print-directory B=$(B) install DESTDIR=$(abspath $(DEB_ROOT)) PREFIX=/usr \
+		SYSCONFDIR=/etc UNITDIR=/usr/lib/systemd/system >/dev/null
+	strip --strip-unneeded --remove-section=.comment --remove-section=.note $(DEB_ROOT)/usr/bin/pgjobd
+	gzip -9n $(DEB_ROOT)/usr/share/man/man8/pgjobd.8 $(DEB_ROOT)/usr/share/man/man5/pgjobd.ini.5
+	install -D -m 0644 systemd/debian/copyright $(DEB_ROOT)/usr/share/doc/pgjobd/copyright
+	install -m 0755 systemd/debian/postinst systemd/debian/prerm systemd/debian/postrm \
+		$(DEB_ROOT)/DEBIAN/
+	echo /etc/pgjobd/pgjobd.ini >$(DEB_ROOT)/DEBIAN/conffiles
+	deps=; \
+	if command -v dpkg-shlibdeps >/dev/null 2>&1; then \
+		mkdir -p $(DEB_DIR)/shlibs/debian && \
+		printf 'Source: pgjobd\n\nPackage: pgjobd\nArchitecture: any\n' \
+			>$(DEB_DIR)/shlibs/debian/control && \
+		deps=$$(cd $(DEB_DIR)/shlibs && dpkg-shlibdeps -O -e $(abspath $(DEB_ROOT))/usr/bin/pgjobd \
+			2>/dev/null | sed -n 's/^shlibs:Depends=//p'); \
+	fi; \
+	size=$$(du -sk --exclude=DEBIAN $(DEB_ROOT) | cut -f1); \
+	sed -e "s/@VERSION@/$(DEB_VERSION)/" -e "s/@ARCH@/$(DEB_ARCH)/" -e "s/@SIZE@/$$size/" \
+	    -e "s/@DEPENDS@/$${deps:-$(DEB_DEPENDS_FALLBACK)}/" systemd/debian/control.in \
+		>$(DEB_ROOT)/DEBIAN/control
+	dpkg-deb --root-owner-group -Zxz --build $(DEB_ROOT) $(DEB_FILE)
 
 clean:
 	rm -rf build build-asan

@@ -1,6 +1,6 @@
 -- 002_fast_claim.sql - schema version 2: claims in batches.
 --
--- Profiling a busy daemon (issue 5) showed PostgreSQL, not the spawning of
+-- Profiling a busy daemon showed PostgreSQL, not the spawning of
 -- commands, setting the pace: every slot claimed for itself, so sixteen
 -- sessions probed the head of the same index at once, skipping each other's
 -- locked rows and the entries of just-started jobs, and every job paid a

@@ -1,7 +1,7 @@
 -- 004_cheap_enqueue.sql - schema version 4: the INSERT trigger skips its
 -- NOTIFY lookup when no daemon waits.
 --
--- Measured with `make bench` (issue 5), the statement trigger of version 3
+-- Measured with `make bench`, the statement trigger of version 3
 -- cost 10-20 % of the single-row INSERT throughput of 16 producers without
 -- groups. Most of it was the lookup of the statement's queues (a query over
 -- the transition table) in pgjobd.waiting. One look at that small table now

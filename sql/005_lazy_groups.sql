@@ -1,7 +1,7 @@
 -- 005_lazy_groups.sql - schema version 5: a producer's INSERT no longer
 -- writes pgjobd.groups; the first claim of a group creates its lock row.
 --
--- Measured with `make bench` (issue 5), creating group rows in the INSERT
+-- Measured with `make bench`, creating group rows in the INSERT
 -- trigger (INSERT ... ON CONFLICT DO NOTHING once per statement with grouped
 -- rows) cost a quarter of the single-row INSERT throughput of 16 producers,
 -- against a tenth without groups. The claim already created a missing row

@@ -7,7 +7,7 @@
  * Invariants:
  * - len <= max and cap <= max (+1 for a NUL kept after the data, so callers
  *   that debug-print it are safe): memory is bounded by max_output whatever
- *   the command writes, which is the whole point of this module (SPEC §3).
+ *   the command writes, which is the whole point of this module (pgjobd(8)).
  * - data is allocated lazily and grows geometrically (x2, from CAPTURE_MIN)
  *   up to max, so a job that prints 3 bytes costs a few dozen, not max.
  * - HEAD keeps the first max bytes: once full, further appends only count.
@@ -18,6 +18,13 @@
  *   plain copy. capture_data() rotates the ring in place (three reversals,
  *   no extra memory) so the kept bytes become contiguous from data[0].
  * - total counts every byte appended, kept or not; truncated == total > max.
+ * - HEAD_TAIL is a HEAD plus `rest`, a TAIL capture (allocated on the first
+ *   byte past the head) of everything that did not fit in the head. The
+ *   stream's last max bytes are then rest's bytes, preceded by the end of
+ *   the head while rest holds fewer than max (it has dropped nothing then,
+ *   so the two are adjacent in the stream): capture_tail() moves that end of
+ *   the head into rest once, so rest itself holds the tail. Memory: max for
+ *   the head plus max for rest, the latter only for output longer than max.
  */
 #include "capture.h"
 
@@ -40,10 +47,15 @@ void capture_init(struct capture *c, enum capture_mode mode, size_t max)
 	c->len = 0;
 	c->start = 0;
 	c->total = 0;
+	c->rest = NULL;
 }
 
 void capture_fini(struct capture *c)
 {
+	if (c->rest) {
+		capture_fini(c->rest);
+		free(c->rest);
+	}
 	free(c->data);
 	capture_init(c, c->mode, c->max);
 }
@@ -97,15 +109,21 @@ void capture_append(struct capture *c, const void *data, size_t len)
 	if (len == 0 || c->max == 0)
 		return;
 
-	if (c->mode == CAPTURE_HEAD) {
+	if (c->mode == CAPTURE_HEAD || c->mode == CAPTURE_HEAD_TAIL) {
 		size_t room = c->max - c->len;
-		if (len > room)
-			len = room;
-		if (len == 0)
+		size_t n = len > room ? room : len;
+		if (n > 0) {
+			reserve(c, c->len + n);
+			memcpy(c->data + c->len, p, n);
+			c->len += n;
+		}
+		if (c->mode == CAPTURE_HEAD || n == len)
 			return;
-		reserve(c, c->len + len);
-		memcpy(c->data + c->len, p, len);
-		c->len += len;
+		if (!c->rest) {
+			c->rest = xmalloc(sizeof(*c->rest));
+			capture_init(c->rest, CAPTURE_TAIL, c->max);
+		}
+		capture_append(c->rest, p + n, len - n);
 		return;
 	}
 
@@ -142,6 +160,25 @@ void capture_append(struct capture *c, const void *data, size_t len)
 bool capture_truncated(const struct capture *c)
 {
 	return c->total > (uint64_t)c->max;
+}
+
+const char *capture_tail(struct capture *c, size_t *len)
+{
+	struct capture *r = c->rest;
+	if (c->mode != CAPTURE_HEAD_TAIL || !r)
+		return capture_data(c, len);
+	if (r->len < c->max) {
+		/* rest has dropped nothing: it starts right after the head, and
+		 * the head's last bytes complete the tail. */
+		size_t k = c->max - r->len;
+		assert(r->start == 0 && c->len == c->max && r->total == r->len);
+		reserve(r, c->max);
+		memmove(r->data + k, r->data, r->len);
+		memcpy(r->data, c->data + c->len - k, k);
+		r->len = c->max;
+		r->total += k;
+	}
+	return capture_data(r, len);
 }
 
 const char *capture_data(struct capture *c, size_t *len)

@@ -6,25 +6,25 @@
  *   claimer    SELECT * FROM pgjobd.claim_batch(queue, worker_id, ...)
  *              -- own transaction: marks up to one job per idle slot
  *              -- `running` (worker, worker_id, attempts+1, a new fencing
- *              -- token) and keeps each job's session-level advisory
- *              -- "bridge" lock
+ *              -- token) and commits; nothing stays locked
  *   slot       BEGIN
  *              SELECT ... FROM pgjobd.groups ... FOR UPDATE   -- group row
  *              SELECT ... FROM pgjobd.jobs ... FOR UPDATE     -- job row, if
  *              -- still running for this worker and fencing token, and our
  *              -- daemon is alive by the server's clock; Sync, tx open
- *   claimer    next claim_batch drops the bridges of held jobs
  *   slot       UPDATE pgjobd.jobs ... WHERE id AND fence; COMMIT  -- outcome
  *
  * So a busy slot makes two round trips and one commit per job, and the
- * claimer one round trip and one commit per batch. A claimed job is
- * protected at every instant by its bridge or by its row locks, and in time
- * by its daemon's heartbeat (fence.c): another daemon's orphan pass takes a
- * running job over only when it is protected by neither lock and its
- * daemon's claims have lapsed (sql/006_fencing.sql explains the bound). A
- * job of our own that none of our slots holds is handed back by our own
- * orphan pass (never started), or released by the slot that lost it
- * (pgjobd.release_claim: a failed attempt).
+ * claimer one round trip and one commit per batch. Between the claim's
+ * commit and the hold, the job is `running` and locked by nobody; it is
+ * protected by who may take a running job: another daemon only once our
+ * daemon's claims have lapsed (fence.c; sql/006_fencing.sql explains the
+ * bound), and then our slot's hold finds it gone or our daemon dead and
+ * starts nothing; our own orphan pass not while the claimer answers for it
+ * (claimer.c: p_skip); and a group with a running job starts no other job
+ * (sql/009_row_locks.sql). A job of our own that none of our slots
+ * holds is handed back by our own orphan pass (never started), or released by
+ * the slot that lost it (pgjobd.release_claim: a failed attempt).
  *
  * The finish UPDATE runs in the transaction that holds the job's row lock,
  * so it cannot race with anyone; when the connection is lost before COMMIT
@@ -41,11 +41,13 @@
 /* Step 1, the claimer's own transaction. The scan bound keeps a claim's cost
  * bounded when many ready rows are blocked (groups whose head is running or
  * waiting for a retry). */
+/* The two empty arrays are claim_batch's p_release_jobs and p_release_groups,
+ * which the schema ignores since version 9 (sql/009_row_locks.sql). */
 static const char sql_claim[] =
     "SELECT slot, job_id, group_row, group_id, attempts, max_attempts, timeout_ms, fence, "
-    "data, arg_keys, arg_vals FROM pgjobd.claim_batch($1, $2::bigint, $3::text[], $4::int, "
-    "$5::bigint, $6::bigint, $7::int, $8::boolean, $9::bigint[], $10::bigint[], "
-    "$11::bigint[], $12::bigint)";
+    "data, arg_keys, arg_vals, schedule, scheduled_for "
+    "FROM pgjobd.claim_batch($1, $2::bigint, $3::text[], $4::int, "
+    "$5::bigint, $6::bigint, $7::int, $8::boolean, '{}', '{}', $9::bigint[], $10::bigint)";
 /* Step 2, the slot's transaction: the group row first, then the job row,
  * the order every claimer locks them in. Both wait: only SKIP LOCKED probes
  * of other claimers can hold them, briefly. The job row is locked only if it
@@ -64,16 +66,25 @@ static const char sql_hold_job[] =
 const char claim_sql_commit[] = "COMMIT";
 
 /* Step 3, in the held transaction: the outcome. `queued` (retry or shutdown)
- * moves run_at; a shutdown gives the attempt back. */
+ * moves run_at; a shutdown gives the attempt back. $8, the attempt's entry
+ * from the daemon (NULL: no entry, the command never started), is completed
+ * with the row's attempt, worker and start and appended to history
+ * (pgjobd.history_add, sql/016_history.sql). */
 /* clock_timestamp(), not now(): this transaction began when the job was
  * claimed, so now() is the start time, and a retry's delay must count from
- * the end of the attempt. */
+ * the end of the attempt. Read once (FROM), so that finished_at and the
+ * entry's finished_at are the same instant. Every SET expression sees the
+ * row as it was: `attempts` in the entry is the attempt that ran. */
 static const char sql_finish[] =
     "UPDATE pgjobd.jobs SET status = $2, result = $3::jsonb, error = $4::jsonb, "
     "run_at = CASE WHEN $2 = 'queued' "
-    "THEN clock_timestamp() + $5::bigint * interval '1 millisecond' ELSE run_at END, "
-    "finished_at = CASE WHEN $2 = 'queued' THEN NULL ELSE clock_timestamp() END, "
-    "attempts = attempts - $6::int, updated_at = clock_timestamp() "
+    "THEN c.t + $5::bigint * interval '1 millisecond' ELSE run_at END, "
+    "finished_at = CASE WHEN $2 = 'queued' THEN NULL ELSE c.t END, "
+    "attempts = attempts - $6::int, updated_at = c.t, "
+    "history = CASE WHEN $8::jsonb IS NULL THEN history "
+    "ELSE pgjobd.history_add(history, jsonb_build_object('attempt', attempts, "
+    "'worker', worker, 'started_at', started_at, 'finished_at', c.t) || $8::jsonb) END "
+    "FROM (SELECT clock_timestamp() AS t) c "
     "WHERE id = $1::bigint AND fence = $7::bigint AND status = 'running'";
 
 /* A cancelled outcome also drops the job's cancel request, in the same
@@ -81,12 +92,12 @@ static const char sql_finish[] =
 static const char sql_drop_cancel[] =
     "DELETE FROM pgjobd.cancel_requests WHERE job_id = $1::bigint";
 
-/* Housekeeping (sql/003_job_control.sql): under a try-lock, so one daemon at
- * a time; bounded batches with SKIP LOCKED. Then the pending cancel
- * requests: a plain read of a table that is empty nearly always, and the
- * only source of the ids of jobs to cancel. Only the owner and the worker
- * role may write it; a NOTIFY on pgjobd_cancel, which any role can send,
- * only makes the daemon read it at once (sql/008_security.sql). */
+/* Housekeeping (sql/003_job_control.sql, sql/009_row_locks.sql): under a row
+ * lock taken with SKIP LOCKED, so one daemon at a time; bounded batches with
+ * SKIP LOCKED. Then the pending cancel requests: a plain read of a table that
+ * is empty nearly always, and the only source of the ids of jobs to cancel. Only the owner and the
+ * worker role may write it; a NOTIFY on pgjobd_cancel, which any role can send, only makes the
+ * daemon read it at once (sql/008_security.sql). */
 static const char sql_maintain[] = "SELECT locked, expired, deleted, more "
 				   "FROM pgjobd.maintain($1::text[], $2::bigint[], $3::int)";
 const char claim_sql_cancel_requests[] = "SELECT job_id FROM pgjobd.cancel_requests";
@@ -98,9 +109,9 @@ const char claim_sql_wake_secret[] = "SELECT secret FROM pgjobd.wake_secret";
 /* A slot's own release of a claim it lost (sql/006_fencing.sql). */
 static const char sql_release[] =
     "SELECT pgjobd.release_claim($1::bigint, $2::bigint, $3::boolean, $4::jsonb, $5::int, "
-    "$6::bigint)";
+    "$6::bigint, $7::jsonb)";
 
-/* Lock mode `lease` (lease.c, sql/013_lease.sql), on the lease session.
+/* Lock mode `lease` (lease.c, sql/017_lease.sql), on the lease session.
  * The extension: one statement for every lease the daemon holds, keyed by
  * (id, fencing token); it returns the ids of the leases it extended, each
  * row locked for the statement's own short transaction only. */
@@ -112,7 +123,11 @@ static const char sql_extend[] =
 static const char sql_finish_leases[] = "SELECT * FROM pgjobd.finish_leases($1::jsonb)";
 
 /* The daemon's liveness, on the fence session (fence.c). */
-static const char sql_register[] = "SELECT pgjobd.register_worker($1, $2::int)";
+static const char sql_register[] = "SELECT pgjobd.register_worker($1, $2::int, $3::text[])";
+/* After a reload: the queues the instance serves now (sql/012_ops.sql). Its
+ * own row only, which nothing else writes but the heartbeat. */
+static const char sql_set_queues[] =
+    "UPDATE pgjobd.workers SET queues = $2::text[] WHERE id = $1::bigint";
 static const char sql_heartbeat[] = "SELECT pgjobd.heartbeat($1::bigint)";
 const char claim_sql_forget_workers[] = "SELECT pgjobd.forget_workers()";
 const char claim_sql_worker_gone[] = "SELECT pgjobd.worker_gone($1::bigint)";
@@ -123,16 +138,12 @@ void claim_params_init(struct claim_params *p)
 {
 	memset(p, 0, sizeof(*p));
 	buf_init(&p->workers);
-	buf_init(&p->release_jobs);
-	buf_init(&p->release_groups);
 	buf_init(&p->skip);
 }
 
 void claim_params_fini(struct claim_params *p)
 {
 	buf_fini(&p->workers);
-	buf_fini(&p->release_jobs);
-	buf_fini(&p->release_groups);
 	buf_fini(&p->skip);
 }
 
@@ -177,7 +188,7 @@ int claim_build(struct db_stmt *st, struct claim_params *p, const struct claim_r
 	snprintf(p->orphans, sizeof(p->orphans), "%s", r->orphans ? "true" : "false");
 	memset(st, 0, sizeof(*st));
 	st->sql = sql_claim;
-	st->nparams = 11;
+	st->nparams = 9;
 	st->params[0] = p->queue;
 	st->params[1] = p->worker_id;
 	st->params[2] = text_array(&p->workers, r->workers, r->nworkers);
@@ -186,12 +197,10 @@ int claim_build(struct db_stmt *st, struct claim_params *p, const struct claim_r
 	st->params[5] = p->max_data;
 	st->params[6] = p->scan;
 	st->params[7] = p->orphans;
-	st->params[8] = bigint_array(&p->release_jobs, r->release_jobs, r->nrelease_jobs);
-	st->params[9] = bigint_array(&p->release_groups, r->release_groups, r->nrelease_groups);
-	st->params[10] = bigint_array(&p->skip, r->skip, r->nskip);
+	st->params[8] = bigint_array(&p->skip, r->skip, r->nskip);
 	snprintf(p->lease_ms, sizeof(p->lease_ms), "%lld", (long long)r->lease_ms);
-	st->nparams = 12;
-	st->params[11] = r->lease_ms > 0 ? p->lease_ms : NULL; /* NULL: lock mode transaction */
+	st->nparams = 10;
+	st->params[9] = r->lease_ms > 0 ? p->lease_ms : NULL; /* NULL: lock mode transaction */
 	return 1;
 }
 
@@ -220,6 +229,8 @@ void claim_job_free(struct claim_job *j)
 		return;
 	free(j->group_id);
 	free(j->data);
+	free(j->schedule);
+	free(j->scheduled_for);
 	util_strv_free(j->arg_keys); /* NULL-terminated (claim_parse_text_array) */
 	util_strv_free(j->arg_vals);
 	memset(j, 0, sizeof(*j));
@@ -237,6 +248,8 @@ void claim_decode(PGresult *c, int row, struct claim_job *out, int *slot)
 	out->timeout_ms = PQgetisnull(c, row, 6) ? -1 : strtoll(PQgetvalue(c, row, 6), NULL, 10);
 	out->fence = strtoll(PQgetvalue(c, row, 7), NULL, 10);
 	out->data = xstrdup(PQgetvalue(c, row, 8));
+	out->schedule = PQgetisnull(c, row, 11) ? NULL : xstrdup(PQgetvalue(c, row, 11));
+	out->scheduled_for = PQgetisnull(c, row, 12) ? NULL : xstrdup(PQgetvalue(c, row, 12));
 	char **keys = NULL, **vals = NULL;
 	int nk = claim_parse_text_array(PQgetvalue(c, row, 9), &keys);
 	int nv = claim_parse_text_array(PQgetvalue(c, row, 10), &vals);
@@ -262,7 +275,7 @@ int claim_build_finish(struct db_stmt *st, struct finish_params *p, long long id
 	snprintf(p->retry_ms, sizeof(p->retry_ms), "%lld", (long long)o->retry_in_ms);
 	snprintf(p->give_back, sizeof(p->give_back), "%d", o->give_back ? 1 : 0);
 	st[0].sql = sql_finish;
-	st[0].nparams = 7;
+	st[0].nparams = 8;
 	st[0].params[0] = p->id;
 	st[0].params[1] = o->status;
 	st[0].params[2] = o->result;
@@ -270,6 +283,7 @@ int claim_build_finish(struct db_stmt *st, struct finish_params *p, long long id
 	st[0].params[4] = p->retry_ms;
 	st[0].params[5] = p->give_back;
 	st[0].params[6] = p->fence;
+	st[0].params[7] = o->entry;
 	int n = 1;
 	if (strcmp(o->status, "cancelled") == 0) {
 		st[n].sql = sql_drop_cancel;
@@ -281,7 +295,7 @@ int claim_build_finish(struct db_stmt *st, struct finish_params *p, long long id
 }
 
 int claim_build_release(struct db_stmt *st, struct release_params *p, const struct claim_job *j,
-			bool started, const char *error, int64_t retry_ms)
+			bool started, const char *error, const char *entry, int64_t retry_ms)
 {
 	memset(st, 0, sizeof(*st));
 	snprintf(p->id, sizeof(p->id), "%lld", j->id);
@@ -290,13 +304,14 @@ int claim_build_release(struct db_stmt *st, struct release_params *p, const stru
 	snprintf(p->max_attempts, sizeof(p->max_attempts), "%d", j->max_attempts);
 	snprintf(p->retry_ms, sizeof(p->retry_ms), "%lld", (long long)retry_ms);
 	st->sql = sql_release;
-	st->nparams = 6;
+	st->nparams = 7;
 	st->params[0] = p->id;
 	st->params[1] = p->fence;
 	st->params[2] = p->started;
 	st->params[3] = error;
 	st->params[4] = p->max_attempts;
 	st->params[5] = p->retry_ms;
+	st->params[6] = entry;
 	return 1;
 }
 
@@ -323,6 +338,8 @@ void claim_outcome_json(struct buf *b, long long id, long long fence, const stru
 	buf_puts(b, o->result ? o->result : "null");
 	buf_puts(b, ", \"error\": ");
 	buf_puts(b, o->error ? o->error : "null");
+	buf_puts(b, ", \"entry\": ");
+	buf_puts(b, o->entry ? o->entry : "null");
 	buf_putc(b, '}');
 }
 
@@ -336,14 +353,27 @@ int claim_build_finish_leases(struct db_stmt *st, const char *outcomes_json)
 }
 
 int claim_build_register(struct db_stmt *st, struct fence_params *p, const char *name,
-			 int64_t fence_ms)
+			 int64_t fence_ms, const char *const *queues, int nqueues)
 {
 	memset(st, 0, sizeof(*st));
 	snprintf(p->fence_ms, sizeof(p->fence_ms), "%lld", (long long)fence_ms);
 	st->sql = sql_register;
-	st->nparams = 2;
+	st->nparams = 3;
 	st->params[0] = name;
 	st->params[1] = p->fence_ms;
+	st->params[2] = text_array(&p->queues, queues, nqueues);
+	return 1;
+}
+
+int claim_build_set_queues(struct db_stmt *st, struct fence_params *p, long long worker_id,
+			   const char *const *queues, int nqueues)
+{
+	memset(st, 0, sizeof(*st));
+	snprintf(p->id, sizeof(p->id), "%lld", worker_id);
+	st->sql = sql_set_queues;
+	st->nparams = 2;
+	st->params[0] = p->id;
+	st->params[1] = text_array(&p->queues, queues, nqueues);
 	return 1;
 }
 

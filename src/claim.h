@@ -27,23 +27,20 @@ struct claim_job {
 	char **arg_keys;     /* top-level scalars of data */
 	char **arg_vals;
 	size_t nargs;
+	char *schedule;	     /* the schedule that enqueued it, NULL when none */
+	char *scheduled_for; /* its tick, ISO 8601 UTC; NULL when no schedule */
 };
 
-/* A claim_batch call: claim up to nworkers jobs, one per idle slot, and
- * first drop the bridges of jobs that slots now hold (or failed to hold). */
+/* A claim_batch call: claim up to nworkers jobs, one per idle slot. */
 struct claim_req {
 	const char *queue;
 	long long worker_id;	    /* this daemon's pgjobd.workers row (fence.h) */
 	const char *const *workers; /* the idle slots' worker names */
 	int nworkers;
-	int max_attempts;	       /* the queue's: a ceiling for the job's */
-	int64_t timeout_ms;	       /* the queue's (0: none): a ceiling for the job's */
-	int64_t max_data;	       /* the queue's: larger data fails the job unloaded */
-	bool orphans;		       /* also take over running jobs whose daemon is gone */
-	const long long *release_jobs; /* bridges of ungrouped jobs: job ids */
-	int nrelease_jobs;
-	const long long *release_groups; /* bridges of grouped jobs: group row ids */
-	int nrelease_groups;
+	int max_attempts;      /* the queue's: a ceiling for the job's */
+	int64_t timeout_ms;    /* the queue's (0: none): a ceiling for the job's */
+	int64_t max_data;      /* the queue's: larger data fails the job unloaded */
+	bool orphans;	       /* also take over running jobs whose daemon is gone */
 	const long long *skip; /* this daemon's jobs of the queue that it holds,
 				  is handing to a slot or releasing itself */
 	int nskip;
@@ -61,7 +58,7 @@ struct claim_params {
 	char scan[16];
 	char orphans[8];
 	char lease_ms[24];
-	struct buf workers, release_jobs, release_groups, skip;
+	struct buf workers, skip;
 };
 void claim_params_init(struct claim_params *p);
 void claim_params_fini(struct claim_params *p);
@@ -98,6 +95,9 @@ struct claim_outcome {
 	const char *error;   /* JSON text or NULL */
 	int64_t retry_in_ms; /* queued: run_at = now() + this */
 	bool give_back;	     /* shutdown: the attempt does not count */
+	/* The attempt's history entry (result_history_entry), or NULL when the
+	 * attempt gets none (given back before its command started). */
+	const char *entry;
 };
 struct finish_params {
 	char id[24];
@@ -116,7 +116,8 @@ int claim_build_finish(struct db_stmt *st, struct finish_params *p, long long id
 /* A slot lost the session that held its job and the command is dead (or
  * never started): pgjobd.release_claim() from its new session -> 1 statement,
  * returning one row: 'released', 'locked' (try again later) or 'gone'. The
- * error JSON must outlive db_send only. */
+ * error JSON and the attempt's history entry (NULL: none) must outlive
+ * db_send only. */
 struct release_params {
 	char id[24];
 	char fence[24];
@@ -125,7 +126,7 @@ struct release_params {
 	char retry_ms[24];
 };
 int claim_build_release(struct db_stmt *st, struct release_params *p, const struct claim_job *j,
-			bool started, const char *error, int64_t retry_ms);
+			bool started, const char *error, const char *entry, int64_t retry_ms);
 
 /* Lock mode `lease` (lease.c). The extension of the leases of jobs ids[i]
  * under fencing tokens fences[i] (n of them), pointing them at instance
@@ -139,8 +140,8 @@ struct extend_params {
 int claim_build_extend(struct db_stmt *st, struct extend_params *p, long long worker_id,
 		       const long long *ids, const long long *fences, int n);
 /* Append outcome o of job id, claimed under fencing token `fence`, to b as
- * one element of the outcomes' JSON array (o's result and error are JSON
- * text, included as they are). */
+ * one element of the outcomes' JSON array (o's result, error and history
+ * entry are JSON text, included as they are). */
 void claim_outcome_json(struct buf *b, long long id, long long fence,
 			const struct claim_outcome *o);
 /* Write the outcomes of a JSON array built with claim_outcome_json (which
@@ -154,9 +155,14 @@ int claim_build_finish_leases(struct db_stmt *st, const char *outcomes_json);
 struct fence_params {
 	char id[24];
 	char fence_ms[16];
+	struct buf queues; /* buf_init'ed by the owner, buf_fini'ed too */
 };
+/* Registration carries the names of the queues the daemon serves; after a
+ * reload, claim_build_set_queues writes them to the instance's row. */
 int claim_build_register(struct db_stmt *st, struct fence_params *p, const char *name,
-			 int64_t fence_ms);
+			 int64_t fence_ms, const char *const *queues, int nqueues);
+int claim_build_set_queues(struct db_stmt *st, struct fence_params *p, long long worker_id,
+			   const char *const *queues, int nqueues);
 int claim_build_heartbeat(struct db_stmt *st, struct fence_params *p, long long worker_id);
 extern const char claim_sql_forget_workers[];
 /* For the supervisor's exit: $1 = the instance id; its jobs may be taken over

@@ -1,8 +1,9 @@
 /* claimer.h - a queue's claimer: one PostgreSQL session that claims jobs in
- * batches for the queue's idle slots (pgjobd.claim_batch) and keeps each
- * claimed job's bridge lock until the slot that got it holds it (see
- * claim.c). It knows no slots: the daemon passes worker names and gets back
- * jobs tagged with the index of the worker they were claimed for. */
+ * batches for the queue's idle slots (pgjobd.claim_batch) and answers for each
+ * claimed job until the slot that got it holds it (see claim.c): its orphan
+ * pass does not hand such a job back. It knows no slots: the daemon passes
+ * worker names and gets back jobs tagged with the index of the worker they
+ * were claimed for. */
 #ifndef PGJOBD_CLAIMER_H
 #define PGJOBD_CLAIMER_H
 
@@ -19,8 +20,8 @@ struct claimer;
  * (the connection was lost or the statement failed); nothing was claimed
  * that this daemon will run. The claimer is ready again when this is
  * called: the callee may call claimer_release (a job whose slot cannot
- * hold it: its bridge is dropped with the next call, and the job is an
- * orphan for the next orphan pass) and then claimer_claim. */
+ * hold it: the job is handed back by the next orphan pass) and then
+ * claimer_claim. */
 typedef void claimer_result_fn(struct claimer *cl, struct claim_job *jobs, const int *slots, int n,
 			       void *arg);
 /* The session came up (claims can be sent). */
@@ -39,14 +40,11 @@ struct metrics;
  * the daemon: claimer_free. */
 struct claimer *claimer_new(struct ev_loop *loop, const char *conninfo, const char *queue,
 			    struct metrics *metrics, const struct claimer_callbacks *cbs);
-/* Closes the session (its bridges go with it); pending callbacks are not
- * called. */
+/* Closes the session; pending callbacks are not called. */
 void claimer_free(struct claimer *cl);
 
 /* Connected with no claim in flight. */
 bool claimer_is_ready(const struct claimer *cl);
-/* Bridges wait to be dropped: worth a call even without idle slots. */
-bool claimer_has_releases(const struct claimer *cl);
 
 /* What a claim call needs besides the idle slots' worker names. */
 struct claimer_ctx {
@@ -60,16 +58,17 @@ struct claimer_ctx {
 	int nheld;
 };
 
-/* Claim up to nworkers jobs (nworkers may be 0: only drop bridges). The
- * orphan pass is asked for on the first call of a session and then at most
- * once per ctx->orphan_every_ms; it also hands back this daemon's own
- * running jobs of the queue that are neither in ctx->held nor being handed
- * to a slot (their command never started). Returns -1 if not ready. */
+/* Claim up to nworkers jobs (at least 1). The orphan pass is asked for on
+ * the first call of a session and then at most once per
+ * ctx->orphan_every_ms; it also hands back this daemon's own running jobs of
+ * the queue that are neither in ctx->held nor being handed to a slot (their
+ * command never started). Returns -1 if not ready. */
 int claimer_claim(struct claimer *cl, const char *const *workers, int nworkers,
 		  const struct claimer_ctx *ctx);
 
-/* The slot that got job j holds it now, or gave up on it: drop its bridge
- * with the next call. */
+/* The slot that got job j holds it now (the daemon lists it in
+ * claimer_ctx.held from then on), or gave up on it (the next orphan pass hands
+ * it back): the claimer no longer answers for it. */
 void claimer_release(struct claimer *cl, const struct claim_job *j);
 
 #endif

@@ -3,7 +3,7 @@
  *
  * Each one loads the file, opens one blocking libpq connection (a struct
  * session), runs a few parameterised statements and exits; none of this
- * code runs inside the daemon. The SQL is the interface of SPEC §1 (the
+ * code runs inside the daemon. The SQL is the interface pgjobd(8) documents (the
  * jobs table, pgjobd.cancel/pause/resume/grant_queue/revoke_queue, the
  * queue_stats view), called the
  * way any producer or operator would; values from the command line only
@@ -20,65 +20,252 @@
 #include "cli.h"
 
 #include <assert.h>
+#include <errno.h>
 #include <libpq-fe.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "config.h"
+#include "jobs_cli.h"
 #include "migrate.h"
 #include "parse.h"
 
-const char cli_usage[] =
-    "usage: pgjobd [-c FILE]                   run the worker daemon in the foreground\n"
-    "       pgjobd check   [-c FILE]           validate the file, connect, check the schema\n"
-    "       pgjobd migrate [--grant] [-c FILE] create or upgrade schema pgjobd; --grant also\n"
-    "                                          sets up roles pgjobd_producer and pgjobd_worker\n"
-    "       pgjobd enqueue QUEUE [--group G] [--data JSON] [--priority N] [--run-at T]\n"
-    "                      [--dedupe-key K] [--expires-at T] [--max-attempts N]\n"
-    "                      [--timeout DURATION] [-c FILE]\n"
-    "                                          insert a job and print its id\n"
-    "       pgjobd status  [--json | --json-object] [--claim-warn DURATION] [-c FILE]\n"
-    "                                          jobs per queue and status, paused queues,\n"
-    "                                          the oldest open claim, live daemons\n"
-    "       pgjobd cancel  ID [-c FILE]        cancel a queued job, or stop a running one\n"
-    "       pgjobd pause   QUEUE [-c FILE]     start no more jobs of QUEUE\n"
-    "       pgjobd resume  QUEUE [-c FILE]     start jobs of QUEUE again\n"
-    "       pgjobd grant-queue  ROLE QUEUE [-c FILE]\n"
-    "                                          let ROLE (and its members) enqueue into\n"
-    "                                          QUEUE ('*': every queue); the owner's right\n"
-    "       pgjobd revoke-queue ROLE QUEUE [-c FILE]\n"
-    "                                          take that grant back\n"
-    "       pgjobd --version | --help\n"
-    "FILE defaults to " CLI_DEFAULT_CONFIG ". T is a time PostgreSQL accepts as a\n"
-    "timestamptz; DURATION is e.g. 500ms, 30s, 5m, 1h30m or 2d.\n";
+/* ---------------------------------------------------------------- the tables */
 
-int cli_usage_error(const char *fmt, ...)
+static const char help_run[] =
+    "usage: pgjobd [-c FILE]\n"
+    "Run the worker daemon in the foreground (the service) until SIGTERM or SIGINT;\n"
+    "SIGHUP reloads FILE. FILE must define at least one [queue.NAME] section.\n";
+
+static const char help_check[] =
+    "usage: pgjobd check [-c FILE]\n"
+    "Read and validate the whole file as the daemon does at startup, connect, and check\n"
+    "the schema version. Warns (and still exits 0) about a queue whose command's program\n"
+    "is not an executable on the command's PATH, and about queued jobs whose data is not\n"
+    "a JSON object although their queue's command uses $PGJOBD_ARG_ variables.\n";
+
+static const char help_migrate[] =
+    "usage: pgjobd migrate [--grant] [-c FILE]\n"
+    "Create schema pgjobd or upgrade it to this version, in one transaction.\n"
+    "  --grant   also create the roles pgjobd_producer and pgjobd_worker where missing\n"
+    "            (needs CREATEROLE) and grant them their rights\n";
+
+static const char help_enqueue[] =
+    "usage: pgjobd enqueue QUEUE [--data JSON] [--group G] [--priority N] [--run-at TIME]\n"
+    "                      [--expires-at TIME | --expires-in DURATION] [--dedupe KEY]\n"
+    "                      [--max-attempts N] [--timeout DURATION] [--strict] [-c FILE]\n"
+    "Insert one job into QUEUE and print its id.\n"
+    "  --data JSON            the job's data (default {}); a queue whose command uses\n"
+    "                         $PGJOBD_ARG_ variables wants an object\n"
+    "  --group G              its group: one job of a group runs at a time, in order\n"
+    "  --priority N           smaller starts first (default 0)\n"
+    "  --run-at TIME          not before TIME (default now)\n"
+    "  --expires-at TIME      never start after TIME\n"
+    "  --expires-in DURATION  never start after now + DURATION\n"
+    "  --dedupe KEY           (also --dedupe-key) insert nothing while a job of QUEUE\n"
+    "                         with KEY is unfinished: print that job's id instead,\n"
+    "                         say \"deduplicated: job N\" on stderr, and exit 3\n"
+    "  --max-attempts N       lower the queue's max_attempts for this job\n"
+    "  --timeout DURATION     lower the queue's timeout for this job\n"
+    "  --strict               refuse (exit 1) a queue that neither FILE nor any live\n"
+    "                         daemon serves, instead of warning\n"
+    "TIME is +DURATION (from now, e.g. +10m), -DURATION (ago), now, or an absolute\n"
+    "time PostgreSQL reads as a timestamptz (ISO 8601: 2030-01-02T03:04:05Z).\n"
+    "DURATION is e.g. 500ms, 30s, 5m, 1h30m or 2d.\n"
+    "Exit status: 0 enqueued, 3 deduplicated, 1 a database error, 2 bad usage.\n";
+
+static const char help_status[] =
+    "usage: pgjobd status [--json | --json-object] [--claim-warn DURATION]\n"
+    "                     [--watch [SECONDS]] [-c FILE]\n"
+    "Jobs per queue and status, paused queues, the live daemons serving each queue,\n"
+    "the oldest open claim and the number of live daemons. Warns on stderr about a\n"
+    "queue with queued jobs that no live daemon serves.\n"
+    "  --json                  the queues as a JSON array\n"
+    "  --json-object           everything as one JSON object\n"
+    "  --claim-warn DURATION   warn about a claim open longer (default 10m; 0: never)\n"
+    "  --watch [SECONDS]       show it again every SECONDS (default 2) until\n"
+    "                          interrupted; on a terminal, in place\n";
+
+static const char help_cancel[] = "usage: pgjobd cancel ID [-c FILE]\n"
+				  "Cancel a queued job, or stop a running one (pgjobd.cancel).\n"
+				  "A job already cancelled is not an error; one that does not\n"
+				  "exist or finished otherwise is (exit 1).\n";
+
+static const char help_pause[] =
+    "usage: pgjobd pause QUEUE [--strict] [-c FILE]\n"
+    "Start no more jobs of QUEUE (running ones go on). Pausing a paused queue is not\n"
+    "an error. Warns about a queue that neither FILE nor any live daemon serves;\n"
+    "  --strict   refuse it instead (exit 1)\n";
+
+static const char help_resume[] =
+    "usage: pgjobd resume QUEUE [--strict] [-c FILE]\n"
+    "Start jobs of QUEUE again. Resuming a queue that is not paused is not an error.\n"
+    "Warns about a queue that neither FILE nor any live daemon serves;\n"
+    "  --strict   refuse it instead (exit 1)\n";
+
+static const char help_grant_queue[] =
+    "usage: pgjobd grant-queue ROLE QUEUE [-c FILE]\n"
+    "Let ROLE (and its members) enqueue into QUEUE ('*': every queue). Only the\n"
+    "schema's owner may.\n";
+
+/* `pgjobd schedule` parses its own verbs and options (sched_cli.c, which
+ * also answers `pgjobd schedule --help` in full); this is its line in the
+ * overview and `pgjobd help schedule`. */
+static const char help_schedule[] =
+    "usage: pgjobd schedule add|list|rm|run-now|pause|resume ... [-c FILE]\n"
+    "Recurring jobs: each tick of a cron schedule enqueues one job. 'pgjobd schedule\n"
+    "--help' describes every verb and its options.\n";
+
+static const char help_revoke_queue[] = "usage: pgjobd revoke-queue ROLE QUEUE [-c FILE]\n"
+					"Take a grant of grant-queue back.\n";
+
+static const char help_help[] = "usage: pgjobd help [COMMAND]\n"
+				"Describe every command, or COMMAND.\n";
+
+static const char help_version[] =
+    "usage: pgjobd version\n"
+    "Print the version and the schema version it needs (also --version).\n";
+
+/* In the order of the overview. "run" has no run function: main.c runs the
+ * daemon, which this file knows nothing of. */
+const struct cli_command cli_commands[] = {
+    {"run", CLI_RUN, NULL, 0, 0, "run the worker daemon in the foreground", help_run, NULL},
+    {"check", CLI_CHECK, NULL, 0, 0, "validate the file, connect, check the schema", help_check,
+     cli_check},
+    {"migrate", CLI_MIGRATE, NULL, 0, 0, "create or upgrade schema pgjobd", help_migrate,
+     cli_migrate},
+    {"enqueue", CLI_ENQUEUE, "QUEUE", 1, 1, "insert a job and print its id", help_enqueue,
+     cli_enqueue},
+    {"status", CLI_STATUS, NULL, 0, 0, "jobs per queue, live daemons, the oldest claim",
+     help_status, cli_status},
+    {"cancel", CLI_CANCEL, "ID", 1, 1, "cancel a queued job, or stop a running one", help_cancel,
+     cli_cancel},
+    {"pause", CLI_PAUSE, "QUEUE", 1, 1, "start no more jobs of QUEUE", help_pause, cli_pause},
+    {"resume", CLI_RESUME, "QUEUE", 1, 1, "start jobs of QUEUE again", help_resume, cli_resume},
+    {"grant-queue", CLI_GRANT_QUEUE, "ROLE QUEUE", 2, 2, "let ROLE enqueue into QUEUE",
+     help_grant_queue, cli_grant_queue},
+    {"revoke-queue", CLI_REVOKE_QUEUE, "ROLE QUEUE", 2, 2, "take that grant back",
+     help_revoke_queue, cli_revoke_queue},
+    {"jobs", CLI_JOBS, NULL, 0, 0, "recent jobs, newest first", jobs_cli_jobs_usage, NULL},
+    {"show", CLI_JOBS, "ID", 1, 1, "one job with its history", jobs_cli_show_usage, NULL},
+    {"retry", CLI_JOBS, "ID...", 0, -1, "queue finished jobs again", jobs_cli_retry_usage, NULL},
+    {"schedule", CLI_SCHEDULE, "VERB", 1, -1, "recurring jobs (cron schedules)", help_schedule,
+     NULL},
+    {"help", CLI_HELP, "COMMAND", 0, 1, "describe every command, or one", help_help, cli_help},
+    {"version", CLI_VERSION, NULL, 0, 0, "print the version", help_version, cli_version},
+};
+const size_t cli_ncommands = sizeof(cli_commands) / sizeof(cli_commands[0]);
+
+#define F(field) offsetof(struct cli_args, field)
+/* Alphabetical. */
+const struct cli_option cli_options[] = {
+    {"--claim-warn", NULL, CLI_VALUE, F(claim_warn), CLI_STATUS},
+    {"--config", "-c", CLI_VALUE, F(config), CLI_ALL},
+    {"--data", NULL, CLI_VALUE, F(data), CLI_ENQUEUE},
+    {"--dedupe-key", "--dedupe", CLI_VALUE, F(dedupe_key), CLI_ENQUEUE},
+    {"--expires-at", NULL, CLI_VALUE, F(expires_at), CLI_ENQUEUE},
+    {"--expires-in", NULL, CLI_VALUE, F(expires_in), CLI_ENQUEUE},
+    {"--grant", NULL, CLI_FLAG, F(grant), CLI_MIGRATE},
+    {"--group", NULL, CLI_VALUE, F(group), CLI_ENQUEUE},
+    {"--json", NULL, CLI_FLAG, F(json), CLI_STATUS},
+    {"--json-object", NULL, CLI_FLAG, F(json_object), CLI_STATUS},
+    {"--max-attempts", NULL, CLI_VALUE, F(max_attempts), CLI_ENQUEUE},
+    {"--priority", NULL, CLI_VALUE, F(priority), CLI_ENQUEUE},
+    {"--run-at", NULL, CLI_VALUE, F(run_at), CLI_ENQUEUE},
+    {"--strict", NULL, CLI_FLAG, F(strict), CLI_ENQUEUE | CLI_PAUSE | CLI_RESUME},
+    {"--timeout", NULL, CLI_VALUE, F(timeout), CLI_ENQUEUE},
+    {"--watch", NULL, CLI_OPTIONAL_WORD, F(watch), CLI_STATUS},
+};
+#undef F
+const size_t cli_noptions = sizeof(cli_options) / sizeof(cli_options[0]);
+
+const struct cli_command *cli_find_command(const char *name)
+{
+	for (size_t i = 0; i < cli_ncommands; i++)
+		if (strcmp(cli_commands[i].name, name) == 0)
+			return &cli_commands[i];
+	return NULL;
+}
+
+int cli_usage_error(const char *cmd, const char *fmt, ...)
 {
 	va_list ap;
 	fprintf(stderr, "pgjobd: ");
+	if (cmd)
+		fprintf(stderr, "%s: ", cmd);
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
-	fprintf(stderr, "\n%s", cli_usage);
-	return 2;
+	if (cmd)
+		fprintf(stderr, "; try 'pgjobd %s --help'\n", cmd);
+	else
+		fprintf(stderr, "; try 'pgjobd --help'\n");
+	return CLI_USAGE;
 }
 
-/* A bad value on a well-formed command line: the message names the argument,
- * and the usage text would only bury it. Returns 2. */
+int cli_print_help(const struct cli_command *cmd)
+{
+	if (cmd) {
+		fputs(cmd->help, stdout);
+		printf("Every command takes -c FILE (default " CLI_DEFAULT_CONFIG
+		       ") before or after its name.\n");
+		return CLI_OK;
+	}
+	printf("usage: pgjobd [COMMAND] [OPERAND...] [OPTION...] [-c FILE]\n\n");
+	/* Each command's synopsis: its help's first line and the indented
+	 * lines that continue it. */
+	for (size_t i = 0; i < cli_ncommands; i++) {
+		const char *h = cli_commands[i].help + strlen("usage: ");
+		size_t n = strcspn(h, "\n");
+		printf("  %.*s\n", (int)n, h);
+		for (h += n; h[0] == '\n' && h[1] == ' '; h += n) {
+			h++;
+			n = strcspn(h, "\n");
+			printf("%.*s\n", (int)(n > 5 ? n - 5 : n), h + (n > 5 ? 5 : 0));
+		}
+		printf("      %s\n", cli_commands[i].summary);
+	}
+	printf("\nFILE defaults to " CLI_DEFAULT_CONFIG "; every command but run and check\n"
+	       "needs only its [pgjobd] section. 'pgjobd COMMAND --help' tells more.\n");
+	return CLI_OK;
+}
+
+int cli_help(const struct cli_args *a)
+{
+	if (!a->operand)
+		return cli_print_help(NULL);
+	const struct cli_command *c = cli_find_command(a->operand);
+	if (!c)
+		return cli_usage_error("help", "unknown command '%s'", a->operand);
+	return cli_print_help(c);
+}
+
+int cli_version(const struct cli_args *a)
+{
+	(void)a;
+	printf("pgjobd %s (schema version %d)\n", PGJOBD_VERSION, migrate_latest());
+	return CLI_OK;
+}
+
+/* A bad value on a well-formed command line: a usage error naming the
+ * argument. Returns CLI_USAGE. */
 __attribute__((format(printf, 2, 3))) static int bad_value(const struct cli_args *a,
 							   const char *fmt, ...)
 {
+	char msg[1024];
 	va_list ap;
-	fprintf(stderr, "pgjobd: %s: ", a->cmd);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
-	return 2;
+	return cli_usage_error(a->cmd, "%s", msg);
 }
 
 /* Parses the integer argument `name` (value s) within [min, max] into buf as
@@ -108,14 +295,7 @@ static int queue_arg(const struct cli_args *a)
 
 /* ---------------------------------------------------------------- sessions */
 
-/* One subcommand's configuration and connection; both owned here. */
-struct session {
-	const struct cli_args *a;
-	struct config *cfg;
-	PGconn *pg;
-};
-
-static void session_close(struct session *s)
+void cli_session_close(struct cli_session *s)
 {
 	PQfinish(s->pg); /* ends an open transaction with a rollback */
 	config_free(s->cfg);
@@ -123,14 +303,13 @@ static void session_close(struct session *s)
 	s->cfg = NULL;
 }
 
-/* Loads the file (only [pgjobd] is needed unless need_queues) and connects.
- * Returns 0, or the exit status (2: configuration, 1: connection) after
- * printing why; on success the caller ends with session_close. */
-static int session_open(struct session *s, const struct cli_args *a, bool need_queues)
+int cli_session_open(struct cli_session *s, const struct cli_args *a, bool need_queues)
 {
 	s->a = a;
 	s->pg = NULL;
-	s->cfg = config_load(a->config, need_queues, stderr);
+	s->sqlstate[0] = '\0';
+	s->cfg = need_queues ? config_load(a->config, true, stderr)
+			     : config_load_control(a->config, stderr);
 	if (!s->cfg)
 		return 2;
 	const char *keys[] = {"dbname", "fallback_application_name", NULL};
@@ -139,7 +318,7 @@ static int session_open(struct session *s, const struct cli_args *a, bool need_q
 	if (PQstatus(s->pg) != CONNECTION_OK) {
 		fprintf(stderr, "pgjobd: %s: cannot connect to the database: %s", a->cmd,
 			PQerrorMessage(s->pg));
-		session_close(s);
+		cli_session_close(s);
 		return 1;
 	}
 	return 0;
@@ -157,7 +336,7 @@ static bool is_schema_error(const char *state)
 }
 
 /* Prints PostgreSQL's message for a failed statement (r may be NULL). */
-static void report_error(const struct session *s, const PGresult *r)
+static void report_error(const struct cli_session *s, const PGresult *r)
 {
 	const char *msg = r ? PQresultErrorMessage(r) : "";
 	if (!*msg)
@@ -170,14 +349,14 @@ static void report_error(const struct session *s, const PGresult *r)
 			migrate_latest(), s->a->config);
 }
 
-/* Runs one statement with text parameters. Returns its result (the caller
- * clears it), or NULL after printing PostgreSQL's message. */
-static PGresult *session_query(struct session *s, const char *sql, int n, const char *const *vals)
+PGresult *cli_session_query(struct cli_session *s, const char *sql, int n, const char *const *vals)
 {
 	PGresult *r = PQexecParams(s->pg, sql, n, NULL, vals, NULL, NULL, 0);
 	ExecStatusType st = PQresultStatus(r);
 	if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK)
 		return r;
+	const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+	snprintf(s->sqlstate, sizeof(s->sqlstate), "%s", state ? state : "");
 	report_error(s, r);
 	PQclear(r);
 	return NULL;
@@ -190,22 +369,53 @@ static PGresult *session_query(struct session *s, const char *sql, int n, const 
 static PGresult *query_once(const struct cli_args *a, const char *sql, int n,
 			    const char *const *vals, int *rc)
 {
-	struct session s;
-	*rc = session_open(&s, a, false);
+	struct cli_session s;
+	*rc = cli_session_open(&s, a, false);
 	if (*rc)
 		return NULL;
-	PGresult *r = session_query(&s, sql, n, vals);
+	PGresult *r = cli_session_query(&s, sql, n, vals);
 	*rc = r ? 0 : 1;
-	session_close(&s);
+	cli_session_close(&s);
 	return r;
 }
 
 /* ---------------------------------------------------------------- check, migrate */
 
+/* Queued jobs of a queue whose command reads $PGJOBD_ARG_... variables,
+ * with data that is not a JSON object and so sets none of them. */
+static const char queued_data_sql[] =
+    "SELECT count(*), min(id) FROM pgjobd.jobs "
+    "WHERE queue = $1 AND status = 'queued' AND jsonb_typeof(data) <> 'object'";
+
+/* check's warning about such jobs, one line per queue. Returns 0, or -1
+ * after printing PostgreSQL's message. */
+static int warn_queued_data(struct cli_session *s)
+{
+	for (size_t i = 0; i < s->cfg->nqueues; i++) {
+		const struct queue_conf *q = s->cfg->queues[i];
+		if (!strstr(q->command, "PGJOBD_ARG_"))
+			continue;
+		PGresult *r =
+		    cli_session_query(s, queued_data_sql, 1, (const char *const *)&q->name);
+		if (!r)
+			return -1;
+		if (atoll(PQgetvalue(r, 0, 0)) > 0)
+			fprintf(
+			    stderr,
+			    "%s%s:%d: warning: [queue.%s] has %s queued jobs (job %s the first) "
+			    "whose data is not a JSON object: its command uses $PGJOBD_ARG_ "
+			    "variables, which only the keys of an object set\n",
+			    log_prefix(LOG_WARN), s->a->config, q->command_line, q->name,
+			    PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1));
+		PQclear(r);
+	}
+	return 0;
+}
+
 int cli_check(const struct cli_args *a)
 {
-	struct session s;
-	int rc = session_open(&s, a, true);
+	struct cli_session s;
+	int rc = cli_session_open(&s, a, true);
 	if (rc)
 		return rc;
 	rc = 1;
@@ -219,24 +429,96 @@ int cli_check(const struct cli_args *a)
 			v, migrate_latest(), a->config);
 		goto out;
 	}
+	config_warn_programs(s.cfg, stderr);
+	if (warn_queued_data(&s) < 0)
+		goto out;
 	printf("%s: ok (%zu queues, schema version %d)\n", a->config, s.cfg->nqueues, v);
 	rc = 0;
 out:
-	session_close(&s);
+	cli_session_close(&s);
 	return rc;
 }
 
 int cli_migrate(const struct cli_args *a)
 {
-	struct session s;
-	int rc = session_open(&s, a, false);
+	struct cli_session s;
+	int rc = cli_session_open(&s, a, false);
 	if (rc)
 		return rc;
 	rc = 1;
 	if (migrate_apply(s.pg) == 0 && (!a->grant || migrate_setup_roles(s.pg) == 0))
 		rc = 0;
-	session_close(&s);
+	cli_session_close(&s);
 	return rc;
+}
+
+/* ---------------------------------------------------------------- served queues */
+
+/* Live daemons serving $1 (sql/012_ops.sql), and live daemons of an older
+ * version, which do not say what they serve. */
+static const char served_sql[] =
+    "SELECT count(*) FILTER (WHERE $1 = ANY (queues)), count(*) FILTER (WHERE queues IS NULL) "
+    "FROM pgjobd.workers WHERE alive_until > now()";
+
+enum served { SERVED_YES, SERVED_NO, SERVED_UNKNOWN, SERVED_ERROR };
+
+/* Does anything serve queue: FILE's own [queue.NAME] section, or a live
+ * daemon's list? *why says why it cannot be told (SERVED_UNKNOWN). */
+static enum served queue_served(struct cli_session *s, const char *queue, const char **why)
+{
+	*why = NULL;
+	if (config_find_queue(s->cfg, queue))
+		return SERVED_YES;
+	PGresult *r = PQexecParams(s->pg, served_sql, 1, NULL, &queue, NULL, NULL, 0);
+	enum served v = SERVED_ERROR;
+	if (PQresultStatus(r) == PGRES_TUPLES_OK) {
+		if (atoll(PQgetvalue(r, 0, 0)) > 0) {
+			v = SERVED_YES;
+		} else if (atoll(PQgetvalue(r, 0, 1)) > 0) {
+			v = SERVED_UNKNOWN;
+			*why =
+			    "a live daemon of an older version does not say which queues it serves";
+		} else {
+			v = SERVED_NO;
+		}
+	} else {
+		const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+		if (state && strcmp(state, "42501") == 0) { /* insufficient_privilege */
+			v = SERVED_UNKNOWN;
+			*why = "this role may not read pgjobd.workers";
+		} else {
+			report_error(s, r);
+		}
+	}
+	PQclear(r);
+	return v;
+}
+
+/* The check of enqueue, pause and resume: a queue that nothing serves is
+ * almost always a typo, and its jobs would wait silently. A warning on
+ * stderr, or with --strict an error. Returns 0 to go on, or the exit
+ * status after printing why not. */
+static int check_served(struct cli_session *s)
+{
+	const struct cli_args *a = s->a;
+	const char *why;
+	enum served v = queue_served(s, a->operand, &why);
+	if (v == SERVED_ERROR)
+		return CLI_FAILED;
+	if (v == SERVED_YES || (v == SERVED_UNKNOWN && !a->strict))
+		return 0;
+	if (v == SERVED_UNKNOWN) {
+		fprintf(stderr,
+			"pgjobd: %s: cannot tell whether a daemon serves queue %s (%s); refused "
+			"(--strict)\n",
+			a->cmd, a->operand, why);
+		return CLI_FAILED;
+	}
+	fprintf(stderr,
+		"pgjobd: %s: %squeue %s is served by no live daemon and has no section in %s%s\n",
+		a->cmd, a->strict ? "" : "warning: ", a->operand, a->config,
+		a->strict ? "; refused (--strict)" : "; its jobs wait until a daemon serves it");
+	return a->strict ? CLI_FAILED : 0;
 }
 
 /* ---------------------------------------------------------------- enqueue */
@@ -246,9 +528,10 @@ int cli_migrate(const struct cli_args *a)
  * uses, and no local copy of it could agree on every input. A data exception
  * (SQLSTATE class 22) is a usage error naming the option; the value itself
  * is quoted unless show_value is false (job data may be long or secret).
+ * The one value the statement returns is copied to out (when not NULL).
  * Returns 0 valid, 2 invalid, 1 the question failed; both printed. */
-static int check_value(struct session *s, const char *name, const char *value, bool show_value,
-		       const char *sql)
+static int check_value(struct cli_session *s, const char *name, const char *value, bool show_value,
+		       const char *sql, char *out, size_t size)
 {
 	PGresult *r = PQexecParams(s->pg, sql, 1, NULL, &value, NULL, NULL, 0);
 	int rc = 0;
@@ -257,31 +540,54 @@ static int check_value(struct session *s, const char *name, const char *value, b
 		if (state && strncmp(state, "22", 2) == 0) {
 			const char *msg = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
 			const char *detail = PQresultErrorField(r, PG_DIAG_MESSAGE_DETAIL);
-			fprintf(stderr, "pgjobd: %s: bad %s", s->a->cmd, name);
+			char quoted[256] = "";
 			if (show_value)
-				fprintf(stderr, " '%s'", value);
-			fprintf(stderr, ": %s", msg ? msg : "invalid value");
-			if (detail)
-				fprintf(stderr, " (%s)", detail);
-			fputc('\n', stderr);
-			rc = 2;
+				snprintf(quoted, sizeof(quoted), " '%s'", value);
+			rc = bad_value(s->a, "bad %s%s: %s%s%s%s", name, quoted,
+				       msg ? msg : "invalid value", detail ? " (" : "",
+				       detail ? detail : "", detail ? ")" : "");
 		} else {
 			report_error(s, r);
-			rc = 1;
+			rc = CLI_FAILED;
 		}
+	} else if (out) {
+		snprintf(out, size, "%s", PQgetvalue(r, 0, 0));
 	}
 	PQclear(r);
 	return rc;
 }
 
+/* A TIME option (--run-at, --expires-at): relative ones become milliseconds
+ * from the server's now() in ms (as text), absolute ones are checked by
+ * PostgreSQL, as the INSERT will read them, and go as they are in *abs.
+ * Returns 0 or the exit status after printing why. */
+static int time_arg(struct cli_session *s, const char *name, const char *value, const char **abs,
+		    char *ms, size_t size)
+{
+	struct parse_time t;
+	const char *err = NULL;
+	*abs = NULL;
+	ms[0] = '\0';
+	if (parse_time(value, 0, &t, &err) < 0)
+		return bad_value(s->a, "bad %s '%s': %s", name, value, err);
+	if (t.kind == PARSE_TIME_RELATIVE) {
+		snprintf(ms, size, "%lld", (long long)t.offset_ms);
+		return 0;
+	}
+	*abs = value;
+	return check_value(s, name, value, true, "SELECT $1::timestamptz", NULL, 0);
+}
+
 /* Missing values are NULL parameters, so the column defaults (data {},
  * priority 0, run_at now) are spelled here and the queue's settings apply
- * to max_attempts and timeout. */
+ * to max_attempts and timeout. A time is either absolute ($5, $6) or
+ * milliseconds from now ($10, $11). */
 static const char enqueue_sql[] =
     "INSERT INTO pgjobd.jobs (queue, group_id, data, priority, run_at, expires_at, "
     "max_attempts, timeout, dedupe_key) "
     "VALUES ($1, $2, coalesce($3::jsonb, '{}'), coalesce($4::int, 0), "
-    "coalesce($5::timestamptz, now()), $6::timestamptz, $7::int, "
+    "coalesce($5::timestamptz, now() + $10::bigint * interval '1 millisecond', now()), "
+    "coalesce($6::timestamptz, now() + $11::bigint * interval '1 millisecond'), $7::int, "
     "$8::bigint * interval '1 millisecond', $9) "
     "RETURNING id";
 
@@ -290,34 +596,25 @@ static const char dedupe_sql[] = "SELECT id FROM pgjobd.jobs "
 				 "WHERE queue = $1 AND dedupe_key = $2 "
 				 "AND status IN ('queued', 'running') ORDER BY id LIMIT 1";
 
-/* Prints why the INSERT inserted nothing. Returns the exit status. */
-static int report_dedupe(struct session *s)
+/* The job data's warning: a queue whose command reads $PGJOBD_ARG_...
+ * gets those variables only from the top-level keys of an object, so any
+ * other JSON value leaves them unset. Judged only for a queue of FILE,
+ * whose command this side can read. */
+static void warn_data_type(const struct cli_session *s, const char *type)
 {
-	const struct cli_args *a = s->a;
-	if (!a->dedupe_key) {
-		/* Only the dedupe trigger drops rows; anything else is new. */
-		fprintf(stderr, "pgjobd: enqueue: the INSERT inserted no row\n");
-		return 1;
-	}
-	const char *vals[2] = {a->operand, a->dedupe_key};
-	PGresult *r = session_query(s, dedupe_sql, 2, vals);
-	if (!r)
-		return 1;
-	if (PQntuples(r) > 0)
-		printf("deduplicated: job %s of queue %s has dedupe key %s and is not finished\n",
-		       PQgetvalue(r, 0, 0), a->operand, a->dedupe_key);
-	else
-		/* It finished between our INSERT and this look-up. */
-		printf("deduplicated: a job of queue %s had dedupe key %s and has finished "
-		       "since\n",
-		       a->operand, a->dedupe_key);
-	PQclear(r);
-	return 0;
+	const struct queue_conf *q = config_find_queue(s->cfg, s->a->operand);
+	if (!q || !q->command || strcmp(type, "object") == 0 || !strstr(q->command, "PGJOBD_ARG_"))
+		return;
+	fprintf(stderr,
+		"pgjobd: enqueue: warning: --data is a JSON %s, not an object: the command of "
+		"queue %s uses $PGJOBD_ARG_ variables, which only the keys of an object set\n",
+		type, s->a->operand);
 }
 
 int cli_enqueue(const struct cli_args *a)
 {
-	char prio[24], max[24], ms[24];
+	char prio[24], max[24], ms[24], run_ms[24], exp_ms[24], type[16] = "object";
+	const char *run_abs = NULL, *exp_abs = NULL;
 	int rc = queue_arg(a);
 	if (rc)
 		return rc;
@@ -338,65 +635,138 @@ int cli_enqueue(const struct cli_args *a)
 			return bad_value(a, "bad --timeout '%s': must be more than 0", a->timeout);
 		snprintf(ms, sizeof(ms), "%lld", (long long)t);
 	}
+	/* A relative time's mistakes are judged here, before any file is
+	 * read; an absolute time is PostgreSQL's to judge (time_arg). */
+	const char *const times[2][2] = {{"--run-at", a->run_at}, {"--expires-at", a->expires_at}};
+	for (int i = 0; i < 2; i++) {
+		struct parse_time t;
+		const char *err = NULL;
+		if (times[i][1] && parse_time(times[i][1], 0, &t, &err) < 0)
+			return bad_value(a, "bad %s '%s': %s", times[i][0], times[i][1], err);
+	}
+	exp_ms[0] = run_ms[0] = '\0';
+	if (a->expires_in && a->expires_at)
+		return bad_value(a, "give --expires-in or --expires-at, not both");
+	if (a->expires_in) {
+		int64_t t;
+		const char *err = NULL;
+		if (parse_duration_ms(a->expires_in, &t, &err) < 0)
+			return bad_value(a, "bad --expires-in '%s': %s", a->expires_in, err);
+		snprintf(exp_ms, sizeof(exp_ms), "%lld", (long long)t);
+	}
 
-	struct session s;
-	rc = session_open(&s, a, false);
+	struct cli_session s;
+	rc = cli_session_open(&s, a, false);
 	if (rc)
 		return rc;
-	if ((a->data && (rc = check_value(&s, "--data", a->data, false, "SELECT $1::jsonb"))) ||
+	if ((a->data && (rc = check_value(&s, "--data", a->data, false,
+					  "SELECT jsonb_typeof($1::jsonb)", type, sizeof(type)))) ||
 	    (a->run_at &&
-	     (rc = check_value(&s, "--run-at", a->run_at, true, "SELECT $1::timestamptz"))) ||
-	    (a->expires_at &&
-	     (rc = check_value(&s, "--expires-at", a->expires_at, true, "SELECT $1::timestamptz"))))
+	     (rc = time_arg(&s, "--run-at", a->run_at, &run_abs, run_ms, sizeof(run_ms)))) ||
+	    (a->expires_at && (rc = time_arg(&s, "--expires-at", a->expires_at, &exp_abs, exp_ms,
+					     sizeof(exp_ms)))) ||
+	    (rc = check_served(&s)))
 		goto out;
-	const char *vals[9] = {a->operand,
-			       a->group,
-			       a->data,
-			       a->priority ? prio : NULL,
-			       a->run_at,
-			       a->expires_at,
-			       a->max_attempts ? max : NULL,
-			       a->timeout ? ms : NULL,
-			       a->dedupe_key};
-	PGresult *r = session_query(&s, enqueue_sql, 9, vals);
-	if (!r) {
-		rc = 1;
-		goto out;
+	warn_data_type(&s, type);
+	const char *vals[11] = {a->operand,
+				a->group,
+				a->data,
+				a->priority ? prio : NULL,
+				run_abs,
+				exp_abs,
+				a->max_attempts ? max : NULL,
+				a->timeout ? ms : NULL,
+				a->dedupe_key,
+				run_ms[0] ? run_ms : NULL,
+				exp_ms[0] ? exp_ms : NULL};
+	/* An INSERT that inserts nothing met the dedupe key of an unfinished
+	 * job: print that job's id, so a script gets an id either way. When
+	 * the job finished between the two statements, the key is free again:
+	 * insert once more. */
+	rc = CLI_FAILED;
+	for (int tries = 0; tries < 3; tries++) {
+		PGresult *r = cli_session_query(&s, enqueue_sql, 11, vals);
+		if (!r)
+			goto out;
+		if (PQntuples(r) == 1) {
+			printf("%s\n", PQgetvalue(r, 0, 0));
+			PQclear(r);
+			rc = CLI_OK;
+			goto out;
+		}
+		PQclear(r);
+		if (!a->dedupe_key) {
+			/* Only the dedupe trigger drops rows. */
+			fprintf(stderr, "pgjobd: enqueue: the INSERT inserted no row\n");
+			goto out;
+		}
+		r = cli_session_query(&s, dedupe_sql, 2,
+				      (const char *const[]){a->operand, a->dedupe_key});
+		if (!r)
+			goto out;
+		if (PQntuples(r) == 1) {
+			printf("%s\n", PQgetvalue(r, 0, 0));
+			fprintf(stderr, "deduplicated: job %s\n", PQgetvalue(r, 0, 0));
+			PQclear(r);
+			rc = CLI_DEDUPLICATED;
+			goto out;
+		}
+		PQclear(r);
 	}
-	if (PQntuples(r) == 1) {
-		printf("%s\n", PQgetvalue(r, 0, 0));
-		rc = 0;
-	} else {
-		rc = report_dedupe(&s);
-	}
-	PQclear(r);
+	fprintf(stderr, "pgjobd: enqueue: the job with dedupe key %s kept changing; try again\n",
+		a->dedupe_key);
 out:
-	session_close(&s);
+	cli_session_close(&s);
 	return rc;
 }
 
 /* ---------------------------------------------------------------- status */
 
-/* Every column of queue_stats, as text for the table. */
-static const char status_sql[] = "SELECT queue, queued, running, succeeded, failed, cancelled, "
-				 "coalesce(date_trunc('second', oldest_queued_age)::text, ''), "
-				 "CASE WHEN paused THEN 'yes' ELSE 'no' END, failed_last_hour "
-				 "FROM pgjobd.queue_stats ORDER BY queue";
+/* The live daemons serving each queue (sql/012_ops.sql), as `d` for the
+ * queries below; for a role that may not read pgjobd.workers, nothing, and
+ * the column reads "?" (null in JSON). A queue that a daemon serves but
+ * that has no job yet gets a row too (the FULL JOIN). */
+static const char daemons_cte[] =
+    "WITH d AS (SELECT q AS queue, count(*) AS n FROM pgjobd.workers w, unnest(w.queues) q "
+    "WHERE w.alive_until > now() GROUP BY q) ";
+static const char no_daemons_cte[] =
+    "WITH d AS (SELECT NULL::text AS queue, NULL::bigint AS n WHERE false) ";
+
+/* Every column of queue_stats, and the daemons, as text for the table. $1:
+ * whether d is known. */
+static const char status_sql[] =
+    "SELECT coalesce(s.queue, d.queue), coalesce(s.queued, 0), coalesce(s.running, 0), "
+    "coalesce(s.succeeded, 0), coalesce(s.failed, 0), coalesce(s.cancelled, 0), "
+    "coalesce(date_trunc('second', s.oldest_queued_age)::text, ''), "
+    "CASE WHEN s.paused THEN 'yes' ELSE 'no' END, coalesce(s.failed_last_hour, 0), "
+    "CASE WHEN $1::boolean THEN coalesce(d.n, 0)::text ELSE '?' END "
+    "FROM pgjobd.queue_stats s FULL JOIN d ON d.queue = s.queue ORDER BY 1";
 
 /* The same as one JSON array built by PostgreSQL (so it escapes the
- * strings): the age in seconds (a number, null when none) and paused as a
- * boolean. json, not jsonb: the keys keep the view's column order. */
+ * strings): the age in seconds (a number, null when none), paused as a
+ * boolean, daemons a number or null. json, not jsonb: the keys keep the
+ * view's column order. */
 static const char status_json_sql[] =
     "SELECT coalesce(json_agg(json_build_object("
-    "'queue', queue, 'queued', queued, 'running', running, 'succeeded', succeeded, "
-    "'failed', failed, 'cancelled', cancelled, "
-    "'oldest_queued_age', round(extract(epoch FROM oldest_queued_age)::numeric, 3), "
-    "'paused', paused, 'failed_last_hour', failed_last_hour) ORDER BY queue), '[]') "
-    "FROM pgjobd.queue_stats";
+    "'queue', coalesce(s.queue, d.queue), 'queued', coalesce(s.queued, 0), "
+    "'running', coalesce(s.running, 0), 'succeeded', coalesce(s.succeeded, 0), "
+    "'failed', coalesce(s.failed, 0), 'cancelled', coalesce(s.cancelled, 0), "
+    "'oldest_queued_age', round(extract(epoch FROM s.oldest_queued_age)::numeric, 3), "
+    "'paused', coalesce(s.paused, false), 'failed_last_hour', coalesce(s.failed_last_hour, 0), "
+    "'daemons', CASE WHEN $1::boolean THEN coalesce(d.n, 0) END) "
+    "ORDER BY coalesce(s.queue, d.queue)), '[]') "
+    "FROM pgjobd.queue_stats s FULL JOIN d ON d.queue = s.queue";
+
+/* Queues with queued jobs that no live daemon serves: each earns a warning
+ * (their jobs wait, silently, for a daemon that may never come). */
+static const char unserved_sql[] =
+    "SELECT s.queue, s.queued FROM pgjobd.queue_stats s WHERE s.queued > 0 "
+    "AND NOT EXISTS (SELECT 1 FROM pgjobd.workers w "
+    "WHERE w.alive_until > now() AND s.queue = ANY (w.queues)) ORDER BY s.queue";
 
 static const char *const status_head[] = {
     "QUEUE",	 "QUEUED",	  "RUNNING", "SUCCEEDED",	 "FAILED",
-    "CANCELLED", "OLDEST_QUEUED", "PAUSED",  "FAILED_LAST_HOUR",
+    "CANCELLED", "OLDEST_QUEUED", "PAUSED",  "FAILED_LAST_HOUR", "DAEMONS",
 };
 #define STATUS_COLUMNS (sizeof(status_head) / sizeof(status_head[0]))
 
@@ -479,7 +849,8 @@ enum {
 /* Daemons alive by the server's clock (sql/006_fencing.sql): a daemon that
  * stopped, or whose supervisor saw it die, has alive_until '-infinity'. */
 static const char live_daemons_sql[] =
-    "SELECT count(*) FROM pgjobd.workers WHERE alive_until > now()";
+    "SELECT count(*), count(*) FILTER (WHERE queues IS NULL) FROM pgjobd.workers "
+    "WHERE alive_until > now()";
 
 /* Jobs running in lock mode lease, soonest deadline first: the first
  * 10 of them (id, queue, worker, attempt, lease_until, seconds
@@ -697,7 +1068,7 @@ static void warn_claim(const struct status_report *st, long long warn_ms, const 
 /* The count of live daemons into *live (owned by the caller's PGresult
  * *out), or NULL when this role may not read pgjobd.workers (a producer
  * role may run `status`). Returns 0, or -1 after printing why. */
-static int query_live(struct session *s, PGresult **out, const char **live)
+static int query_live(struct cli_session *s, PGresult **out, const char **live)
 {
 	PGresult *r = PQexecParams(s->pg, live_daemons_sql, 0, NULL, NULL, NULL, NULL, 0);
 	*out = NULL;
@@ -719,7 +1090,7 @@ static int query_live(struct session *s, PGresult **out, const char **live)
 
 /* The jobs running under leases into *out (the caller clears it), NULL
  * when this role may not read them. Returns 0, or -1 after printing why. */
-static int query_leases(struct session *s, PGresult **out)
+static int query_leases(struct cli_session *s, PGresult **out)
 {
 	PGresult *r = PQexecParams(s->pg, leases_sql, 0, NULL, NULL, NULL, NULL, 0);
 	*out = NULL;
@@ -738,36 +1109,36 @@ static int query_leases(struct session *s, PGresult **out)
 	return -1;
 }
 
-int cli_status(const struct cli_args *a)
+/* One report of `status` on stdout, its warnings on stderr. Returns 0, or
+ * 1 after printing why (nothing on stdout then). */
+static int status_once(struct cli_session *s, long long warn_ms, const char *warn)
 {
-	const char *warn = a->claim_warn ? a->claim_warn : CLAIM_WARN_DEFAULT;
-	int64_t warn_ms;
-	const char *err = NULL;
-	if (parse_duration_ms(warn, &warn_ms, &err) < 0)
-		return bad_value(a, "bad --claim-warn '%s': %s", warn, err);
-	if (a->json && a->json_object)
-		return bad_value(a, "give --json or --json-object, not both");
-
-	struct session s;
-	int rc = session_open(&s, a, false);
-	if (rc)
-		return rc;
+	const struct cli_args *a = s->a;
 	/* Every question first, then the answer: a failure prints nothing on
 	 * stdout. */
-	rc = 1;
+	int rc = CLI_FAILED;
 	struct status_report st = {0};
-	PGresult *queues = NULL, *claims = NULL, *live = NULL, *leases = NULL;
-	queues =
-	    session_query(&s, a->json || a->json_object ? status_json_sql : status_sql, 0, NULL);
+	PGresult *queues = NULL, *claims = NULL, *live = NULL, *unserved = NULL, *leases = NULL;
+	char sql[2048];
+	if (query_live(s, &live, &st.live) < 0)
+		goto out;
+	const char *known = st.live ? "true" : "false";
+	snprintf(sql, sizeof(sql), "%s%s", st.live ? daemons_cte : no_daemons_cte,
+		 a->json || a->json_object ? status_json_sql : status_sql);
+	queues = cli_session_query(s, sql, 1, &known);
 	if (!queues)
 		goto out;
-	claims = session_query(&s, claims_sql, 0, NULL);
+	claims = cli_session_query(s, claims_sql, 0, NULL);
 	if (!claims)
 		goto out;
 	assert(PQntuples(claims) == 1 && PQnfields(claims) == CLAIMS_COLUMNS);
-	if (query_live(&s, &live, &st.live) < 0)
-		goto out;
-	if (query_leases(&s, &leases) < 0)
+	/* Only when every live daemon says what it serves. */
+	if (st.live && atoll(PQgetvalue(live, 0, 1)) == 0) {
+		unserved = cli_session_query(s, unserved_sql, 0, NULL);
+		if (!unserved)
+			goto out;
+	}
+	if (query_leases(s, &leases) < 0)
 		goto out;
 	st.leases = leases;
 	st.queues = queues;
@@ -780,14 +1151,104 @@ int cli_status(const struct cli_args *a)
 		print_table(queues);
 		print_claims(&st);
 	}
+	for (int i = 0; unserved && i < PQntuples(unserved); i++)
+		fprintf(stderr,
+			"pgjobd: status: warning: queue %s has %s queued jobs and no live daemon "
+			"serves it\n",
+			PQgetvalue(unserved, i, 0), PQgetvalue(unserved, i, 1));
 	warn_claim(&st, warn_ms, warn);
-	rc = 0;
+	rc = CLI_OK;
 out:
 	PQclear(leases);
+	PQclear(unserved);
 	PQclear(live);
 	PQclear(claims);
 	PQclear(queues);
-	session_close(&s);
+	return rc;
+}
+
+static volatile sig_atomic_t watch_stop;
+
+static void on_watch_signal(int sig)
+{
+	(void)sig;
+	watch_stop = 1;
+}
+
+/* --watch's interval: seconds, a fraction allowed as for watch(1); "" is
+ * the default, 2 s. Returns 0 or -1. */
+static int parse_watch(const char *s, double *out)
+{
+	if (!*s) {
+		*out = 2.0;
+		return 0;
+	}
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (errno || end == s || *end || !(v >= 0.1 && v <= 86400.0))
+		return -1;
+	*out = v;
+	return 0;
+}
+
+/* --watch: the report again every interval until SIGINT or SIGTERM (then
+ * exit 0). On a terminal each report replaces the last (the screen is
+ * cleared with ANSI escapes, like watch(1)); otherwise they follow each
+ * other, so a pipe or a file gets a plain log of them. A failed report is
+ * printed, the connection reset, and the next one tried. */
+static int status_watch(struct cli_session *s, double interval, long long warn_ms, const char *warn)
+{
+	bool tty = isatty(STDOUT_FILENO);
+	bool json = s->a->json || s->a->json_object;
+	struct sigaction sa = {.sa_handler = on_watch_signal};
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	for (int n = 0; !watch_stop; n++) {
+		if (tty)
+			fputs("\033[H\033[2J", stdout);
+		else if (n > 0 && !json)
+			fputc('\n', stdout);
+		if (!json) {
+			char when[64];
+			time_t now = time(NULL);
+			struct tm tm;
+			localtime_r(&now, &tm);
+			strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", &tm);
+			printf("Every %gs: pgjobd status    %s\n\n", interval, when);
+		}
+		if (status_once(s, warn_ms, warn) != 0 && PQstatus(s->pg) != CONNECTION_OK)
+			PQreset(s->pg);
+		if (fflush(stdout) != 0)
+			return CLI_FAILED; /* the reader is gone */
+		struct timespec ts = {(time_t)interval,
+				      (long)((interval - (double)(time_t)interval) * 1e9)};
+		while (!watch_stop && nanosleep(&ts, &ts) < 0 && errno == EINTR)
+			;
+	}
+	return CLI_OK;
+}
+
+int cli_status(const struct cli_args *a)
+{
+	const char *warn = a->claim_warn ? a->claim_warn : CLAIM_WARN_DEFAULT;
+	int64_t warn_ms;
+	double interval = 0;
+	const char *err = NULL;
+	if (parse_duration_ms(warn, &warn_ms, &err) < 0)
+		return bad_value(a, "bad --claim-warn '%s': %s", warn, err);
+	if (a->json && a->json_object)
+		return bad_value(a, "give --json or --json-object, not both");
+	if (a->watch && parse_watch(a->watch, &interval) < 0)
+		return bad_value(a, "bad --watch '%s': give seconds from 0.1 to 86400", a->watch);
+
+	struct cli_session s;
+	int rc = cli_session_open(&s, a, false);
+	if (rc)
+		return rc;
+	rc = a->watch ? status_watch(&s, interval, warn_ms, warn) : status_once(&s, warn_ms, warn);
+	cli_session_close(&s);
 	return rc;
 }
 
@@ -800,24 +1261,24 @@ out:
  * have acted on it. *status is "" when there is no such job. Returns 0, or
  * -1 after printing why (closing the connection rolls the transaction back).
  */
-static int cancel_once(struct session *s, const char *id, bool *ok, char *status, size_t size)
+static int cancel_once(struct cli_session *s, const char *id, bool *ok, char *status, size_t size)
 {
 	const char *vals[1] = {id};
-	PGresult *r = session_query(s, "BEGIN", 0, NULL);
+	PGresult *r = cli_session_query(s, "BEGIN", 0, NULL);
 	if (!r)
 		return -1;
 	PQclear(r);
-	r = session_query(s, "SELECT pgjobd.cancel($1::bigint)", 1, vals);
+	r = cli_session_query(s, "SELECT pgjobd.cancel($1::bigint)", 1, vals);
 	if (!r)
 		return -1;
 	*ok = strcmp(PQgetvalue(r, 0, 0), "t") == 0;
 	PQclear(r);
-	r = session_query(s, "SELECT status FROM pgjobd.jobs WHERE id = $1::bigint", 1, vals);
+	r = cli_session_query(s, "SELECT status FROM pgjobd.jobs WHERE id = $1::bigint", 1, vals);
 	if (!r)
 		return -1;
 	snprintf(status, size, "%s", PQntuples(r) ? PQgetvalue(r, 0, 0) : "");
 	PQclear(r);
-	r = session_query(s, "COMMIT", 0, NULL);
+	r = cli_session_query(s, "COMMIT", 0, NULL);
 	if (!r)
 		return -1;
 	PQclear(r);
@@ -836,8 +1297,8 @@ int cli_cancel(const struct cli_args *a)
 	int rc = int_arg(a, "ID", a->operand, LLONG_MIN, LLONG_MAX, id, sizeof(id));
 	if (rc)
 		return rc;
-	struct session s;
-	rc = session_open(&s, a, false);
+	struct cli_session s;
+	rc = cli_session_open(&s, a, false);
 	if (rc)
 		return rc;
 	rc = 1;
@@ -858,6 +1319,11 @@ int cli_cancel(const struct cli_args *a)
 		else
 			printf("cancel requested for running job %s\n", id);
 		rc = 0;
+	} else if (strcmp(status, "cancelled") == 0) {
+		/* What was asked for holds: not an error (like a pause of a
+		 * paused queue). */
+		printf("job %s was already cancelled\n", id);
+		rc = CLI_OK;
 	} else if (!*status) {
 		fprintf(stderr, "pgjobd: cancel: job %s does not exist\n", id);
 	} else if (is_unfinished(status)) {
@@ -868,25 +1334,39 @@ int cli_cancel(const struct cli_args *a)
 			status);
 	}
 out:
-	session_close(&s);
+	cli_session_close(&s);
 	return rc;
 }
 
 /* ---------------------------------------------------------------- pause, resume */
 
-/* Calls sql (pgjobd.pause or pgjobd.resume of $1) for the QUEUE operand.
- * Returns its boolean as 1 or 0, or -1 with *rc the exit status after
- * printing why. */
+/* Calls sql (pgjobd.pause or pgjobd.resume of $1) for the QUEUE operand,
+ * after the check that something serves it. Returns its boolean as 1 or 0,
+ * or -1 with *rc the exit status after printing why. Either answer is a
+ * success: the queue is in the state asked for (exit 0, as for a cancel of
+ * a job already cancelled); the message says which. */
 static int queue_switch(const struct cli_args *a, const char *sql, int *rc)
 {
 	*rc = queue_arg(a);
 	if (*rc)
 		return -1;
-	PGresult *r = query_once(a, sql, 1, &a->operand, rc);
-	if (!r)
+	struct cli_session s;
+	*rc = cli_session_open(&s, a, false);
+	if (*rc)
 		return -1;
-	int b = strcmp(PQgetvalue(r, 0, 0), "t") == 0;
+	int b = -1;
+	*rc = check_served(&s);
+	if (*rc)
+		goto out;
+	PGresult *r = cli_session_query(&s, sql, 1, &a->operand);
+	if (!r) {
+		*rc = CLI_FAILED;
+		goto out;
+	}
+	b = strcmp(PQgetvalue(r, 0, 0), "t") == 0;
 	PQclear(r);
+out:
+	cli_session_close(&s);
 	return b;
 }
 

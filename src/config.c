@@ -100,6 +100,7 @@ enum key_kind {
 	KIND_INT,	  /* int, parse_int */
 	KIND_LOG_LEVEL,	  /* enum log_level */
 	KIND_LOCK_MODE,	  /* enum lock_mode */
+	KIND_LOG_OUTPUT,  /* enum log_output */
 	KIND_ENV,	  /* char **env + size_t nenv (queue_conf only) */
 	KIND_USER,	  /* user, has_user, uid, gid, user_home (queue_conf only) */
 };
@@ -119,7 +120,7 @@ struct key_def {
 
 /* Every key, alphabetical (asserted). Queue keys are all reloadable: a
  * reload gives *new* jobs the new settings and running jobs keep their
- * counted reference to the old ones (SPEC §2). database and worker_name
+ * counted reference to the old ones (pgjobd.ini(5)). database and worker_name
  * identify the daemon's sessions and rows, so changing them needs a restart. */
 static const struct key_def keys[] = {
     {"backoff", SEC_QUEUE, KIND_DURATION, 0, 30 * MS_DAY, "10s", true, Q(backoff_ms)},
@@ -134,6 +135,7 @@ static const struct key_def keys[] = {
     {"lease", SEC_QUEUE, KIND_DURATION, 1000, 30 * MS_DAY, "30s", true, Q(lease_ms)},
     {"lock_mode", SEC_QUEUE, KIND_LOCK_MODE, 0, 0, "transaction", true, Q(lock_mode)},
     {"log_level", SEC_PGJOBD, KIND_LOG_LEVEL, 0, 0, "info", true, P(log_level)},
+    {"log_output", SEC_QUEUE, KIND_LOG_OUTPUT, 0, 0, "none", true, Q(log_output)},
     {"max_attempts", SEC_QUEUE, KIND_INT, 1, 1000000, "5", true, Q(max_attempts)},
     {"max_data", SEC_QUEUE, KIND_SIZE, KIB, GIB, "1MiB", true, Q(max_data)},
     {"max_output", SEC_QUEUE, KIND_SIZE, KIB, GIB, "1MiB", true, Q(max_output)},
@@ -157,7 +159,18 @@ struct diag {
 	int line; /* 0: about the whole file */
 	size_t seq;
 	char *msg;
-	char *hint; /* NULL or "did you mean ..." */
+	char *hint;   /* NULL or "did you mean ..." */
+	bool warning; /* printed, but the file is still valid */
+};
+
+/* A section header seen, and whose diagnostics are on the lines up to the
+ * next one: 0 the file's ([pgjobd], an unknown section, text before any
+ * header), i + 1 queue i, -1 a [queue.*] header that made no queue (a bad
+ * name, a duplicate). A control subcommand (enqueue, status, ...) needs only
+ * [pgjobd]: problems owned by queues do not stop it. */
+struct header {
+	int line;
+	int owner;
 };
 
 /* A [queue.NAME] section being built. */
@@ -196,6 +209,8 @@ struct load {
 	size_t nq;
 	struct diag *diags;
 	size_t nd;
+	struct header *headers;
+	size_t nheaders;
 };
 
 /* ---- small helpers ---------------------------------------------------- */
@@ -284,6 +299,11 @@ static void fmt_size(char *out, size_t n, int64_t b)
 		snprintf(out, n, "%lldB", (long long)b);
 }
 
+const char *config_key_name(size_t i)
+{
+	return i < NKEYS ? keys[i].name : NULL;
+}
+
 static const struct key_def *find_key(const char *name)
 {
 	for (size_t i = 0; i < NKEYS; i++)
@@ -307,6 +327,7 @@ __attribute__((format(printf, 3, 4))) static void diagf(struct load *L, int line
 	d->line = line;
 	d->seq = L->nd++;
 	d->hint = NULL;
+	d->warning = false;
 }
 
 /* Attach a hint to the diagnostic added last. */
@@ -338,13 +359,19 @@ static void diag_flush(struct load *L, FILE *out)
 		qsort(L->diags, L->nd, sizeof(*L->diags), diag_cmp);
 	for (size_t i = 0; i < L->nd; i++) {
 		struct diag *d = &L->diags[i];
+		/* Under the journal, with its priority like every log line
+		 * (the hint too: each line is a journal entry of its own). */
+		enum log_level lv = d->warning ? LOG_WARN : LOG_ERROR;
+		const char *what = d->warning ? "warning" : "error";
 		if (out) {
 			if (d->line > 0)
-				fprintf(out, "%s:%d: error: %s\n", L->path, d->line, d->msg);
+				fprintf(out, "%s%s:%d: %s: %s\n", log_prefix(lv), L->path, d->line,
+					what, d->msg);
 			else
-				fprintf(out, "%s: error: %s\n", L->path, d->msg);
+				fprintf(out, "%s%s: %s: %s\n", log_prefix(lv), L->path, what,
+					d->msg);
 			if (d->hint)
-				fprintf(out, "  hint: %s\n", d->hint);
+				fprintf(out, "%s  hint: %s\n", log_prefix(lv), d->hint);
 		}
 		free(d->msg);
 		free(d->hint);
@@ -485,6 +512,8 @@ static int apply_value(struct load *L, int line, const struct key_def *k, void *
 			return -1;
 		if (k->kind == KIND_COMMAND && !*val)
 			err = "the command is empty";
+		else if (k->kind == KIND_COMMAND)
+			((struct queue_conf *)base)->command_line = line;
 		else if (k->kind == KIND_PATH && val[0] != '/')
 			err = "must be an absolute path";
 		else if (k->kind == KIND_WORKER_NAME && !*val)
@@ -555,6 +584,17 @@ static int apply_value(struct load *L, int line, const struct key_def *k, void *
 			break;
 		}
 		return 0;
+	case KIND_LOG_OUTPUT:
+		if (strcmp(val, "none") == 0) {
+			*(enum log_output *)field = LOG_OUTPUT_NONE;
+			return 0;
+		}
+		if (strcmp(val, "journal") == 0) {
+			*(enum log_output *)field = LOG_OUTPUT_JOURNAL;
+			return 0;
+		}
+		err = "use 'none' or 'journal'";
+		break;
 	case KIND_ENV: {
 		struct queue_conf *q = base;
 		char **env;
@@ -735,6 +775,9 @@ static void begin_section(struct load *L, char *s)
 	*close = '\0';
 	char *rest = trim(close + 1);
 	char *name = trim(s + 1);
+	L->headers = xrealloc(L->headers, (L->nheaders + 1) * sizeof(*L->headers));
+	L->headers[L->nheaders++] =
+	    (struct header){L->lineno, strncmp(name, "queue.", 6) == 0 ? -1 : 0};
 	if (*rest && *rest != ';' && *rest != '#')
 		diagf(L, L->lineno, "unexpected text after ']' in section header");
 
@@ -774,6 +817,7 @@ static void begin_section(struct load *L, char *s)
 		qb->q->name = xstrdup(qname);
 		apply_defaults(L, SEC_QUEUE, qb->q);
 		L->cur_q = L->nq++;
+		L->headers[L->nheaders - 1].owner = (int)L->nq;
 		L->sec = SEC_QUEUE;
 		L->sec_label = xasprintf("[%s]", name);
 		return;
@@ -1026,7 +1070,63 @@ static FILE *open_config(const char *path, FILE *diag)
 	return f;
 }
 
-struct config *config_load(const char *path, bool need_queues, FILE *diag)
+/* Which queue owns a diagnostic on `line` (see struct header). */
+static int owner_of(const struct load *L, int line)
+{
+	int owner = 0;
+	for (size_t i = 0; line > 0 && i < L->nheaders && L->headers[i].line <= line; i++)
+		owner = L->headers[i].owner;
+	return owner;
+}
+
+/* For a control subcommand: when every problem is owned by a queue
+ * section, those sections are dropped from the config, their diagnostics
+ * replaced by one warning naming them, and the load succeeds. Returns true
+ * when it did so. */
+static bool forgive_queues(struct load *L, FILE *diag)
+{
+	for (size_t i = 0; i < L->nd; i++)
+		if (!L->diags[i].warning && owner_of(L, L->diags[i].line) == 0)
+			return false;
+	struct buf names;
+	buf_init(&names);
+	bool *bad = xcalloc(L->nq + 1, sizeof(*bad));
+	bool bad_header = false;
+	for (size_t i = 0; i < L->nd; i++) {
+		int o = owner_of(L, L->diags[i].line);
+		if (o > 0)
+			bad[o - 1] = true;
+		else if (o < 0)
+			bad_header = true;
+		free(L->diags[i].msg);
+		free(L->diags[i].hint);
+	}
+	L->nd = 0;
+	size_t kept = 0, nbad = bad_header;
+	for (size_t i = 0; i < L->nq; i++) {
+		if (!bad[i]) {
+			L->qs[kept++] = L->qs[i];
+			continue;
+		}
+		nbad++;
+		buf_printf(&names, "%s[queue.%s]", names.len ? ", " : "", L->qs[i].q->name);
+		queue_conf_unref(L->qs[i].q);
+	}
+	L->nq = kept;
+	if (bad_header)
+		buf_printf(&names, "%sa [queue.*] header", names.len ? ", " : "");
+	if (diag)
+		fprintf(diag,
+			"%s%s: warning: ignoring %s, which %s errors ('pgjobd check -c %s' shows "
+			"them); this command needs only [pgjobd]\n",
+			log_prefix(LOG_WARN), L->path, names.data, nbad > 1 ? "have" : "has",
+			L->path);
+	free(bad);
+	buf_fini(&names);
+	return true;
+}
+
+static struct config *load(const char *path, bool need_queues, bool control, FILE *diag)
 {
 	struct load L;
 	memset(&L, 0, sizeof(L));
@@ -1058,6 +1158,9 @@ struct config *config_load(const char *path, bool need_queues, FILE *diag)
 	free(L.sec_label);
 
 	check_queues(&L, need_queues);
+	if (control && L.nd > 0)
+		forgive_queues(&L, diag);
+	free(L.headers);
 
 	struct config *c = L.c;
 	c->nqueues = L.nq;
@@ -1075,6 +1178,105 @@ struct config *config_load(const char *path, bool need_queues, FILE *diag)
 		return NULL;
 	}
 	return c;
+}
+
+struct config *config_load(const char *path, bool need_queues, FILE *diag)
+{
+	return load(path, need_queues, false, diag);
+}
+
+struct config *config_load_control(const char *path, FILE *diag)
+{
+	return load(path, false, true, diag);
+}
+
+/* Is there an executable regular file at path? (Any x bit: the command may
+ * run as another user, whose rights this process cannot judge.) */
+static bool is_executable_file(const char *path)
+{
+	struct stat st;
+	return stat(path, &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 0111);
+}
+
+/* The PATH a queue's command runs with (exec.c): the queue's env may set
+ * it, else the fixed default. Borrowed. */
+static const char *command_path(const struct queue_conf *q)
+{
+	const char *path = "/usr/local/bin:/usr/bin:/bin";
+	for (size_t i = 0; i < q->nenv; i++)
+		if (strncmp(q->env[i], "PATH=", 5) == 0)
+			path = q->env[i] + 5;
+	return path;
+}
+
+/* Searches path (a PATH value) for prog, as the shell would: absolute
+ * directories only (a relative one depends on where the command starts). */
+static bool in_path(const char *path, const char *prog)
+{
+	const char *p = path;
+	while (*p) {
+		size_t n = strcspn(p, ":");
+		if (n > 0 && p[0] == '/') {
+			char *f = xasprintf("%.*s/%s", (int)n, p, prog);
+			bool found = is_executable_file(f);
+			free(f);
+			if (found)
+				return true;
+		}
+		p += n;
+		if (*p == ':')
+			p++;
+	}
+	return false;
+}
+
+/* File order, for config_warn_programs. */
+static int by_command_line(const void *a, const void *b)
+{
+	const struct queue_conf *const *x = a, *const *y = b;
+	return ((*x)->command_line > (*y)->command_line) -
+	       ((*x)->command_line < (*y)->command_line);
+}
+
+int config_warn_programs(const struct config *c, FILE *out)
+{
+	int n = 0;
+	struct queue_conf **qs = xcalloc(c->nqueues + 1, sizeof(*qs));
+	memcpy(qs, c->queues, c->nqueues * sizeof(*qs));
+	if (c->nqueues > 1)
+		qsort(qs, c->nqueues, sizeof(*qs), by_command_line);
+	for (size_t i = 0; i < c->nqueues; i++) {
+		const struct queue_conf *q = qs[i];
+		char prog[256];
+		if (!q->command || !parse_command_program(q->command, prog, sizeof(prog)))
+			continue;
+		const char *why = NULL;
+		char *where = NULL;
+		if (prog[0] == '/') {
+			if (!is_executable_file(prog))
+				why = "is not an executable file";
+		} else if (strchr(prog, '/')) {
+			/* ./run.sh: relative to where the command starts. */
+			if (q->working_dir) {
+				where = xasprintf("%s/%s", q->working_dir, prog);
+				if (!is_executable_file(where))
+					why = "is not an executable file in working_dir";
+			}
+		} else if (!in_path(command_path(q), prog)) {
+			why = "is not an executable file in the command's PATH";
+		}
+		if (why && out) {
+			fprintf(out, "%s%s:%d: warning: [queue.%s] runs '%s', which %s",
+				log_prefix(LOG_WARN), c->path, q->command_line, q->name, prog, why);
+			if (!strchr(prog, '/'))
+				fprintf(out, " (%s)", command_path(q));
+			fputc('\n', out);
+		}
+		n += why != NULL;
+		free(where);
+	}
+	free(qs);
+	return n;
 }
 
 void config_free(struct config *c)
@@ -1167,9 +1369,10 @@ bool queue_conf_equal(const struct queue_conf *a, const struct queue_conf *b)
 	    a->kill_grace_ms != b->kill_grace_ms || a->max_attempts != b->max_attempts ||
 	    a->backoff_ms != b->backoff_ms || a->backoff_max_ms != b->backoff_max_ms ||
 	    a->retention_ms != b->retention_ms || a->lock_mode != b->lock_mode ||
-	    a->max_output != b->max_output || a->max_data != b->max_data ||
-	    a->lease_ms != b->lease_ms || !str_eq(a->working_dir, b->working_dir) ||
-	    a->nenv != b->nenv || a->has_user != b->has_user || !str_eq(a->user, b->user) ||
+	    a->log_output != b->log_output || a->max_output != b->max_output ||
+	    a->max_data != b->max_data || a->lease_ms != b->lease_ms ||
+	    !str_eq(a->working_dir, b->working_dir) || a->nenv != b->nenv ||
+	    a->has_user != b->has_user || !str_eq(a->user, b->user) ||
 	    !str_eq(a->user_home, b->user_home))
 		return false;
 	if (a->has_user && (a->uid != b->uid || a->gid != b->gid))

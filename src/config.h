@@ -4,7 +4,7 @@
  * (config_free). Each struct queue_conf inside is reference-counted: the
  * config holds one reference; a running job takes another (queue_conf_ref)
  * so a reload can free the old config while jobs still use their old queue
- * settings (STYLE §4). */
+ * settings. */
 #ifndef PGJOBD_CONFIG_H
 #define PGJOBD_CONFIG_H
 
@@ -19,31 +19,35 @@
  * transaction of a session per slot (job.c), or by a lease that the
  * daemon's lease session extends (lease.c). */
 enum lock_mode { LOCK_TRANSACTION = 0, LOCK_LEASE = 1 };
+/* Where a job's output lines go besides the job's row (joblog.h). */
+enum log_output { LOG_OUTPUT_NONE = 0, LOG_OUTPUT_JOURNAL };
 
 struct queue_conf {
 	int refs;
-	char *name;		  /* [queue.NAME] */
-	char *command;		  /* required; taken verbatim (see config.c) */
-	int concurrency;	  /* default 1, 1..1024 */
-	int64_t timeout_ms;	  /* default 5m; 0 = no timeout */
-	int64_t kill_grace_ms;	  /* default 10s */
-	int max_attempts;	  /* default 5, 1..1000000 */
-	int64_t backoff_ms;	  /* default 10s */
-	int64_t backoff_max_ms;	  /* default 1h; must be >= backoff */
-	int64_t retention_ms;	  /* default 7d; 0 = keep */
-	enum lock_mode lock_mode; /* default transaction */
-	int64_t max_output;	  /* bytes, default 1MiB, 1KiB..1GiB */
-	int64_t max_data;	  /* bytes of a job's data as stored, default 1MiB */
-	int64_t lease_ms;	  /* lease mode's claim length, default 30s */
-	char *working_dir;	  /* NULL = the daemon's; with user: its home or "/" */
-	char **env;		  /* NULL-terminated "NAME=VALUE" array, never NULL */
+	char *name;		    /* [queue.NAME] */
+	char *command;		    /* required; taken verbatim (see config.c) */
+	int concurrency;	    /* default 1, 1..1024 */
+	int64_t timeout_ms;	    /* default 5m; 0 = no timeout */
+	int64_t kill_grace_ms;	    /* default 10s */
+	int max_attempts;	    /* default 5, 1..1000000 */
+	int64_t backoff_ms;	    /* default 10s */
+	int64_t backoff_max_ms;	    /* default 1h; must be >= backoff */
+	int64_t retention_ms;	    /* default 7d; 0 = keep */
+	enum lock_mode lock_mode;   /* default transaction */
+	enum log_output log_output; /* default none */
+	int64_t max_output;	    /* bytes, default 1MiB, 1KiB..1GiB */
+	int64_t max_data;	    /* bytes of a job's data as stored, default 1MiB */
+	int64_t lease_ms;	    /* lease mode's claim length, default 30s */
+	char *working_dir;	    /* NULL = the daemon's; with user: its home or "/" */
+	char **env;		    /* NULL-terminated "NAME=VALUE" array, never NULL */
 	size_t nenv;
 	char *user;    /* NULL = run as the daemon's user; else switched to, which
 			* the daemon checks it can do (priv_has_switch_caps) */
 	bool has_user; /* user was set and resolved: */
 	uid_t uid;
 	gid_t gid;
-	char *user_home; /* the user's home directory (for HOME) */
+	char *user_home;  /* the user's home directory (for HOME) */
+	int command_line; /* the line of `command` in the file (for warnings) */
 };
 
 struct config {
@@ -65,6 +69,21 @@ struct config {
  * [queue.*] sections are still checked but having none is not an error.
  * Returns NULL if anything was wrong (or the file cannot be read). */
 struct config *config_load(const char *path, bool need_queues, FILE *diag);
+/* The same for a control subcommand (enqueue, status, pause, ...), which
+ * needs only [pgjobd]: when every problem lies in [queue.*] sections, those
+ * sections are left out, one warning naming them is printed to diag
+ * ("FILE: warning: ignoring [queue.x], which has errors ..."), and the rest
+ * is returned. A problem anywhere else still returns NULL. */
+struct config *config_load_control(const char *path, FILE *diag);
+
+/* What the file alone cannot show, for `pgjobd check` and the daemon's
+ * start and reload: a queue whose command starts with a program that is
+ * not an executable file (in the command's PATH, or at its absolute path),
+ * when that can be told without a shell (see parse_command_program).
+ * Prints one "FILE:LINE: warning: ..." line per queue to out. Returns the
+ * number of warnings. */
+int config_warn_programs(const struct config *c, FILE *out);
+
 void config_free(struct config *c);
 
 /* Lookup by name, NULL when absent. Borrowed pointer. */
@@ -84,5 +103,10 @@ bool queue_conf_equal(const struct queue_conf *a, const struct queue_conf *b);
  * config.c marks them), or NULL when cur can simply be swapped in. The
  * result is a static string. */
 const char *config_restart_key(const struct config *old, const struct config *cur);
+
+/* The name of the i-th key of the key table (alphabetical), NULL past the last
+ * one: what the documentation must cover (tests/integration/config-keys.c
+ * prints them for t_87_install.sh). A static string. */
+const char *config_key_name(size_t i);
 
 #endif

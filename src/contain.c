@@ -240,8 +240,8 @@ static void remove_leftovers(struct contain *c)
 	if (!d) {
 		if (fd >= 0)
 			close(fd);
-		log_warn("msg=\"cannot list the daemon's cgroup\" cgroup=%s err=\"%s\"", c->dir,
-			 strerror(errno));
+		log_warn("msg=\"cannot list the daemon's cgroup\" cgroup=%s err=\"%s\"",
+			 log_value(c->dir), strerror(errno));
 		return;
 	}
 	struct dirent *de;
@@ -420,8 +420,8 @@ static void start_in_cgroup(struct contain *c, struct cmd *m)
 	return;
 fail:
 	log_warn("msg=\"cannot give the command a cgroup of its own; it is contained by its "
-		 "process group only\" pgid=%d step=%s cgroup=%s/%s err=\"%s\"",
-		 (int)m->pgid, step, c->dir, m->name, strerror(errno));
+		 "process group only\" pgid=%d step=%s dir=%s cgroup=%s err=\"%s\"",
+		 (int)m->pgid, step, log_value(c->dir), m->name, strerror(errno));
 }
 
 /* ---- process mode ----------------------------------------------------- */
@@ -511,7 +511,7 @@ struct contain *contain_new(struct ev_loop *loop, struct guard *guard)
 	int err;
 	const char *why = setup_cgroup(c, &err);
 	if (!why) {
-		log_info("msg=\"containing commands\" mode=cgroup cgroup=%s", c->dir);
+		log_info("msg=\"containing commands\" mode=cgroup cgroup=%s", log_value(c->dir));
 		return c;
 	}
 	/* Orphans of commands come to us, not to init (or an outer

@@ -18,7 +18,8 @@
  * of a payload: a wake-up only makes a claimer look for jobs, and a NOTIFY
  * on `pgjobd_cancel` only makes the maintenance session read
  * pgjobd.cancel_requests at once (maint_look); the ids read there are the
- * only ones cancelled.
+ * only ones cancelled. One on `pgjobd_schedule` only makes the scheduler
+ * (on the maintenance session) read pgjobd.schedules sooner.
  *
  * Lock modes: a queue of lock mode `transaction` has a claimer and
  * `concurrency` slots, each a session (job.c); a queue of lock mode `lease`
@@ -65,6 +66,7 @@
 #include "migrate.h"
 #include "notify.h"
 #include "priv.h"
+#include "reap.h"
 #include "report.h"
 #include "run.h"
 #include "sha256.h"
@@ -122,9 +124,9 @@ struct daemon {
 	struct job_env env;
 	ev_signal sigterm, sigint, sighup;
 	ev_timer poll, grace, watchdog;
-	ev_child guard_child;
-	ev_idle reap;	  /* started while `dead` is not empty */
-	bool terminating; /* commands were told to stop */
+	struct reaper *reaper; /* every child is reaped by it (reap.h) */
+	ev_idle reap;	       /* started while `dead` is not empty */
+	bool terminating;      /* commands were told to stop */
 	int exit_code;
 };
 
@@ -184,7 +186,7 @@ static void kick_queue(struct qstate *q)
 	struct daemon *d = q->d;
 	if (d->state != D_RUNNING)
 		return;
-	if (!fence_holds(d->fence, fence_timeout_ms(d->fence) / 2)) {
+	if (!fence_may_claim(d->fence)) {
 		/* Claims not confirmed lately: a job started now could be
 		 * killed at once. The fence's FENCE_UP kicks again. */
 		q->again = true;
@@ -212,10 +214,10 @@ static void kick_queue(struct qstate *q)
 			q->workers[q->nreserved++] = job_worker(q->slots[i]);
 		}
 	}
-	if (q->nreserved == 0 && !claimer_has_releases(q->cl))
+	if (q->nreserved == 0)
 		return; /* every slot is busy: the next one to finish kicks again */
 	q->again = false;
-	/* First: held_jobs may move d->held. */
+	/* First: held_jobs may move d->held (it grows the array). */
 	int nheld = held_jobs(d, q);
 	struct claimer_ctx ctx = {
 	    .worker_id = fence_worker_id(d->fence),
@@ -250,8 +252,8 @@ static void on_claimed(struct claimer *cl, struct claim_job *jobs, const int *sl
 		struct job *j = mine[slots[i]];
 		mine[slots[i]] = NULL;
 		if (!j) {
-			/* The slot stopped while the claim was in flight: drop
-			 * the bridge, the job is an orphan for the next pass. */
+			/* The slot stopped while the claim was in flight: the
+			 * job is handed back by the next orphan pass. */
 			claimer_release(cl, &jobs[i]);
 			claim_job_free(&jobs[i]);
 			continue;
@@ -270,9 +272,8 @@ static void on_claimed(struct claimer *cl, struct claim_job *jobs, const int *sl
 	if (n < 0)
 		return; /* the claimer reconnects; its on_up kicks */
 	/* A full batch: there may be more (slots that became idle meanwhile).
-	 * Or a kick was asked for meanwhile, or bridges wait to be dropped
-	 * (a job that a slot could not hold is one). */
-	if ((asked > 0 && n == asked) || q->again || claimer_has_releases(q->cl))
+	 * Or a kick was asked for meanwhile. */
+	if ((asked > 0 && n == asked) || q->again)
 		kick_queue(q);
 }
 
@@ -446,15 +447,15 @@ static void on_job_event(struct job *j, enum job_event ev, int64_t ms, void *arg
 			kick_queue(q);
 		break;
 	case JOB_EV_HELD:
-		/* The bridge goes with the claimer's next call (at the latest
-		 * the poll's). A queue switched to lock mode lease has no
-		 * claimer: the bridge went with its session. */
+		/* The slot answers for the job now (held_jobs). A queue switched
+		 * to lock mode lease has no claimer. */
 		if (q && q->cl)
 			claimer_release(q->cl, job_claimed(j));
 		break;
 	case JOB_EV_NOT_HELD:
-		/* Drop the bridge now: the job is an orphan for the next pass.
-		 * (From inside on_claimed, the kick waits for its end.) */
+		/* The job is handed back by the next orphan pass. (From
+		 * inside on_claimed, the kick waits for its end.) A queue
+		 * switched to lock mode lease has no claimer. */
 		if (q && q->cl)
 			claimer_release(q->cl, job_claimed(j));
 		if (q)
@@ -629,10 +630,13 @@ static void on_version(struct db_conn *c, PGresult *const *res, int n, void *arg
 				       : db_batch_error(&res[LISTENER_SECRET], 1)));
 		set_wake_secret(d, NULL);
 	}
-	if (d->state == D_STARTING)
+	if (d->state == D_STARTING) {
 		start_serving(d);
-	else
+	} else {
 		kick_all(d); /* notifications may have been missed while away */
+		if (d->maint)
+			maint_schedules_look(d->maint);
+	}
 }
 
 static void on_listener_event(struct db_conn *c, enum db_event ev, void *arg)
@@ -660,6 +664,12 @@ static void on_notify(struct db_conn *c, const char *channel, const char *payloa
 		/* A hint only: the ids come from pgjobd.cancel_requests. */
 		if (d->maint)
 			maint_look(d->maint);
+		return;
+	}
+	if (strcmp(channel, "pgjobd_schedule") == 0) {
+		/* A hint only: the scheduler reads pgjobd.schedules. */
+		if (d->maint)
+			maint_schedules_look(d->maint);
 		return;
 	}
 	if (!d->wake_secret) {
@@ -766,6 +776,16 @@ static void switch_mode(struct daemon *d, struct qstate *q)
 	}
 }
 
+/* The queues of cfg, for the daemon's row in pgjobd.workers (`pgjobd status`
+ * counts the daemons serving each queue). */
+static void announce_queues(struct daemon *d, const struct config *cfg)
+{
+	const char **names = xcalloc(cfg->nqueues + 1, sizeof(*names));
+	for (size_t i = 0; i < cfg->nqueues; i++)
+		names[i] = cfg->queues[i]->name;
+	fence_set_queues(d->fence, names, (int)cfg->nqueues);
+	free(names);
+}
 static void apply_config(struct daemon *d, struct config *nc)
 {
 	const char *key = config_restart_key(d->cfg, nc);
@@ -774,6 +794,8 @@ static void apply_config(struct daemon *d, struct config *nc)
 			 key);
 	log_set_level(nc->log_level);
 	report_configure(d->report, nc);
+	announce_queues(d, nc);
+	config_warn_programs(nc, stderr);
 	if (d->maint)
 		maint_configure(d->maint, nc);
 	if (nc->poll_interval_ms != d->cfg->poll_interval_ms && d->state == D_RUNNING) {
@@ -899,13 +921,12 @@ static void on_sighup(struct ev_loop *loop, ev_signal *w, int revents)
 	notify_send("READY=1");
 }
 
-static void on_guard_exit(struct ev_loop *loop, ev_child *w, int revents)
+static void on_guard_exit(pid_t pid, int status, const struct rusage *ru, void *arg)
 {
-	(void)loop;
-	(void)revents;
-	struct daemon *d = w->data;
-	ev_child_stop(d->loop, w);
-	log_error("msg=\"guard process died; stopping\" status=%d", w->rstatus);
+	(void)pid;
+	(void)ru;
+	struct daemon *d = arg;
+	log_error("msg=\"guard process died; stopping\" status=%d", status);
 	d->exit_code = 1;
 	begin_drain(d, true);
 }
@@ -962,7 +983,18 @@ int daemon_run(const char *config_path, struct config *cfg)
 		free(d);
 		return 1;
 	}
-	d->loop = EV_DEFAULT;
+	/* Not libev's default loop: its SIGCHLD watcher would reap every child
+	 * with waitpid(-1), and what each command cost would be lost; our
+	 * reaper reaps them with wait4 (reap.h). */
+	d->loop = ev_loop_new(EVFLAG_AUTO);
+	if (!d->loop) {
+		log_error("msg=\"cannot create the event loop\"");
+		guard_stop(d->guard);
+		config_free(cfg);
+		free(d);
+		return 1;
+	}
+	d->reaper = reaper_new(d->loop);
 	/* Before any command: a cgroup per command, or the daemon as a
 	 * subreaper; also clears job cgroups an earlier run left. */
 	d->contain = contain_new(d->loop, d->guard);
@@ -975,11 +1007,13 @@ int daemon_run(const char *config_path, struct config *cfg)
 	d->metrics = metrics_new();
 	d->fence = fence_new(d->loop, d->conninfo, d->worker_prefix, cfg->fence_timeout_ms,
 			     d->guard, d->metrics, on_fence, d);
+	announce_queues(d, cfg);
 	d->renv = (struct run_env){
 	    .loop = d->loop,
 	    .home = d->home,
 	    .lang = getenv("LANG"),
 	    .guard = d->guard,
+	    .reaper = d->reaper,
 	    .contain = d->contain,
 	    .metrics = d->metrics,
 	};
@@ -1007,9 +1041,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 	d->grace.data = d;
 	ev_idle_init(&d->reap, on_reap);
 	d->reap.data = d;
-	ev_child_init(&d->guard_child, on_guard_exit, guard_pid(d->guard), 0);
-	d->guard_child.data = d;
-	ev_child_start(d->loop, &d->guard_child);
+	reaper_watch(d->reaper, guard_pid(d->guard), on_guard_exit, d);
 	uint64_t wd = notify_watchdog_usec();
 	if (wd) {
 		double every = (double)wd / 2e6;
@@ -1022,8 +1054,10 @@ int daemon_run(const char *config_path, struct config *cfg)
 		 log_value(d->worker_prefix), cfg->nqueues);
 	/* pgjobd: a queue may have new jobs (payload: the queue's wake-up
 	 * payload); pgjobd_cancel: pgjobd.cancel() was called for a running
-	 * job (no payload: see the top). */
-	static const char *const setup[] = {"LISTEN pgjobd", "LISTEN pgjobd_cancel", NULL};
+	 * job; pgjobd_schedule: a schedule was made or resumed (no payload:
+	 * see the top). */
+	static const char *const setup[] = {"LISTEN pgjobd", "LISTEN pgjobd_cancel",
+					    "LISTEN pgjobd_schedule", NULL};
 	struct db_callbacks cbs = {
 	    .on_event = on_listener_event, .on_notify = on_notify, .on_fd = NULL, .arg = d};
 	cbs.metrics = d->metrics;
@@ -1048,7 +1082,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 	free(d->retiring);
 	free(d->dead);
 	free(d->held);
-	ev_child_stop(d->loop, &d->guard_child);
+	reaper_unwatch(d->reaper, guard_pid(d->guard));
 	ev_timer_stop(d->loop, &d->poll);
 	ev_timer_stop(d->loop, &d->grace);
 	ev_timer_stop(d->loop, &d->watchdog);
@@ -1064,9 +1098,11 @@ int daemon_run(const char *config_path, struct config *cfg)
 	free(d->worker_prefix);
 	free(d->home);
 	metrics_free(d->metrics);
+	struct ev_loop *loop = d->loop;
+	reaper_free(d->reaper);
 	free(d);
 	notify_fini(); /* a last try for a held STOPPING=1 */
-	ev_loop_destroy(EV_DEFAULT);
+	ev_loop_destroy(loop);
 	log_info("msg=\"stopped\" exit_code=%d", code);
 	return code;
 }

@@ -1,6 +1,7 @@
 /* db.c - one asynchronous libpq connection (see db.h).
  *
- * State machine (db_step is the one place that moves between states):
+ * State machine (set_state is the one place that moves between states, and
+ * it checks each move against `allowed` below):
  *   WAIT     backoff timer running, no PGconn
  *   CONNECT  PQconnectPoll driven by the socket watcher and a connect timer
  *   SETUP    pipeline mode entered, setup batch in flight
@@ -109,13 +110,36 @@ void db_unwait(struct db_conn *c, struct db_waiter *w)
 static void db_start_connect(struct db_conn *c);
 static void on_io(struct ev_loop *loop, ev_io *w, int revents);
 
+/* The moves between states, from -> to. WAIT may follow any state: a
+ * connection is closed and scheduled again from wherever it was. Any other
+ * move is a bug: it aborts a build with PGJOBD_CHECK_STATES (the sanitizer
+ * builds of `make asan` and `make check-asan`) and is logged otherwise. */
+#define TO(s) (1u << (s))
+static const unsigned allowed[] = {
+    [DB_WAIT] = TO(DB_WAIT) | TO(DB_CONNECT),
+    [DB_CONNECT] = TO(DB_WAIT) | TO(DB_SETUP) | TO(DB_BROKEN),
+    [DB_SETUP] = TO(DB_WAIT) | TO(DB_IDLE) | TO(DB_BROKEN),
+    [DB_IDLE] = TO(DB_WAIT) | TO(DB_BUSY) | TO(DB_BROKEN),
+    [DB_BUSY] = TO(DB_WAIT) | TO(DB_IDLE) | TO(DB_BROKEN),
+    [DB_BROKEN] = TO(DB_WAIT) | TO(DB_CONNECT) | TO(DB_BROKEN),
+};
+#undef TO
+
 static void set_state(struct db_conn *c, enum db_state s)
 {
+	if (!(allowed[c->state] & (1u << s))) {
+		log_error("msg=\"bug: database connection state move not allowed\" app=%s from=%s "
+			  "to=%s",
+			  log_value(c->appname), state_names[c->state], state_names[s]);
+#ifdef PGJOBD_CHECK_STATES
+		abort();
+#endif
+	}
 	/* idle <-> busy happens twice per job: not worth a log line */
 	bool routine =
 	    (c->state == DB_IDLE && s == DB_BUSY) || (c->state == DB_BUSY && s == DB_IDLE);
 	if (c->state != s && !routine)
-		log_debug("msg=\"db state\" app=%s from=%s to=%s", c->appname,
+		log_debug("msg=\"db state\" app=%s from=%s to=%s", log_value(c->appname),
 			  state_names[c->state], state_names[s]);
 	c->state = s;
 }
@@ -214,7 +238,7 @@ static void fail(struct db_conn *c, const char *why)
 		ev_io_stop(c->loop, &c->io);
 	ev_timer_stop(c->loop, &c->timer);
 	if (was == DB_CONNECT || was == DB_WAIT) {
-		log_warn("msg=\"cannot connect to database\" app=%s err=%s", c->appname,
+		log_warn("msg=\"cannot connect to database\" app=%s err=%s", log_value(c->appname),
 			 log_value(c->err));
 		schedule_connect(c);
 		return;
@@ -307,16 +331,16 @@ static void setup_done(struct db_conn *c, PGresult *const *res, int n, void *arg
 	if (!res)
 		return; /* fail() already handled it */
 	if (!db_batch_ok(res, n)) {
-		log_error("msg=\"connection setup failed\" app=%s err=%s", c->appname,
+		log_error("msg=\"connection setup failed\" app=%s err=%s", log_value(c->appname),
 			  log_value(db_batch_error(res, n)));
 		/* e.g. the schema is missing: retry later rather than spin */
-		c->state = DB_BROKEN;
+		set_state(c, DB_BROKEN);
 		schedule_connect(c);
 		return;
 	}
 	c->backoff_ms = BACKOFF_MIN_MS;
 	set_state(c, DB_IDLE);
-	log_debug("msg=\"database connected\" app=%s", c->appname);
+	log_debug("msg=\"database connected\" app=%s", log_value(c->appname));
 	if (c->cbs.on_event)
 		c->cbs.on_event(c, DB_UP, c->cbs.arg);
 	serve_waiters(c);

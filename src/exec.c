@@ -1,19 +1,19 @@
-/* exec.c - running one job's command (SPEC §3, STYLE §7).
+/* exec.c - running one job's command (pgjobd(8), "How a command runs").
  *
  * Owns: one struct exec_proc per started command, with its child process
  * (/bin/sh -c COMMAND, leader of its own process group), the parent ends of
- * its three pipes, two bounded captures (stdout head, stderr tail) and the
- * libev watchers that drive them: ev_io for stdin/stdout/stderr, ev_child for
- * the shell, a drain timer, a kill-escalation timer and a zero-delay timer
- * that reports a spawn failure from the loop.
+ * its three pipes, two bounded captures (stdout head and tail, stderr tail),
+ * the libev watchers that drive them: ev_io for stdin/stdout/stderr, a drain
+ * timer, a kill-escalation timer and a zero-delay timer that reports a spawn
+ * failure from the loop; and a watch of the shell's pid with the reaper.
  *
  * Life of a command:
  *   exec_start -> posix_spawn, or fork+exec when switching user or when the
  *   caller must learn the process group before the command runs (before_run:
  *   the child waits on a gate pipe until the hook has returned; if the
  *   daemon dies first, the gate reads EOF and the child exits without
- *   exec'ing anything) -> ev_child started before we return to the loop, so
- *   libev cannot reap the shell before a watcher exists for it.
+ *   exec'ing anything) -> the shell's pid watched (reaper_watch) before we
+ *   return to the loop, where children are reaped.
  *   The shell is reaped -> the whole group gets SIGKILL right away (the job
  *   is over when its shell is; no process of it may outlive it), and a drain
  *   timer starts. Both pipes at EOF, or the drain timer fires (a process that
@@ -23,8 +23,10 @@
  * Invariants:
  *   - p->done is set right before the callback; after the callback returns
  *     nothing of p is touched, because the callback may exec_free(p).
- *   - Only libev reaps (no waitpid here): its SIGCHLD handler reaps every
- *     child with waitpid(-1), so a waitpid of ours would race it.
+ *   - The shell is reaped by the reaper (reap.h) with wait4, never by libev
+ *     (whose default loop the daemon does not use): wait4 returns its
+ *     rusage, the CPU time and peak RSS of the shell and of every
+ *     descendant it waited for, which the outcome carries.
  *   - Every fd is O_CLOEXEC in the daemon; the child gets fds 0-2 and nothing
  *     else (closefrom(3)), an empty signal mask and default dispositions.
  *   - Output memory is bounded by the captures; pipes are read to EOF even
@@ -43,6 +45,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -50,6 +53,7 @@
 #include "log.h"
 #include "parse.h"
 #include "priv.h"
+#include "reap.h"
 #include "util.h"
 
 /* How long to wait for the pipes to reach EOF once the shell is reaped. */
@@ -76,7 +80,10 @@ struct exec_proc {
 	size_t stdin_len, stdin_off;
 
 	ev_io w_in, w_out, w_err;
-	ev_child w_child;
+	struct reaper *reaper;
+	bool watched;	  /* the shell's pid is watched by the reaper */
+	struct rusage ru; /* valid when has_usage */
+	bool has_usage;
 	ev_timer w_drain;
 	ev_timer w_kill;
 	ev_timer w_fail;   /* 0 s: reports a spawn failure from the loop */
@@ -85,6 +92,8 @@ struct exec_proc {
 
 	struct capture out, err;
 	int64_t start_ms, end_ms;
+	void (*on_output)(int stream, const char *buf, size_t n, void *arg);
+	void *on_output_arg;
 };
 
 /* kill(-pgid, sig), ignoring ESRCH (the group is already gone). */
@@ -112,7 +121,10 @@ static void release_io(struct exec_proc *p)
 	ev_io_stop(p->loop, &p->w_in);
 	ev_io_stop(p->loop, &p->w_out);
 	ev_io_stop(p->loop, &p->w_err);
-	ev_child_stop(p->loop, &p->w_child);
+	if (p->watched) {
+		reaper_unwatch(p->reaper, p->pid);
+		p->watched = false;
+	}
 	ev_timer_stop(p->loop, &p->w_drain);
 	ev_timer_stop(p->loop, &p->w_kill);
 	ev_timer_stop(p->loop, &p->w_fail);
@@ -121,6 +133,11 @@ static void release_io(struct exec_proc *p)
 	close_fd(&p->err_fd);
 	free(p->stdin_data);
 	p->stdin_data = NULL;
+}
+
+static int64_t timeval_ms(struct timeval tv)
+{
+	return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
 }
 
 /* The single place that invokes the callback. */
@@ -136,6 +153,11 @@ static void finish(struct exec_proc *p)
 	if (p->end_ms == 0)
 		p->end_ms = util_now_ms();
 	o.duration_ms = p->end_ms - p->start_ms;
+	o.cpu_ms = o.max_rss_kb = -1;
+	if (p->has_usage) {
+		o.cpu_ms = timeval_ms(p->ru.ru_utime) + timeval_ms(p->ru.ru_stime);
+		o.max_rss_kb = p->ru.ru_maxrss; /* Linux: kilobytes */
+	}
 	if (p->spawn_failed) {
 		o.status = EXEC_SPAWN_FAILED;
 		o.spawn_errno = p->spawn_errno;
@@ -194,6 +216,9 @@ static void drain_pipe(struct exec_proc *p, ev_io *w, int *fd, struct capture *c
 		if (n > 0) {
 			/* capture keeps at most max bytes; the rest is discarded. */
 			capture_append(cap, buf, (size_t)n);
+			if (p->on_output)
+				p->on_output(fd == &p->out_fd ? 0 : 1, buf, (size_t)n,
+					     p->on_output_arg);
 			continue;
 		}
 		if (n < 0 && errno == EINTR)
@@ -226,15 +251,18 @@ static void on_stderr_readable(struct ev_loop *loop, ev_io *w, int revents)
 	drain_pipe(p, w, &p->err_fd, &p->err);
 }
 
-static void on_child_exit(struct ev_loop *loop, ev_child *w, int revents)
+/* The reaper's callback: the shell was reaped. */
+static void on_shell_reaped(pid_t pid, int status, const struct rusage *ru, void *arg)
 {
-	(void)revents;
-	struct exec_proc *p = w->data;
-	ev_child_stop(loop, w);
+	(void)pid;
+	struct exec_proc *p = arg;
+	p->watched = false;
 	p->reaped = true;
-	p->wstatus = w->rstatus;
+	p->wstatus = status;
+	p->ru = *ru;
+	p->has_usage = true;
 	p->end_ms = util_now_ms();
-	ev_timer_stop(loop, &p->w_kill);
+	ev_timer_stop(p->loop, &p->w_kill);
 	/* The job ends with its shell. Kill what is left of the group now,
 	 * while the group still exists or has only just emptied, so that the
 	 * pgid cannot have been reused by an unrelated process; this also lets
@@ -242,9 +270,12 @@ static void on_child_exit(struct ev_loop *loop, ev_child *w, int revents)
 	if (!p->spawn_failed)
 		signal_group(p->pid, SIGKILL);
 	/* The child is gone: a pending stdin write can only fail now. */
-	ev_io_stop(loop, &p->w_in);
+	ev_io_stop(p->loop, &p->w_in);
 	close_fd(&p->in_fd);
-	ev_timer_start(loop, &p->w_drain);
+	/* ev_now() may be stale (this can run at the start of ev_run, before
+	 * the loop reads the clock): the drain must not be shorter. */
+	ev_now_update(p->loop);
+	ev_timer_start(p->loop, &p->w_drain);
 	maybe_finish(p);
 }
 
@@ -560,9 +591,9 @@ struct exec_proc *exec_start(struct ev_loop *loop, const struct exec_spec *spec,
 	struct exec_proc *p = NULL;
 	char *data = NULL;
 
-	assert(spec->command && spec->envp && cb);
+	assert(spec->command && spec->envp && spec->reaper && cb);
 	if (spec->stdin_len > 0) {
-		/* Sized by the job's data: checked, not x-alloc'd (STYLE §4). */
+		/* Sized by the job's data: checked, not x-alloc'd. */
 		data = malloc(spec->stdin_len);
 		if (!data)
 			return NULL; /* errno ENOMEM: an environment problem */
@@ -578,13 +609,16 @@ struct exec_proc *exec_start(struct ev_loop *loop, const struct exec_spec *spec,
 	p->loop = loop;
 	p->cb = cb;
 	p->arg = arg;
+	p->on_output = spec->on_output;
+	p->on_output_arg = spec->on_output_arg;
 	p->in_fd = in[1];
 	p->out_fd = out[0];
 	p->err_fd = err[0];
+	p->reaper = spec->reaper;
 	p->stdin_data = data;
 	p->stdin_len = spec->stdin_len;
 	p->start_ms = util_now_ms();
-	capture_init(&p->out, CAPTURE_HEAD, spec->max_output);
+	capture_init(&p->out, CAPTURE_HEAD_TAIL, spec->max_output);
 	capture_init(&p->err, CAPTURE_TAIL, spec->max_output);
 	ev_io_init(&p->w_in, on_stdin_writable, p->in_fd, EV_WRITE);
 	ev_io_init(&p->w_out, on_stdout_readable, p->out_fd, EV_READ);
@@ -626,9 +660,10 @@ struct exec_proc *exec_start(struct ev_loop *loop, const struct exec_spec *spec,
 	p->pid = pid;
 	/* Before returning to the loop: libev reaps in the loop, and a child
 	 * reaped without a watcher would lose its status. */
-	ev_child_init(&p->w_child, on_child_exit, pid, 0);
-	p->w_child.data = p;
-	ev_child_start(loop, &p->w_child);
+	/* Before returning to the loop, where children are reaped: a child
+	 * reaped without a watch would lose its status. */
+	reaper_watch(p->reaper, pid, on_shell_reaped, p);
+	p->watched = true;
 	if (spawn_err != 0) {
 		/* The forked child failed before exec and exits 127 by itself;
 		 * its exit is awaited like any other, then reported as spawn. */
@@ -871,6 +906,11 @@ char **exec_env_build(const struct exec_env_in *in)
 	env_add(&e, xasprintf("PGJOBD_ATTEMPT=%d", in->attempt));
 	env_add(&e, xasprintf("PGJOBD_MAX_ATTEMPTS=%d", in->max_attempts));
 	env_add(&e, xasprintf("PGJOBD_FENCE=%lld", in->fence));
+	if (in->schedule) {
+		env_add(&e, xasprintf("PGJOBD_SCHEDULE=%s", in->schedule));
+		env_add(&e, xasprintf("PGJOBD_SCHEDULED_FOR=%s",
+				      in->scheduled_for ? in->scheduled_for : ""));
+	}
 
 	/* The data's keys in key order, a key given twice once (its last
 	 * value), so that which keys fit the limits does not depend on the

@@ -26,9 +26,14 @@ struct exec_outcome {
 	int signal;
 	int spawn_errno;
 	const char *spawn_what; /* static text: "posix_spawn", "chdir", "setuid", ... */
-	struct capture *out;	/* borrowed, valid during the callback */
-	struct capture *err;
+	struct capture *out;	/* borrowed, valid during the callback: stdout's */
+	struct capture *err;	/* head and tail, stderr's tail */
 	int64_t duration_ms;
+	/* From wait4(2) (reap.h): the user plus system CPU time and the peak
+	 * resident set of the shell and of every descendant it waited for (a
+	 * process it left behind is not counted); -1 when no process ran. */
+	int64_t cpu_ms;
+	int64_t max_rss_kb;
 };
 
 /* Called exactly once per exec_start, always from the event loop (never from
@@ -38,8 +43,11 @@ struct exec_outcome {
  * The callback may call exec_free(p). */
 typedef void exec_done_fn(struct exec_proc *p, const struct exec_outcome *o, void *arg);
 
+struct reaper;
+
 struct exec_spec {
 	const char *command;	 /* passed as the single argument after sh -c */
+	struct reaper *reaper;	 /* reaps the shell (reap.h); required */
 	const char *working_dir; /* NULL: inherit */
 	char *const *envp;	 /* full environment, NULL-terminated */
 	const char *stdin_data;	 /* written then closed (EOF); EPIPE is not an error */
@@ -51,13 +59,18 @@ struct exec_spec {
 	bool set_user;
 	uid_t uid;
 	gid_t gid;
-	size_t max_output; /* head of stdout, tail of stderr */
+	size_t max_output; /* head and tail of stdout, tail of stderr */
 	/* NULL, or called with the new process group's id after the child has
 	 * its group and before it may exec; the command runs only if it
 	 * returns 0 (else the outcome is a spawn failure, step "register").
 	 * Used to register the group with the supervisor first. */
 	int (*before_run)(pid_t pgid, void *arg);
 	void *before_run_arg;
+	/* NULL, or called from the loop with each chunk read from the
+	 * command's stdout (stream 0) or stderr (1), whole, before the capture
+	 * bounds it (the hook bounds what it keeps itself). */
+	void (*on_output)(int stream, const char *buf, size_t n, void *arg);
+	void *on_output_arg;
 };
 
 /* Start the command. The spec is copied as needed; the caller may free it
@@ -80,7 +93,7 @@ void exec_kill(struct exec_proc *p, int64_t kill_grace_ms);
  * SIGKILL (group) first. exec_free(NULL) is a no-op. */
 void exec_free(struct exec_proc *p);
 
-/* Environment for a job (SPEC §3). Pure. */
+/* Environment for a job (pgjobd(8)). Pure. */
 struct exec_env_in {
 	const char *home;	/* HOME */
 	const char *lang;	/* LANG of the daemon, NULL when unset */
@@ -91,13 +104,16 @@ struct exec_env_in {
 	int attempt;
 	int max_attempts;
 	long long fence;	     /* the claim's fencing token */
+	const char *schedule;	     /* NULL: not a scheduled job, neither is exported */
+	const char *scheduled_for;   /* its tick (ISO 8601, UTC) */
 	const char *const *arg_keys; /* top-level scalars of data, as text */
 	const char *const *arg_vals;
 	size_t nargs;
 };
 /* Builds PATH=/usr/local/bin:/usr/bin:/bin, HOME, LANG (if set), then the
  * queue env (which may override those three), then PGJOBD_JOB_ID, _QUEUE,
- * _GROUP_ID, _ATTEMPT, _MAX_ATTEMPTS, _FENCE, then PGJOBD_ARG_<key> for the args, in
+ * _GROUP_ID, _ATTEMPT, _MAX_ATTEMPTS, _FENCE, for a scheduled job _SCHEDULE and
+ * _SCHEDULED_FOR, then PGJOBD_ARG_<key> for the args, in
  * byte order of their keys (a key given twice: its last value). A NULL value
  * is not exported. An arg is skipped when its key does not match
  * [A-Za-z_][A-Za-z0-9_]* (invalid_name), when its whole "PGJOBD_ARG_key=value"

@@ -44,6 +44,10 @@ struct fence {
 	bool forget_due;
 	ev_timer tick, expire, forget;
 	struct fence_params params;
+	char **queues; /* served queues, NULL-terminated (fence_set_queues) */
+	int nqueues;
+	/* Bumped by each fence_set_queues; the row has queues_sent's list. */
+	unsigned queues_gen, queues_sent, queues_in_flight;
 	fence_event_fn *cb;
 	void *arg;
 };
@@ -83,6 +87,10 @@ static void confirmed(struct fence *f)
 	int64_t d = f->sent + f->fence_ms;
 	if (d <= f->deadline)
 		return;
+	/* Heartbeats slowed by load (or by a lock on our row) bring the
+	 * deadline close without passing it: claiming stops meanwhile
+	 * (fence_may_claim), and must start again when they catch up. */
+	bool could = fence_may_claim(f);
 	f->deadline = d;
 	if (f->guard)
 		guard_set_deadline(f->guard, d);
@@ -90,6 +98,8 @@ static void confirmed(struct fence *f)
 	if (f->expired) {
 		f->expired = false;
 		log_info("msg=\"claims confirmed again\" worker_id=%lld", f->worker_id);
+		emit(f, FENCE_UP);
+	} else if (!could && fence_may_claim(f)) {
 		emit(f, FENCE_UP);
 	}
 }
@@ -106,10 +116,11 @@ static void on_registered(struct db_conn *c, PGresult *const *res, int n, void *
 		return; /* again at the next tick */
 	}
 	f->worker_id = strtoll(PQgetvalue(res[0], 0, 0), NULL, 10);
+	f->queues_sent = f->queues_in_flight;
 	if (f->guard)
 		guard_set_worker(f->guard, f->worker_id);
-	log_info("msg=\"registered\" worker=%s worker_id=%lld fence_timeout_ms=%lld", f->name,
-		 f->worker_id, (long long)f->fence_ms);
+	log_info("msg=\"registered\" worker=%s worker_id=%lld fence_timeout_ms=%lld",
+		 log_value(f->name), f->worker_id, (long long)f->fence_ms);
 	/* A new instance: nothing of the old one's deadline carries over. */
 	f->deadline = 0;
 	f->expired = true;
@@ -122,11 +133,13 @@ static void on_beat(struct db_conn *c, PGresult *const *res, int n, void *arg)
 	struct fence *f = arg;
 	if (!res)
 		return;
-	if (!db_batch_ok(res, n) || PQntuples(res[0]) != 1) {
+	if (!db_batch_ok(res, n) || PQntuples(res[n - 1]) != 1) {
 		log_warn("msg=\"heartbeat failed\" err=%s", log_value(db_batch_error(res, n)));
 		return;
 	}
-	if (PQgetvalue(res[0], 0, 0)[0] == 't') {
+	if (n == 2) /* the queues went with this heartbeat */
+		f->queues_sent = f->queues_in_flight;
+	if (PQgetvalue(res[n - 1], 0, 0)[0] == 't') {
 		confirmed(f);
 		return;
 	}
@@ -160,18 +173,26 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
 		set_expired(f, "deadline passed");
 	if (!db_is_ready(f->db))
 		return;
-	struct db_stmt st;
+	struct db_stmt st[2];
 	f->sent = util_boot_ms();
+	f->queues_in_flight = f->queues_gen;
+	const char *const *qv = (const char *const *)f->queues;
 	if (f->worker_id == 0) {
-		claim_build_register(&st, &f->params, f->name, f->fence_ms);
-		db_send(f->db, &st, 1, on_registered, f);
+		claim_build_register(&st[0], &f->params, f->name, f->fence_ms, qv, f->nqueues);
+		db_send(f->db, st, 1, on_registered, f);
+	} else if (f->queues_sent != f->queues_gen) {
+		/* After a reload: the new list, then the usual heartbeat, in
+		 * one round trip. */
+		claim_build_set_queues(&st[0], &f->params, f->worker_id, qv, f->nqueues);
+		claim_build_heartbeat(&st[1], &f->params, f->worker_id);
+		db_send(f->db, st, 2, on_beat, f);
 	} else if (f->forget_due) {
 		f->forget_due = false;
-		st = (struct db_stmt){.sql = claim_sql_forget_workers};
-		db_send(f->db, &st, 1, on_forgotten, f);
+		st[0] = (struct db_stmt){.sql = claim_sql_forget_workers};
+		db_send(f->db, st, 1, on_forgotten, f);
 	} else {
-		claim_build_heartbeat(&st, &f->params, f->worker_id);
-		db_send(f->db, &st, 1, on_beat, f);
+		claim_build_heartbeat(&st[0], &f->params, f->worker_id);
+		db_send(f->db, st, 1, on_beat, f);
 	}
 }
 
@@ -219,6 +240,8 @@ struct fence *fence_new(struct ev_loop *loop, const char *conninfo, const char *
 	f->cb = cb;
 	f->arg = arg;
 	f->expired = true; /* nothing confirmed yet */
+	buf_init(&f->params.queues);
+	f->queues = xcalloc(1, sizeof(char *));
 	double every = (double)fence_ms / 5000.0;
 	ev_timer_init(&f->tick, on_tick, every, every);
 	ev_timer_init(&f->expire, on_expire, 0., 0.);
@@ -239,8 +262,24 @@ void fence_free(struct fence *f)
 	ev_timer_stop(f->loop, &f->expire);
 	ev_timer_stop(f->loop, &f->forget);
 	db_conn_free(f->db);
+	buf_fini(&f->params.queues);
+	util_strv_free(f->queues);
 	free(f->name);
 	free(f);
+}
+
+void fence_set_queues(struct fence *f, const char *const *names, int n)
+{
+	util_strv_free(f->queues);
+	f->queues = xcalloc((size_t)n + 1, sizeof(char *));
+	for (int i = 0; i < n; i++)
+		f->queues[i] = xstrdup(names[i]);
+	f->nqueues = n;
+	f->queues_gen++;
+	/* Registered and idle: now, not at the next tick. An early heartbeat
+	 * only confirms the claims sooner. */
+	if (f->worker_id != 0 && db_is_ready(f->db))
+		on_tick(f->loop, &f->tick, 0);
 }
 
 long long fence_worker_id(const struct fence *f)
@@ -251,6 +290,11 @@ long long fence_worker_id(const struct fence *f)
 bool fence_holds(const struct fence *f, int64_t min_left_ms)
 {
 	return f->worker_id != 0 && !f->expired && f->deadline - util_boot_ms() >= min_left_ms;
+}
+
+bool fence_may_claim(const struct fence *f)
+{
+	return fence_holds(f, f->fence_ms / 2);
 }
 
 int64_t fence_timeout_ms(const struct fence *f)

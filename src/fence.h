@@ -23,8 +23,8 @@ struct guard;
 struct metrics;
 
 enum fence_event {
-	FENCE_UP,      /* registered, or a heartbeat succeeded after the deadline had
-			  come close: claiming may go on */
+	FENCE_UP,      /* registered, or a heartbeat moved the deadline far enough
+			  away again (fence_may_claim turned true): claim now */
 	FENCE_EXPIRED, /* the deadline is (about to be) over, or the instance was
 			  declared dead: every running command must die now */
 };
@@ -38,10 +38,20 @@ struct fence *fence_new(struct ev_loop *loop, const char *conninfo, const char *
 /* Stops the timers and closes the session. fence_free(NULL) is a no-op. */
 void fence_free(struct fence *f);
 
+/* The names of the queues the daemon serves, for pgjobd.workers.queues
+ * (copied): sent with the next registration, or at once (with the next
+ * heartbeat) to the registered instance's row. Call at start and after
+ * each reload. */
+void fence_set_queues(struct fence *f, const char *const *names, int n);
+
 /* The registered instance (pgjobd.workers.id), 0 while there is none. */
 long long fence_worker_id(const struct fence *f);
 /* True when registered and the deadline is at least min_left_ms away. */
 bool fence_holds(const struct fence *f, int64_t min_left_ms);
+/* True when new claims are worth making: registered and at least half of
+ * fence_timeout left. A claim refused meanwhile must be retried at the next
+ * FENCE_UP, which comes as soon as this turns true again. */
+bool fence_may_claim(const struct fence *f);
 /* fence_timeout in ms. */
 int64_t fence_timeout_ms(const struct fence *f);
 

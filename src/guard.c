@@ -1027,7 +1027,7 @@ void guard_stop(struct guard *g)
 	do
 		r = waitpid(g->pid, &st, 0);
 	while (r < 0 && errno == EINTR);
-	/* ECHILD: libev's SIGCHLD handler reaped it already; nothing lost. */
+	/* ECHILD: the daemon's reaper (reap.h) reaped it already; nothing lost. */
 	if (r < 0 && errno != ECHILD)
 		log_warn("msg=\"cannot wait for guard\" pid=%d err=\"%s\"", (int)g->pid,
 			 strerror(errno));

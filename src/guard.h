@@ -1,4 +1,4 @@
-/* guard.h - the supervisor process that makes SPEC guarantee 6 hold.
+/* guard.h - the supervisor process that makes guarantee 6 of pgjobd(8) hold.
  *
  * Nothing runs in a daemon killed by SIGKILL, so a small child process (the
  * guard), forked at startup before any connection exists, keeps duplicates

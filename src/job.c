@@ -128,8 +128,8 @@ static bool maybe_stop(struct job *j)
 	return true;
 }
 
-/* The session is unusable (or holds a bridge lock only its end releases):
- * connect again, unless the slot is draining, in which case it stops. */
+/* The session is unusable: connect again, unless the slot is draining, in
+ * which case it stops. */
 static void reconnect(struct job *j)
 {
 	job_step(j, J_CONNECTING);
@@ -191,6 +191,12 @@ static void on_finished(struct db_conn *c, PGresult *const *res, int n, void *ar
 				"fence=%lld",
 				j->run.cj.fence);
 	}
+	/* The retry's wake-up, once the outcome is committed: run_at counts
+	 * from the server's time of the UPDATE, so a timer started before it
+	 * was sent could fire before the job is due, find nothing, and leave
+	 * the retry to the poll. */
+	if (strcmp(j->out.status, "queued") == 0 && !j->out.give_back)
+		emit(j, JOB_EV_RETRY, j->out.retry_in_ms);
 	clear_run(j);
 	job_step(j, J_IDLE);
 	if (!maybe_stop(j))
@@ -203,8 +209,6 @@ static void write_outcome(struct job *j, const struct exec_outcome *o)
 {
 	struct claim_outcome out;
 	run_outcome(&j->run, o, &out);
-	if (strcmp(out.status, "queued") == 0 && !out.give_back)
-		emit(j, JOB_EV_RETRY, out.retry_in_ms);
 	j->out = out;
 	struct db_stmt st[CLAIM_FINISH_MAX];
 	int n = claim_build_finish(st, &j->fparams, j->run.cj.id, j->run.cj.fence, &out);
@@ -222,16 +226,8 @@ static void on_run_done(struct run *r, const struct exec_outcome *o, void *arg)
 		 * next session, as a failed attempt. */
 		log_job(LOG_WARN, j,
 			"msg=\"command ended after its claim was lost\" reason=lost_lock");
-		metrics_job_finished(j->env->metrics, r->q->name, METRICS_INTERRUPTED,
-				     (double)(util_now_ms() - r->started_ms) / 1000.0);
-		size_t len = 0;
-		const char *err = o->err ? capture_data(o->err, &len) : "";
-		free(r->error);
-		r->error = result_error_json(
-		    "lost_lock", o->status == EXEC_EXITED ? o->exit_code : -1,
-		    o->status == EXEC_SIGNALED ? o->signal : 0,
-		    "the database session holding the job was lost; the command was killed", err,
-		    len, o->err ? capture_truncated(o->err) : false);
+		run_lost(r, o,
+			 "the database session holding the job was lost; the command was killed");
 		j->release_pending = true;
 		reconnect(j);
 		return;
@@ -266,8 +262,9 @@ static void on_tx_ended(struct db_conn *c, PGresult *const *res, int n, void *ar
 		emit(j, JOB_EV_IDLE, 0);
 }
 
-/* The hold did not take: tell the daemon (the claimer drops the bridge, and
- * the job, still `running`, is an orphan for the next orphan pass). */
+/* The hold did not take: tell the daemon (the claimer no longer answers for
+ * the job, and the job, if still `running` for us, is handed back by the next
+ * orphan pass). */
 static void not_held(struct job *j)
 {
 	emit(j, JOB_EV_NOT_HELD, 0);
@@ -417,7 +414,7 @@ static void on_released(struct db_conn *c, PGresult *const *res, int n, void *ar
 static void send_release(struct job *j)
 {
 	struct db_stmt st;
-	claim_build_release(&st, &j->rparams, &j->run.cj, true, j->run.error,
+	claim_build_release(&st, &j->rparams, &j->run.cj, true, j->run.error, j->run.entry,
 			    run_retry_delay(j->run.q ? j->run.q : j->q, j->run.cj.attempts));
 	job_step(j, J_RELEASING);
 	if (db_send(j->db, &st, 1, on_released, j) < 0) {

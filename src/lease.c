@@ -1,4 +1,4 @@
-/* lease.c - lock mode `lease` (see lease.h; sql/013_lease.sql for the
+/* lease.c - lock mode `lease` (see lease.h; sql/017_lease.sql for the
  * server's side and the clock assumptions).
  *
  * One session carries everything of every lease-mode queue. Each batch
@@ -234,8 +234,6 @@ static void end_job(struct lj *j, const struct exec_outcome *o)
 {
 	struct lease *l = j->l;
 	run_outcome(&j->run, o, &j->out);
-	if (strcmp(j->out.status, "queued") == 0 && !j->out.give_back && l->cbs.on_retry)
-		l->cbs.on_retry(j->q->name, j->out.retry_in_ms, l->cbs.arg);
 	ev_timer_stop(l->loop, &j->expire);
 	j->state = LJ_ENDED;
 	if (j->slot >= 0 && j->slot < j->q->ncap)
@@ -335,12 +333,18 @@ static void finish_done(struct lease *l, PGresult *res)
 		struct lj *j = l->jobs[i];
 		if (j->state != LJ_WRITING)
 			continue;
+		/* Written: a retry's wake-up now, as run_at counts from the
+		 * server's time of the UPDATE (a timer started before it could
+		 * fire before the job is due). */
 		if (!has_id(ids, n, j->run.cj.id))
 			log_lj(
 			    LOG_WARN, j,
 			    "msg=\"outcome not recorded: the claim was taken over (or its outcome "
 			    "was recorded already)\" status=%s fence=%lld",
 			    j->out.status, j->run.cj.fence);
+		else if (strcmp(j->out.status, "queued") == 0 && !j->out.give_back &&
+			 l->cbs.on_retry)
+			l->cbs.on_retry(j->q->name, j->out.retry_in_ms, l->cbs.arg);
 		remove_job(l, i);
 	}
 	free(ids);
@@ -514,8 +518,7 @@ static void on_batch(struct db_conn *c, PGresult *const *res, int n, void *arg)
  * the fence's FENCE_UP kicks the daemon again). */
 static bool may_claim(const struct lease *l)
 {
-	return !l->draining && fence_worker_id(l->fence) != 0 &&
-	       fence_holds(l->fence, fence_timeout_ms(l->fence) / 2);
+	return !l->draining && fence_may_claim(l->fence);
 }
 
 /* The free slots of q into its claim arrays; returns their count. */

@@ -8,7 +8,7 @@
  * its running jobs with one statement every third of the lease, and writes
  * the outcomes of jobs that ended in batches; each command runs as a
  * struct run (run.h) whose supervisor deadline is its lease's. See lease.c
- * for the protocol and sql/013_lease.sql for the server's side. */
+ * for the protocol and sql/017_lease.sql for the server's side. */
 #ifndef PGJOBD_LEASE_H
 #define PGJOBD_LEASE_H
 

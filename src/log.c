@@ -12,7 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -45,6 +47,17 @@ enum log_level log_get_level(void)
 	return cur_level;
 }
 
+const char *log_prefix(enum log_level level)
+{
+	static const char *const prefixes[] = {"<3>", "<4>", "<6>", "<7>"};
+	return to_journal ? prefixes[level] : "";
+}
+
+int log_to_journal(void)
+{
+	return to_journal;
+}
+
 int log_level_parse(const char *s, enum log_level *out)
 {
 	for (int i = 0; i <= LOG_DEBUG; i++) {
@@ -56,10 +69,45 @@ int log_level_parse(const char *s, enum log_level *out)
 	return -1;
 }
 
+static void log_line(enum log_level level, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
+
 void log_msg(enum log_level level, const char *fmt, ...)
 {
 	if (level > cur_level)
 		return;
+	va_list ap;
+	va_start(ap, fmt);
+	log_line(level, fmt, ap);
+	va_end(ap);
+}
+
+void log_force(enum log_level level, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	log_line(level, fmt, ap);
+	va_end(ap);
+}
+
+/* The journal's native socket, opened at the first entry; -1 before. */
+static int journal_fd = -1;
+
+int log_journal_entry(const char *entry, size_t len)
+{
+	static const struct sockaddr_un addr = {AF_UNIX, "/run/systemd/journal/socket"};
+	if (journal_fd < 0) {
+		journal_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		if (journal_fd < 0)
+			return -1;
+	}
+	ssize_t n = sendto(journal_fd, entry, len, MSG_NOSIGNAL, (const struct sockaddr *)&addr,
+			   sizeof(addr));
+	return n < 0 ? -1 : 0;
+}
+
+static void log_line(enum log_level level, const char *fmt, va_list ap)
+{
 	int saved = errno;
 	char line[4096];
 	size_t n = 0;
@@ -75,10 +123,7 @@ void log_msg(enum log_level level, const char *fmt, ...)
 	}
 	n += (size_t)snprintf(line + n, sizeof(line) - n, "level=%s ", level_names[level]);
 	size_t body = n;
-	va_list ap;
-	va_start(ap, fmt);
 	int m = vsnprintf(line + n, sizeof(line) - n, fmt, ap);
-	va_end(ap);
 	if (m < 0)
 		m = 0;
 	n += (size_t)m;

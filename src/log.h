@@ -1,4 +1,4 @@
-/* log.h - levelled logfmt lines on stderr (STYLE §5).
+/* log.h - levelled logfmt lines on stderr.
  *
  * Every line: [<N> | ISO-8601 time] level=LEVEL <rest>, where <rest> is the
  * caller's format, itself logfmt: `msg="job finished" job=42 status=ok`.
@@ -22,7 +22,22 @@ enum log_level log_get_level(void);
 /* "error|warn|info|debug" -> level; 0 or -1 for an unknown name. */
 int log_level_parse(const char *s, enum log_level *out);
 
+/* "<3>".."<7>" for level when stderr is the journal, else "": for lines
+ * written to stderr outside log_msg (configuration diagnostics). */
+const char *log_prefix(enum log_level level);
+/* True when stderr is the journal (see log_init). */
+int log_to_journal(void);
+
 void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The same whatever the configured level: for lines an operator asked for
+ * by other means (a queue's log_output). */
+void log_force(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Sends one entry to the journal over its native protocol (a datagram to
+ * /run/systemd/journal/socket): `entry` is "FIELD=value\n" lines, no value
+ * holding a newline. Never blocks: returns 0, or -1 with errno (EAGAIN when
+ * the journal is behind, ENOENT or ECONNREFUSED when there is none). */
+int log_journal_entry(const char *entry, size_t len);
 #define log_error(...) log_msg(LOG_ERROR, __VA_ARGS__)
 #define log_warn(...) log_msg(LOG_WARN, __VA_ARGS__)
 #define log_info(...) log_msg(LOG_INFO, __VA_ARGS__)

@@ -7,11 +7,11 @@
  *   SELECT ... FROM pgjobd.maintain(queues[], retention_ms[], MAINT_BATCH)
  *   SELECT job_id FROM pgjobd.cancel_requests
  *
- * pgjobd.maintain() takes a transaction-level try-lock first, so of all the
- * daemons on a database exactly one works at a time and the others return
- * at once; every step is a bounded batch in a short transaction. When a step
- * hit its bound, the next pass comes after MAINT_AGAIN instead, until the
- * backlog (of expired or old finished jobs) is gone.
+ * pgjobd.maintain() first locks the one row of pgjobd.maintenance_lock with
+ * SKIP LOCKED, so of all the daemons on a database exactly one works at a
+ * time and the others return at once; every step is a bounded batch in a short transaction. When a
+ * step hit its bound, the next pass comes after MAINT_AGAIN instead, until the backlog (of expired
+ * or old finished jobs) is gone.
  *
  * Cancel requests: pgjobd.cancel_requests is the only source of the ids of
  * jobs to cancel (only the owner and the worker role may write it). A NOTIFY
@@ -25,13 +25,22 @@
  * One batch is in flight at a time. A tick or a look that finds the session
  * busy is remembered and sent when the batch in flight is done (the pass
  * first: it reads the requests too), or when the session is up again; a lost
- * session is reconnected with db.c's backoff. Owns its session, timers and a
+ * session is reconnected with db.c's backoff.
+ *
+ * The scheduler (scheduler.c) ticks the schedules on this session too, rather
+ * than on a session of its own: its transactions are short and rare. It
+ * goes first when both wait (a tick is due at a time; housekeeping is not),
+ * and nothing of maint's is sent while it holds the session: its
+ * transaction spans two batches. When it is done it calls on_sched_idle,
+ * which sends what waited. Owns its session, timers, the scheduler and a
  * copy of the queues' names and retention.
  *
  * A daemon with queues of lock mode `lease` runs this on its lease session
  * instead (maint_new's `shared`), to keep its sessions few: the lease
- * session owns and reconnects the connection, and maintenance waits for its
- * turn on it (db_wait), so that neither crowds the other out. */
+ * session owns and reconnects the connection, and maintenance and the
+ * scheduler wait for their turn on it (db_wait), so that neither crowds the
+ * other out. The scheduler's transaction stays safe there: it sends its
+ * second batch from the callback of its first, so no turn comes between. */
 #include "maint.h"
 
 #include <stdlib.h>
@@ -40,6 +49,7 @@
 #include "claim.h"
 #include "db.h"
 #include "log.h"
+#include "scheduler.h"
 #include "util.h"
 
 #define MAINT_INTERVAL 1.0  /* seconds between passes */
@@ -52,6 +62,7 @@ struct maint {
 	struct db_conn *db;
 	bool shared;		 /* db is another module's (the lease session) */
 	struct db_waiter waiter; /* shared: our turn on db */
+	struct scheduler *sched; /* borrows db */
 	ev_timer tick;
 	char **queues;		 /* served queues (NULL-terminated) */
 	long long *retention_ms; /* the element type of claim's bigint[] literals */
@@ -156,7 +167,7 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
 	(void)loop;
 	(void)revents;
 	struct maint *m = w->data;
-	if (!db_is_ready(m->db)) {
+	if (!db_is_ready(m->db) || scheduler_holds(m->sched)) {
 		m->tick_wanted = true; /* sent once the session is free */
 		wait_turn(m);
 		return;
@@ -169,7 +180,7 @@ static void on_look(struct ev_loop *loop, ev_timer *w, int revents)
 	(void)loop;
 	(void)revents;
 	struct maint *m = w->data;
-	if (!db_is_ready(m->db)) {
+	if (!db_is_ready(m->db) || scheduler_holds(m->sched)) {
 		m->look_wanted = true;
 		wait_turn(m);
 		return;
@@ -196,10 +207,12 @@ void maint_look(struct maint *m)
 static void send_pending(struct maint *m)
 {
 	if (!db_is_ready(m->db)) {
-		if (m->tick_wanted || m->look_wanted)
+		if (m->tick_wanted || m->look_wanted || scheduler_wants(m->sched))
 			wait_turn(m);
 		return;
 	}
+	if (scheduler_holds(m->sched) || scheduler_resume(m->sched))
+		return;
 	if (m->tick_wanted) {
 		send_pass(m);
 	} else if (m->look_wanted) {
@@ -211,6 +224,17 @@ static void send_pending(struct maint *m)
 void maint_drain(struct maint *m)
 {
 	m->draining = true;
+	scheduler_stop(m->sched);
+}
+
+void maint_schedules_look(struct maint *m)
+{
+	scheduler_look(m->sched);
+}
+
+static void on_sched_idle(void *arg)
+{
+	send_pending(arg);
 }
 
 /* Our turn on the shared session (it is idle): what waits goes now. */
@@ -218,6 +242,9 @@ static void on_turn(struct db_conn *c, void *arg)
 {
 	(void)c;
 	struct maint *m = arg;
+	/* The scheduler first, as in send_pending. */
+	if (scheduler_turn(m->sched))
+		return;
 	if (m->tick_wanted) {
 		send_pass(m);
 	} else if (m->look_wanted) {
@@ -253,6 +280,8 @@ void maint_configure(struct maint *m, const struct config *cfg)
 		m->retention_ms[i] = cfg->queues[i]->retention_ms;
 	}
 	m->nqueues = (int)cfg->nqueues;
+	if (m->sched)
+		scheduler_configure(m->sched, cfg->poll_interval_ms);
 }
 
 struct maint *maint_new(struct ev_loop *loop, const char *conninfo, struct db_conn *shared,
@@ -274,6 +303,7 @@ struct maint *maint_new(struct ev_loop *loop, const char *conninfo, struct db_co
 		struct db_callbacks cbs = {.on_event = on_db_event, .arg = m, .metrics = metrics};
 		m->db = db_conn_new(loop, conninfo, "pgjobd maintenance", NULL, &cbs);
 	}
+	m->sched = scheduler_new(loop, m->db, cfg->poll_interval_ms, on_sched_idle, m);
 	ev_init(&m->tick, on_tick);
 	m->tick.data = m;
 	ev_init(&m->look, on_look);
@@ -289,6 +319,7 @@ void maint_free(struct maint *m)
 		return;
 	ev_timer_stop(m->loop, &m->tick);
 	ev_timer_stop(m->loop, &m->look);
+	scheduler_free(m->sched);
 	if (m->shared)
 		db_unwait(m->db, &m->waiter);
 	else

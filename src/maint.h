@@ -1,4 +1,5 @@
-/* maint.h - the daemon's maintenance session: once a second it runs
+/* maint.h - the daemon's maintenance session, which also carries the
+ * scheduler of recurring jobs (scheduler.h): once a second it runs
  * pgjobd.maintain() (expiry, cancel-request sweep, retention; one daemon at a
  * time, see sql/003_job_control.sql) and reads the pending cancel requests,
  * which it reports upward. The requests are the only thing the daemon
@@ -35,8 +36,12 @@ void maint_configure(struct maint *m, const struct config *cfg);
  * the session is free; hints that come faster than one read per 50 ms are
  * folded together. Never acts on anything but what the table holds. */
 void maint_look(struct maint *m);
-/* The daemon is draining: no more housekeeping, but the cancel requests are
- * still read (every second and on hints) until maint_free. */
+/* The daemon is draining: no more housekeeping and no more schedule ticks,
+ * but the cancel requests are still read (every second and on hints) until
+ * maint_free. */
 void maint_drain(struct maint *m);
+/* A hint (NOTIFY pgjobd_schedule): the scheduler (scheduler.h), which runs on
+ * this session, looks at the schedules soon. */
+void maint_schedules_look(struct maint *m);
 
 #endif

@@ -48,6 +48,12 @@ static const double duration_bounds[] = {
 	0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600,
 	1800, 3600, 7200, 21600, 86400,
 };
+/* Peak resident set of a command (bytes): from a small script (a few MiB)
+ * to a memory-hungry job (tens of GiB), by factors of 4. */
+static const double rss_bounds[] = {
+	1048576, 4194304, 16777216, 67108864, 268435456, 1073741824, 4294967296,
+	17179869184, 68719476736,
+};
 // clang-format on
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
@@ -66,6 +72,8 @@ struct mqueue {
 	uint64_t outcomes[METRICS_CANCELLED + 1]; /* by enum metrics_outcome */
 	struct histogram claim;
 	struct histogram duration;
+	double cpu_seconds;   /* of commands whose rusage is known */
+	struct histogram rss; /* their peak resident set, bytes */
 };
 
 struct metrics {
@@ -80,6 +88,7 @@ static void histogram_init(struct histogram *h, const double *bounds, size_t n)
 {
 	_Static_assert(NELEM(claim_bounds) <= MAX_BOUNDS, "claim_bounds");
 	_Static_assert(NELEM(duration_bounds) <= MAX_BOUNDS, "duration_bounds");
+	_Static_assert(NELEM(rss_bounds) <= MAX_BOUNDS, "rss_bounds");
 	memset(h, 0, sizeof(*h));
 	h->bounds = bounds;
 	h->nbounds = n;
@@ -146,6 +155,7 @@ static struct mqueue *get_queue(struct metrics *m, const char *name)
 	snprintf(q->name, sizeof(q->name), "%s", name);
 	histogram_init(&q->claim, claim_bounds, NELEM(claim_bounds));
 	histogram_init(&q->duration, duration_bounds, NELEM(duration_bounds));
+	histogram_init(&q->rss, rss_bounds, NELEM(rss_bounds));
 	return q;
 }
 
@@ -172,6 +182,16 @@ void metrics_job_finished(struct metrics *m, const char *queue, enum metrics_out
 		return;
 	q->outcomes[o]++;
 	histogram_observe(&q->duration, run_s);
+}
+
+void metrics_job_usage(struct metrics *m, const char *queue, double cpu_s, int64_t max_rss_kb)
+{
+	struct mqueue *q = m ? get_queue(m, queue) : NULL;
+	if (!q)
+		return;
+	if (cpu_s > 0)
+		q->cpu_seconds += cpu_s;
+	histogram_observe(&q->rss, (double)max_rss_kb * 1024.0);
 }
 
 enum metrics_outcome metrics_outcome(const char *status, int give_back)
@@ -315,6 +335,20 @@ int metrics_render(const struct metrics *m, FILE *f)
 	for (size_t i = 0; i < m->nqueues; i++)
 		histogram_samples(f, "pgjobd_job_duration_seconds", m->queues[i].name,
 				  &m->queues[i].duration);
+	header(f, "pgjobd_job_cpu_seconds_total", "counter",
+	       "User plus system CPU time of commands and of the descendants they waited for "
+	       "(wait4), counted when a command ends.");
+	for (size_t i = 0; i < m->nqueues; i++) {
+		fprintf(f, "pgjobd_job_cpu_seconds_total{queue=\"");
+		label_value(f, m->queues[i].name);
+		fprintf(f, "\"} %.6f\n", m->queues[i].cpu_seconds);
+	}
+	header(f, "pgjobd_job_max_rss_bytes", "histogram",
+	       "Peak resident set size of commands (the largest of the command and the "
+	       "descendants it waited for), in bytes.");
+	for (size_t i = 0; i < m->nqueues; i++)
+		histogram_samples(f, "pgjobd_job_max_rss_bytes", m->queues[i].name,
+				  &m->queues[i].rss);
 	header(f, "pgjobd_db_reconnects_total", "counter",
 	       "Database connection attempts after a lost connection or a failed attempt.");
 	fprintf(f, "pgjobd_db_reconnects_total %" PRIu64 "\n", m->db_reconnects);

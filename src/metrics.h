@@ -39,6 +39,9 @@ void metrics_job_started(struct metrics *m, const char *queue, double claim_s);
 /* A job started by metrics_job_started ended its run after run_s seconds. */
 void metrics_job_finished(struct metrics *m, const char *queue, enum metrics_outcome o,
 			  double run_s);
+/* What a command that ended cost, from wait4 (exec.h): cpu_s seconds of
+ * user plus system time, max_rss_kb its peak resident set. */
+void metrics_job_usage(struct metrics *m, const char *queue, double cpu_s, int64_t max_rss_kb);
 /* The outcome for a job's new `status` ("succeeded", "failed", "cancelled", "queued");
  * give_back: queued again without counting the attempt (shutdown). */
 enum metrics_outcome metrics_outcome(const char *status, int give_back);

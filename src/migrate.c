@@ -2,8 +2,18 @@
  *
  * pgjobd.schema_version records each applied version. The whole upgrade is
  * one transaction: a failed migration leaves the schema as it was. Two
- * `pgjobd migrate` run at once are serialised by a transaction-level advisory
- * lock, so the second one finds the work done. */
+ * `pgjobd migrate` run at once are serialised by an EXCLUSIVE lock on
+ * pgjobd.schema_version, taken before the version is read, so the second one
+ * finds the work done. Only the owner and the worker role may lock that table
+ * at all (a lock every role could take would let any role hold up an
+ * upgrade), the worker role only in ACCESS SHARE mode, which EXCLUSIVE lets
+ * through: daemons reading the version go on meanwhile.
+ *
+ * On a database without the schema, two runs both create it: the second one's
+ * CREATE waits for the first one's transaction and then fails on the catalog's
+ * unique index (the IF NOT EXISTS check came before the wait). Each CREATE
+ * runs in a block that takes that failure for "it exists now", so the second
+ * run goes on, takes the lock, and finds the first one's work. */
 #include "migrate.h"
 
 #include <stdio.h>
@@ -54,11 +64,13 @@ int migrate_apply(PGconn *pg)
 		return -1;
 	/* quiet "already exists" notices of IF NOT EXISTS */
 	if (exec_ok(pg, "SET LOCAL client_min_messages = warning") < 0 ||
-	    exec_ok(pg, "SELECT pg_advisory_xact_lock(1886020101, 0)") < 0 ||
-	    exec_ok(pg, "CREATE SCHEMA IF NOT EXISTS pgjobd") < 0 ||
-	    exec_ok(pg, "CREATE TABLE IF NOT EXISTS pgjobd.schema_version ("
+	    exec_ok(pg, "DO $$ BEGIN CREATE SCHEMA IF NOT EXISTS pgjobd; "
+			"EXCEPTION WHEN unique_violation THEN NULL; END $$") < 0 ||
+	    exec_ok(pg, "DO $$ BEGIN CREATE TABLE IF NOT EXISTS pgjobd.schema_version ("
 			"version integer PRIMARY KEY, name text NOT NULL, "
-			"applied_at timestamptz NOT NULL DEFAULT now())") < 0)
+			"applied_at timestamptz NOT NULL DEFAULT now()); "
+			"EXCEPTION WHEN unique_violation THEN NULL; END $$") < 0 ||
+	    exec_ok(pg, "LOCK TABLE pgjobd.schema_version IN EXCLUSIVE MODE") < 0)
 		goto fail;
 	int cur = migrate_current(pg);
 	if (cur < 0)

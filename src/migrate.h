@@ -18,7 +18,7 @@ extern const int migrations_count;
 int migrate_latest(void);
 
 /* Create or upgrade schema pgjobd in one transaction, serialised against
- * concurrent runs by an advisory lock; idempotent. Prints what it did to
+ * concurrent runs by a lock on pgjobd.schema_version; idempotent. Prints what it did to
  * stdout. Returns 0, or -1 after printing PostgreSQL's error to stderr. */
 int migrate_apply(PGconn *pg);
 

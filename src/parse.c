@@ -71,6 +71,64 @@ static int read_digits(const char **p, int64_t limit, int64_t *out)
 	return 0;
 }
 
+int parse_time(const char *s, int bare_sign, struct parse_time *out, const char **err)
+{
+	int64_t ms;
+	if (!s || !*s) {
+		set_err(err, "empty value");
+		return -1;
+	}
+	if (strcmp(s, "now") == 0) {
+		*out = (struct parse_time){PARSE_TIME_RELATIVE, 0};
+		return 0;
+	}
+	if ((s[0] == '+' || s[0] == '-') && is_digit(s[1])) {
+		if (parse_duration_ms(s + 1, &ms, err) < 0)
+			return -1;
+		*out = (struct parse_time){PARSE_TIME_RELATIVE, s[0] == '-' ? -ms : ms};
+		return 0;
+	}
+	/* A bare duration: only where the option says which way it points.
+	 * "2030-01-02" also starts with digits, but is no duration: absolute. */
+	if (bare_sign != 0 && is_digit(s[0]) && parse_duration_ms(s, &ms, NULL) == 0) {
+		*out = (struct parse_time){PARSE_TIME_RELATIVE, bare_sign < 0 ? -ms : ms};
+		return 0;
+	}
+	*out = (struct parse_time){PARSE_TIME_ABSOLUTE, 0};
+	return 0;
+}
+
+bool parse_command_program(const char *command, char *buf, size_t n)
+{
+	/* What POSIX sh (dash, bash) runs without looking for a program. */
+	static const char *const builtins[] = {
+	    "!",       ".",	  ":",	      "[",	 "alias",    "bg",     "break",	 "case",
+	    "cd",      "command", "continue", "do",	 "done",     "echo",   "elif",	 "else",
+	    "esac",    "eval",	  "exec",     "exit",	 "export",   "false",  "fc",	 "fg",
+	    "fi",      "for",	  "function", "getopts", "hash",     "if",     "jobs",	 "kill",
+	    "local",   "printf",  "pwd",      "read",	 "readonly", "return", "set",	 "shift",
+	    "test",    "then",	  "times",    "trap",	 "true",     "type",   "ulimit", "umask",
+	    "unalias", "unset",	  "until",    "wait",	 "while",    "{",      "}",
+	};
+	const char *p = command;
+	while (is_blank(*p))
+		p++;
+	size_t len = 0;
+	for (; p[len] && !is_blank(p[len]); len++) {
+		char c = p[len];
+		if (!(is_alpha(c) || is_digit(c) || strchr("/._-+,:@%", c)))
+			return false;
+	}
+	if (len == 0 || len >= n)
+		return false;
+	memcpy(buf, p, len);
+	buf[len] = '\0';
+	for (size_t i = 0; i < sizeof(builtins) / sizeof(builtins[0]); i++)
+		if (strcmp(buf, builtins[i]) == 0)
+			return false;
+	return true;
+}
+
 /* Common rejections shared by durations and sizes, so both say the same
  * thing for the same mistake. */
 static int check_leading(const char *s, const char **err)

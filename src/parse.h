@@ -18,6 +18,36 @@ int parse_duration_ms(const char *s, int64_t *out, const char **err);
  * only B, KiB, MiB, GiB). Result in bytes; at most 1 TiB. */
 int parse_size(const char *s, int64_t *out, const char **err);
 
+/* A point in time given on the command line (enqueue --run-at, --expires-at;
+ * jobs --since), in one syntax everywhere:
+ *   "+DURATION"  that long from now ("+10m", "+1h30m"; DURATION as above);
+ *   "-DURATION"  that long ago;
+ *   "now";
+ *   a bare DURATION ("1h") only where bare_sign is not 0: +1 means from now,
+ *                -1 ago (`--since 1h`: an hour ago);
+ *   anything else is an absolute time (ISO 8601, "2030-01-02 03:04:05+00",
+ *                "infinity"), which this parser leaves to PostgreSQL's
+ *                timestamptz input (the caller sends it as a query parameter
+ *                and reports PostgreSQL's verdict).
+ * A sign followed by anything but a digit ("-infinity") is absolute too. A
+ * relative time is counted from the database server's now(), never from this
+ * machine's clock: the caller sends now() + offset_ms milliseconds. */
+enum parse_time_kind { PARSE_TIME_RELATIVE, PARSE_TIME_ABSOLUTE };
+struct parse_time {
+	enum parse_time_kind kind;
+	int64_t offset_ms; /* RELATIVE: from now, negative for the past */
+};
+int parse_time(const char *s, int bare_sign, struct parse_time *out, const char **err);
+
+/* The program a shell command runs first, when that can be told without a
+ * shell: the command's first word, made only of characters no shell treats
+ * specially (letters, digits, / . _ - + , : @ %), followed by a blank or the
+ * end, and not a shell keyword or builtin (exec, cd, if, true, [, ...) nor a
+ * variable assignment. Copies it into buf (size n) and returns true; false
+ * when the command starts any other way ("$HOME/x", "a=b x", quotes, a
+ * word longer than buf) and so cannot be judged. */
+bool parse_command_program(const char *command, char *buf, size_t n);
+
 /* Decimal integer within [min, max]. */
 int parse_int(const char *s, long long min, long long max, long long *out, const char **err);
 

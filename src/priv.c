@@ -22,8 +22,8 @@
  *     (priv_drop_all), between setuid and execve: setuid between two non-zero
  *     uids keeps the permitted and effective sets.
  *
- * No libcap: the two capability system calls are called directly (SPEC:
- * nothing beyond libc at run time). Version 3 capability sets are two 32-bit
+ * No libcap: the two capability system calls are called directly (the daemon
+ * needs nothing beyond libc at run time). Version 3 capability sets are two 32-bit
  * words; the three capabilities used here are in the first. */
 #include "priv.h"
 

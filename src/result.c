@@ -1,4 +1,4 @@
-/* result.c - JSON for the `result` and `error` columns (SPEC §3).
+/* result.c - JSON for the `result` and `error` columns (pgjobd(8)).
  *
  * Owns: turning a command's captured bytes into JSON text that PostgreSQL
  * jsonb accepts. Pure: no I/O, no globals; every function returns malloc'd
@@ -832,21 +832,80 @@ static char *text_form(const char *data, size_t len, bool truncated)
 	return buf_steal(&b);
 }
 
-char *result_from_stdout(const char *data, size_t len, bool truncated)
+/* The last line of text that is not empty or blank, without its line end
+ * and surrounding blanks, if it looks like a JSON object: '{' ... '}'.
+ * whole: text starts at a line start (else its first line may be cut and
+ * does not count). Returns its start and sets *n, or NULL. */
+static const char *last_object_line(const char *text, size_t len, bool whole, size_t *n)
+{
+	/* Blank lines at the end go with the line ends: end is then the end
+	 * of the last line that is not blank, and that line is not blank. */
+	size_t end = len;
+	while (end > 0 && (text[end - 1] == '\n' || text[end - 1] == '\r' || text[end - 1] == ' ' ||
+			   text[end - 1] == '\t'))
+		end--;
+	if (end == 0)
+		return NULL;
+	size_t start = end;
+	while (start > 0 && text[start - 1] != '\n')
+		start--;
+	if (start == 0 && !whole)
+		return NULL;
+	while (text[start] == ' ' || text[start] == '\t')
+		start++;
+	if (text[start] != '{' || text[end - 1] != '}')
+		return NULL;
+	*n = end - start;
+	return text + start;
+}
+
+/* The last-line rule (see result.h): the object on the last non-empty line
+ * of text, as JSON, or NULL. */
+static char *last_line_object(const char *text, size_t len, bool whole)
+{
+	size_t n;
+	const char *line = last_object_line(text, len, whole, &n);
+	return line ? structured(line, n) : NULL;
+}
+
+char *result_from_stdout(const char *data, size_t len, bool truncated, const char *tail,
+			 size_t tail_len)
 {
 	/* Truncated with nothing kept (max_output = 0) still says so. */
 	if (len == 0 && !truncated)
 		return NULL;
+	char *json = NULL;
 	if (!truncated) {
-		char *json = structured(data, len);
-		if (json)
-			return json;
+		json = structured(data, len);
+		if (!json)
+			json = last_line_object(data, len, true);
+	} else if (tail) {
+		json = last_line_object(tail, tail_len, false);
 	}
-	return text_form(data, len, truncated);
+	return json ? json : text_form(data, len, truncated);
+}
+
+/* ", \"key\": <text or null>" */
+static void put_text(struct buf *b, const char *key, const char *s, size_t n)
+{
+	buf_printf(b, ", \"%s\": ", key);
+	if (n == 0)
+		buf_puts(b, "null");
+	else
+		result_json_string(b, s, n);
+}
+
+static void put_code(struct buf *b, const char *key, long long v, bool known)
+{
+	if (known)
+		buf_printf(b, ", \"%s\": %lld", key, v);
+	else
+		buf_printf(b, ", \"%s\": null", key);
 }
 
 char *result_error_json(const char *reason, int exit_code, int signal, const char *message,
-			const char *stderr_data, size_t stderr_len, bool stderr_truncated)
+			const char *stderr_data, size_t stderr_len, bool stderr_truncated,
+			const char *stdout_data, size_t stdout_len, bool stdout_truncated)
 {
 	struct buf b;
 
@@ -854,25 +913,43 @@ char *result_error_json(const char *reason, int exit_code, int signal, const cha
 	buf_init(&b);
 	buf_puts(&b, "{\"reason\": ");
 	result_json_string(&b, reason, strlen(reason));
-	if (exit_code < 0)
-		buf_puts(&b, ", \"exit_code\": null");
-	else
-		buf_printf(&b, ", \"exit_code\": %d", exit_code);
-	if (signal <= 0)
-		buf_puts(&b, ", \"signal\": null");
-	else
-		buf_printf(&b, ", \"signal\": %d", signal);
-	buf_puts(&b, ", \"stderr\": ");
-	if (stderr_len == 0)
-		buf_puts(&b, "null");
-	else
-		result_json_string(&b, stderr_data, stderr_len);
+	put_code(&b, "exit_code", exit_code, exit_code >= 0);
+	put_code(&b, "signal", signal, signal > 0);
+	put_text(&b, "stderr", stderr_data, stderr_len);
 	if (stderr_truncated)
 		buf_puts(&b, ", \"truncated\": true");
 	if (message) {
 		buf_puts(&b, ", \"message\": ");
 		result_json_string(&b, message, strlen(message));
 	}
+	if (stdout_len > 0)
+		put_text(&b, "stdout", stdout_data, stdout_len);
+	if (stdout_truncated)
+		buf_puts(&b, ", \"stdout_truncated\": true");
+	buf_putc(&b, '}');
+	return buf_steal(&b);
+}
+
+char *result_history_entry(const struct result_attempt *a)
+{
+	struct buf b;
+
+	assert(a->reason);
+	buf_init(&b);
+	buf_puts(&b, "{\"reason\": ");
+	result_json_string(&b, a->reason, strlen(a->reason));
+	put_code(&b, "exit_code", a->exit_code, a->exit_code >= 0);
+	put_code(&b, "signal", a->signal, a->signal > 0);
+	put_text(&b, "stderr", a->err, a->err_len);
+	if (a->err_truncated)
+		buf_puts(&b, ", \"truncated\": true");
+	if (a->message) {
+		buf_puts(&b, ", \"message\": ");
+		result_json_string(&b, a->message, strlen(a->message));
+	}
+	put_code(&b, "cpu_ms", a->cpu_ms, a->cpu_ms >= 0);
+	put_code(&b, "max_rss_kb", a->max_rss_kb, a->max_rss_kb >= 0);
+	put_code(&b, "duration_ms", a->duration_ms, a->duration_ms >= 0);
 	buf_putc(&b, '}');
 	return buf_steal(&b);
 }

@@ -15,8 +15,9 @@
  * deadline (fence.h). The deadline is sent with the group's registration,
  * so it holds from the command's first instruction.
  *
- * Owns: the claimed job, the exec handle, the timeout timer, the outcome's
- * JSON and a reference on the queue configuration it started with (a
+ * Owns: the claimed job, the exec handle, the timeout timer, the forwarding
+ * of its output lines (log_output = journal), the outcome's JSON and the
+ * attempt's history entry, and a reference on the queue configuration it started with (a
  * reload never changes a running job's timeout or output limits). */
 #include "run.h"
 
@@ -30,6 +31,7 @@
 #include "capture.h"
 #include "contain.h"
 #include "guard.h"
+#include "joblog.h"
 #include "log.h"
 #include "metrics.h"
 #include "result.h"
@@ -85,8 +87,10 @@ void run_clear(struct run *r)
 	claim_job_free(&r->cj);
 	free(r->result);
 	free(r->error);
+	free(r->entry);
 	r->result = NULL;
 	r->error = NULL;
+	r->entry = NULL;
 	r->kill_reason = NULL;
 	r->deadline = 0;
 	if (r->q) {
@@ -102,6 +106,8 @@ void run_fini(struct run *r)
 		r->proc = NULL;
 		end_containment(r);
 	}
+	joblog_free(r->joblog);
+	r->joblog = NULL;
 	run_clear(r);
 }
 
@@ -117,6 +123,50 @@ void run_begin(struct run *r, struct queue_conf *q)
 		r->cj.max_attempts = 1;
 }
 
+/* The attempt's entry in jobs.history (sql/016_history.sql): what only the
+ * daemon knows of it. ran: the command was spawned (o carries its output,
+ * run time and rusage), else they are unknown (null). */
+static char *history_entry(const char *reason, int exit_code, int sig, const char *msg,
+			   const struct exec_outcome *o, bool ran)
+{
+	size_t len = 0;
+	const char *err = ran ? capture_data(o->err, &len) : "";
+	struct result_attempt a = {
+	    .reason = reason,
+	    .exit_code = exit_code,
+	    .signal = sig,
+	    .message = msg,
+	    .err = err,
+	    .err_len = len,
+	    .err_truncated = ran && capture_truncated(o->err),
+	    .cpu_ms = ran ? o->cpu_ms : -1,
+	    .max_rss_kb = ran ? o->max_rss_kb : -1,
+	    .duration_ms = ran ? o->duration_ms : -1,
+	};
+	return result_history_entry(&a);
+}
+
+/* The `error` JSON of a failed attempt, with the tails of its stderr and,
+ * when it ran, of its stdout. */
+static char *error_json(const char *reason, int exit_code, int sig, const char *msg,
+			const struct exec_outcome *o, bool ran)
+{
+	size_t elen = 0, olen = 0;
+	const char *err = ran ? capture_data(o->err, &elen) : "";
+	const char *out = ran ? capture_tail(o->out, &olen) : "";
+	return result_error_json(reason, exit_code, sig, msg, err, elen,
+				 ran && capture_truncated(o->err), out, olen,
+				 ran && capture_truncated(o->out));
+}
+
+/* What the command cost, for the metrics, when wait4 told us. */
+static void note_usage(struct run *r, const struct exec_outcome *o, bool ran)
+{
+	if (ran && o->cpu_ms >= 0)
+		metrics_job_usage(r->env->metrics, r->q->name, (double)o->cpu_ms / 1000.0,
+				  o->max_rss_kb);
+}
+
 void run_outcome(struct run *r, const struct exec_outcome *o, struct claim_outcome *out)
 {
 	const struct exec_outcome never = {.status = EXEC_EXITED, .exit_code = -1};
@@ -124,6 +174,9 @@ void run_outcome(struct run *r, const struct exec_outcome *o, struct claim_outco
 	const char *reason = r->kill_reason;
 	if (!o)
 		o = &never;
+	/* A real outcome of exec carries the captures; one made up for a
+	 * command that was never spawned does not. */
+	bool ran = o->out != NULL;
 	int exit_code = o->status == EXEC_EXITED ? o->exit_code : -1; /* -1, 0: null in JSON */
 	int sig = o->status == EXEC_SIGNALED ? o->signal : 0;
 	char msg[256] = "";
@@ -140,16 +193,15 @@ void run_outcome(struct run *r, const struct exec_outcome *o, struct claim_outco
 		}
 	}
 	if (!reason) {
-		size_t len;
+		size_t len, tail_len;
+		const char *tail = capture_tail(o->out, &tail_len);
 		const char *data = capture_data(o->out, &len);
-		r->result = result_from_stdout(data, len, capture_truncated(o->out));
+		r->result =
+		    result_from_stdout(data, len, capture_truncated(o->out), tail, tail_len);
 		out->status = "succeeded";
 		out->result = r->result;
 	} else {
-		size_t len = 0;
-		const char *err = o->err ? capture_data(o->err, &len) : "";
-		r->error = result_error_json(reason, exit_code, sig, msg[0] ? msg : NULL, err, len,
-					     o->err ? capture_truncated(o->err) : false);
+		r->error = error_json(reason, exit_code, sig, msg[0] ? msg : NULL, o, ran);
 		out->error = r->error;
 		if (strcmp(reason, "shutdown") == 0 || strcmp(reason, "unstarted") == 0) {
 			/* Interrupted by a shutdown, or never started (the claim
@@ -165,17 +217,48 @@ void run_outcome(struct run *r, const struct exec_outcome *o, struct claim_outco
 			out->status = "failed";
 		}
 	}
+	/* Every attempt that counts has an entry, and so has a run a shutdown
+	 * interrupted; a claim given back before its command ran has none. */
+	if (ran || !out->give_back)
+		r->entry = history_entry(reason ? reason : "none", exit_code, sig,
+					 msg[0] ? msg : NULL, o, ran);
+	out->entry = r->entry;
 	int64_t ms = util_now_ms() - r->started_ms;
 	metrics_job_finished(r->env->metrics, q->name, metrics_outcome(out->status, out->give_back),
 			     (double)ms / 1000.0);
-	log_run(LOG_INFO, r,
-		"msg=\"job finished\" status=%s reason=%s exit_code=%d signal=%d ms=%" PRId64,
-		out->status, reason ? reason : "none", exit_code, sig, ms);
+	note_usage(r, o, ran);
+	/* A job that failed for good is a warning (`journalctl -p warning`
+	 * lists failures); a retry, a success or a give-back is news. The exit
+	 * code and the signal appear only when there is one. */
+	char codes[48] = "";
+	if (o->status == EXEC_EXITED && ran)
+		snprintf(codes, sizeof(codes), " exit_code=%d", o->exit_code);
+	else if (o->status == EXEC_SIGNALED)
+		snprintf(codes, sizeof(codes), " signal=%d", o->signal);
+	bool retry = strcmp(out->status, "queued") == 0 && !out->give_back;
+	log_run(strcmp(out->status, "failed") == 0 ? LOG_WARN : LOG_INFO, r,
+		"msg=\"job finished\" status=%s reason=%s%s%s ms=%" PRId64, out->status,
+		reason ? reason : "none", codes, retry ? " retry=true" : "", ms);
+}
+
+void run_lost(struct run *r, const struct exec_outcome *o, const char *msg)
+{
+	metrics_job_finished(r->env->metrics, r->q->name, METRICS_INTERRUPTED,
+			     (double)(util_now_ms() - r->started_ms) / 1000.0);
+	note_usage(r, o, true);
+	int exit_code = o->status == EXEC_EXITED ? o->exit_code : -1;
+	int sig = o->status == EXEC_SIGNALED ? o->signal : 0;
+	free(r->error);
+	free(r->entry);
+	r->error = error_json("lost_lock", exit_code, sig, msg, o, true);
+	r->entry = history_entry("lost_lock", exit_code, sig, msg, o, true);
 }
 
 static void on_exec_done(struct exec_proc *p, const struct exec_outcome *o, void *arg)
 {
 	struct run *r = arg;
+	joblog_free(r->joblog); /* its last lines before the outcome's */
+	r->joblog = NULL;
 	end_containment(r);
 	ev_timer_stop(r->env->loop, &r->timeout);
 	r->proc = NULL;
@@ -232,6 +315,14 @@ static int register_pgroup(pid_t pgid, void *arg)
 	return 0;
 }
 
+/* exec's on_output hook: the queue forwards its commands' lines. */
+static void forward_output(int stream, const char *buf, size_t n, void *arg)
+{
+	struct run *r = arg;
+	if (r->joblog)
+		joblog_feed(r->joblog, stream == 0 ? JOBLOG_STDOUT : JOBLOG_STDERR, buf, n);
+}
+
 /* A job's timeout lowers the queue's, never raises or disables it, whatever
  * the row says: under 1 ms (0 once rounded) counts as 1 ms, and a queue
  * timeout of 0 (none) lets the job's stand. job_ms < 0: the job gave none.
@@ -258,6 +349,8 @@ int run_exec(struct run *r)
 	    .attempt = r->cj.attempts,
 	    .max_attempts = r->cj.max_attempts,
 	    .fence = r->cj.fence,
+	    .schedule = r->cj.schedule,
+	    .scheduled_for = r->cj.scheduled_for,
 	    .arg_keys = (const char *const *)r->cj.arg_keys,
 	    .arg_vals = (const char *const *)r->cj.arg_vals,
 	    .nargs = r->cj.nargs,
@@ -268,6 +361,7 @@ int run_exec(struct run *r)
 	bool switch_user = q->has_user && (q->uid != geteuid() || q->gid != getegid());
 	struct exec_spec spec = {
 	    .command = q->command,
+	    .reaper = r->env->reaper,
 	    .working_dir = q->working_dir,
 	    .envp = envp,
 	    .stdin_data = r->cj.data,
@@ -279,13 +373,21 @@ int run_exec(struct run *r)
 	    /* Without the hook, contain would take the shell for an orphan. */
 	    .before_run = r->env->guard || r->env->contain ? register_pgroup : NULL,
 	    .before_run_arg = r,
+	    .on_output = q->log_output == LOG_OUTPUT_JOURNAL ? forward_output : NULL,
+	    .on_output_arg = r,
 	};
+	if (q->log_output == LOG_OUTPUT_JOURNAL)
+		r->joblog = joblog_new(r->cj.id, q->name, r->cj.attempts, (size_t)q->max_output);
 	r->pgid = 0;
 	r->started_ms = util_now_ms();
 	r->proc = exec_start(r->env->loop, &spec, on_exec_done, r);
 	util_strv_free(envp);
 	if (!r->proc) {
-		log_run(LOG_ERROR, r, "msg=\"cannot start command\" err=\"%s\"", strerror(errno));
+		int err = errno;
+		log_run(LOG_ERROR, r, "msg=\"cannot start command\" err=\"%s\"", strerror(err));
+		joblog_free(r->joblog);
+		r->joblog = NULL;
+		errno = err;
 		return -1;
 	}
 	if (!r->env->guard && !r->env->contain)

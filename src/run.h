@@ -26,7 +26,9 @@
 
 struct contain;
 struct guard;
+struct joblog;
 struct metrics;
+struct reaper;
 struct run;
 
 /* What every run of a daemon shares; owned by the daemon, outlives runs. */
@@ -35,6 +37,7 @@ struct run_env {
 	const char *home; /* HOME for commands of queues without `user` */
 	const char *lang; /* the daemon's LANG, NULL if unset */
 	struct guard *guard;
+	struct reaper *reaper;	 /* reaps the commands' shells (reap.h) */
 	struct contain *contain; /* a cgroup per command, or orphans swept; may be NULL */
 	struct metrics *metrics; /* may be NULL */
 };
@@ -50,6 +53,7 @@ struct run {
 	struct claim_job cj;	 /* the claimed job (owned; run_clear frees it) */
 	struct queue_conf *q;	 /* the configuration it started with (a reference), or NULL */
 	struct exec_proc *proc;	 /* NULL: no command runs */
+	struct joblog *joblog;	 /* log_output = journal: the running command's lines */
 	pid_t pgid;		 /* its process group while registered with the supervisor */
 	int64_t deadline;	 /* lease mode: CLOCK_BOOTTIME ms at which the supervisor kills
 				    the command; 0: the daemon's fence deadline governs it */
@@ -58,6 +62,7 @@ struct run {
 	ev_timer timeout;
 	char *result; /* JSON of the outcome (run_outcome), or NULL */
 	char *error;
+	char *entry; /* the attempt's history entry, NULL when it gets none */
 	run_done_fn *done;
 	void *arg;
 };
@@ -88,11 +93,16 @@ void run_kill(struct run *r, const char *reason, int64_t grace_ms);
  * registered with it). */
 void run_set_deadline(struct run *r, int64_t boot_ms);
 
-/* How the attempt ended, as the row's new state: status, result or error
- * (JSON kept in r until run_clear), retry delay. o == NULL: the command was
- * never started (kill_reason says why). Logs "job finished" and counts the
- * run in the metrics. */
+/* How the attempt ended, as the row's new state: status, result or error,
+ * retry delay, and the attempt's history entry (JSON kept in r until
+ * run_clear). o == NULL: the command was never started (kill_reason says
+ * why). Logs "job finished" (a final failure at warn) and counts the run
+ * and its usage in the metrics. */
 void run_outcome(struct run *r, const struct exec_outcome *o, struct claim_outcome *out);
+/* The command ended after its claim was lost (msg says how): r->error and
+ * r->entry become the attempt's lost_lock outcome, for the owner to release
+ * the job with; the run is counted as interrupted. */
+void run_lost(struct run *r, const struct exec_outcome *o, const char *msg);
 
 /* Forget the job (frees cj, the outcome's JSON, the queue reference). The
  * command must have ended. */

@@ -1,7 +1,7 @@
 /* util.c - allocation, growable buffers, clock and fd helpers.
  *
  * Allocation failures of small, internally bounded objects are not
- * recoverable in a meaningful way, so x-alloc logs and aborts (STYLE §4).
+ * recoverable in a meaningful way, so x-alloc logs and aborts.
  * Anything sized by the user (job output, job data) is bounded before it gets
  * here. */
 #include "util.h"

@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 /* x-alloc: log "out of memory" and abort(); never return NULL. Use for small,
- * internally bounded allocations only (STYLE §4). */
+ * internally bounded allocations only. */
 void *xmalloc(size_t n);
 void *xcalloc(size_t nmemb, size_t size);
 void *xrealloc(void *p, size_t n);

@@ -17,6 +17,7 @@ PGJOBD=$repo/build/pgjobd
 set +eu # lib.sh's helpers test exit statuses themselves and allow unset variables
 
 echo "== starting a throwaway PostgreSQL"
+empty_database # the demo shows pgjobd migrate creating the schema
 pg_start
 echo "   socket directory $T/sock, database pgjobd_test"
 

@@ -8,6 +8,7 @@ set -euo pipefail
 packages=(
 	build-essential pkg-config libpq-dev libev-dev libinih-dev libyaml-dev
 	postgresql postgresql-client
+	tzdata    # schedules in time zones (tests/unit/test_cron.c)
 	perl      # prove
 	procps    # pgrep/pkill
 	psmisc

@@ -24,7 +24,7 @@
  * ...) before main runs, and that time would be counted as pickup latency.
  *
  * Blocking libpq is fine here: this is a client for measuring, not the daemon
- * (STYLE §8 applies to src/). */
+ * (the rules for src/ do not bind it). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>

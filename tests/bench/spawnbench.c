@@ -22,7 +22,7 @@
  * result parsing, no guard process messages, no database.
  *
  * Blocking calls and a plain loop are fine here: this is a measuring tool,
- * not the daemon (STYLE §7 applies to src/). */
+ * not the daemon (the rules for src/ do not bind it). */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>

@@ -73,7 +73,8 @@ CHAOS_FAULTS=${CHAOS_FAULTS:-$ALL_KINDS}
 # A PostgreSQL restart ends every session at once, so it comes half as often as the others.
 declare -A FAULT_WEIGHT=([kill9]=2 [kill9-group]=2 [stop]=2 [terminate]=2 [pg-fast]=1
 	[pg-immediate]=1 [partition]=2 [cut]=2)
-DAEMONS=(a b c)
+# (not DAEMONS: lib.sh keeps the pids of its own start_daemons there)
+CHAOS_DAEMONS=(a b c)
 NGROUPS=15
 
 die_usage() {
@@ -184,7 +185,7 @@ declare -A PROXY_PID PROXY_PORT DPID STOP_UNTIL STOP_FROM STOP_START_MS PSTOP_UN
 save_pids() {
 	local n
 	: >"$T/proxies.pids"
-	for n in "${DAEMONS[@]}"; do
+	for n in "${CHAOS_DAEMONS[@]}"; do
 		[ -n "${PROXY_PID[$n]}" ] && echo "${PROXY_PID[$n]}" >>"$T/proxies.pids"
 	done
 }
@@ -308,7 +309,7 @@ end_partition() {
 # pick_daemon COND: a random daemon name for which COND (with $n set) holds, in $PICK.
 pick_daemon() {
 	local cond=$1 n cands=()
-	for n in "${DAEMONS[@]}"; do
+	for n in "${CHAOS_DAEMONS[@]}"; do
 		eval "$cond" && cands+=("$n")
 	done
 	[ ${#cands[@]} -gt 0 ] || return 1
@@ -404,7 +405,7 @@ inject() {
 tick() {
 	local n now status
 	now=$(now_ms)
-	for n in "${DAEMONS[@]}"; do
+	for n in "${CHAOS_DAEMONS[@]}"; do
 		if [ "${STOP_UNTIL[$n]:-0}" != 0 ] && [ "$now" -ge "${STOP_UNTIL[$n]}" ]; then
 			end_stop "$n"
 		fi
@@ -581,14 +582,14 @@ producer() {
 chaos_cleanup() {
 	local status=$? n
 	# Stopped processes first: SIGKILL works on them, but their children may wait for them.
-	for n in "${DAEMONS[@]}"; do
+	for n in "${CHAOS_DAEMONS[@]}"; do
 		[ -n "${DPID[$n]}" ] && kill -KILL -- "-${DPID[$n]}" 2>/dev/null
 		[ -n "${PROXY_PID[$n]}" ] && kill -CONT "${PROXY_PID[$n]}" 2>/dev/null
 	done
 	kill_marked
 	# Reaped here, quietly: lib.sh's cleanup would kill them too, and the shell would report
 	# each as "Killed".
-	for n in "${DAEMONS[@]}"; do
+	for n in "${CHAOS_DAEMONS[@]}"; do
 		[ -n "${PROXY_PID[$n]}" ] || continue
 		kill -KILL "${PROXY_PID[$n]}" 2>/dev/null
 		wait "${PROXY_PID[$n]}" 2>/dev/null
@@ -659,12 +660,12 @@ write_job_script
 say "seed $CHAOS_SEED, $CHAOS_SECONDS s of faults (${CHAOS_FAULTS:-none}), lock modes $CHAOS_LOCK_MODE (lease $CHAOS_LEASE), files in $T"
 say "PostgreSQL on $T/sock and 127.0.0.1:$PG_PORT"
 
-for n in "${DAEMONS[@]}"; do
+for n in "${CHAOS_DAEMONS[@]}"; do
 	start_proxy "$n"
 	write_daemon_conf "$n"
 done
 "$PGJOBD" migrate -c "$T/a.ini" >"$T/migrate.log" 2>&1 || bail_out "pgjobd migrate failed"
-for n in "${DAEMONS[@]}"; do
+for n in "${CHAOS_DAEMONS[@]}"; do
 	start_chaos_daemon "$n"
 	say "daemon $n: pid ${DPID[$n]}, relay 127.0.0.1:${PROXY_PORT[$n]} (pid ${PROXY_PID[$n]})"
 done
@@ -697,7 +698,7 @@ say "faults stop; the producer stops"
 touch "$T/producer.stop"
 wait_until 60 "! pid_alive $PRODUCER" || say "the producer does not stop"
 wait "$PRODUCER" 2>/dev/null
-for n in "${DAEMONS[@]}"; do
+for n in "${CHAOS_DAEMONS[@]}"; do
 	end_stop "$n"
 	end_partition "$n"
 	[ -z "${DPID[$n]}" ] && RESTART_AT[$n]=1
@@ -722,10 +723,10 @@ else
 fi
 
 say "SIGTERM to the daemons"
-for n in "${DAEMONS[@]}"; do
+for n in "${CHAOS_DAEMONS[@]}"; do
 	[ -n "${DPID[$n]}" ] && kill -TERM "${DPID[$n]}"
 done
-for n in "${DAEMONS[@]}"; do
+for n in "${CHAOS_DAEMONS[@]}"; do
 	[ -n "${DPID[$n]}" ] || continue
 	pid=${DPID[$n]}
 	if ! wait_until 40 "! pid_alive $pid"; then
@@ -742,7 +743,7 @@ done
 for p in $(marked_pids); do
 	echo "P $p $(tr '\0' ' ' </proc/"$p"/cmdline 2>/dev/null | tr -s ' ' | cut -c1-80 | tr ' ' _)"
 done >>"$T/procs.txt"
-for n in "${DAEMONS[@]}"; do
+for n in "${CHAOS_DAEMONS[@]}"; do
 	wait_until 5 "! pgrep -f -- '$T/$n.ini' >/dev/null" && continue
 	for p in $(pgrep -f -- "$T/$n.ini"); do
 		echo "P $p daemon-$n-helper"

@@ -5,9 +5,13 @@
 #     #!/usr/bin/env bash
 #     . "$(dirname "$0")/lib.sh"
 #     plan 3                        # or call done_testing at the end
-#     pg_start                      # throwaway PostgreSQL in $T
+#     pg_start                      # a throwaway database, $T a temporary directory
 #     is "$(psql_q 'select 1')" 1 "psql works"
 #     ...
+#
+# Run alone (`prove t_XX.sh`), a file starts a PostgreSQL server of its own in $T. Run by
+# tests/integration/run.sh (`make check-integration`: every file, several at once), it gets
+# a database of its own on one server that the run shares (see own_cluster below).
 #
 # What it provides:
 #   TAP         plan N | done_testing | ok STATUS NAME (0 = pass, like an exit status)
@@ -17,18 +21,27 @@
 #   PostgreSQL  pg_start | pg_restart | pg_stop | psql_q SQL | sql_lit STRING
 #               PGHOST/PGPORT/PGUSER/PGDATABASE are exported for psql only; the daemon
 #               gets an explicit conninfo in its config ($DB_CONNINFO, see conf_header).
+#               pg_start gives the file a database of its own with schema pgjobd at the
+#               newest version, migrated by $PGJOBD; empty_database (before pg_start): one
+#               without it. own_cluster | shared_cluster (before pg_start): a server of the
+#               file's own, or a database on the server run.sh shares (see own_cluster below)
+#               test_role NAME (a role name no other file uses)
 #   Daemon      conf_header [key=value...] | write_conf FILE <<EOF | pgjobd_migrate CONF
 #               start_daemon NAME CONF [VAR=VALUE...]  (sets $DAEMON_PID; never call it
 #               inside $(...): the pid must stay a child of the test shell)
+#               start_daemons NAME... <<EOF  (one configuration, several daemons: ${DAEMONS[NAME]})
 #               stop_daemon PID [TIMEOUT]  (SIGTERM, wait; returns the daemon's exit status)
 #               pid_alive PID (false for zombies) | all_dead PIDFILE | require_pgjobd
 #   Waiting     wait_until SECONDS 'shell condition'  (polls every 50 ms; 1 on timeout)
+#               holds_for SECONDS 'shell condition'  (true all along; 1 once it is not)
 #   Jobs        job_field ID EXPR | count_jobs WHERE | make_mark_script FILE LOG
-#               check_markers [--lenient] LOG | max_parallel LOG
+#               check_markers [--lenient] LOG | max_parallel LOG | make_sleeper_script FILE
 #
 # Cleanup (trap on EXIT): SIGKILL every daemon it started, stop PostgreSQL, kill leftovers
 # whose command line mentions $T and every pid listed in $T/*.pid and $T/*.pids; if anything failed,
-# print the last 80 lines of every log in $T; remove $T (kept when PGJOBD_KEEP_TMP=1).
+# print the last 80 lines of every log in $T (on a shared server, pg.log holds this database's
+# lines of the server's log); drop the file's database and roles from a shared server; remove $T
+# (kept, with the database, when PGJOBD_KEEP_TMP=1).
 #
 # PGJOBD_LIB_MODE=quiet (set before sourcing) turns the TAP part off: no plan, no summary,
 # the exit status is left alone (tests/demo.sh uses it).
@@ -193,6 +206,21 @@ wait_until() {
 	done
 }
 
+# holds_for SECONDS 'shell condition': evaluate the condition every 50 ms for SECONDS;
+# returns 1 (quietly) the first time it is false, 0 when it held all along. It proves an
+# absence only as well as SECONDS cover the time the thing would take to happen: wait for
+# a positive event first where there is one (the daemon logged that it acted, a session
+# finished its claim), and keep SECONDS short.
+holds_for() {
+	local secs=$1 cond=$2 deadline
+	deadline=$(($(now_ms) + $(secs_to_ms "$secs")))
+	while :; do
+		eval "$cond" || return 1
+		[ "$(now_ms)" -ge "$deadline" ] && return 0
+		sleep 0.05
+	done
+}
+
 # pid_alive PID: the process exists and is not a zombie (PID 1 may not reap quickly).
 pid_alive() {
 	local pid=$1 line state
@@ -252,8 +280,57 @@ make_tmp() {
 	chmod 755 "$T"
 }
 
-pg_start() {
-	make_tmp
+# own_cluster / shared_cluster (before pg_start): which server this file uses.
+#  - shared: tests/integration/run.sh (what `make check-integration` runs) starts one
+#    server for the whole run, with a database pgjobd_template migrated by the binary
+#    under test, and names its directory in $PGJOBD_TEST_CLUSTER. pg_start then starts no
+#    server: it creates this file's own database from the template (CREATE DATABASE ...
+#    TEMPLATE; from template0 after empty_database), which cleanup drops again. $T/sock is
+#    a symbolic link to the server's socket directory, so "host=$T/sock" reaches it as
+#    before; PGDATABASE and $DB_CONNINFO name the file's database (never spell the name
+#    out: it is pgjobd_<file>_<pid>).
+#  - own: initdb (or a copy of run.sh's freshly initialised data directory) and pg_ctl in
+#    $T, database pgjobd_test, migrated by $PGJOBD unless empty_database was called (or
+#    there is no $PGJOBD). A file run on its own (prove FILE) always gets one.
+# A file that must own its server calls own_cluster: it stops or restarts the server,
+# changes its settings or its authentication, measures what the server does for all
+# databases at once (WAL), or creates roles or databases (cluster-wide: names would
+# collide with another file's, and pgjobd's roles would exist for every later file; a
+# role named by test_role is safe). pg_stat_activity, pg_locks and pg_terminate_backend
+# show and reach every file's sessions on a shared server: filter by datname =
+# current_database() (pg_locks: by database, or through pg_stat_activity), then call
+# shared_cluster. A file that calls neither is scanned for the marks of the above
+# ($OWN_CLUSTER_RE) and gets a server of its own when one is there (a note says which).
+OWN_CLUSTER_RE='pg_restart|pg_stop|pg_ctl|pg_opts|pg_hba|ALTER SYSTEM|pg_reload_conf|(CREATE|ALTER|DROP) (ROLE|USER|DATABASE)|setup_roles|--grant|pg_stat_activity|pg_locks|pg_terminate_backend|pg_cancel_backend|pgjobd_test|PGUSER=| -U '
+CLUSTER_MODE=
+PG_SHARED=0
+DB_TAG=
+DB_EMPTY=0
+own_cluster() { CLUSTER_MODE=own; }
+shared_cluster() { CLUSTER_MODE=shared; }
+empty_database() { DB_EMPTY=1; }
+
+# pick_cluster: settles CLUSTER_MODE to own or shared.
+pick_cluster() {
+	local why
+	if [ -z "${PGJOBD_TEST_CLUSTER:-}" ] || [ ! -S "$PGJOBD_TEST_CLUSTER/sock/.s.PGSQL.$PG_PORT" ]; then
+		CLUSTER_MODE=own # no shared server: run alone
+	elif [ -z "$CLUSTER_MODE" ] && [ "$LIB_MODE" != tap ]; then
+		CLUSTER_MODE=own # tests/demo.sh, tests/chaos/run.sh
+	elif [ -z "$CLUSTER_MODE" ]; then
+		why=$(grep -oE -m1 -- "$OWN_CLUSTER_RE" "$0" 2>/dev/null | head -n1)
+		if [ -n "$why" ]; then
+			CLUSTER_MODE=own
+			note "a server of its own: $(basename "$0") mentions '$why' (see own_cluster in lib.sh)"
+		else
+			CLUSTER_MODE=shared
+		fi
+	fi
+}
+
+# pg_setup: finds initdb and pg_ctl ($PG_BINDIR) and, under root, the user the server runs
+# as ($PG_USER).
+pg_setup() {
 	PG_BINDIR=$(find_pg_bindir) || bail_out "initdb/pg_ctl not found (install postgresql, or set PG_BINDIR)"
 	if [ "$(id -u)" = 0 ]; then
 		PG_USER=${PG_USER:-postgres}
@@ -261,16 +338,40 @@ pg_start() {
 		# $T must be traversable by the server's user (mktemp makes it 0700).
 		as_pg test -x "$T" || bail_out "$T is not reachable by user $PG_USER (set PGJOBD_TEST_TMPDIR)"
 	fi
-	mkdir -p "$T/pg" "$T/sock"
-	: >"$T/pg.log"
-	if [ "$(id -u)" = 0 ]; then
-		chown "$PG_USER" "$T/pg" "$T/sock" "$T/pg.log"
+}
+
+# pg_initdb DIR: a new data directory DIR. Under run.sh, a copy of the one it initialised
+# (a tenth of initdb's time).
+pg_initdb() {
+	local dir=$1 fresh=${PGJOBD_TEST_CLUSTER:+$PGJOBD_TEST_CLUSTER/initdb}
+	if [ -n "$fresh" ] && [ -f "$fresh/PG_VERSION" ] &&
+		[ "$(stat -c %U "$fresh")" = "${PG_USER:-$(id -un)}" ]; then
+		cp -a "$fresh" "$dir" && return 0
+		rm -rf "$dir"
 	fi
-	chmod 700 "$T/pg"
-	if ! as_pg "$PG_BINDIR/initdb" -D "$T/pg" -U postgres --auth=trust -E UTF8 --locale=C \
+	mkdir -p "$dir"
+	[ "$(id -u)" = 0 ] && chown "$PG_USER" "$dir"
+	chmod 700 "$dir"
+	if ! as_pg "$PG_BINDIR/initdb" -D "$dir" -U postgres --auth=trust -E UTF8 --locale=C \
 		>"$T/initdb.log" 2>&1; then
 		cat "$T/initdb.log" >&2
 		bail_out "initdb failed"
+	fi
+}
+
+pg_start() {
+	make_tmp
+	pick_cluster
+	if [ "$CLUSTER_MODE" = shared ]; then
+		pg_start_shared
+		return
+	fi
+	pg_setup
+	pg_initdb "$T/pg"
+	mkdir -p "$T/sock"
+	: >"$T/pg.log"
+	if [ "$(id -u)" = 0 ]; then
+		chown "$PG_USER" "$T/sock" "$T/pg.log"
 	fi
 	as_pg "$PG_BINDIR/pg_ctl" -w -t 60 -D "$T/pg" -l "$T/pg.log" -o "$(pg_opts)" start >/dev/null ||
 		bail_out "pg_ctl start failed (see $T/pg.log)"
@@ -282,13 +383,64 @@ pg_start() {
 	# The daemon's config names its database explicitly; the PG* variables above are
 	# for psql in the tests only.
 	DB_CONNINFO="host=$T/sock port=$PG_PORT dbname=pgjobd_test user=postgres"
+	# As the shared server's template is (run.sh): a file sees the same database alone.
+	if [ "$DB_EMPTY" != 1 ] && [ -x "$PGJOBD" ]; then
+		printf '[pgjobd]\ndatabase = %s\n' "$DB_CONNINFO" >"$T/.pg_start.ini"
+		"$PGJOBD" migrate -c "$T/.pg_start.ini" >"$T/.pg_start.out" 2>&1 ||
+			bail_out "pgjobd migrate failed: $(cat "$T/.pg_start.out")"
+	fi
+}
+
+# The shared server's template database (see tests/integration/run.sh).
+PG_TEMPLATE=pgjobd_template
+
+pg_start_shared() {
+	local base template=$PG_TEMPLATE
+	[ "$DB_EMPTY" = 1 ] && template=template0
+	base=$(basename "$0" .sh | tr 'A-Z' 'a-z' | tr -c 'a-z0-9_\n' _)
+	DB_TAG=${base:0:40}_$$
+	ln -s "$PGJOBD_TEST_CLUSTER/sock" "$T/sock" || bail_out "cannot link $T/sock"
+	export PGHOST=$T/sock PGPORT=$PG_PORT PGUSER=postgres PGDATABASE=pgjobd_$DB_TAG
+	unset PGPASSWORD PGSERVICE PGOPTIONS PGAPPNAME PGSSLMODE PGHOSTADDR
+	# A database of that name can only be one a killed run of the same pid left behind.
+	PGDATABASE=postgres psql -X -qAt -v ON_ERROR_STOP=1 \
+		-c "DROP DATABASE IF EXISTS \"$PGDATABASE\" WITH (FORCE)" \
+		-c "CREATE DATABASE \"$PGDATABASE\" TEMPLATE $template" >"$T/.createdb.out" 2>&1 ||
+		bail_out "CREATE DATABASE $PGDATABASE TEMPLATE $template failed: $(cat "$T/.createdb.out")"
+	PG_SHARED=1
+	DB_CONNINFO="host=$T/sock port=$PG_PORT dbname=$PGDATABASE user=postgres"
+}
+
+# test_role NAME: a role name for this file: NAME_<file>_<pid>. On a shared server the
+# cleanup drops every role so named (roles are cluster-wide).
+test_role() { echo "${1}_${DB_TAG:-own}"; }
+
+# pg_drop_shared: the end of a file on a shared server: its database and roles go.
+pg_drop_shared() {
+	[ "$PG_SHARED" = 1 ] || return 0
+	PG_SHARED=0
+	PGDATABASE=postgres psql -X -qAt -c "DROP DATABASE IF EXISTS \"pgjobd_$DB_TAG\" WITH (FORCE)" \
+		>/dev/null 2>&1
+	local r
+	for r in $(PGDATABASE=postgres psql -X -qAt -c "SELECT quote_ident(rolname) FROM pg_roles
+			WHERE right(rolname, $((${#DB_TAG} + 1))) = '_$DB_TAG'" 2>/dev/null); do
+		PGDATABASE=postgres psql -X -qAt -c "DROP ROLE $r" >/dev/null 2>&1
+	done
+}
+
+# needs_own NAME: stops a file that does NAME on the shared server.
+needs_own() {
+	[ "$PG_SHARED" = 1 ] && bail_out "$1 on the shared server: call own_cluster before pg_start"
+	return 0
 }
 
 pg_restart() {
+	needs_own pg_restart
 	as_pg "$PG_BINDIR/pg_ctl" -w -t 60 -D "$T/pg" -l "$T/pg.log" -m fast -o "$(pg_opts)" restart >/dev/null
 }
 
 pg_stop() {
+	needs_own pg_stop
 	[ "$PG_RUNNING" = 1 ] || return 0
 	as_pg "$PG_BINDIR/pg_ctl" -w -D "$T/pg" -m fast stop >/dev/null
 	local s=$?
@@ -360,6 +512,24 @@ start_daemon() {
 	return 0
 }
 
+# start_daemons NAME... <<EOF ... EOF: several daemons with one configuration: $T/NAME.ini
+# is conf_header followed by stdin (the queue sections) for each NAME; the first one's is
+# migrated (to $T/migrate.log), then each daemon is started (start_daemon NAME) and its pid
+# kept in ${DAEMONS[NAME]}.
+declare -A DAEMONS=()
+start_daemons() {
+	local body n
+	body=$(cat)
+	for n in "$@"; do
+		printf '%s\n\n%s\n' "$(conf_header)" "$body" >"$T/$n.ini"
+	done
+	pgjobd_migrate "$T/$1.ini" >"$T/migrate.log" 2>&1 || bail_out "pgjobd migrate failed"
+	for n in "$@"; do
+		start_daemon "$n" "$T/$n.ini"
+		DAEMONS[$n]=$DAEMON_PID
+	done
+}
+
 # stop_daemon PID [TIMEOUT]: SIGTERM, wait up to TIMEOUT s (default 30) for the exit,
 # then SIGKILL. Returns the daemon's exit status (137 if it had to be killed).
 stop_daemon() {
@@ -401,7 +571,8 @@ forget_daemon() {
 # "end G ID ATTEMPT PID" lines to LOG (G is the group, "-" for none). For a grouped job it
 # first takes flock -n on $T/lock.G: if another command of that group still runs (or any
 # process it left behind), it logs "overlap G ID" and fails. Data keys: sleep (seconds,
-# or "rand" for 10-90 ms), fail_attempts (exit 1 while ATTEMPT <= N).
+# or "rand" for 10-90 ms), gate (then wait, up to 5 minutes, until the file $T/gate.GATE
+# exists), fail_attempts (exit 1 while ATTEMPT <= N).
 make_mark_script() {
 	cat >"$1" <<EOF
 #!/bin/bash
@@ -417,9 +588,31 @@ echo "start \${g:--} \$id \$att \$\$" >>"\$log"
 s=\${PGJOBD_ARG_sleep:-0}
 [ "\$s" = rand ] && s=0.0\$((RANDOM % 9 + 1))
 sleep "\$s"
+if [ -n "\${PGJOBD_ARG_gate:-}" ]; then
+	for _ in \$(seq 6000); do [ -e '$T'/gate."\$PGJOBD_ARG_gate" ] && break; sleep 0.05; done
+fi
 echo "end \${g:--} \$id \$att \$\$" >>"\$log"
 if [ "\${PGJOBD_ARG_fail_attempts:-0}" -ge "\$att" ]; then exit 1; fi
 echo '{"ok": true}'
+EOF
+	chmod +x "$1"
+}
+
+# make_sleeper_script FILE: a job script that runs until it is killed: it appends its
+# shell's pid to $T/sh.pids and writes it to $T/sh.ID.pid (ID: the job's id), starts a
+# grandchild (sleep 300 &) whose pid goes to $T/gc.pids and $T/gc.ID.pid, and waits for
+# it. `all_dead $T/gc.pids` then tells whether a kill reached the whole process group;
+# the cleanup kills whatever these files name. Run it with exec (`command = exec /bin/sh
+# FILE`), so that the shell whose pid it records is the command's.
+make_sleeper_script() {
+	cat >"$1" <<EOF
+#!/bin/sh
+echo \$\$ >>'$T/sh.pids'
+echo \$\$ >'$T/sh.'"\$PGJOBD_JOB_ID".pid
+sleep 300 &
+echo \$! >>'$T/gc.pids'
+echo \$! >'$T/gc.'"\$PGJOBD_JOB_ID".pid
+wait
 EOF
 	chmod +x "$1"
 }
@@ -510,6 +703,13 @@ cleanup() {
 		[ "$status" != 0 ] && [ "$TAP_FAILED" = 0 ] && TAP_FAILED=1
 	else
 		[ "$status" != 0 ] && TAP_FAILED=1
+	fi
+	if [ "$PG_SHARED" = 1 ]; then
+		# The shared server's log, this database's lines (run.sh puts "db=NAME" in them).
+		if [ "$TAP_FAILED" != 0 ] && [ -d "$T" ]; then
+			grep -aF "db=$PGDATABASE " "$PGJOBD_TEST_CLUSTER/pg.log" 2>/dev/null | tail -n 80 >"$T/pg.log"
+		fi
+		[ "${PGJOBD_KEEP_TMP:-0}" = 1 ] || pg_drop_shared
 	fi
 	if [ "$TAP_FAILED" != 0 ] && [ -n "$T" ] && [ -d "$T" ]; then
 		for f in "$T"/*.log; do

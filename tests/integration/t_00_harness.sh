@@ -5,6 +5,7 @@
 
 plan 24
 
+own_cluster # it restarts the server
 pg_start
 pass "pg_start"
 is "$(psql_q 'SELECT 1')" 1 "psql works"

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Basic runs (SPEC §3): a job's life queued -> running -> succeeded, results from JSON,
+# Basic runs (pgjobd(8)): a job's life queued -> running -> succeeded, results from JSON,
 # YAML and plain-text stdout, data on stdin, PGJOBD_* environment, 50 jobs in a row.
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
 
 pg_start
 conf=$T/basic.ini
+# Jobs start on NOTIFY and retries on their own timer: a slow fallback poll (1 s)
+# costs nothing here but spares the CPU the other test files share.
 write_conf "$conf" <<EOF
-$(conf_header)
+$(conf_header poll_interval=1s)
 
 [queue.slow]
 command = echo started; while [ ! -e '$T/go' ]; do sleep 0.05; done; echo done

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Wake-ups (SPEC §1: an INSERT wakes idle daemons through NOTIFY; nobody polls
+# Wake-ups (pgjobd(8): an INSERT wakes idle daemons through NOTIFY; nobody polls
 # faster than poll_interval). With poll_interval = 1h every start below comes
 # from a NOTIFY or from a slot that finished. Producers notify only queues
 # with a waiting claimer (pgjobd.waiting), so this also checks that a daemon

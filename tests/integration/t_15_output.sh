@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SPEC §3 output rules through the daemon: max_output keeps the head of
+# pgjobd(8) output rules through the daemon: max_output keeps the head of
 # stdout and the tail of stderr with "truncated": true, the daemon's memory
 # does not grow with output size, invalid UTF-8 and NUL become U+FFFD, and
 # the queue's env reaches the command.

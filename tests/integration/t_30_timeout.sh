@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# Timeouts (SPEC §2, §3): SIGTERM to the whole process group at `timeout`, SIGKILL after
+# Timeouts (pgjobd.ini(5), pgjobd(8)): SIGTERM to the whole process group at `timeout`, SIGKILL after
 # `kill_grace`; a grandchild dies with the shell; the row's timeout overrides the queue's.
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
 
 pg_start
+make_sleeper_script "$T/sleeper.sh"
 conf=$T/timeout.ini
 write_conf "$conf" <<EOF
 $(conf_header)
 
 [queue.to]
-command = echo \$\$ >> '$T/sh.pids'; sleep 300 & echo \$! >> '$T/gc.pids'; wait
+command = exec /bin/sh '$T/sleeper.sh'
 timeout = 1s
 kill_grace = 1s
 max_attempts = 2

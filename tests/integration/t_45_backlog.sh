@@ -33,20 +33,22 @@ p=$(psql_q "EXPLAIN SELECT j.id, j.group_id FROM pgjobd.jobs j
 	ORDER BY j.priority, j.run_at, j.id LIMIT 1001")
 like "$p" "Index Scan using jobs_ready_grouped" "ready scan uses the jobs_ready_grouped index"
 unlike "$p" "Sort|Seq Scan" "ready scan neither sorts nor scans the table"
+# The group head probe: a group's unfinished jobs in start order (commit order: the key
+# coalesce(commit_seq, id), see sql/015_commit_order.sql).
 p=$(psql_q "EXPLAIN SELECT j.id FROM pgjobd.jobs j WHERE j.queue = 'big' AND j.group_id = 'g7'
-	AND j.status IN ('queued', 'running') ORDER BY j.id LIMIT 1")
+	AND j.status IN ('queued', 'running') ORDER BY coalesce(j.commit_seq, j.id) LIMIT 1")
 like "$p" "Index (Only )?Scan using jobs_group_head" "group head probe uses jobs_group_head"
+unlike "$p" "Sort" "group head probe does not sort"
 
 # Shared buffers touched by one claim (claim_batch, as the daemon's claimer
 # calls it for one slot), measured in one warm session (a new session's first
 # call compiles the function and reads the catalogs), each claim followed by
-# the job's finish and the release of its bridge lock.
+# the job's finish.
 # The claims are made for a registered daemon instance that stays alive for the test.
 W=$(psql_q "SELECT pgjobd.register_worker('test:1', 600000)")
 claim_buffers() { # QUEUE [SQL] -> median buffers (hit + read) of the last 9 claims
 	local round="EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF) SELECT * FROM pgjobd.claim_batch('$1', $W, '{test}', 5, 0, 1048576, 1000, false, '{}', '{}', '{}');
 UPDATE pgjobd.jobs SET status = 'succeeded', finished_at = now() WHERE worker = 'test' AND status = 'running';
-SELECT pg_advisory_unlock_all();
 " sql="" i
 	# With SQL: 12 claims first, whose plans the session caches, then SQL.
 	[ -n "${2:-}" ] && sql="$(for i in $(seq 12); do printf '%s' "$round"; done)$2;

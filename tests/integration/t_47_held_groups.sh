@@ -9,6 +9,7 @@
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
 
+own_cluster # it measures WAL, which the server writes for every database
 pg_start
 make_mark_script "$T/mark.sh" "$T/markers.log"
 conf=$T/held.ini
@@ -62,8 +63,8 @@ psql_q "VACUUM ANALYZE pgjobd.jobs" >/dev/null
 W=$(psql_q "SELECT pgjobd.register_worker('test:1', 600000)")
 # claims QUEUE COUNT: COUNT claims for one slot in one warm session (a new session's
 # first call compiles the function and reads the catalogs), each followed by the
-# claimed job's finish and the release of its bridge lock. Appends to $T/claims.QUEUE one
-# line per claim: "buffers B wal W ms M got ID" (ID empty: nothing claimed). W is the WAL
+# claimed job's finish. Appends to $T/claims.QUEUE one line per claim:
+# "buffers B wal W ms M got ID" (ID empty: nothing claimed). W is the WAL
 # the claim's own transaction wrote (the finish is not counted).
 claims() {
 	local i sql=""
@@ -73,7 +74,6 @@ EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF) SELECT * FROM pgjobd.claim_bat
 SELECT 'wal ' || pg_wal_lsn_diff(pg_current_wal_insert_lsn(), :'lsn');
 SELECT 'got ' || coalesce(string_agg(id::text, ','), '') FROM pgjobd.jobs WHERE worker = 'test' AND status = 'running';
 UPDATE pgjobd.jobs SET status = 'succeeded', finished_at = now() WHERE worker = 'test' AND status = 'running';
-SELECT pg_advisory_unlock_all();
 "
 	done
 	psql -X -qAt -v ON_ERROR_STOP=1 <<<"$sql" >"$T/raw.$1" 2>&1 || diag "$(tail -n 5 "$T/raw.$1")"

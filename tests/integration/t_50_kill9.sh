@@ -7,9 +7,10 @@ require_pgjobd
 
 ROUNDS=${ROUNDS:-3}
 pg_start
+make_sleeper_script "$T/sleeper.sh"
 
-# The job script: attempt 1 starts a grandchild and waits forever; later attempts check
-# that every process of attempt 1 is gone, then succeed. Markers go to k.log; flock on
+# The job script: attempt 1 starts a grandchild and waits forever (make_sleeper_script);
+# later attempts check that every process of attempt 1 is gone, then succeed. Markers go to k.log; flock on
 # lock.GROUP detects two commands of the group at once.
 cat >"$T/k.sh" <<EOF
 #!/bin/bash
@@ -19,13 +20,7 @@ alive() { local l s; IFS= read -r l </proc/\$1/stat 2>/dev/null || return 1; s=\
 exec 9>>"\$dir/lock.\$g"
 if ! flock -n 9; then echo "overlap \$g \$id \$att" >>"\$dir/k.log"; exit 1; fi
 echo "start \$g \$id \$att \$\$" >>"\$dir/k.log"
-if [ "\$att" = 1 ]; then
-	echo \$\$ >"\$dir/sh.\$id.pid"
-	sleep 300 &
-	echo \$! >"\$dir/gc.\$id.pid"
-	wait
-	exit 1
-fi
+[ "\$att" = 1 ] && exec /bin/sh "\$dir/sleeper.sh" # the group's lock (fd 9) stays held
 for p in \$(cat "\$dir/sh.\$id.pid" "\$dir/gc.\$id.pid"); do
 	alive "\$p" && echo "overlap \$g \$id \$att attempt-1-pid-\$p-alive" >>"\$dir/k.log"
 done
@@ -33,10 +28,7 @@ sleep 0.2
 echo "end \$g \$id \$att \$\$" >>"\$dir/k.log"
 EOF
 
-write_k_conf() {
-	write_conf "$1" <<EOF
-$(conf_header)
-
+start_daemons a b <<EOF
 [queue.k]
 command = echo \$PPID > '$T/ppid.'\$PGJOBD_JOB_ID; exec /bin/bash '$T/k.sh'
 concurrency = 2
@@ -44,15 +36,7 @@ max_attempts = 5
 backoff = 100ms
 backoff_max = 100ms
 EOF
-}
-write_k_conf "$T/a.ini"
-write_k_conf "$T/b.ini"
-pgjobd_migrate "$T/a.ini" >"$T/migrate.log" 2>&1 || bail_out "pgjobd migrate failed"
-
-start_daemon a "$T/a.ini"
-declare -A daemon=([a]=$DAEMON_PID)
-start_daemon b "$T/b.ini"
-daemon[b]=$DAEMON_PID
+declare -A daemon=([a]=${DAEMONS[a]} [b]=${DAEMONS[b]})
 declare -A conf=([a]=$T/a.ini [b]=$T/b.ini)
 
 for round in $(seq 1 "$ROUNDS"); do

@@ -5,7 +5,9 @@
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
 
+shared_cluster # the sessions it counts and ends are its own database's
 pg_start
+make_sleeper_script "$T/sleeper.sh"
 cat >"$T/t.sh" <<EOF
 #!/bin/bash
 dir='$T'
@@ -13,13 +15,7 @@ id=\$PGJOBD_JOB_ID att=\$PGJOBD_ATTEMPT g=\$PGJOBD_GROUP_ID
 exec 9>>"\$dir/lock.\$g"
 if ! flock -n 9; then echo "overlap \$g \$id \$att" >>"\$dir/t.log"; exit 1; fi
 echo "start \$g \$id \$att \$\$" >>"\$dir/t.log"
-if [ "\$att" = 1 ]; then
-	echo \$\$ >"\$dir/sh.\$id.pid"
-	sleep 300 &
-	echo \$! >"\$dir/gc.\$id.pid"
-	wait
-	exit 1
-fi
+[ "\$att" = 1 ] && exec /bin/sh "\$dir/sleeper.sh" # the group's lock (fd 9) stays held
 echo "end \$g \$id \$att \$\$" >>"\$dir/t.log"
 echo '{"attempt": '\$att'}'
 EOF
@@ -47,11 +43,12 @@ wait_until 20 "[ -s '$T/gc.$id.pid' ]"
 ok $? "the job runs"
 sh_pid=$(cat "$T/sh.$id.pid")
 gc_pid=$(cat "$T/gc.$id.pid")
-sessions=$(psql_q "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'pgjobd%'")
+sessions=$(psql_q "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+	AND application_name LIKE 'pgjobd%'")
 cmp_ok "$sessions" -ge 1 "the daemon's sessions carry application_name pgjobd* ($sessions)"
 
 killed=$(psql_q "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-	WHERE application_name LIKE 'pgjobd%' AND pid <> pg_backend_pid()) s")
+	WHERE datname = current_database() AND application_name LIKE 'pgjobd%' AND pid <> pg_backend_pid()) s")
 cmp_ok "$killed" -ge 1 "terminated $killed session(s)"
 
 wait_until 20 "! pid_alive $sh_pid && ! pid_alive $gc_pid"
@@ -69,14 +66,15 @@ ok $? "never two commands of the group at once" || diag "$problems"
 
 pid_alive "$d"
 ok $? "the daemon is still running"
-wait_until 20 "[ \"\$(psql_q \"SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'pgjobd%'\")\" -ge 1 ]"
+wait_until 20 "[ \"\$(psql_q \"SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name LIKE 'pgjobd%'\")\" -ge 1 ]"
 ok $? "the daemon reconnected"
 after=$(psql_q "INSERT INTO pgjobd.jobs (queue) VALUES ('after') RETURNING id")
 wait_until 20 "[ \"\$(job_field $after status)\" = succeeded ]"
 ok $? "a job enqueued afterwards runs"
 
 # Once more, while idle: only the listening session is cut, no job is affected.
-psql_q "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE 'pgjobd%'" >/dev/null
+psql_q "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+	WHERE datname = current_database() AND application_name LIKE 'pgjobd%'" >/dev/null
 after2=$(psql_q "INSERT INTO pgjobd.jobs (queue) VALUES ('after') RETURNING id")
 wait_until 20 "[ \"\$(job_field $after2 status)\" = succeeded ]"
 ok $? "after its idle sessions are terminated, the daemon still runs new jobs"

@@ -22,6 +22,7 @@
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
 
+shared_cluster # the sessions and locks it looks at are its own database's
 pg_start
 # start ID ATTEMPT PID / end ID ATTEMPT PID in $T/runs.log; data key `gate`:
 # wait for the file $T/gate.<gate> before ending.
@@ -54,11 +55,11 @@ start_daemon d "$T/d.ini"
 d=$DAEMON_PID
 
 slot_sessions() {
-	psql_q "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'pgjobd q.%'"
+	psql_q "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name LIKE 'pgjobd q.%'"
 }
 claimer_waits() {
 	[ "$(psql_q "SELECT count(*) FROM pg_stat_activity
-		WHERE application_name = 'pgjobd q claimer' AND wait_event_type = 'Lock'")" = 1 ]
+		WHERE datname = current_database() AND application_name = 'pgjobd q claimer' AND wait_event_type = 'Lock'")" = 1 ]
 }
 started() { grep -c "^start $1 " "$T/runs.log"; }
 # succeeded ID...: all of them
@@ -79,16 +80,16 @@ lock() {
 		>"$T/lock-$1.out" 2>&1 &
 	echo $! >>"$T/locks.pids"
 	wait_until 20 "[ \"\$(psql_q \"SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid)
-		WHERE a.application_name = 't63-$1' AND l.relation = '$2'::regclass AND l.granted\")\" = 1 ]"
+		WHERE a.datname = current_database() AND a.application_name = 't63-$1' AND l.relation = '$2'::regclass AND l.granted\")\" = 1 ]"
 }
 unlock() {
 	psql_q "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-		WHERE application_name = 't63-$1'" >/dev/null
+		WHERE datname = current_database() AND application_name = 't63-$1'" >/dev/null
 }
 # session_back NAME OLDPID: a session named NAME other than OLDPID exists
 session_back() {
 	[ "$(psql_q "SELECT count(*) FROM pg_stat_activity
-		WHERE application_name = '$1' AND pid <> $2")" = 1 ]
+		WHERE datname = current_database() AND application_name = '$1' AND pid <> $2")" = 1 ]
 }
 
 wait_until 20 "[ \"\$(slot_sessions)\" = 4 ]"
@@ -111,13 +112,13 @@ ids=$(psql_q "INSERT INTO pgjobd.jobs (queue, run_at)
 
 # Its first slot loses its session (and connects again).
 reserved=$(psql_q "SELECT application_name FROM pg_stat_activity
-	WHERE application_name LIKE 'pgjobd q.%' AND state = 'idle'
+	WHERE datname = current_database() AND application_name LIKE 'pgjobd q.%' AND state = 'idle'
 	ORDER BY substring(application_name FROM '[0-9]+$')::int")
 is "$(echo "$reserved" | wc -l)" 2 "two slots are reserved for it: $(echo $reserved)"
 first=$(echo "$reserved" | head -n 1)
-old=$(psql_q "SELECT pid FROM pg_stat_activity WHERE application_name = '$first'")
+old=$(psql_q "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name = '$first'")
 is "$(psql_q "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-	WHERE application_name = '$first'")" 1 "the session of '$first' is terminated"
+	WHERE datname = current_database() AND application_name = '$first'")" 1 "the session of '$first' is terminated"
 wait_until 20 "session_back '$first' $old"
 ok $? "'$first' reconnects"
 
@@ -172,12 +173,12 @@ ok $? "a claim is in flight"
 ids=$(psql_q "INSERT INTO pgjobd.jobs (queue, run_at)
 	SELECT 'q', now() - interval '1 hour' FROM generate_series(1, 2) RETURNING id" | tr '\n' ' ')
 first=$(psql_q "SELECT application_name FROM pg_stat_activity
-	WHERE application_name LIKE 'pgjobd q.%' AND state = 'idle'
+	WHERE datname = current_database() AND application_name LIKE 'pgjobd q.%' AND state = 'idle'
 	ORDER BY substring(application_name FROM '[0-9]+$')::int LIMIT 1")
 kill -TERM "$e"
 wait_until 20 "grep -q 'msg=\"shutting down\"' '$T/e.log'"
 ok $? "the daemon drains"
-psql_q "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '$first'" >/dev/null
+psql_q "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND application_name = '$first'" >/dev/null
 n=${first##*.}
 wait_until 20 "grep -q 'msg=\"slot state\" queue=q slot=$n from=connecting to=stopped' '$T/e.log'"
 ok $? "'$first' loses its session and stops"

@@ -11,8 +11,12 @@
 #  E. PGJOBD_FENCE increases with every claim of a group.
 #  F. The session is lost while the outcome is being written: the outcome is written again
 #     from the next session; the command does not run again.
+#  G. Heartbeats held up (a lock on the daemon's workers row) past half of fence_timeout,
+#     not past all of it: a job enqueued meanwhile waits, and starts as soon as a heartbeat
+#     gets through again, not at the next poll.
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
+shared_cluster # the sessions it ends are its own database's
 pg_start
 
 make_mark_script "$T/mark.sh" "$T/marks.log"
@@ -43,7 +47,7 @@ pgjobd_migrate "$T/a.ini" >"$T/migrate.log" 2>&1 || bail_out "pgjobd migrate fai
 # the pgjobd sessions that started before the time $1 (an SQL timestamptz literal)
 terminate_before() {
 	psql_q "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-	        WHERE application_name LIKE 'pgjobd%' AND backend_start < '$1'"
+	        WHERE datname = current_database() AND application_name LIKE 'pgjobd%' AND backend_start < '$1'"
 }
 
 # ---- A: paused daemon, sessions ended by the server
@@ -128,9 +132,9 @@ psql -X -qAt -c "BEGIN; LOCK pgjobd.waiting IN SHARE MODE; SELECT pg_sleep(4); C
 locker=$!
 sleep 0.5
 id=$(psql_q "INSERT INTO pgjobd.jobs (queue, max_attempts) VALUES ('f', 1) RETURNING id")
-wait_until 10 "[ \"\$(psql_q \"SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgjobd f claimer' AND wait_event_type = 'Lock'\")\" -ge 1 ]" ||
+wait_until 10 "[ \"\$(psql_q \"SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'pgjobd f claimer' AND wait_event_type = 'Lock'\")\" -ge 1 ]" ||
 	fail "D: the claim waits for the lock"
-n=$(psql_q "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'pgjobd f.0'")
+n=$(psql_q "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'pgjobd f.0'")
 is "$n" 1 "D: the slot's session was ended while the claim was in flight"
 wait "$locker"
 wait_until 20 "[ \"\$(job_field $id status)\" = succeeded ]" || fail "D: the job ran"
@@ -150,15 +154,48 @@ psql_q "CREATE FUNCTION pgjobd.t64_slow_finish() RETURNS trigger LANGUAGE plpgsq
             FOR EACH ROW EXECUTE FUNCTION pgjobd.t64_slow_finish()" >/dev/null
 id=$(psql_q "INSERT INTO pgjobd.jobs (queue, group_id, data) VALUES ('f', 'gf', '{\"t64_slow\": 1}') RETURNING id")
 wait_until 15 "grep -q '^end gf $id 1 ' '$T/marks.log'" || fail "F: the command ran"
-wait_until 10 "[ \"\$(psql_q \"SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgjobd f.0' AND query LIKE 'UPDATE pgjobd.jobs SET status%' AND state = 'active'\")\" = 1 ]" ||
+wait_until 10 "[ \"\$(psql_q \"SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'pgjobd f.0' AND query LIKE 'UPDATE pgjobd.jobs SET status%' AND state = 'active'\")\" = 1 ]" ||
 	fail "F: the outcome UPDATE is under way"
-n=$(psql_q "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'pgjobd f.0'")
+n=$(psql_q "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'pgjobd f.0'")
 is "$n" 1 "F: the slot's session was ended while it wrote the outcome"
 psql_q "DROP TRIGGER t64_slow_finish ON pgjobd.jobs" >/dev/null
 wait_until 20 "[ \"\$(job_field $id status)\" = succeeded ]" || fail "F: the job succeeded"
 sleep 1
 is "$(job_field "$id" "status || ' ' || attempts")" "succeeded 1" "F: one attempt, counted once"
 is "$(grep -c "^start gf $id " "$T/marks.log")" 1 "F: the command ran once"
+
+# ---- G: slow heartbeats: claiming pauses, and resumes when they catch up
+write_conf "$T/g.ini" <<EOF
+$(conf_header fence_timeout=6s poll_interval=60s)
+
+[queue.g]
+command = echo ok
+EOF
+start_daemon g "$T/g.ini"
+G=$DAEMON_PID
+gid() { psql_q "SELECT id FROM pgjobd.workers WHERE name LIKE '%:$G' AND alive_until > now()"; }
+wait_until 20 '[ -n "$(gid)" ]' || bail_out "daemon g did not register"
+wid=$(gid)
+id=$(psql_q "INSERT INTO pgjobd.jobs (queue) VALUES ('g') RETURNING id")
+wait_until 20 "[ \"\$(job_field $id status)\" = succeeded ]" || fail "G: a first job runs"
+# The last heartbeat confirmed was sent before the lock: after 3 s of it, less than half
+# of the 6 s is left; the lock ends at 3.6 s, well before the deadline (at least 4.5 s).
+psql_q "BEGIN; SELECT 1 FROM pgjobd.workers WHERE id = $wid FOR UPDATE; SELECT pg_sleep(3.6); COMMIT" \
+	>/dev/null 2>&1 &
+locker=$!
+sleep 3
+id=$(psql_q "INSERT INTO pgjobd.jobs (queue) VALUES ('g') RETURNING id")
+t0=$(now_ms)
+wait "$locker"
+wait_until 20 "[ \"\$(job_field $id status)\" = succeeded ]"
+ok $? "G: the job enqueued while heartbeats were held up runs"
+took=$(($(now_ms) - t0))
+cmp_ok "$took" -lt 15000 "G: ... once a heartbeat got through, not at the 60 s poll (${took} ms)"
+if grep -q 'cannot confirm this daemon' "$T/g.log"; then
+	note "G: the deadline passed too (a loaded machine): the test took the expiry path"
+fi
+stop_daemon "$G"
+is "$?" 0 "daemon g exits 0"
 
 # ---- E: fencing tokens
 prev=0 bad=0

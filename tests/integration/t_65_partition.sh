@@ -10,7 +10,8 @@
 require_pgjobd
 [ -x "${CHAOS_PROXY:-}" ] || bail_out "CHAOS_PROXY (build/tests/chaos-proxy) not found; run make"
 
-# TCP on the loopback address as well, for the relay.
+# A server of its own, on TCP on the loopback address as well, for the relay.
+own_cluster
 PG_PORT=$("$CHAOS_PROXY" --free-port) || bail_out "no free port"
 pg_opts() {
 	echo "-c listen_addresses=127.0.0.1 -c unix_socket_directories=$T/sock -c fsync=off" \
@@ -38,7 +39,7 @@ backoff_max = 100ms
 kill_grace = 1s
 EOF
 }
-write_p_conf "$T/a.ini" "host=127.0.0.1 port=$RELAY_PORT dbname=pgjobd_test user=postgres"
+write_p_conf "$T/a.ini" "host=127.0.0.1 port=$RELAY_PORT dbname=$PGDATABASE user=postgres"
 write_p_conf "$T/b.ini" "$DB_CONNINFO"
 pgjobd_migrate "$T/b.ini" >"$T/migrate.log" 2>&1 || bail_out "pgjobd migrate failed"
 

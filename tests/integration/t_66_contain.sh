@@ -163,6 +163,9 @@ c2=$DAEMON_PID
 wait_until 20 "grep -q 'msg=\"containing commands\"' '$T/c2.log'"
 like "$(grep 'msg="containing commands"' "$T/c2.log")" "mode=process.*another pgjobd" \
 	"B: a second daemon in the same cgroup contains its commands as processes"
+# Its SIGTERM handler is in place once it logs "starting" (it decides on containment
+# before that); a SIGTERM before would end it with 143.
+wait_until 20 "grep -q 'msg=\"starting\"' '$T/c2.log'"
 stop_daemon "$c2" 30
 is $? 0 "B: the second daemon stops cleanly"
 

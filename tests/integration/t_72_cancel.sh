@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Cancel (SPEC §1, issue 3): UPDATE ... SET status = 'cancelled' on a queued job stops it
+# Cancel (pgjobd(8)): UPDATE ... SET status = 'cancelled' on a queued job stops it
 # from ever running; pgjobd.cancel(id) on a running job terminates its command's whole
 # process group (SIGTERM, SIGKILL after kill_grace) within about a second, and the job
 # ends `cancelled`, reason `cancelled`, not retried; on a queued job it cancels it, on a
@@ -9,12 +9,13 @@
 require_pgjobd
 
 pg_start
+make_sleeper_script "$T/sleeper.sh"
 conf=$T/cancel.ini
 write_conf "$conf" <<EOF
 $(conf_header poll_interval=1s)
 
 [queue.long]
-command = echo \$\$ >> '$T/sh.pids'; sleep 300 & echo \$! >> '$T/gc.pids'; wait
+command = exec /bin/sh '$T/sleeper.sh'
 concurrency = 2
 kill_grace = 10s
 max_attempts = 5
@@ -34,15 +35,18 @@ d=$DAEMON_PID
 status_of() { job_field "$1" status; }
 
 # --- queued jobs: an UPDATE by hand, and pgjobd.cancel()
-q1=$(psql_q "INSERT INTO pgjobd.jobs (queue, run_at) VALUES ('later', now() + interval '3 seconds') RETURNING id")
-q2=$(psql_q "INSERT INTO pgjobd.jobs (queue, run_at) VALUES ('later', now() + interval '3 seconds') RETURNING id")
+# Due in an hour: nothing starts them before they are cancelled, however slow the machine.
+q1=$(psql_q "INSERT INTO pgjobd.jobs (queue, run_at) VALUES ('later', now() + interval '1 hour') RETURNING id")
+q2=$(psql_q "INSERT INTO pgjobd.jobs (queue, run_at) VALUES ('later', now() + interval '1 hour') RETURNING id")
 psql_q "UPDATE pgjobd.jobs SET status = 'cancelled' WHERE id = $q1"
 is "$(psql_q "SELECT pgjobd.cancel($q2)")" t "cancel() of a queued job returns true"
 is "$(job_field "$q1" "status || ' ' || (finished_at IS NOT NULL) || ' ' || (error->>'reason')")" \
 	"cancelled true cancelled" "UPDATE to cancelled: finished_at and a reason are filled in"
 is "$(job_field "$q2" "status || ' ' || attempts || ' ' || (error->>'reason')")" "cancelled 0 cancelled" \
 	"cancel() of a queued job: cancelled at once, attempts 0"
-sentinel=$(psql_q "INSERT INTO pgjobd.jobs (queue, run_at) VALUES ('later', now() + interval '3 seconds') RETURNING id")
+# Due now, the two cancelled ones and a new job of the same queue: only the new one runs.
+psql_q "UPDATE pgjobd.jobs SET run_at = now() WHERE id IN ($q1, $q2)"
+sentinel=$(psql_q "INSERT INTO pgjobd.jobs (queue) VALUES ('later') RETURNING id")
 wait_until 20 "[ \"\$(status_of $sentinel)\" = succeeded ]"
 ok $? "a job of the same queue due at the same time ran"
 is "$(wc -l <"$T/later.ran" | tr -d ' ')" 1 "... and the two cancelled ones never ran"
@@ -70,8 +74,6 @@ is "$(psql -X -At -c "UPDATE pgjobd.jobs SET status = 'cancelled' WHERE id = $do
 	"UPDATE 0" "UPDATE to cancelled leaves a finished job alone"
 is "$(status_of "$done_id")" succeeded "... it stays succeeded"
 is "$(psql_q "SELECT pgjobd.cancel(999999999)")" f "cancel() of no job returns false"
-sleep 2 # an absence: nothing to wait for
-is "$(job_field "$r" "status || ' ' || attempts")" "cancelled 1" "the cancelled job is not retried"
 
 # --- a command that ignores SIGTERM gets SIGKILL after kill_grace
 s=$(psql_q "INSERT INTO pgjobd.jobs (queue) VALUES ('stubborn') RETURNING id")
@@ -92,6 +94,10 @@ is "$(grep -c "msg=\"job cancelled; terminating its command\" job=$s " "$T/d.log
 k=$(psql_q "INSERT INTO pgjobd.jobs (queue) VALUES ('long') RETURNING id")
 wait_until 20 "[ \"\$(status_of $k)\" = running ] && [ -s '$T/gc.pids' ]"
 ok $? "another long job is running"
+# Queue long's claimer has claimed since the first long job was cancelled (and its
+# poll, every second, throughout the stubborn job's kill_grace).
+is "$(job_field "$r" "status || ' ' || attempts")" "cancelled 1" "the cancelled job is not retried"
+is "$(grep -c "msg=\"job started\".* job=$r " "$T/d.log")" 1 "... its command started once"
 kill -KILL "$d"
 wait "$d" 2>/dev/null
 forget_daemon "$d"

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# dedupe_key (SPEC §1, issue 3): while a job of the same (queue, dedupe_key) is unfinished,
+# dedupe_key (pgjobd(8)): while a job of the same (queue, dedupe_key) is unfinished,
 # a plain INSERT with that key inserts nothing and raises no error (INSERT 0 0), also when
 # 8 sessions insert the same key at the same instant; once the job has finished
 # (succeeded, failed or cancelled) the key can be used again.
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
 
+shared_cluster # the advisory lock it waits for is its own database's
 pg_start
 conf=$T/dedupe.ini
 write_conf "$conf" <<EOF
@@ -19,15 +20,20 @@ EOF
 pgjobd_migrate "$conf" >"$T/migrate.log" 2>&1 || bail_out "pgjobd migrate failed"
 
 # --- 8 sessions at once, no daemon: the jobs stay queued.
-# Each session blocks on a shared advisory lock that a gate session holds exclusively,
-# so all 8 INSERTs start together when the gate lets go; each then keeps its
-# transaction open a little while before committing, to widen the race.
+# Each session blocks on a shared advisory lock that a gate session holds exclusively
+# until $T/open.KEY exists; once all 8 wait for it, the gate opens and the 8 INSERTs
+# start together; each then keeps its transaction open a little while before
+# committing, to widen the race.
+advisory_4242() { # GRANTED: this database's sessions holding (t) or waiting for (f) lock 4242
+	psql_q "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242 AND granted = '$1'
+		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+}
 race_round() { # KEY
 	local key=$1 i
-	psql -X -qAt -c "SELECT pg_advisory_lock(4242)" -c "SELECT pg_sleep(1)" >/dev/null &
+	psql -X -qAt -c "SELECT pg_advisory_lock(4242)" \
+		-c "\\! for i in \$(seq 1200); do [ -e '$T/open.$key' ] && break; sleep 0.05; done" >/dev/null &
 	local gate=$!
-	wait_until 5 "[ \"\$(psql_q \"SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242 AND granted\")\" = 1 ]" ||
-		return 1
+	wait_until 20 '[ "$(advisory_4242 t)" = 1 ]' || return 1
 	for i in 1 2 3 4 5 6 7 8; do
 		psql -X -At -v ON_ERROR_STOP=1 \
 			-c "SELECT pg_advisory_lock_shared(4242)" \
@@ -37,8 +43,11 @@ race_round() { # KEY
 			-c "COMMIT" >"$T/race.$key.$i" 2>&1 &
 		echo $! >>"$T/race.pids"
 	done
+	wait_until 30 '[ "$(advisory_4242 f)" = 8 ]'
+	local failed=$?
+	touch "$T/open.$key"
 	wait "$gate"
-	local failed=0 p
+	local p
 	for p in $(cat "$T/race.pids"); do wait "$p" || failed=1; done
 	: >"$T/race.pids"
 	return $failed

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# expires_at (SPEC §1, §3; issue 3): a job that has not started by expires_at never runs;
+# expires_at (pgjobd(8)): a job that has not started by expires_at never runs;
 # it ends `cancelled` with error->>'reason' = 'expired', keeps its attempts, gets
 # finished_at, and this happens within about a second of expires_at whether or not a
 # claim looks at it (the maintenance pass of any daemon, for every queue). An expired

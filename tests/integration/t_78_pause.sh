@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Pause (SPEC §1, issue 3): pgjobd.pause('q') stops new starts of queue q on every daemon
+# Pause (pgjobd(8)): pgjobd.pause('q') stops new starts of queue q on every daemon
 # at once and persistently (a daemon started while q is paused starts nothing of it);
 # running jobs are not disturbed; other queues go on; pgjobd.resume('q') restarts q on
 # every daemon at once (its NOTIFY wakes them: the fallback poll here is an hour).
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
 
+shared_cluster # the sessions it counts are its own database's
 pg_start
 conf=$T/pause.ini
 write_conf "$conf" <<EOF
@@ -43,7 +44,10 @@ ok $? "another queue is not paused"
 wait_until 10 "[ \"\$(job_field $long status)\" = succeeded ]"
 ok $? "the running job was not disturbed: it succeeded"
 is "$(job_field "$long" attempts)" 1 "... in one attempt"
-sleep 1 # an absence: give both daemons time to (wrongly) start something
+# The INSERT woke both waiting claimers; a claim that finds its queue paused starts
+# nothing and takes its claimer off pgjobd.waiting. Both are off: both have claimed.
+wait_until 10 "[ \"\$(psql_q \"SELECT count(*) FROM pgjobd.waiting WHERE queue = 'pq'\")\" = 0 ]"
+ok $? "both daemons have claimed since the pause (neither waits for pq any more)"
 is "$(count_jobs "queue = 'pq' AND status = 'queued'")" 6 "while paused, neither daemon starts pq's jobs"
 
 # Restart one daemon, replace the other: still paused.
@@ -55,10 +59,11 @@ start_daemon d3 "$conf"
 start_daemon d4 "$conf"
 wait_until 10 "grep -q 'msg=\"ready\"' '$T/d3.log' && grep -q 'msg=\"ready\"' '$T/d4.log'"
 ok $? "two new daemons are ready"
-# Each claims once at startup (the poll is an hour): wait for both claimers' sessions.
-wait_until 10 "[ \"\$(psql_q \"SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgjobd pq claimer'\")\" = 2 ]"
-ok $? "... and their claimers are connected"
-sleep 1 # an absence again
+# Each claims once at startup (the poll is an hour): wait until both claimers' sessions
+# have finished a claim.
+wait_until 10 "[ \"\$(psql_q \"SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+	AND application_name = 'pgjobd pq claimer' AND state = 'idle' AND query LIKE '%claim_batch(%'\")\" = 2 ]"
+ok $? "... and their claimers have claimed"
 is "$(count_jobs "queue = 'pq' AND status = 'queued'")" 6 "a daemon started while pq is paused starts nothing of it"
 
 is "$(psql_q "SELECT pgjobd.resume('pq')")" t "resume() returns true"

@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
-# Retention (SPEC §1 "Observing", sql/003_job_control.sql pgjobd.maintain()): finished
+# Retention (pgjobd(8) "Observing", sql/003_job_control.sql pgjobd.maintain()): finished
 # jobs older than their queue's `retention` are deleted by the daemons, in batches of at
 # most 500, one daemon at a time; only what is old AND finished goes: younger finished
 # jobs, queued jobs, jobs of a queue with `retention = 0` and of a queue no daemon serves
 # stay. Group rows of groups with nothing left to run go with their jobs, and come back
 # when a job is enqueued into the group again. A running job is not disturbed. Two
 # daemons on one database delete everything between them without fighting: neither
-# deletes while another session holds the maintenance lock, neither waits for it, and
-# pg_locks never shows it held by both.
+# deletes while another session holds the maintenance lock (the row of
+# pgjobd.maintenance_lock), neither waits for it, and pgrowlocks never shows it held by
+# both.
 #
 # `short` has retention = 1h: "old" rows finished 61 min or more ago, "young" ones 50 to
 # 59 min ago, so that a wrong unit or an ignored retention is caught either way.
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
 
+# Its own server: the test holds pgjobd.maintenance_lock and samples pg_stat_activity
+# and pgrowlocks across the server.
+own_cluster
 pg_start
 
 cat >"$T/job.sh" <<EOF
@@ -63,7 +67,10 @@ wait_until 20 "[ \"\$(job_field $G status)\" = running ]"
 ok $? "a long job of queue short is running"
 
 # ---------------------------------------------------------------- one daemon
-psql_q "
+# One transaction, the counts included: the daemon's maintenance pass (every second) sees
+# the rows and their groups' rows together, and none of them before they are counted.
+counted=$(psql_q "
+BEGIN;
 $(old_rows short 1200)
 -- Groups whose jobs are all finished and old (3 jobs each).
 $(old_rows short 15 "'gdone-' || (g % 5)")
@@ -82,18 +89,21 @@ INSERT INTO pgjobd.jobs (queue, created_at, run_at, finished_at)
      SELECT 'short', now() - interval '2 days', now() + interval '1 day',
             CASE WHEN g <= 5 THEN now() - interval '1 day' END
        FROM generate_series(1, 20) g;
-"
+-- Group rows are created by the first claim of a group (not by the INSERT):
+-- these stand for the rows those groups' claims left behind.
+INSERT INTO pgjobd.groups (queue, group_id)
+     SELECT 'short', g FROM unnest(ARRAY['gdone-0', 'gdone-1', 'gdone-2', 'gdone-3',
+                                         'gdone-4', 'gbusy']) g;
+SELECT string_agg(status || ':' || n, ' ' ORDER BY status)
+  FROM (SELECT status, count(*) n FROM pgjobd.jobs WHERE $OLD_SHORT GROUP BY status) s;
+SELECT count(*) FROM pgjobd.groups
+ WHERE queue = 'short' AND (group_id LIKE 'gdone-%' OR group_id = 'gbusy');
+COMMIT;
+")
 ok $? "inserted 1217 old finished rows in short (17 grouped), 50 young ones, 21 queued ones"
-is "$(psql_q "SELECT string_agg(status || ':' || n, ' ' ORDER BY status) FROM
-                (SELECT status, count(*) n FROM pgjobd.jobs WHERE $OLD_SHORT GROUP BY status) s")" \
-	"cancelled:406 failed:406 succeeded:405" "the old rows cover all three final statuses"
-# Group rows are created by the first claim of a group (not by the INSERT):
-# these stand for the rows those groups' claims left behind.
-psql_q "INSERT INTO pgjobd.groups (queue, group_id)
-        SELECT 'short', g FROM unnest(ARRAY['gdone-0', 'gdone-1', 'gdone-2', 'gdone-3',
-                                            'gdone-4', 'gbusy']) g" >/dev/null
-is "$(psql_q "SELECT count(*) FROM pgjobd.groups WHERE queue = 'short' AND (group_id LIKE 'gdone-%' OR group_id = 'gbusy')")" \
-	6 "the 6 groups have their lock rows"
+is "$(sed -n 1p <<<"$counted")" "cancelled:406 failed:406 succeeded:405" \
+	"the old rows cover all three final statuses"
+is "$(sed -n 2p <<<"$counted")" 6 "the 6 groups have their lock rows"
 
 wait_until 30 "[ \"\$(count_jobs \"$OLD_SHORT\")\" = 0 ]"
 ok $? "every old finished row of short is deleted"
@@ -134,17 +144,19 @@ MAINT="SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgjobd ma
 wait_until 20 "[ \"\$(psql_q \"$MAINT\")\" = 2 ]"
 ok $? "both daemons' maintenance sessions are connected"
 
-# Another session takes the maintenance lock (class 1886020105, key 0) and keeps it:
-# while it does, no daemon may delete anything, and none may wait for the lock.
+# Another session takes the maintenance lock (the row of pgjobd.maintenance_lock) and
+# keeps it: while it does, no daemon may delete anything, and none may wait for the
+# lock. pgrowlocks tells who holds a row lock; a session waiting for a lock waits
+# with wait_event_type Lock.
+psql_q "CREATE EXTENSION IF NOT EXISTS pgrowlocks" >/dev/null || bail_out "pgrowlocks is not available"
 mkfifo "$T/locker.fifo"
 PGAPPNAME=t79-locker psql -X -qAt -v ON_ERROR_STOP=1 <"$T/locker.fifo" >"$T/locker.out" 2>&1 &
 locker=$!
 echo "$locker" >"$T/locker.pid"
 exec 8>"$T/locker.fifo"
-echo "SELECT pg_advisory_lock(1886020105, 0);" >&8
-LOCKS="FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-       WHERE l.locktype = 'advisory' AND l.classid = 1886020105 AND l.objid = 0 AND l.objsubid = 2"
-wait_until 20 "[ \"\$(psql_q \"SELECT count(*) $LOCKS AND l.granted AND a.application_name = 't79-locker'\")\" = 1 ]"
+echo "BEGIN; SELECT one FROM pgjobd.maintenance_lock FOR UPDATE;" >&8
+HOLDERS="FROM pgrowlocks('pgjobd.maintenance_lock') r JOIN pg_stat_activity a ON a.pid = ANY(r.pids)"
+wait_until 20 "[ \"\$(psql_q \"SELECT count(*) $HOLDERS WHERE a.application_name = 't79-locker'\")\" = 1 ]"
 ok $? "a test session holds the maintenance lock"
 
 psql_q "$(old_rows short 2000) $(old_rows short 1000 "'bulk-' || (g % 40)")
@@ -156,16 +168,18 @@ t_ins=$(psql_q "SELECT clock_timestamp()")
 wait_until 20 "[ \"\$(psql_q \"$MAINT AND query_start > '$t_ins'::timestamptz + interval '1.1 s'\")\" = 2 ]"
 ok $? "both daemons ran maintenance passes since"
 is "$(count_jobs "$OLD_SHORT")" 3000 "nothing was deleted while another session held the maintenance lock"
-is "$(psql_q "SELECT count(*) $LOCKS AND NOT l.granted")" 0 "no daemon waits for the maintenance lock (a try-lock)"
+is "$(psql_q "$MAINT AND wait_event_type = 'Lock'")" 0 "no daemon waits for the maintenance lock (SKIP LOCKED)"
 wait_until 20 "[ \"\$(count_jobs \"queue = 'short' AND data ? 'batch' AND status = 'succeeded' AND attempts = 1\")\" = 20 ]"
 ok $? "the 20 new jobs ran meanwhile and succeeded, each in one attempt"
 
-# Sample pg_locks while the two daemons delete: the maintenance lock is never held by
-# both maintenance sessions at once, and nobody waits for it.
+# Sample the lock's holders while the two daemons delete: the maintenance lock is never
+# held by both maintenance sessions at once, and neither maintenance session waits for
+# the other (a session that waits for a row lock waits for its holder's transaction id,
+# and pg_locks shows that).
 PGAPPNAME=t79-sampler psql -X -qAt -v ON_ERROR_STOP=1 >"$T/sampler.out" 2>&1 8>&- <<EOF &
 DO \$\$
 DECLARE
-    pids int[] := ARRAY(SELECT pid FROM pg_stat_activity WHERE application_name = 'pgjobd maintenance');
+    maint int[] := ARRAY(SELECT pid FROM pg_stat_activity WHERE application_name = 'pgjobd maintenance');
     held int;
     waiting int;
     samples int := 0;
@@ -175,10 +189,14 @@ DECLARE
     t0 timestamptz := clock_timestamp();
 BEGIN
     FOR i IN 1 .. 10000000 LOOP
-        SELECT count(DISTINCT l.pid) FILTER (WHERE l.granted), count(*) FILTER (WHERE NOT l.granted)
-          INTO held, waiting
-          FROM pg_locks l
-         WHERE l.locktype = 'advisory' AND l.classid = 1886020105 AND l.pid = ANY(pids);
+        SELECT count(DISTINCT p) INTO held
+          FROM pgrowlocks('pgjobd.maintenance_lock') r, unnest(r.pids) p
+         WHERE p = ANY(maint);
+        SELECT count(*) INTO waiting
+          FROM pg_locks l JOIN pg_locks h ON h.locktype = 'transactionid'
+                                         AND h.transactionid = l.transactionid AND h.granted
+         WHERE l.locktype = 'transactionid' AND NOT l.granted
+           AND l.pid = ANY(maint) AND h.pid = ANY(maint);
         samples := samples + 1;
         IF held >= 1 THEN seen := seen + 1; END IF;
         IF held >= 2 THEN n_both := n_both + 1; END IF;
@@ -186,14 +204,14 @@ BEGIN
         EXIT WHEN i % 20 = 0 AND NOT EXISTS (SELECT 1 FROM pgjobd.jobs WHERE $OLD_SHORT);
         EXIT WHEN clock_timestamp() > t0 + interval '25 s';
     END LOOP;
-    RAISE NOTICE 'sessions=% samples=% held=% both=% waits=%', cardinality(pids), samples, seen, n_both, waits;
+    RAISE NOTICE 'sessions=% samples=% held=% both=% waits=%', cardinality(maint), samples, seen, n_both, waits;
 END
 \$\$;
 EOF
 sampler=$!
 echo "$sampler" >"$T/sampler.pid"
 wait_until 20 "[ \"\$(psql_q \"SELECT count(*) FROM pg_stat_activity WHERE application_name = 't79-sampler' AND state = 'active'\")\" = 1 ]"
-ok $? "the pg_locks sampler runs"
+ok $? "the lock sampler runs"
 
 # Release the lock: the locker's psql reads EOF and ends its session.
 exec 8>&-
@@ -204,10 +222,10 @@ wait "$locker"
 wait_until 30 "[ \"\$(count_jobs \"$OLD_SHORT\")\" = 0 ]"
 ok $? "then every one of the 3000 old rows is deleted"
 wait_until 30 "! pid_alive $sampler"
-ok $? "the pg_locks sampler finished"
+ok $? "the lock sampler finished"
 wait "$sampler"
 sampled=$(grep -o 'sessions=.*' "$T/sampler.out")
-note "pg_locks sampler: $sampled"
+note "lock sampler: $sampled"
 like "$sampled" '^sessions=2 samples=[0-9]+ held=[1-9][0-9]* both=0 waits=0$' \
 	"the sampler saw the maintenance lock held, never by both daemons at once, never waited for" ||
 	diag "$(cat "$T/sampler.out")"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SIGTERM/SIGINT (SPEC §3, §4): stop claiming, let running commands finish within
+# SIGTERM/SIGINT (pgjobd(8)): stop claiming, let running commands finish within
 # shutdown_grace, else terminate them (their jobs return to queued, the attempt not held
 # against max_attempts) and exit 0.
 . "$(dirname "$0")/lib.sh"
@@ -21,9 +21,11 @@ j1=$(psql_q "INSERT INTO pgjobd.jobs (queue) VALUES ('short') RETURNING id")
 wait_until 20 "[ -s '$T/short.pid' ]"
 ok $? "the short job runs"
 kill -TERM "$d"
+wait_until 10 "grep -q 'msg=\"shutting down\" running=1' '$T/drain1.log'"
+ok $? "draining: the daemon says it waits for its running job"
 j2=$(psql_q "INSERT INTO pgjobd.jobs (queue) VALUES ('short') RETURNING id")
-wait_until 0.5 "! pid_alive $d"
-isnt $? 0 "draining: the daemon waits for its running job"
+holds_for 0.5 "pid_alive $d"
+ok $? "... and does not exit meanwhile"
 pid_alive "$(cat "$T/short.pid")"
 ok $? "... which was not signalled"
 touch "$T/go"

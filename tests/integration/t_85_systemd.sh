@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The systemd notify protocol (SPEC §4, issue 4) against a datagram socket the test owns
+# The systemd notify protocol (pgjobd(8)) against a datagram socket the test owns
 # (tests/integration/notify-sink.c stands in for systemd): READY=1 only once the daemon
 # has connected, checked the schema and is listening; WATCHDOG=1 every WATCHDOG_USEC/2,
 # also while it waits for the database; STATUS= with running and queued counts;
@@ -13,6 +13,7 @@ require_pgjobd
 SINK=${NOTIFY_SINK:-$REPO_ROOT/build/tests/notify-sink}
 [ -x "$SINK" ] || bail_out "notify-sink not found at $SINK (make build/tests/notify-sink, or set NOTIFY_SINK)"
 
+own_cluster # it stops and starts the server
 pg_start
 
 conf=$T/sd.ini

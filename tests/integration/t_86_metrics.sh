@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# metrics_file (issue 4): the file is valid Prometheus text (prom-check.awk, itself tested
+# metrics_file: the file is valid Prometheus text (prom-check.awk, itself tested
 # here on broken input), it is replaced atomically (no .tmp left), its counters match the
 # jobs table after N jobs, some failing, some retried, and after a reconnect; a reload
 # that changes metrics_file moves the file; an unwritable path is logged and the daemon
 # keeps running; the last values are written at shutdown.
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
+
+SINK=${NOTIFY_SINK:-$REPO_ROOT/build/tests/notify-sink}
+[ -x "$SINK" ] || bail_out "notify-sink not found at $SINK (make build/tests/notify-sink, or set NOTIFY_SINK)"
 
 CHECK=$LIB_DIR/prom-check.awk
 
@@ -52,12 +55,15 @@ bad_file "a value that is not a number" <<'EOF'
 g{a="b"} one
 EOF
 
+shared_cluster # the sessions it ends are its own database's
 pg_start
 mkdir -p "$T/m"
 conf=$T/metrics.ini
 prom=$T/m/pgjobd.prom
+# Jobs start on NOTIFY and retries on their own timer: a slow fallback poll (1 s)
+# costs nothing here but spares the CPU the other test files share.
 write_conf "$conf" <<EOF
-$(conf_header metrics_file="$prom")
+$(conf_header metrics_file="$prom" poll_interval=1s)
 
 [queue.ok]
 command = echo ok
@@ -76,7 +82,13 @@ command = sleep 0.3
 command = while [ ! -e '$T/go' ]; do sleep 0.05; done
 EOF
 pgjobd_migrate "$conf" >"$T/migrate.log" 2>&1 || bail_out "pgjobd migrate failed"
-start_daemon d "$conf"
+# Under systemd (a notify socket), each report tick also counts the queued jobs on the
+# listener session, which shows when the ticks happen (see the unwritable file below).
+"$SINK" "$T/notify.sock" "$T/notify.txt" 2>"$T/sink.log" &
+echo $! >"$T/sink.pid" # killed by the cleanup
+disown $!
+wait_until 10 "[ -S '$T/notify.sock' ]" || bail_out "notify-sink did not bind $T/notify.sock"
+start_daemon d "$conf" NOTIFY_SOCKET="$T/notify.sock"
 d=$DAEMON_PID
 wait_until 20 "[ -s '$prom' ]"
 ok $? "the metrics file is written at start"
@@ -137,7 +149,7 @@ is "$perm" 644 "the file is readable by node_exporter (mode $perm)"
 hold=$(psql_q "INSERT INTO pgjobd.jobs (queue) VALUES ('hold') RETURNING id")
 wait_until 10 "[ \"\$(metric '$prom' 'pgjobd_jobs_running{queue=\"hold\"}')\" = 1 ]"
 ok $? "running{hold} = 1 while its command runs"
-psql_q "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name LIKE 'pgjobd%'" >/dev/null
+psql_q "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = current_database() AND application_name LIKE 'pgjobd%'" >/dev/null
 wait_until 20 "[ \"\$(metric '$prom' 'pgjobd_jobs_interrupted_total{queue=\"hold\"}')\" = 1 ]"
 ok $? "interrupted{hold} = 1 after pg_terminate_backend (lost session)"
 rc=$(metric "$prom" pgjobd_db_reconnects_total)
@@ -159,8 +171,14 @@ sed -i "s|^metrics_file = .*|metrics_file = $T/nosuchdir/x.prom|" "$conf"
 kill -HUP "$d"
 wait_until 10 "grep -q 'cannot write the metrics file' '$T/d.log'"
 ok $? "an unwritable metrics_file is logged"
-sleep 2.5
-is "$(grep -c 'cannot write the metrics file' "$T/d.log")" 1 "... once, not on every write"
+# A tick writes the file, then counts the queued jobs: a count that started after the
+# failure was logged belongs to a later tick, whose write failed again.
+t_err=$(psql_q "SELECT clock_timestamp()")
+wait_until 20 "[ \"\$(psql_q \"SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+	AND application_name = 'pgjobd listener' AND query LIKE 'SELECT count(*) FROM (SELECT 1 FROM pgjobd.jobs %'
+	AND query_start > '$t_err'\")\" = 1 ]"
+ok $? "the daemon has tried to write the file again since"
+is "$(grep -c 'cannot write the metrics file' "$T/d.log")" 1 "... which it logged once, not on every write"
 pid_alive "$d"
 ok $? "... and the daemon keeps running"
 sed -i "s|^metrics_file = .*|metrics_file = $prom|" "$conf"

@@ -5,12 +5,18 @@
 # the users pgjobd and pgjobd-run and their homes, the man pages and the example
 # configuration (never overwriting one), `make uninstall` removes all but the
 # configuration; the man pages render without warnings (groff -ww, man -l) and cover
-# every configuration key, command, signal and exit status; the units pass
+# every configuration key, command, signal and exit status; `make deb` builds a package
+# with all of it (contents, fields, conffile, maintainer scripts) that dpkg installs into a
+# scratch root with its users and directories; the units pass
 # `systemd-analyze verify` and keep their hardening (`systemd-analyze security`) when
 # the tool can run here. Needs no PostgreSQL.
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
 make_tmp
+
+# Prints the key table the daemon parses with (tests/integration/config-keys.c).
+KEYS_BIN=${CONFIG_KEYS:-$(dirname "$PGJOBD")/tests/config-keys}
+[ -x "$KEYS_BIN" ] || bail_out "config-keys not found at $KEYS_BIN (make build/tests/config-keys, or set CONFIG_KEYS)"
 
 # Install from the build tree the tests run (build/ or build-asan/), never rebuild into it.
 B=$(dirname "$PGJOBD")
@@ -112,16 +118,16 @@ for page in pgjobd.8 pgjobd.ini.5; do
 done
 m8=$T/pgjobd.8.txt
 m5=$T/pgjobd.ini.5.txt
-keys=$(sed -n 's/^    {"\([a-z_]*\)", SEC_.*/\1/p' "$REPO_ROOT/src/config.c")
+keys=$("$KEYS_BIN")
 nkeys=$(echo "$keys" | wc -w)
-cmp_ok "$nkeys" -ge 19 "the key table of src/config.c was read ($nkeys keys)"
+cmp_ok "$nkeys" -ge 19 "the key table was read ($nkeys keys)"
 missing=
 missing_conf=
 for k in $keys; do
 	grep -Eq "^ {7}$k = " "$m5" || missing="$missing $k"
 	grep -Eq "^;? ?$k = " "$REPO_ROOT/conf/pgjobd.ini" || missing_conf="$missing_conf $k"
 done
-is "$missing" "" "pgjobd.ini(5) documents every key of src/config.c"
+is "$missing" "" "pgjobd.ini(5) documents every key of the key table"
 is "$missing_conf" "" "conf/pgjobd.ini shows every key (set or commented out)"
 missing=
 for w in check migrate enqueue status -c --config --group --data --priority --run-at --help \
@@ -139,14 +145,81 @@ is "$missing" "" "pgjobd(8) covers commands, options, signals, notify, SQL, envi
 sed -n '/^EXIT STATUS/,/^[A-Z]/p' "$m8" >"$T/exit.txt"
 ok "$(grep -Eq '^ {7}0 ' "$T/exit.txt" && grep -Eq '^ {7}1 ' "$T/exit.txt" &&
 	grep -Eq '^ {7}2 ' "$T/exit.txt"; echo $?)" "pgjobd(8) lists exit statuses 0, 1 and 2"
-# Every metric the daemon writes is documented.
+# Every metric the daemon writes is documented: a daemon writes its metrics file from
+# the start, while it waits for a database that is not there.
+write_conf "$T/metrics.ini" <<EOF
+[pgjobd]
+database = host=$T/nosock dbname=none user=none connect_timeout=1
+metrics_file = $T/metrics.prom
+
+[queue.q]
+command = true
+EOF
+start_daemon metrics "$T/metrics.ini"
+wait_until 20 "grep -q '^# TYPE ' '$T/metrics.prom' 2>/dev/null"
+ok $? "a daemon that cannot reach its database writes its metrics file"
+stop_daemon "$DAEMON_PID" >/dev/null
+names=$(awk '$1 == "#" && $2 == "TYPE" { print $3 }' "$T/metrics.prom" 2>/dev/null | sort -u)
+cmp_ok "$(echo "$names" | wc -w)" -ge 10 "the metrics file names its metrics ($(echo "$names" | wc -w))"
 undocumented=
-for name in $(grep -o '"pgjobd_[a-z_]*"' "$REPO_ROOT/src/metrics.c" | tr -d '"' | sort -u); do
+for name in $names; do
 	grep -qF "$name" "$m8" || undocumented="$undocumented $name"
 done
-is "$undocumented" "" "every metric in src/metrics.c is in pgjobd(8)"
+is "$undocumented" "" "every metric the daemon writes is in pgjobd(8)"
 
-# 4. systemd-analyze, where it can run.
+# 4. make deb: a Debian package with dpkg-deb; installed into a scratch root where dpkg can.
+if ! command -v dpkg-deb >/dev/null 2>&1; then
+	for i in 1 2 3 4 5 6 7; do pass "# SKIP dpkg-deb not installed: no make deb"; done
+else
+	mk deb >"$T/deb.log" 2>&1
+	ok $? "make deb" || diag "$(tail -n 20 "$T/deb.log")"
+	deb=$(ls "$B"/deb/pgjobd_*.deb 2>/dev/null | head -n1)
+	dpkg-deb -c "$deb" | awk '$1 !~ /^d/ { print $1, $2, $6 }' | sort -k3 >"$T/deb-files.txt"
+	is "$(cat "$T/deb-files.txt")" "-rw-r----- root/root ./etc/pgjobd/pgjobd.ini
+-rwxr-xr-x root/root ./usr/bin/pgjobd
+-rw-r--r-- root/root ./usr/lib/systemd/system/pgjobd.service
+-rw-r--r-- root/root ./usr/lib/systemd/system/pgjobd@.service
+-rw-r--r-- root/root ./usr/lib/sysusers.d/pgjobd.conf
+-rw-r--r-- root/root ./usr/lib/tmpfiles.d/pgjobd.conf
+-rw-r--r-- root/root ./usr/share/doc/pgjobd/copyright
+-rw-r--r-- root/root ./usr/share/man/man5/pgjobd.ini.5.gz
+-rw-r--r-- root/root ./usr/share/man/man8/pgjobd.8.gz" \
+		"dpkg-deb -c: the binary, units, sysusers/tmpfiles, man pages, example configuration"
+	is "$(dpkg-deb -f "$deb" Package Architecture Section | tr '\n' ' ')" \
+		"Package: pgjobd Architecture: $(dpkg --print-architecture) Section: admin " "dpkg-deb -I: the fields"
+	deps=$(dpkg-deb -f "$deb" Depends)
+	ok "$([[ $deps == *libpq5* && $deps == *libev4* && $deps == *libyaml-0-2* && $deps == *libinih* ]]; echo $?)" \
+		"Depends names libpq5, libev4, libyaml-0-2 and inih's library: $deps"
+	is "$(dpkg-deb -I "$deb" conffiles)" "/etc/pgjobd/pgjobd.ini" "the configuration is a conffile"
+	like "$(dpkg-deb -I "$deb" control) $(dpkg-deb -I "$deb" postinst)" 'systemd-sysusers.*systemd-tmpfiles.*daemon-reload' \
+		"postinst: systemd-sysusers, systemd-tmpfiles, daemon-reload"
+	if command -v lintian >/dev/null 2>&1; then
+		lintian --no-tag-display-limit "$deb" >"$T/lintian.txt" 2>&1
+		note "lintian: $(grep -c '^E:' "$T/lintian.txt") errors, $(grep -c '^W:' "$T/lintian.txt") warnings"
+	fi
+	# dpkg --root runs the maintainer scripts on this machine (--force-script-chrootless),
+	# with DPKG_ROOT set: postinst creates the users and directories inside the root.
+	sr=$T/debroot
+	mkdir -p "$sr/var/lib/dpkg/info" "$sr/var/lib/dpkg/updates" "$sr/etc"
+	: >"$sr/var/lib/dpkg/status"
+	if command -v systemd-sysusers >/dev/null 2>&1 &&
+		dpkg --root="$sr" --force-script-chrootless --force-depends --log=/dev/null -i "$deb" \
+			>"$T/dpkg.log" 2>&1; then
+		ok "$([ -x "$sr/usr/bin/pgjobd" ] && grep -q '^pgjobd:' "$sr/etc/passwd" &&
+			grep -q '^pgjobd-run:' "$sr/etc/passwd" && [ -d "$sr/var/lib/pgjobd" ]; echo $?)" \
+			"dpkg -i --root: installed, users and directories created by postinst"
+		dpkg --root="$sr" --force-script-chrootless --force-depends --log=/dev/null -r pgjobd \
+			>>"$T/dpkg.log" 2>&1
+		ok "$([ ! -e "$sr/usr/bin/pgjobd" ] && [ -e "$sr/etc/pgjobd/pgjobd.ini" ]; echo $?)" \
+			"dpkg -r --root: removed, the configuration kept" || diag "$(cat "$T/dpkg.log")"
+	else
+		note "dpkg --root cannot install here: $(tail -n3 "$T/dpkg.log" 2>/dev/null)"
+		pass "# SKIP dpkg --root --force-script-chrootless cannot run here"
+		pass "# SKIP dpkg --root --force-script-chrootless cannot run here"
+	fi
+fi
+
+# 5. systemd-analyze, where it can run.
 if ! command -v systemd-analyze >/dev/null 2>&1; then
 	pass "# SKIP systemd-analyze not installed"
 	pass "# SKIP systemd-analyze not installed"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Isolation of commands (SPEC §3): job data never passes through a shell parser; the
+# Isolation of commands (pgjobd(8)): job data never passes through a shell parser; the
 # command's environment is clean (no daemon variables, no credentials, no conninfo); it
 # inherits no file descriptor besides 0, 1 and 2.
 . "$(dirname "$0")/lib.sh"
@@ -67,7 +67,7 @@ env_txt=$(cat "$T/env.txt" 2>/dev/null)
 unlike "$env_txt" '(^|
 )(SECRET_TEST_VAR|PGPASSWORD|PGHOST|PGPORT|PGUSER|PGDATABASE|NOTIFY_SOCKET|PGJOBD)=' \
 	"no daemon variable reaches the command"
-grep -qF -e "$T/sock" -e "dbname=pgjobd_test" "$T/env.txt"
+grep -qF -e "$T/sock" -e "dbname=$PGDATABASE" "$T/env.txt"
 isnt $? 0 "the database conninfo is nowhere in the environment"
 is "$(grep '^PATH=' "$T/env.txt")" "PATH=/usr/local/bin:/usr/bin:/bin" "PATH is the fixed one"
 grep -q '^HOME=' "$T/env.txt"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# A command cannot reach the daemon's database credentials (SPEC "Who may do what";
-# pgjobd(8), SECURITY MODEL). The setup is the shipped one: the daemon runs as an
+# A command cannot reach the daemon's database credentials (pgjobd(8),
+# SECURITY MODEL). The setup is the shipped one: the daemon runs as an
 # unprivileged user that holds only CAP_SETUID, CAP_SETGID and CAP_KILL (setpriv stands
 # in for the unit's User= and AmbientCapabilities=, with no_new_privs as
 # NoNewPrivileges=yes), from its home directory (mode 0700, as StateDirectoryMode=), with
@@ -66,6 +66,7 @@ probe=$("${as_daemon_caps[@]}" grep -E '^Cap(Eff|Amb):' /proc/self/status 2>&1 |
 PY=0
 env -i PATH=/usr/local/bin:/usr/bin:/bin python3 -c 'import os, ctypes; os.pidfd_open' 2>/dev/null && PY=1
 
+shared_cluster # its "pgrep -U" is no psql -U: no role of its own
 pg_start
 make_tmp
 ENV_SECRET=t91-environ-secret-$RANDOM$RANDOM

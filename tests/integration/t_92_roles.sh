@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Roles (SPEC §1, sql/003_job_control.sql): pgjobd.setup_roles() creates pgjobd_producer
+# Roles (pgjobd(8), sql/003_job_control.sql): pgjobd.setup_roles() creates pgjobd_producer
 # and pgjobd_worker. A producer may INSERT a job's input columns and read jobs (outcome
 # included) and queue_stats, and nothing else: updating status or result, deleting,
 # setting pgjobd's own columns, TRUNCATE, the operator functions, the side tables, DDL
@@ -10,6 +10,7 @@
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
 
+own_cluster # it creates pgjobd's roles and others (cluster-wide)
 pg_start
 
 # Migrated as the superuser; the daemon below connects as the worker role.
@@ -136,7 +137,7 @@ is "$(psql_q "SELECT (SELECT count(*) FROM pgjobd.paused_queues) || ' ' ||
 # Nothing in a row can name a command: the table's columns are exactly these.
 is "$(psql_q "SELECT string_agg(column_name, ' ' ORDER BY ordinal_position) FROM information_schema.columns
                WHERE table_schema = 'pgjobd' AND table_name = 'jobs'")" \
-	"id queue group_id data priority run_at expires_at max_attempts timeout dedupe_key status attempts result error worker created_at started_at finished_at updated_at created_by worker_id fence held_until lease_until lease_ms" \
+	"id queue group_id data priority run_at expires_at max_attempts timeout dedupe_key status attempts result error worker created_at started_at finished_at updated_at created_by worker_id fence held_until schedule scheduled_for commit_seq enqueued_xact history lease_until lease_ms" \
 	"pgjobd.jobs has exactly the documented columns (none names a command or environment)"
 # The columns a producer may write are exactly the documented input columns.
 is "$(psql_q "SELECT string_agg(column_name, ' ' ORDER BY column_name) FROM information_schema.column_privileges
@@ -181,7 +182,7 @@ mv '$T/env.'"\$PGJOBD_JOB_ID.tmp" '$T/env.'"\$PGJOBD_JOB_ID"
 EOF
 printf 'touch %q\n' "$T/pwned-bash-env" >"$T/bashenv.sh"
 
-WRK_CONNINFO="host=$T/sock port=$PGPORT dbname=pgjobd_test user=wrk"
+WRK_CONNINFO="host=$T/sock port=$PGPORT dbname=$PGDATABASE user=wrk"
 write_conf "$T/wrk.ini" <<EOF
 $(conf_header database="$WRK_CONNINFO")
 
@@ -325,6 +326,28 @@ h3=$(as app "INSERT INTO pgjobd.jobs (queue, data) VALUES ('hello', '{\"who\": \
 wait_until 20 "[ \"\$(job_field ${h3:-0} status)\" = succeeded ]"
 ok $? "afterwards a producer's job still runs under the worker-role daemon"
 refused app "UPDATE pgjobd.jobs SET status = 'queued' WHERE id = ${h3:-0}" "afterwards the producer still cannot UPDATE status"
+
+# `pgjobd jobs` and `show` as a producer: the worker column is not the producer's to read,
+# so it shows as none; the rest is there.
+write_conf "$T/app.ini" <<EOF
+[pgjobd]
+database = host=$T/sock port=$PGPORT dbname=$PGDATABASE user=app
+EOF
+out=$("$PGJOBD" jobs --queue hello -c "$T/app.ini" 2>&1)
+is "$?:$(echo "$out" | awk -v id="${h3:-0}" '$1 == id { print $2, $4, $7 }')" "0:hello succeeded -" \
+	"pgjobd jobs as a producer: its job, with no worker"
+out=$("$PGJOBD" jobs --json --queue hello -c "$T/app.ini" 2>&1)
+is "$?:$(echo "$out" | jq -r --argjson id "${h3:-0}" '.[] | select(.id == $id) | "\(.status) \(.worker)"')" \
+	"0:succeeded null" "pgjobd jobs --json as a producer: worker null"
+out=$("$PGJOBD" show "${h3:-0}" -c "$T/app.ini" 2>&1)
+is "$?:$(echo "$out" | awk '$1 == "status" && !s { s = $2 } $1 == "worker" && !w { w = $2 }
+	END { print "status=" s, "worker=" w }')" \
+	"0:status=succeeded worker=-" "pgjobd show as a producer: the job, worker -"
+out=$("$PGJOBD" show --json "${h3:-0}" -c "$T/app.ini" 2>&1)
+is "$?:$(echo "$out" | jq -r '"\(.status) \(.worker) \(.history | length)"')" "0:succeeded null 1" \
+	"pgjobd show --json as a producer: worker null, the history there"
+out=$("$PGJOBD" show "${h3:-0}" -c "$T/wrk.ini" 2>&1)
+like "$(echo "$out" | awk '$1 == "worker" { print $2; exit }')" ':hello[.][0-9]+$' "pgjobd show as the worker role: the worker"
 
 is "$(grep -c 'level=error\|maintenance pass failed\|permission denied' "$T/d.log")" 0 \
 	"the daemon logged no error, no failed maintenance pass, no permission problem"

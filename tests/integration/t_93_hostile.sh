@@ -14,8 +14,10 @@ prom=$T/m/pgjobd.prom
 mkfifo "$prom.tmp"
 
 conf=$T/d.ini
+# Jobs start on NOTIFY and retries on their own timer: a slow fallback poll (1 s)
+# costs nothing here but spares the CPU the other test files share.
 write_conf "$conf" <<EOF
-$(conf_header metrics_file="$prom")
+$(conf_header metrics_file="$prom" poll_interval=1s)
 
 [queue.echo]
 command = echo ok

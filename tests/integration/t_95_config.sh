@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Configuration (SPEC §2, §4): errors name FILE:LINE and exit 2 without starting; `check`
+# Configuration (pgjobd.ini(5), pgjobd(8)): errors name FILE:LINE and exit 2 without starting; `check`
 # validates, connects and checks the schema; SIGHUP reloads, and a broken file is
 # reported and ignored (the old config stays).
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
 
+empty_database # it runs check before migrate
 pg_start
 
 # expect_config_error NAME FILE LINE [PATTERN]: both `pgjobd -c FILE` and `pgjobd check -c
@@ -140,11 +141,11 @@ expect_secret_kept() {
 			"$name ($mode): no part of the password is printed" || diag "$(cat "$T/err.txt")"
 	done
 }
-printf '[pgjobd]\ndatabase = postgresql://u:Pw%%zzSecret@/pgjobd_test?host=%s\n[queue.a]\ncommand = true\n' \
-	"$T/sock" >"$T/pw_uri.ini"
+printf '[pgjobd]\ndatabase = postgresql://u:Pw%%zzSecret@/%s?host=%s\n[queue.a]\ncommand = true\n' \
+	"$PGDATABASE" "$T/sock" >"$T/pw_uri.ini"
 expect_secret_kept "a URI with a bad %-escape in the password" "$T/pw_uri.ini"
-printf '[pgjobd]\ndatabase = host=%s password=my SecretTail dbname=pgjobd_test user=postgres\n[queue.a]\ncommand = true\n' \
-	"$T/sock" >"$T/pw_space.ini"
+printf '[pgjobd]\ndatabase = host=%s password=my SecretTail dbname=%s user=postgres\n[queue.a]\ncommand = true\n' \
+	"$T/sock" "$PGDATABASE" >"$T/pw_space.ini"
 expect_secret_kept "an unquoted password with a space" "$T/pw_space.ini"
 
 # A good file: `check` connects and verifies the schema version.
@@ -165,7 +166,7 @@ timeout 20 "$PGJOBD" -c "$good" check >"$T/out.txt" 2>"$T/err.txt"
 ok $? "-c before the subcommand works too" || diag "$(cat "$T/err.txt")"
 cat >"$T/nodb.ini" <<EOF
 [pgjobd]
-database = host=$T/nosuchdir port=5432 dbname=pgjobd_test user=postgres connect_timeout=5
+database = host=$T/nosuchdir port=5432 dbname=$PGDATABASE user=postgres connect_timeout=5
 [queue.a]
 command = true
 EOF
@@ -218,7 +219,7 @@ mv "$conf.saved" "$conf"
 # A database string libpq cannot parse: refused at reload, the secret never logged.
 refused=$(grep -c 'configuration not reloaded' "$T/d.log")
 {
-	conf_header database="postgresql://u:Pw%zzSecret@/pgjobd_test?host=$T/sock"
+	conf_header database="postgresql://u:Pw%zzSecret@/$PGDATABASE?host=$T/sock"
 	printf '\n[queue.a]\ncommand = echo a3\n'
 } >"$conf"
 kill -HUP "$d"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The command line (SPEC §4): `migrate --grant` sets up the roles (idempotent; without
+# The command line (pgjobd(8)): `migrate --grant` sets up the roles (idempotent; without
 # CREATEROLE it fails with PostgreSQL's message); `pause`/`resume` say what they did;
 # `status` prints queue_stats as an aligned table (then the lines t_98_status.sh tests) or
 # as a JSON array; `enqueue` stores every option and reports a deduplicated job instead of
@@ -14,6 +14,8 @@ LAST_MIGRATION=$(cd "$REPO_ROOT/sql" && ls [0-9][0-9][0-9]_*.sql | tail -n 1)
 LAST_MIGRATION=${LAST_MIGRATION%.sql}
 SCHEMA_V=$((10#${LAST_MIGRATION%%_*}))
 
+own_cluster # it creates pgjobd's roles (cluster-wide) and databases
+empty_database # its first migrate --grant migrates
 pg_start
 conf=$T/cli.ini
 write_conf "$conf" <<EOF
@@ -22,6 +24,16 @@ $(conf_header shutdown_grace=1s)
 [queue.sleepy]
 command = sleep 300
 kill_grace = 1s
+
+; served here, so that enqueue and pause print no warning (t_99_ops.sh)
+[queue.work]
+command = true
+
+[queue.beta]
+command = true
+
+[queue.-dash]
+command = true
 EOF
 
 # cli ARGS...: run pgjobd ARGS; sets $rc, $out (stdout) and $err (stderr).
@@ -80,7 +92,7 @@ is "$rc:$out" "0:schema pgjobd is up to date (version $SCHEMA_V)" "migrate witho
 # ---------------------------------------------------------------- status, empty
 
 cli status -c "$conf"
-is "$rc:$out" "0:QUEUE  QUEUED  RUNNING  SUCCEEDED  FAILED  CANCELLED  OLDEST_QUEUED  PAUSED  FAILED_LAST_HOUR
+is "$rc:$out" "0:QUEUE  QUEUED  RUNNING  SUCCEEDED  FAILED  CANCELLED  OLDEST_QUEUED  PAUSED  FAILED_LAST_HOUR  DAEMONS
 
 oldest open claim: none
 live daemons: 0" \
@@ -123,10 +135,10 @@ cli status -c "$conf"
 is "$rc" 0 "status exits 0"
 mapfile -t lines <<<"$out"
 is "${#lines[@]}" 6 "status: a header, one line per queue, a blank line and two lines under the table"
-is "${lines[0]}" "QUEUE  QUEUED  RUNNING  SUCCEEDED  FAILED  CANCELLED  OLDEST_QUEUED  PAUSED  FAILED_LAST_HOUR" \
+is "${lines[0]}" "QUEUE  QUEUED  RUNNING  SUCCEEDED  FAILED  CANCELLED  OLDEST_QUEUED  PAUSED  FAILED_LAST_HOUR  DAEMONS" \
 	"status: the header names every column"
-like "${lines[1]}" '^alpha +2 +1 +1 +2 +1 +01:00:0[0-9] +no +1$' "status: alpha's counts, age (in seconds) and not paused"
-like "${lines[2]}" '^beta +0 +0 +0 +0 +0 +yes +0$' "status: beta, paused, no jobs, no age"
+like "${lines[1]}" '^alpha +2 +1 +1 +2 +1 +01:00:0[0-9] +no +1 +0$' "status: alpha's counts, age (in seconds), not paused, no daemon"
+like "${lines[2]}" '^beta +0 +0 +0 +0 +0 +yes +0 +0$' "status: beta, paused, no jobs, no age"
 ok "$([ ${#lines[1]} = ${#lines[0]} ] && [ ${#lines[2]} = ${#lines[0]} ]; echo $?)" \
 	"status: the columns are aligned (right-aligned, so every line has the header's length)"
 is "${lines[3]}|${lines[4]}|${lines[5]}" "|oldest open claim: none|live daemons: 0" \
@@ -160,11 +172,11 @@ is "$(job_field "$id" "concat_ws('|', queue, group_id, data = '{\"a\": [1, \"x\"
 	"work|g1|t|-5|t|t|7|t|k1|queued" \
 	"the row has the queue, group, data, priority, run_at, expires_at, max_attempts, timeout, dedupe_key"
 cli enqueue work --dedupe-key k1 --data '{"b": 2}' -c "$conf"
-is "$rc:$out" "0:deduplicated: job $id of queue work has dedupe key k1 and is not finished" \
-	"enqueue with the dedupe key of an unfinished job: says which job, exits 0"
+is "$rc:$out:${err##*$'\n'}" "3:$id:deduplicated: job $id" \
+	"enqueue with the dedupe key of an unfinished job: that job's id, 'deduplicated' on stderr, exit 3"
 is "$(count_jobs "queue = 'work'")" 1 "... and inserts nothing"
-cli enqueue work --dedupe-key k1 -c "$conf" --data '{"b": 2}'
-is "$rc:$out" "0:deduplicated: job $id of queue work has dedupe key k1 and is not finished" \
+cli enqueue work --dedupe k1 -c "$conf" --data '{"b": 2}'
+is "$rc:$out" "3:$id" \
 	"options after the -c option too"
 
 cli enqueue work -c "$conf"
@@ -189,10 +201,10 @@ is "$?:$(cat "$T/err.txt")" "1:pgjobd: enqueue: cannot write to standard output:
 
 njobs=$(count_jobs true)
 usage_error "^pgjobd: enqueue: bad --priority 'abc': not an integer" enqueue work --priority abc -c "$conf"
-usage_error "^pgjobd: enqueue: bad --priority '2147483648': must be from -2147483648 to 2147483647$" \
+usage_error "^pgjobd: enqueue: bad --priority '2147483648': must be from -2147483648 to 2147483647; try 'pgjobd enqueue --help'$" \
 	enqueue work --priority 2147483648 -c "$conf"
-usage_error "^pgjobd: enqueue: bad --max-attempts '0': must be from 1 to 2147483647$" enqueue work --max-attempts 0 -c "$conf"
-usage_error "^pgjobd: enqueue: bad --max-attempts '1x': not an integer$" enqueue work --max-attempts 1x -c "$conf"
+usage_error "^pgjobd: enqueue: bad --max-attempts '0': must be from 1 to 2147483647; try 'pgjobd enqueue --help'$" enqueue work --max-attempts 0 -c "$conf"
+usage_error "^pgjobd: enqueue: bad --max-attempts '1x': not an integer; try 'pgjobd enqueue --help'$" enqueue work --max-attempts 1x -c "$conf"
 usage_error '^pgjobd: enqueue: bad --data: invalid input syntax for type json' \
 	enqueue work --data '{"a": ' -c "$conf"
 usage_error "^pgjobd: enqueue: bad --run-at 'soonish': invalid input syntax for type timestamp" \
@@ -206,20 +218,20 @@ usage_error "^pgjobd: enqueue: bad QUEUE 'a/b'" enqueue a/b -c "$conf"
 usage_error "^pgjobd: enqueue: bad QUEUE '$(printf 'q%.0s' {1..64})'" enqueue "$(printf 'q%.0s' {1..64})" -c "$conf"
 usage_error "^pgjobd: enqueue: missing QUEUE" enqueue -c "$conf"
 usage_error "^pgjobd: enqueue: missing QUEUE" enqueue --data '{}' -c "$conf"
-usage_error "^pgjobd: unknown option '--prio'" enqueue work --prio 1 -c "$conf"
-usage_error "^pgjobd: option --priority needs a value" enqueue work -c "$conf" --priority
-usage_error "^pgjobd: option --priority given twice" enqueue work --priority 1 --priority 2 -c "$conf"
-usage_error "^pgjobd: option --json takes no value" status --json=yes -c "$conf"
+usage_error "^pgjobd: enqueue: unknown option '--prio'; try 'pgjobd enqueue --help'$" enqueue work --prio 1 -c "$conf"
+usage_error "^pgjobd: enqueue: option --priority needs a value" enqueue work -c "$conf" --priority
+usage_error "^pgjobd: enqueue: option --priority given twice" enqueue work --priority 1 --priority 2 -c "$conf"
+usage_error "^pgjobd: status: option --json takes no value" status --json=yes -c "$conf"
 usage_error "^pgjobd: enqueue: unexpected argument 'more'" enqueue work more -c "$conf"
-usage_error "^pgjobd: unknown command 'enqeue'" enqeue work -c "$conf"
-usage_error "^pgjobd: status: --priority is an option of enqueue$" status --priority 1 -c "$conf"
-usage_error "^pgjobd: enqueue: --json is an option of status$" enqueue work --json -c "$conf"
-usage_error "^pgjobd: enqueue: --grant is an option of migrate$" enqueue work --grant -c "$conf"
-usage_error "^pgjobd: cancel: --dedupe-key is an option of enqueue$" cancel 1 --dedupe-key x -c "$conf"
-usage_error "^pgjobd: run: --data is an option of enqueue$" --data '{}' -c "$conf"
+usage_error "^pgjobd: unknown command 'enqeue'; try 'pgjobd --help'$" enqeue work -c "$conf"
+usage_error "^pgjobd: status: --priority is an option of enqueue; try 'pgjobd status --help'$" status --priority 1 -c "$conf"
+usage_error "^pgjobd: enqueue: --json is an option of status; " enqueue work --json -c "$conf"
+usage_error "^pgjobd: enqueue: --grant is an option of migrate; " enqueue work --grant -c "$conf"
+usage_error "^pgjobd: cancel: --dedupe-key is an option of enqueue; " cancel 1 --dedupe-key x -c "$conf"
+usage_error "^pgjobd: run: --data is an option of enqueue; " --data '{}' -c "$conf"
 is "$(count_jobs true)" "$njobs" "no usage error inserted a job"
 cli --help
-ok "$([ "$rc" = 0 ] && [[ $out == usage:* ]] && [[ $out == *--dedupe-key* ]] &&
+ok "$([ "$rc" = 0 ] && [[ $out == usage:* ]] && [[ $out == *--dedupe* ]] &&
 	[[ $out == *"pgjobd cancel"* ]] && [[ $out == *--grant* ]] && [[ $out == *--json* ]] &&
 	[[ $out == *--json-object* ]] && [[ $out == *"--claim-warn DURATION"* ]]; echo $?)" \
 	"--help shows the new subcommands and options"
@@ -233,15 +245,15 @@ is "$rc:$out" "0:cancelled job $q" "cancel of a queued job"
 is "$(job_field "$q" "status || ' ' || (finished_at IS NOT NULL) || ' ' || (error->>'reason')")" \
 	"cancelled true cancelled" "... the job is cancelled, finished_at and error set"
 cli cancel "$q" -c "$conf"
-is "$rc:$out:$err" "1::pgjobd: cancel: job $q has already finished (status cancelled)" \
-	"cancel of a cancelled job: exit 1, says so"
+is "$rc:$out:$err" "0:job $q was already cancelled:" \
+	"cancel of a cancelled job: what was asked holds, exit 0, says so"
 cli cancel "$id" -c "$conf"
 is "$rc:$out:$err" "1::pgjobd: cancel: job $id has already finished (status succeeded)" \
 	"cancel of a succeeded job: exit 1, says so"
 is "$(job_field "$id" status)" succeeded "... and leaves it alone"
 cli cancel 987654321 -c "$conf"
 is "$rc:$out:$err" "1::pgjobd: cancel: job 987654321 does not exist" "cancel of a missing job: exit 1"
-usage_error "^pgjobd: cancel: bad ID 'abc': not an integer$" cancel abc -c "$conf"
+usage_error "^pgjobd: cancel: bad ID 'abc': not an integer; try 'pgjobd cancel --help'$" cancel abc -c "$conf"
 usage_error "^pgjobd: cancel: bad ID '12a'" cancel 12a -c "$conf"
 usage_error "^pgjobd: cancel: missing ID" cancel -c "$conf"
 
@@ -276,7 +288,7 @@ database = host=$T/sock port=$PG_PORT dbname=bare user=postgres
 EOF
 cli status -c "$T/bare.ini"
 ok "$([ "$rc" = 1 ] && [ -z "$out" ] &&
-	[[ $err =~ ^'pgjobd: status: ERROR:  relation "pgjobd.queue_stats" does not exist' ]] &&
+	[[ $err =~ ^'pgjobd: status: ERROR:  relation "pgjobd.workers" does not exist' ]] &&
 	[[ $err == *"hint: this pgjobd needs schema version $SCHEMA_V: run 'pgjobd migrate -c $T/bare.ini'"* ]]; echo $?)" \
 	"status without the schema: exit 1, PostgreSQL's message and a hint" || diag "$err"
 cli status -c "$T/missing.ini"

@@ -10,6 +10,7 @@
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
 
+shared_cluster # its sessions are its own database's; its role is test_role's
 pg_start
 conf=$T/status.ini
 # The job runs until the test creates $T/go (a bound of 60 s keeps a failed test from
@@ -59,7 +60,7 @@ claim_secs() {
 # ---------------------------------------------------------------- before any daemon
 
 cli status -c "$conf"
-is "$rc:$out" "0:QUEUE  QUEUED  RUNNING  SUCCEEDED  FAILED  CANCELLED  OLDEST_QUEUED  PAUSED  FAILED_LAST_HOUR
+is "$rc:$out" "0:QUEUE  QUEUED  RUNNING  SUCCEEDED  FAILED  CANCELLED  OLDEST_QUEUED  PAUSED  FAILED_LAST_HOUR  DAEMONS
 
 oldest open claim: none
 live daemons: 0" "no daemon: the header, no open claim, no live daemon"
@@ -76,7 +77,7 @@ cli enqueue long -c "$conf"
 id=$out
 wait_until 20 "[ \"\$(job_field $id status)\" = running ]"
 ok $? "the long job is running"
-slot_pid=$(psql_q "SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'pgjobd long.%'
+slot_pid=$(psql_q "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name LIKE 'pgjobd long.%'
                    AND xact_start IS NOT NULL")
 like "$slot_pid" '^[0-9]+$' "its slot session (pid $slot_pid) has an open transaction"
 
@@ -86,7 +87,7 @@ cli status -c "$conf"
 note "pgjobd status while the job runs:" "$out"
 mapfile -t lines <<<"$out"
 is "${#lines[@]}" 5 "status: header, one queue, blank line, claim, daemons"
-like "${lines[1]}" '^long +0 +1 +0 +0 +0 +no +0$' "status: the queue's line as before"
+like "${lines[1]}" '^long +0 +1 +0 +0 +0 +no +0 +1$' "status: the queue's line as before, served by one daemon"
 is "${lines[2]}" "" "status: a blank line under the table"
 like "${lines[3]}" "^oldest open claim: [0-9]+s \\(queue long, pid $slot_pid, xid age [0-9]+\\); it holds back VACUUM in the whole database\$" \
 	"status: the claim's age, queue, backend pid and xid age, and what it costs"
@@ -124,11 +125,12 @@ is "$(psql_q "WITH j(v) AS (SELECT $(sql_lit "$out")::jsonb)
 # ---------------------------------------------------------------- a role that may not see it
 
 # queue_stats runs with its reader's rights: the watcher also reads the columns it reads.
-psql_q "CREATE ROLE watcher LOGIN; GRANT USAGE ON SCHEMA pgjobd TO watcher;
-        GRANT SELECT ON pgjobd.queue_stats TO watcher;
-        GRANT SELECT (queue, status, run_at, finished_at) ON pgjobd.jobs TO watcher;
-        GRANT SELECT (queue) ON pgjobd.paused_queues TO watcher"
-sed "s/user=postgres/user=watcher/" "$conf" >"$T/watcher.ini"
+watcher=$(test_role watcher)
+psql_q "CREATE ROLE $watcher LOGIN; GRANT USAGE ON SCHEMA pgjobd TO $watcher;
+        GRANT SELECT ON pgjobd.queue_stats TO $watcher;
+        GRANT SELECT (queue, status, run_at, finished_at) ON pgjobd.jobs TO $watcher;
+        GRANT SELECT (queue) ON pgjobd.paused_queues TO $watcher"
+sed "s/user=postgres/user=$watcher/" "$conf" >"$T/watcher.ini"
 cli status --claim-warn 1s -c "$T/watcher.ini"
 is "$rc:$err" "0:" "a role without pg_read_all_stats: exit 0, no warning it cannot back"
 like "$out" $'\noldest open claim: unknown \\(needs pg_read_all_stats\\); the oldest xid is held by queue long, pid '"$slot_pid"$', xid age [0-9]+; it holds back VACUUM in the whole database\nlive daemons: unknown \\(needs SELECT on pgjobd.workers\\)$' \
@@ -138,7 +140,7 @@ is "$(psql_q "WITH j(v) AS (SELECT $(sql_lit "$out")::jsonb)
               SELECT concat_ws(' ', jsonb_typeof(v->'oldest_claim'->'age'), v->'oldest_claim'->>'pid',
                      v->>'hidden_sessions', jsonb_typeof(v->'live_daemons')) FROM j")" \
 	"null $slot_pid 1 null" "... --json-object: age null, hidden_sessions 1, live_daemons null"
-psql_q "GRANT pg_read_all_stats TO watcher"
+psql_q "GRANT pg_read_all_stats TO $watcher"
 wait_until 10 '"$PGJOBD" status -c "$T/watcher.ini" 2>/dev/null | grep -q "^oldest open claim: [0-9]"'
 ok $? "with pg_read_all_stats the role sees the claim's age"
 
@@ -168,7 +170,7 @@ cli status --claim-warn soon -c "$conf"
 is "$rc:$out" "2:" "a bad --claim-warn: exit 2, nothing on stdout"
 like "$err" "^pgjobd: status: bad --claim-warn 'soon'" "... the message names the option"
 cli status --json --json-object -c "$conf"
-is "$rc:$out:$err" "2::pgjobd: status: give --json or --json-object, not both" \
+is "$rc:$out:$err" "2::pgjobd: status: give --json or --json-object, not both; try 'pgjobd status --help'" \
 	"--json and --json-object together: exit 2"
 cli enqueue long --claim-warn 1s -c "$conf"
 like "$rc:$err" "^2:pgjobd: enqueue: --claim-warn is an option of status" "--claim-warn belongs to status"

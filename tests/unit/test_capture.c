@@ -1,6 +1,7 @@
 /* test_capture.c - bounded stdout/stderr buffers: HEAD keeps the first max
- * bytes, TAIL the last max bytes in a ring, memory never above max, lazy
- * geometric allocation. A reference model checks random append sequences. */
+ * bytes, TAIL the last max bytes in a ring, HEAD_TAIL both, memory never
+ * above max per kept end, lazy geometric allocation. A reference model
+ * checks random append sequences. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -178,6 +179,79 @@ static void test_model(enum capture_mode mode, size_t max)
 	free(all);
 }
 
+static int tail_is(struct capture *c, const char *want, size_t want_len)
+{
+	size_t len;
+	const char *d = capture_tail(c, &len);
+	return d && len == want_len && memcmp(d, want, len) == 0 && d[len] == '\0';
+}
+
+/* HEAD_TAIL: the head and the tail of the same stream, the tail read at
+ * random moments (reading it moves bytes between the two buffers) and the
+ * appends going on after each read. */
+static void test_model_head_tail(size_t max)
+{
+	enum { TOTAL = 200000 };
+	char *all = malloc(TOTAL);
+	char chunk[1024];
+	size_t n = 0;
+	int good = 1, bounded = 1;
+	struct capture c;
+
+	capture_init(&c, CAPTURE_HEAD_TAIL, max);
+	while (n < TOTAL - sizeof(chunk)) {
+		size_t k = rng() % (rng() % 8 == 0 ? sizeof(chunk) : 40);
+		for (size_t i = 0; i < k; i++)
+			chunk[i] = (char)(rng() & 0xff);
+		memcpy(all + n, chunk, k);
+		n += k;
+		capture_append(&c, chunk, k);
+		if (c.cap > max || c.len > max ||
+		    (c.rest && (c.rest->cap > max || c.rest->len > max)))
+			bounded = 0;
+		if (n <= max && c.rest)
+			bounded = 0; /* the tail costs nothing until the head is full */
+		if (rng() % 16 == 0 || n >= TOTAL - sizeof(chunk)) {
+			size_t keep = n < max ? n : max;
+			if (!tail_is(&c, all + n - keep, keep) || !data_is(&c, all, keep) ||
+			    capture_truncated(&c) != (n > max))
+				good = 0;
+		}
+	}
+	ok(good, "model head+tail max=%zu: head and tail match", max);
+	ok(bounded, "model head+tail max=%zu: memory bounded", max);
+	capture_fini(&c);
+	free(all);
+}
+
+/* The tail of HEAD_TAIL spans the head's end while fewer than max bytes
+ * came past the head; TAIL and HEAD answer capture_tail too. */
+static void test_head_tail(void)
+{
+	struct capture c;
+	capture_init(&c, CAPTURE_HEAD_TAIL, 4);
+	capture_append(&c, "abc", 3);
+	ok(tail_is(&c, "abc", 3) && c.rest == NULL, "head+tail: short output is its own tail");
+	capture_append(&c, "def", 3);
+	ok(data_is(&c, "abcd", 4), "head+tail: head abcd");
+	ok(tail_is(&c, "cdef", 4), "head+tail: tail cdef spans the head's end");
+	capture_append(&c, "gh", 2);
+	ok(tail_is(&c, "efgh", 4) && data_is(&c, "abcd", 4), "head+tail: tail efgh after a read");
+	capture_append(&c, "0123456789", 10);
+	ok(tail_is(&c, "6789", 4) && capture_truncated(&c), "head+tail: a long chunk");
+	capture_fini(&c);
+	ok(c.rest == NULL && c.data == NULL, "head+tail: fini frees both");
+
+	capture_init(&c, CAPTURE_TAIL, 3);
+	capture_append(&c, "abcdef", 6);
+	ok(tail_is(&c, "def", 3), "tail: capture_tail is the data");
+	capture_fini(&c);
+	capture_init(&c, CAPTURE_HEAD, 3);
+	capture_append(&c, "abcdef", 6);
+	ok(tail_is(&c, "abc", 3), "head: capture_tail is the head");
+	capture_fini(&c);
+}
+
 int main(void)
 {
 	test_empty();
@@ -189,6 +263,8 @@ int main(void)
 	for (size_t i = 0; i < sizeof(maxes) / sizeof(maxes[0]); i++) {
 		test_model(CAPTURE_HEAD, maxes[i]);
 		test_model(CAPTURE_TAIL, maxes[i]);
+		test_model_head_tail(maxes[i]);
 	}
+	test_head_tail();
 	return tap_done();
 }

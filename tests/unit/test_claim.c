@@ -17,12 +17,14 @@ static void test_finish(void)
 {
 	struct db_stmt st[CLAIM_FINISH_MAX];
 	struct finish_params p;
-	struct claim_outcome ok_out = {.status = "succeeded", .result = "{}"};
+	struct claim_outcome ok_out = {
+	    .status = "succeeded", .result = "{}", .entry = "{\"reason\": \"none\"}"};
 	dirty(st, CLAIM_FINISH_MAX);
 	int n = claim_build_finish(st, &p, 42, 31, &ok_out);
 	is_int(n, 2, "succeeded: UPDATE and COMMIT");
-	is_int(st[0].nparams, 7, "the UPDATE has 7 parameters");
-	is_str(st[0].params[6], "31", "... the fencing token last");
+	is_int(st[0].nparams, 8, "the UPDATE has 8 parameters");
+	is_str(st[0].params[6], "31", "... the fencing token");
+	is_str(st[0].params[7], "{\"reason\": \"none\"}", "... the history entry last");
 	is_str(st[0].params[0], "42", "... the job id first");
 	is_str(st[0].params[1], "succeeded", "... then the status");
 	ok(st[0].params[3] == NULL, "... no error: SQL NULL");
@@ -45,6 +47,7 @@ static void test_finish(void)
 	is_int(n, 2, "queued: UPDATE and COMMIT");
 	is_str(st[0].params[4], "1500", "retry delay in ms");
 	is_str(st[0].params[5], "1", "give_back 1");
+	ok(st[0].params[7] == NULL, "no history entry: SQL NULL");
 }
 
 static void test_maintain(void)
@@ -89,12 +92,12 @@ static void test_lease(void)
 			      .nskip = 1};
 	dirty(&st, 1);
 	claim_build(&st, &cp, &r);
-	is_int(st.nparams, 12, "claim: 12 parameters");
-	ok(st.params[11] == NULL, "... transaction mode: no lease (SQL NULL)");
-	is_str(st.params[10], "{5}", "... the skip list");
+	is_int(st.nparams, 10, "claim: 10 parameters");
+	ok(st.params[9] == NULL, "... transaction mode: no lease (SQL NULL)");
+	is_str(st.params[8], "{5}", "... the skip list");
 	r.lease_ms = 30000;
 	claim_build(&st, &cp, &r);
-	is_str(st.params[11], "30000", "... lease mode: the lease in ms");
+	is_str(st.params[9], "30000", "... lease mode: the lease in ms");
 	claim_params_fini(&cp);
 
 	struct extend_params ep;
@@ -117,7 +120,8 @@ static void test_lease(void)
 	struct claim_outcome q = {.status = "queued",
 				  .error = "{\"reason\": \"exit\"}",
 				  .retry_in_ms = 1500,
-				  .give_back = true};
+				  .give_back = true,
+				  .entry = "{\"reason\": \"exit\", \"cpu_ms\": 12}"};
 	buf_putc(&b, '[');
 	claim_outcome_json(&b, 42, 31, &ok_out);
 	buf_putc(&b, ',');
@@ -125,10 +129,12 @@ static void test_lease(void)
 	buf_putc(&b, ']');
 	is_str(b.data,
 	       "[{\"id\": 42, \"fence\": 31, \"status\": \"succeeded\", \"retry_ms\": 0, "
-	       "\"give_back\": false, \"result\": {\"a\": [1, \"x\"]}, \"error\": null},"
+	       "\"give_back\": false, \"result\": {\"a\": [1, \"x\"]}, \"error\": null, "
+	       "\"entry\": null},"
 	       "{\"id\": 43, \"fence\": 32, \"status\": \"queued\", \"retry_ms\": 1500, "
-	       "\"give_back\": true, \"result\": null, \"error\": {\"reason\": \"exit\"}}]",
-	       "outcomes: one JSON array, result and error embedded as JSON");
+	       "\"give_back\": true, \"result\": null, \"error\": {\"reason\": \"exit\"}, "
+	       "\"entry\": {\"reason\": \"exit\", \"cpu_ms\": 12}}]",
+	       "outcomes: one JSON array, result, error and history entry embedded as JSON");
 	dirty(&st, 1);
 	is_int(claim_build_finish_leases(&st, b.data), 1, "outcomes: one statement");
 	ok(st.nparams == 1 && st.params[0] == b.data, "... the array as its one parameter");

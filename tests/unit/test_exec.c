@@ -1,9 +1,9 @@
 /* test_exec.c - exec module against real processes and the real libev loop.
  *
  * No mocks: every test spawns /bin/sh through exec_start and runs the
- * default loop until the callback fires (with a safety timer). The test
+ * daemon's kind of loop until the callback fires (with a safety timer). The test
  * process makes itself a child subreaper so that orphaned grandchildren are
- * reparented to it (and reaped by libev's SIGCHLD handler) instead of to a
+ * reparented to it (and reaped by the reaper) instead of to a
  * PID 1 that may never reap them; a process is "dead" when kill(pid, 0)
  * fails with ESRCH or /proc says it is a zombie. Waits are polls with a
  * deadline, never a fixed sleep that is assumed long enough. */
@@ -21,10 +21,12 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "reap.h"
 #include "tap.h"
 #include "util.h"
 
 static struct ev_loop *loop;
+static struct reaper *reaper;
 static char tmpdir[] = "/tmp/test_exec.XXXXXX";
 
 /* A copy of everything the callback saw. */
@@ -37,6 +39,8 @@ struct res {
 	bool out_trunc, err_trunc;
 	size_t out_cap, err_cap;
 	int64_t at_ms;
+	char *tail; /* on_done_tail: capture_tail of stdout */
+	size_t tail_len;
 };
 
 static void on_done(struct exec_proc *p, const struct exec_outcome *o, void *arg)
@@ -56,6 +60,15 @@ static void on_done(struct exec_proc *p, const struct exec_outcome *o, void *arg
 	r->at_ms = util_now_ms();
 	/* The documented way to use the API: free from inside the callback. */
 	exec_free(p);
+}
+
+/* on_done, and the tail of stdout as well. */
+static void on_done_tail(struct exec_proc *p, const struct exec_outcome *o, void *arg)
+{
+	struct res *r = arg;
+	const char *t = capture_tail(o->out, &r->tail_len);
+	r->tail = xstrndup(t, r->tail_len);
+	on_done(p, o, arg);
 }
 
 static void res_fini(struct res *r)
@@ -149,6 +162,7 @@ static struct exec_spec mkspec(const char *cmd, char **envp)
 {
 	struct exec_spec s = {0};
 	s.command = cmd;
+	s.reaper = reaper;
 	s.envp = envp;
 	s.max_output = 1 << 20;
 	return s;
@@ -244,6 +258,18 @@ static void test_env_build(void)
 	for (i = 0; want2[i] && e[i]; i++)
 		is_str(e[i], want2[i], "minimal env[%zu]", i);
 	ok(want2[i] == NULL && e[i] == NULL, "minimal env: no LANG, nothing else");
+	util_strv_free(e);
+
+	/* A scheduled job: its schedule and tick follow PGJOBD_FENCE. */
+	m.schedule = "nightly";
+	m.scheduled_for = "2024-03-31T01:00:00Z";
+	e = exec_env_build(&m);
+	for (i = 0; e[i]; i++)
+		;
+	ok(i == 10 && strcmp(e[7], "PGJOBD_FENCE=0") == 0, "scheduled: two more entries");
+	is_str(i == 10 ? e[8] : NULL, "PGJOBD_SCHEDULE=nightly", "PGJOBD_SCHEDULE");
+	is_str(i == 10 ? e[9] : NULL, "PGJOBD_SCHEDULED_FOR=2024-03-31T01:00:00Z",
+	       "PGJOBD_SCHEDULED_FOR");
 	util_strv_free(e);
 	util_strv_free(NULL);
 	free(big);
@@ -871,6 +897,92 @@ static void test_gate(char **env)
 	res_fini(&r);
 }
 
+static int no_op_before_run(pid_t pgid, void *arg)
+{
+	(void)pgid;
+	(void)arg;
+	return 0;
+}
+
+/* wait4's rusage (the reaper's): CPU time and peak RSS, covering the
+ * subshell the shell waited for, on both spawn paths; and for many
+ * commands ending at once, whose SIGCHLDs coalesce. */
+static void test_usage(char **env)
+{
+	struct res r;
+	/* The busy loop runs in a subshell that the shell waits for; then the
+	 * shell itself holds 20 MB in a variable. */
+	struct exec_spec s = mkspec("(i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done); "
+				    "x=$(head -c 20000000 /dev/zero | tr '\\0' a); echo ${#x}",
+				    env);
+	s.before_run = no_op_before_run; /* the fork path, as in the daemon */
+	run(&s, &r);
+	is_str(r.out, "20000000\n", "usage: the command ran");
+	ok(r.o.cpu_ms >= 20, "usage: cpu_ms %lld covers the subshell's busy loop",
+	   (long long)r.o.cpu_ms);
+	ok(r.o.cpu_ms <= r.o.duration_ms + 100, "usage: cpu_ms %lld within the run time %lld ms",
+	   (long long)r.o.cpu_ms, (long long)r.o.duration_ms);
+	ok(r.o.max_rss_kb >= 19000 && r.o.max_rss_kb < 1000000,
+	   "usage: max_rss_kb %lld counts the shell's 20 MB", (long long)r.o.max_rss_kb);
+	res_fini(&r);
+
+	s = mkspec("kill -9 $$", env);
+	s.before_run = no_op_before_run;
+	run(&s, &r);
+	ok(r.o.status == EXEC_SIGNALED && r.o.signal == 9 && r.o.max_rss_kb > 0 && r.o.cpu_ms >= 0,
+	   "usage: known for a command killed by a signal too");
+	res_fini(&r);
+
+	s = mkspec("exit 3", env);
+	run(&s, &r);
+	ok(r.o.status == EXEC_EXITED && r.o.exit_code == 3 && r.o.max_rss_kb > 0 && r.o.cpu_ms >= 0,
+	   "usage: known on the posix_spawn path");
+	res_fini(&r);
+
+	/* Many commands ending close together: every one has its usage. */
+	enum { N = 30 };
+	struct res rs[N];
+	int known = 0, ended = 0;
+	for (int i = 0; i < N; i++) {
+		memset(&rs[i], 0, sizeof(rs[i]));
+		s = mkspec(i % 2 ? "sleep 0.2" : "sleep 0.2; exit 1", env);
+		if (i % 3)
+			s.before_run = no_op_before_run;
+		if (!start(&s, &rs[i]))
+			continue;
+	}
+	for (int i = 0; i < N; i++) {
+		loop_until(res_done, &rs[i], 10000);
+		ended += rs[i].done;
+		known += rs[i].done && rs[i].o.max_rss_kb > 0 && rs[i].o.cpu_ms >= 0;
+		res_fini(&rs[i]);
+	}
+	is_int(ended, N, "usage: %d commands at once all end", N);
+	is_int(known, N, "usage: ... and all have their usage");
+}
+
+/* stdout's tail, kept beside its head when the output is longer than
+ * max_output. */
+static void test_stdout_tail(char **env)
+{
+	struct res r;
+	struct exec_spec s =
+	    mkspec("i=0; while [ $i -lt 500 ]; do echo line$i; i=$((i+1)); done", env);
+	s.max_output = 1024;
+	s.before_run = no_op_before_run;
+	struct exec_proc *p = exec_start(loop, &s, on_done_tail, &r);
+	memset(&r, 0, sizeof(r));
+	(void)p;
+	loop_until(res_done, &r, 10000);
+	ok(r.out_trunc && r.out_len == 1024 && strncmp(r.out, "line0\n", 6) == 0,
+	   "stdout tail: the head is kept");
+	ok(r.tail_len == 1024 && strstr(r.tail, "line499\n") != NULL &&
+	       r.tail[r.tail_len - 1] == '\n',
+	   "stdout tail: the last 1 KiB is kept too");
+	free(r.tail);
+	res_fini(&r);
+}
+
 int main(void)
 {
 	log_init(LOG_INFO);
@@ -881,7 +993,10 @@ int main(void)
 	/* Orphans come to us (and libev reaps them), not to a PID 1 that might
 	 * leave them as zombies forever. */
 	prctl(PR_SET_CHILD_SUBREAPER, 1);
-	loop = EV_DEFAULT;
+	/* As in the daemon: a loop of our own, whose children the reaper
+	 * reaps with wait4 (reap.h), not libev's default loop. */
+	loop = ev_loop_new(EVFLAG_AUTO);
+	reaper = reaper_new(loop);
 	if (!mkdtemp(tmpdir)) {
 		perror("mkdtemp");
 		return 1;
@@ -904,7 +1019,11 @@ int main(void)
 	test_grandchildren(env);
 	test_free_running(env);
 	test_gate(env);
+	test_usage(env);
+	test_stdout_tail(env);
 	util_strv_free(env);
 	rmdir(tmpdir);
+	reaper_free(reaper);
+	ev_loop_destroy(loop);
 	return tap_done();
 }

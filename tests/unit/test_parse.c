@@ -281,8 +281,73 @@ static void test_env(void)
 	env_bad("A=\"x\\\"", "unterminated \"");
 }
 
+static void time_rel(const char *s, int bare_sign, int64_t want)
+{
+	struct parse_time t = {PARSE_TIME_ABSOLUTE, -12345};
+	const char *err = NULL;
+	int rc = parse_time(s, bare_sign, &t, &err);
+	if (!ok(rc == 0 && t.kind == PARSE_TIME_RELATIVE && t.offset_ms == want,
+		"time '%s' (bare %+d) = now %+lld ms", s, bare_sign, (long long)want))
+		printf("#   rc %d kind %d offset %lld err %s\n", rc, (int)t.kind,
+		       (long long)t.offset_ms, err ? err : "(null)");
+}
+
+static void time_abs(const char *s, int bare_sign)
+{
+	struct parse_time t = {PARSE_TIME_RELATIVE, -12345};
+	int rc = parse_time(s, bare_sign, &t, NULL);
+	ok(rc == 0 && t.kind == PARSE_TIME_ABSOLUTE, "time '%s' (bare %+d) is absolute", s,
+	   bare_sign);
+}
+
+static void time_bad(const char *s, const char *needle)
+{
+	struct parse_time t = {PARSE_TIME_RELATIVE, -12345};
+	const char *err = NULL;
+	int rc = parse_time(s, 1, &t, &err);
+	if (!ok(rc == -1 && t.offset_ms == -12345 && err && strstr(err, needle),
+		"time '%s' rejected (%s)", s, needle))
+		printf("#   err: %s\n", err ? err : "(null)");
+}
+
+static void test_times(void)
+{
+	time_rel("+10m", 0, 600000);
+	time_rel("+1h30m", 0, 5400000);
+	time_rel("+500ms", 0, 500);
+	time_rel("+0", 0, 0);
+	time_rel("-1h", 0, -3600000);
+	time_rel("-2d", 1, -2 * 86400000LL);
+	time_rel("now", 0, 0);
+	time_rel("now", -1, 0);
+	/* A bare duration points the option's way, or is not one at all. */
+	time_rel("1h", -1, -3600000);
+	time_rel("10m", 1, 600000);
+	time_abs("10m", 0);
+	time_rel("+36500d", 0, 36500 * 86400000LL);
+	/* Absolute times are PostgreSQL's to judge, whatever they look like. */
+	time_abs("2030-01-02T03:04:05Z", 0);
+	time_abs("2030-01-02 03:04:05+00", -1);
+	time_abs("2030-01-02", 1);
+	time_abs("infinity", 0);
+	time_abs("-infinity", 0);
+	time_abs("+infinity", 0);
+	time_abs("tomorrow", 1);
+	time_abs("90", 1);
+	time_abs("1.5h", -1);
+	/* A sign and a digit promise a duration: its mistakes are named. */
+	time_bad("+10", "missing unit");
+	time_bad("+10x", "unknown unit");
+	time_bad("-1.5h", "fractions");
+	time_bad("+1 h", "whitespace");
+	time_bad("+36501d", "too large");
+	time_bad("+1m1h", "largest to smallest");
+	time_bad("", "empty");
+}
+
 int main(void)
 {
+	test_times();
 	test_durations();
 	test_sizes();
 	test_ints();

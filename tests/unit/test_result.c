@@ -61,7 +61,7 @@ static void seen(const char *json)
 
 static void check_n(const char *in, size_t len, bool truncated, const char *want, const char *name)
 {
-	char *got = result_from_stdout(in, len, truncated);
+	char *got = result_from_stdout(in, len, truncated, NULL, 0);
 	is_str(got, want, "%s", name);
 	if (got)
 		ok(jsonb_safe(got), "%s: jsonb-safe", name);
@@ -131,7 +131,7 @@ static void test_binary(void)
 			x = x * 1103515245 + 12345;
 			in[i] = (char)(x >> 16);
 		}
-		char *got = result_from_stdout(in, n, round % 7 == 0);
+		char *got = result_from_stdout(in, n, round % 7 == 0, NULL, 0);
 		if (!got || !jsonb_safe(got))
 			all_safe = 0;
 		seen(got);
@@ -271,7 +271,7 @@ static void test_aliases(void)
 	    "h: &h [*g,*g,*g,*g,*g,*g,*g,*g,*g]\n"
 	    "i: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]\n";
 	clock_t t0 = clock();
-	char *got = result_from_stdout(bomb, strlen(bomb), false);
+	char *got = result_from_stdout(bomb, strlen(bomb), false, NULL, 0);
 	double secs = (double)(clock() - t0) / CLOCKS_PER_SEC;
 	ok(got && strncmp(got, "{\"stdout\": \"a: &a [", 19) == 0, "billion laughs -> text");
 	ok(secs < 5.0, "billion laughs bounded in time (%.3fs)", secs);
@@ -283,7 +283,7 @@ static void test_aliases(void)
 	buf_puts(&b, "- &s x\n");
 	for (int i = 0; i < 1000001; i++)
 		buf_puts(&b, "- *s\n");
-	got = result_from_stdout(b.data, b.len, false);
+	got = result_from_stdout(b.data, b.len, false, NULL, 0);
 	ok(got && strncmp(got, "{\"stdout\": \"- &s x", 18) == 0,
 	   "over a million scalar aliases -> text");
 	free(got);
@@ -294,7 +294,7 @@ static void test_aliases(void)
 	buf_puts(&b, "d: &d {k: [1, 2, 3]}\nl:\n");
 	for (int i = 0; i < 1000; i++)
 		buf_puts(&b, "  - *d\n");
-	got = result_from_stdout(b.data, b.len, false);
+	got = result_from_stdout(b.data, b.len, false, NULL, 0);
 	ok(got && strncmp(got, "{\"d\": {\"k\": [1, 2, 3]}, \"l\": [{\"k\": [1, 2, 3]}, ", 46) == 0,
 	   "1000 aliases of a small mapping resolved");
 	free(got);
@@ -312,7 +312,7 @@ static void test_limits(void)
 		buf_putc(&b, '[');
 	for (int i = 0; i < 5000; i++)
 		buf_putc(&b, ']');
-	got = result_from_stdout(b.data, b.len, false);
+	got = result_from_stdout(b.data, b.len, false, NULL, 0);
 	ok(got && strncmp(got, "{\"stdout\": \"[[[", 15) == 0, "5000-deep nesting -> text");
 	free(got);
 	buf_fini(&b);
@@ -322,7 +322,7 @@ static void test_limits(void)
 		buf_putc(&b, '[');
 	for (int i = 0; i < 100; i++)
 		buf_putc(&b, ']');
-	got = result_from_stdout(b.data, b.len, false);
+	got = result_from_stdout(b.data, b.len, false, NULL, 0);
 	is_str(got, b.data, "100-deep nesting kept");
 	free(got);
 	buf_fini(&b);
@@ -333,7 +333,7 @@ static void test_limits(void)
 	for (int i = 0; i < 1100; i++)
 		buf_putc(&b, 'k');
 	buf_puts(&b, "\": 1}");
-	got = result_from_stdout(b.data, b.len, false);
+	got = result_from_stdout(b.data, b.len, false, NULL, 0);
 	ok(got && strncmp(got, "{\"stdout\": \"{\\\"kkk", 17) == 0 && jsonb_safe(got),
 	   "JSON key over 1024 chars -> text (libyaml limit)");
 	seen(got);
@@ -348,7 +348,7 @@ static void test_limits(void)
 	for (int i = 0; i < 60; i++)
 		buf_puts(&b, ": 1}");
 	clock_t t0 = clock();
-	got = result_from_stdout(b.data, b.len, false);
+	got = result_from_stdout(b.data, b.len, false, NULL, 0);
 	double secs = (double)(clock() - t0) / CLOCKS_PER_SEC;
 	ok(got && strncmp(got, "{\"stdout\": \"{{{", 15) == 0 && secs < 1.0,
 	   "60 nested complex keys -> text, fast (%.3fs)", secs);
@@ -361,7 +361,7 @@ static void test_limits(void)
 	for (int i = 0; i < 1001; i++)
 		buf_putc(&b, '7');
 	buf_puts(&b, "]");
-	got = result_from_stdout(b.data, b.len, false);
+	got = result_from_stdout(b.data, b.len, false, NULL, 0);
 	ok(got && got[0] == '[' && got[1] == '"', "1001-digit integer -> string");
 	free(got);
 	buf_fini(&b);
@@ -372,7 +372,7 @@ static void test_limits(void)
 	for (int i = 0; i < 300000; i++)
 		buf_printf(&b, "%s%d", i ? "," : "", i % 10);
 	buf_puts(&b, "]");
-	got = result_from_stdout(b.data, b.len, false);
+	got = result_from_stdout(b.data, b.len, false, NULL, 0);
 	ok(got && strncmp(got, "[0, 1, 2, ", 10) == 0 && strlen(got) == 900000,
 	   "300000-element array kept");
 	free(got);
@@ -436,29 +436,121 @@ static void check_err(char *got, const char *want, const char *name)
 static void test_error_json(void)
 {
 	check_err(
-	    result_error_json("exit", 3, 0, NULL, "boom\n", 5, false),
+	    result_error_json("exit", 3, 0, NULL, "boom\n", 5, false, NULL, 0, false),
 	    "{\"reason\": \"exit\", \"exit_code\": 3, \"signal\": null, \"stderr\": \"boom\\n\"}",
 	    "exit with stderr");
-	check_err(result_error_json("signal", -1, 9, NULL, "", 0, false),
+	check_err(result_error_json("signal", -1, 9, NULL, "", 0, false, NULL, 0, false),
 		  "{\"reason\": \"signal\", \"exit_code\": null, \"signal\": 9, \"stderr\": null}",
 		  "signal, no stderr -> null");
-	check_err(result_error_json("exit", 0, -1, NULL, NULL, 0, false),
+	check_err(result_error_json("exit", 0, -1, NULL, NULL, 0, false, NULL, 0, false),
 		  "{\"reason\": \"exit\", \"exit_code\": 0, \"signal\": null, \"stderr\": null}",
 		  "exit_code 0 kept, signal -1 null, NULL stderr");
-	check_err(result_error_json("timeout", -1, 15, NULL, "...tail", 7, true),
+	check_err(result_error_json("timeout", -1, 15, NULL, "...tail", 7, true, NULL, 0, false),
 		  "{\"reason\": \"timeout\", \"exit_code\": null, \"signal\": 15, "
 		  "\"stderr\": \"...tail\", \"truncated\": true}",
 		  "truncated stderr");
 	check_err(
-	    result_error_json("spawn", -1, 0, "No such file or directory", NULL, 0, false),
+	    result_error_json("spawn", -1, 0, "No such file or directory", NULL, 0, false, NULL, 0,
+			      false),
 	    "{\"reason\": \"spawn\", \"exit_code\": null, \"signal\": null, \"stderr\": null, "
 	    "\"message\": \"No such file or directory\"}",
 	    "spawn with message");
-	check_err(result_error_json("cancelled", 1, 15, "say \"hi\"", "x\0\xff", 3, true),
-		  "{\"reason\": \"cancelled\", \"exit_code\": 1, \"signal\": 15, "
-		  "\"stderr\": \"x\xEF\xBF\xBD\xEF\xBF\xBD\", \"truncated\": true, "
-		  "\"message\": \"say \\\"hi\\\"\"}",
-		  "all keys in order, sanitised");
+	check_err(
+	    result_error_json("cancelled", 1, 15, "say \"hi\"", "x\0\xff", 3, true, NULL, 0, false),
+	    "{\"reason\": \"cancelled\", \"exit_code\": 1, \"signal\": 15, "
+	    "\"stderr\": \"x\xEF\xBF\xBD\xEF\xBF\xBD\", \"truncated\": true, "
+	    "\"message\": \"say \\\"hi\\\"\"}",
+	    "all keys in order, sanitised");
+}
+
+/* The last-line rule: progress lines, then a JSON object on the last line
+ * that is not blank. */
+static void check_tail(const char *head, const char *tail, const char *want, const char *name)
+{
+	char *got = result_from_stdout(head, strlen(head), true, tail, tail ? strlen(tail) : 0);
+	is_str(got, want, "%s", name);
+	seen(got);
+	free(got);
+}
+
+static void test_last_line(void)
+{
+	check("step 1\nstep 2\n{\"rows\": 3, \"ok\": true}\n", "{\"rows\": 3, \"ok\": true}",
+	      "progress lines, then a JSON object: the object");
+	check("step 1\n  {\"a\": [1, 2]}  \r\n\n \t\n", "{\"a\": [1, 2]}",
+	      "blank lines and blanks around the last line are ignored");
+	check("{\"p\": 1}\n{\"p\": 2}\n{\"done\": 3}\n", "{\"done\": 3}",
+	      "JSON lines: the last one");
+	check("working\n{a: b, n: 1}\n", "{\"a\": \"b\", \"n\": 1}",
+	      "a YAML flow mapping counts as an object");
+	check("a: 1\nb: 2\n", "{\"a\": 1, \"b\": 2}", "a whole mapping wins, as before");
+	check("step 1\nvalue: 3\n", "{\"stdout\": \"step 1\\nvalue: 3\"}",
+	      "a last line that is a block mapping is no object");
+	check("step\n[1, 2]\n", "{\"stdout\": \"step\\n[1, 2]\"}", "a last-line array is not used");
+	check("step\n{\"a\": 1} trailing\n", "{\"stdout\": \"step\\n{\\\"a\\\": 1} trailing\"}",
+	      "a line that does not end with } is not used");
+	check("step\n{\"a\": \n", "{\"stdout\": \"step\\n{\\\"a\\\": \"}",
+	      "an object cut at the line end is not used");
+	check("{\"a\": 1}\nstep 2\n", "{\"stdout\": \"{\\\"a\\\": 1}\\nstep 2\"}",
+	      "an object before the last line is not used");
+	check("step\n{\"a\": 1, \"a\": {bad}\n",
+	      "{\"stdout\": \"step\\n{\\\"a\\\": 1, \\\"a\\\": {bad}\"}",
+	      "an unparsable last line: text form");
+	check_tail("aaaa", "aa\n{\"n\": 1}\n", "{\"n\": 1}",
+		   "truncated: the last line is read from the tail");
+	check_tail("aaaa", "{\"n\": 1}\n", "{\"stdout\": \"aaaa\", \"truncated\": true}",
+		   "truncated: a line cut at the tail's start is not used");
+	check_tail("aaaa", NULL, "{\"stdout\": \"aaaa\", \"truncated\": true}",
+		   "truncated without a tail: the text form of the head");
+	check_tail("{\"whole\": 1}", "x\nzzz\n",
+		   "{\"stdout\": \"{\\\"whole\\\": 1}\", \"truncated\": true}",
+		   "truncated: a head that parses is not the document the command wrote");
+}
+
+static void test_error_stdout(void)
+{
+	check_err(result_error_json("exit", 1, 0, NULL, "e", 1, false, "progress 99%\n", 13, true),
+		  "{\"reason\": \"exit\", \"exit_code\": 1, \"signal\": null, \"stderr\": \"e\", "
+		  "\"stdout\": \"progress 99%\\n\", \"stdout_truncated\": true}",
+		  "error with the tail of stdout, cut");
+	check_err(
+	    result_error_json("timeout", -1, 15, NULL, NULL, 0, false, "x", 1, false),
+	    "{\"reason\": \"timeout\", \"exit_code\": null, \"signal\": 15, \"stderr\": null, "
+	    "\"stdout\": \"x\"}",
+	    "error with all of stdout");
+}
+
+static void test_history_entry(void)
+{
+	struct result_attempt a = {.reason = "none",
+				   .exit_code = 0,
+				   .signal = 0,
+				   .err = "warn\n",
+				   .err_len = 5,
+				   .cpu_ms = 210,
+				   .max_rss_kb = 51200,
+				   .duration_ms = 1234};
+	check_err(
+	    result_history_entry(&a),
+	    "{\"reason\": \"none\", \"exit_code\": 0, \"signal\": null, \"stderr\": \"warn\\n\", "
+	    "\"cpu_ms\": 210, \"max_rss_kb\": 51200, \"duration_ms\": 1234}",
+	    "history entry of a success");
+	struct result_attempt b = {.reason = "spawn",
+				   .exit_code = -1,
+				   .signal = 0,
+				   .message = "chdir: No such file or directory",
+				   .err = "\xff",
+				   .err_len = 1,
+				   .err_truncated = true,
+				   .cpu_ms = -1,
+				   .max_rss_kb = -1,
+				   .duration_ms = 0};
+	check_err(result_history_entry(&b),
+		  "{\"reason\": \"spawn\", \"exit_code\": null, \"signal\": null, "
+		  "\"stderr\": \"\xEF\xBF\xBD\", \"truncated\": true, "
+		  "\"message\": \"chdir: No such file or directory\", \"cpu_ms\": null, "
+		  "\"max_rss_kb\": null, \"duration_ms\": 0}",
+		  "history entry with unknowns as null");
 }
 
 int main(void)
@@ -474,6 +566,9 @@ int main(void)
 	test_aliases();
 	test_limits();
 	test_error_json();
+	test_last_line();
+	test_error_stdout();
+	test_history_entry();
 	if (dump)
 		fclose(dump);
 	return tap_done();

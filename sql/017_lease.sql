@@ -1,4 +1,4 @@
--- 013_lease.sql - schema version 13: lock mode `lease`.
+-- 017_lease.sql - schema version 17: lock mode `lease`.
 --
 -- In lock mode `transaction` a running job is held by an open transaction
 -- of a session of its own, which holds row locks on the job and its group.
@@ -11,8 +11,8 @@
 --               attempt counted, a new fencing token (jobs.fence), the
 --               daemon's instance (worker_id) and a lease: lease_until =
 --               now + p_lease_ms, lease_ms = p_lease_ms. No lock outlives the
---               claim's transaction (the bridge it takes is dropped before
---               the commit; the row locks keep others away until then).
+--               claim's transaction (its row locks keep other claimers away
+--               until the commit).
 --   extension   extend_leases(worker_id, ids, fences) moves lease_until of
 --               every listed job that is still `running` under that fencing
 --               token and whose lease has not run out: one statement for all
@@ -23,15 +23,18 @@
 --               leases: they belong to the claim, not to the instance).
 --   outcome     finish_leases(outcomes) writes the outcomes of several jobs in
 --               one statement, each only while the row is still `running`
---               under the claim's fencing token: the outcome of a claim that
---               was taken over changes nothing, and the daemon logs it.
+--               under the claim's fencing token, with the attempt's history
+--               entry (016_history.sql) as the transaction-mode finish
+--               writes it: the outcome of a claim that was taken over
+--               changes nothing, and the daemon logs it.
 --   takeover    a lease-held job is claimable by any daemon (a new attempt,
 --               group order kept: it is its group's head) once lease_until
 --               plus the margin (lease_margin(lease_ms), as for the fence: a
 --               fifth of the lease, at least 1 s) has passed, whatever its
 --               daemon's alive_until says: lease-mode commands outlive a
 --               PostgreSQL restart that lapses their daemon's heartbeat, and
---               only their lease says whether they may still run.
+--               only their lease says whether they may still run. The
+--               trigger jobs_attempt_ended gives the lost attempt its entry.
 --   crash       worker_gone(), run by the daemon's supervisor once every
 --               command of the daemon is dead, and release_worker(), run by
 --               an operator, void the leases of every instance of that
@@ -50,18 +53,12 @@
 --
 -- Group exclusivity holds across both modes and any number of daemons: a
 -- group with a `running` job is busy for every claimer, whichever mode holds
--- that job. Up to version 8 a claim only looked at the group's head (its
--- smallest unfinished id), and relied on the group row lock that the
--- running job's slot holds: a job that commits after a later-numbered job
--- of its group has started becomes the head while that job runs, and only
--- the lock kept it from starting. A lease-held job holds no lock, so
--- try_group_head_v2 now also refuses a group with a running job, under the
--- group row lock (which every claim of the group holds until its commit, so
--- a claim committed by another daemon is seen). The orphan pass of either
--- mode takes a lease-held job over only by its lease, and a
--- transaction-held one only by its locks and its daemon's alive_until; each
--- recheck is made on the row as locked, with the fencing token the pass
--- read, so two claimers never take one claim over twice.
+-- that job (try_group_head_v2 checks it under the group row lock since
+-- version 9, unchanged here). The orphan pass of either mode takes a
+-- lease-held job over only by its lease, and a transaction-held one only by
+-- its locks and its daemon's alive_until; each recheck is made on the row as
+-- locked, with the fencing token the pass read, so two claimers never take
+-- one claim over twice.
 --
 -- WAL and bloat: an extension writes a new version of each row it extends
 -- (a heap-only update: no indexed column changes), a daemon extends every
@@ -77,80 +74,14 @@
 -- orphan passes respect leases too.
 --
 -- Restated functions, against the versions they replace:
---   claim_batch (new, twelve arguments): 007's claim_batch with the edits
---     marked [lease E1] .. [lease E7];
+--   claim_batch (new, twelve arguments): 015's claim_batch with the edits
+--     marked [lease E1] .. [lease E6];
 --   claim_batch (eleven arguments): now calls the new one with p_lease_ms
---     NULL (its body was 007's);
---   try_group_head_v2 (005): plus the running-job check [lease E8];
+--     NULL (its body was 015's);
 --   worker_gone, release_worker (006): unchanged, plus the lease voiding;
---   grant_roles (008): plus PERFORM pgjobd.grant_lease().
+--   grant_roles (016): plus PERFORM pgjobd.grant_lease().
 
 ALTER TABLE pgjobd.jobs ADD COLUMN lease_until timestamptz, ADD COLUMN lease_ms bigint;
-
--- A group's running jobs: the running-job check of try_group_head_v2 is one
--- probe of this small index (only running rows), however many jobs of the
--- group are queued.
-CREATE INDEX jobs_running_group ON pgjobd.jobs (queue, group_id)
-    WHERE status = 'running' AND group_id IS NOT NULL;
-
--- Version 5's try_group_head_v2 (005_lazy_groups.sql), and, once the group
--- row is locked, a group with a running job is busy [lease E8]: its head
--- may be a queued job that committed after the running one had started
--- (see the top).
-CREATE OR REPLACE FUNCTION pgjobd.try_group_head_v2(q text, g text, jid bigint) RETURNS bigint
-LANGUAGE plpgsql SET enable_seqscan = off AS $$
-DECLARE
-    gid bigint;
-    head record;
-BEGIN
-    SELECT gr.id INTO gid FROM pgjobd.groups gr
-     WHERE gr.queue = q AND gr.group_id = g FOR UPDATE SKIP LOCKED;
-    IF gid IS NULL THEN
-        IF EXISTS (SELECT 1 FROM pgjobd.groups gr WHERE gr.queue = q AND gr.group_id = g) THEN
-            RETURN 0; -- locked: busy
-        END IF;
-        IF NOT pg_try_advisory_xact_lock(1886020107, hashtext(q || E'\n' || g)) THEN
-            RETURN 0; -- another claimer is creating it
-        END IF;
-        INSERT INTO pgjobd.groups (queue, group_id) VALUES (q, g)
-            ON CONFLICT DO NOTHING RETURNING id INTO gid;
-        IF gid IS NULL THEN
-            RETURN 0; -- created and committed since our first look
-        END IF;
-    END IF;
-    -- [lease E8] a running job of the group (held by a lease, or running
-    -- ahead of a head that committed later): busy
-    IF EXISTS (SELECT 1 FROM pgjobd.jobs j
-                WHERE j.queue = q AND j.group_id = g AND j.status = 'running') THEN
-        RETURN 0;
-    END IF;
-    SELECT j.id, j.status, j.run_at, j.expires_at INTO head FROM pgjobd.jobs j
-     WHERE j.queue = q AND j.group_id = g AND j.status IN ('queued', 'running')
-     ORDER BY j.id LIMIT 1;
-    IF head.id IS DISTINCT FROM jid THEN
-        -- Only a ready, queued head can start (later in the caller's scan);
-        -- a running head, one waiting out a retry, or an expired one keeps
-        -- the group busy.
-        IF head.status = 'queued' AND head.run_at <= statement_timestamp()
-           AND (head.expires_at IS NULL OR head.expires_at > statement_timestamp()) THEN
-            RETURN -1;
-        END IF;
-        RETURN 0;
-    END IF;
-    IF NOT pg_try_advisory_lock(1886020103, (gid & 2147483647)::int) THEN
-        RETURN 0;
-    END IF;
-    PERFORM 1 FROM pgjobd.jobs j
-     WHERE j.id = jid AND j.status = 'queued' AND j.run_at <= statement_timestamp()
-       AND (j.expires_at IS NULL OR j.expires_at > statement_timestamp())
-     FOR UPDATE SKIP LOCKED;
-    IF NOT FOUND THEN
-        PERFORM pg_advisory_unlock(1886020103, (gid & 2147483647)::int);
-        RETURN -1;
-    END IF;
-    RETURN gid;
-END
-$$;
 
 -- The margin a lease gets on the server side before a takeover: the
 -- fence's, from the one stored value.
@@ -159,7 +90,8 @@ LANGUAGE sql IMMUTABLE AS $$
     SELECT greatest(1000, coalesce(p_lease_ms, 0) / 5) * interval '1 millisecond'
 $$;
 
--- Version 7's claim_batch (see 007_held_groups.sql, 006_fencing.sql and
+-- Version 15's claim_batch (see 015_commit_order.sql, 014_schedules.sql,
+-- 009_row_locks.sql, 007_held_groups.sql, 006_fencing.sql and
 -- 002_fast_claim.sql for the protocol and what each statement locks), with
 -- the edits marked [lease E..] for lock mode `lease`.
 -- [lease E1] a twelfth parameter, p_lease_ms: NULL for a claim of lock mode
@@ -170,17 +102,16 @@ CREATE FUNCTION pgjobd.claim_batch(p_queue text, p_worker_id bigint, p_workers t
                                    p_release_groups bigint[], p_skip bigint[], p_lease_ms bigint)
 RETURNS TABLE (slot int, job_id bigint, group_row bigint, group_id text, attempts int,
                max_attempts int, timeout_ms bigint, fence bigint, data text, arg_keys text[],
-               arg_vals text[])
+               arg_vals text[],
+               -- 014: the job's schedule and tick (ISO 8601, UTC), NULL if none
+               schedule text, scheduled_for text)
 LANGUAGE plpgsql AS $$
 DECLARE
     want int := coalesce(array_length(p_workers, 1), 0);
     ids bigint[] := '{}';   -- picked jobs, in start order
     gids bigint[] := '{}';  -- their group rows (NULL: ungrouped)
     r record;
-    x bigint;
     gid bigint;
-    k1 int;
-    k2 int;
     u_ids bigint[];
     u_pri int[];
     u_run timestamptz[];
@@ -193,12 +124,6 @@ DECLARE
     head record;
     budget int := p_scan;   -- groups this call may still mark held
 BEGIN
-    FOREACH x IN ARRAY coalesce(p_release_jobs, '{}') LOOP
-        PERFORM pg_advisory_unlock(1886020100, (x & 2147483647)::int);
-    END LOOP;
-    FOREACH x IN ARRAY coalesce(p_release_groups, '{}') LOOP
-        PERFORM pg_advisory_unlock(1886020103, (x & 2147483647)::int);
-    END LOOP;
     IF want = 0 THEN
         RETURN;
     END IF;
@@ -217,11 +142,7 @@ BEGIN
         RETURN;
     END IF;
 
-    -- Marks whose time has come: the head they wait for is due now, so it
-    -- and its group's later jobs go back into jobs_ready_grouped before the
-    -- scans below. A plain probe of jobs_held first: usually there are none.
-    -- At most p_scan a call (the rest go in the next calls), row locks with
-    -- SKIP LOCKED (a locked one is cleared by a later call).
+    -- Marks whose time has come (see version 7).
     IF EXISTS (SELECT 1 FROM pgjobd.jobs h
                 WHERE h.queue = p_queue AND h.status = 'queued'
                   AND h.held_until <= statement_timestamp()) THEN
@@ -233,9 +154,13 @@ BEGIN
                          FOR UPDATE SKIP LOCKED);
     END IF;
 
-    -- Orphans first. The bridge is tried before the rows: a live claim
-    -- holds one or the other, so live jobs are never row-locked here. A
-    -- lease-held job holds neither: its lease decides (see the top).
+    -- Orphans first: running jobs that no slot holds and that may be taken,
+    -- our own that none of our slots answers for (not in p_skip: claimed
+    -- for us, but never started) and other daemons' whose daemon's
+    -- alive_until has passed. A slot that holds a job holds its group row
+    -- and its job row; both are tried with SKIP LOCKED, group row first, the
+    -- order every claim and hold locks them in. A lease-held job holds
+    -- neither: its lease decides (see the top).
     IF p_orphans THEN
         DELETE FROM pgjobd.waiting w
          WHERE w.queue = p_queue
@@ -266,24 +191,13 @@ BEGIN
                 IF gid IS NULL THEN
                     -- maintain() deleted it in a race with this job's
                     -- claim; the job row lock (below) still tells whether
-                    -- its daemon holds it.
+                    -- a slot holds it.
                     INSERT INTO pgjobd.groups (queue, group_id) VALUES (p_queue, r.group_id)
                         ON CONFLICT DO NOTHING RETURNING id INTO gid;
                 END IF;
                 CONTINUE WHEN gid IS NULL;
-                k1 := 1886020103;
-                k2 := (gid & 2147483647)::int;
-            ELSE
-                k1 := 1886020100;
-                k2 := (r.id & 2147483647)::int;
-            END IF;
-            CONTINUE WHEN NOT pg_try_advisory_lock(k1, k2);
-            IF gid IS NOT NULL THEN
                 PERFORM 1 FROM pgjobd.groups g WHERE g.id = gid FOR UPDATE SKIP LOCKED;
-                IF NOT FOUND THEN
-                    PERFORM pg_advisory_unlock(k1, k2);
-                    CONTINUE;
-                END IF;
+                CONTINUE WHEN NOT FOUND;
             END IF;
             -- [lease E4] still the same claim (nobody took it over since the
             -- loop read it: a lease claim leaves no lock behind), and for a
@@ -293,44 +207,39 @@ BEGIN
                AND (own OR j.lease_until IS NULL
                     OR j.lease_until + pgjobd.lease_margin(j.lease_ms) <= clock_timestamp())
              FOR UPDATE SKIP LOCKED;
-            IF NOT FOUND THEN
-                PERFORM pg_advisory_unlock(k1, k2);
-                CONTINUE;
-            END IF;
+            CONTINUE WHEN NOT FOUND;
             IF own THEN
                 -- Claimed for us, held by none of our slots: it never
                 -- started. Queued again, the attempt given back; it is a
                 -- candidate again below, in its turn.
-                -- [lease E5] its lease goes with it
+                -- [lease E5] its lease goes with it (as below, whenever a
+                -- running job ends here)
                 UPDATE pgjobd.jobs j SET status = 'queued', attempts = j.attempts - 1,
                        worker = NULL, worker_id = NULL, started_at = NULL,
                        lease_until = NULL, lease_ms = NULL,
                        updated_at = clock_timestamp()
                  WHERE j.id = r.id;
-                PERFORM pg_advisory_unlock(k1, k2);
                 CONTINUE;
             END IF;
             IF EXISTS (SELECT 1 FROM pgjobd.cancel_requests c WHERE c.job_id = r.id) THEN
                 -- Cancelled while its daemon died: it stays cancelled.
                 UPDATE pgjobd.jobs j SET status = 'cancelled', finished_at = clock_timestamp(),
-                       updated_at = clock_timestamp(),
+                       updated_at = clock_timestamp(), lease_until = NULL, lease_ms = NULL,
                        error = jsonb_build_object('reason', 'cancelled', 'exit_code', NULL,
                                'signal', NULL, 'stderr', NULL,
                                'message', 'cancelled; the daemon running it was gone')
                  WHERE j.id = r.id;
                 DELETE FROM pgjobd.cancel_requests c WHERE c.job_id = r.id;
-                PERFORM pg_advisory_unlock(k1, k2);
                 CONTINUE;
             END IF;
             IF r.attempts >= least(coalesce(r.max_attempts, p_max_attempts), p_max_attempts) THEN
                 -- Its last attempt died with its daemon: a failed attempt.
                 UPDATE pgjobd.jobs j SET status = 'failed', finished_at = clock_timestamp(),
-                       updated_at = clock_timestamp(),
+                       updated_at = clock_timestamp(), lease_until = NULL, lease_ms = NULL,
                        error = jsonb_build_object('reason', 'lost_lock', 'exit_code', NULL,
                                'signal', NULL, 'stderr', NULL,
                                'message', 'the daemon running this job lost its claim')
                  WHERE j.id = r.id;
-                PERFORM pg_advisory_unlock(k1, k2);
                 CONTINUE;
             END IF;
             -- An orphan: run it again, counting a new attempt.
@@ -343,7 +252,9 @@ BEGIN
     END IF;
 
     -- The best ready ungrouped jobs: one probe of jobs_ready_free, locked.
-    -- (Expired rows are filtered here until maintain() cancels them.)
+    -- (Expired rows are filtered here until maintain() cancels them.) A
+    -- locked queued job is ours to start: any other claim of it would have
+    -- to lock it first.
     SELECT array_agg(c.id ORDER BY c.priority, c.run_at, c.id),
            array_agg(c.priority ORDER BY c.priority, c.run_at, c.id),
            array_agg(c.run_at ORDER BY c.priority, c.run_at, c.id)
@@ -377,10 +288,8 @@ BEGIN
         LOOP
             WHILE ui <= nu AND coalesce(array_length(ids, 1), 0) < want
                   AND (u_pri[ui], u_run[ui], u_ids[ui]) < (r.priority, r.run_at, r.id) LOOP
-                IF pg_try_advisory_lock(1886020100, (u_ids[ui] & 2147483647)::int) THEN
-                    ids := ids || u_ids[ui];
-                    gids := gids || NULL::bigint;
-                END IF;
+                ids := ids || u_ids[ui];
+                gids := gids || NULL::bigint;
                 ui := ui + 1;
             END LOOP;
             EXIT WHEN array_length(ids, 1) >= want;
@@ -397,7 +306,7 @@ BEGIN
             SELECT j.id, j.status, j.run_at, j.expires_at INTO head FROM pgjobd.jobs j
              WHERE j.queue = p_queue AND j.group_id = r.group_id
                AND j.status IN ('queued', 'running')
-             ORDER BY j.id LIMIT 1;
+             ORDER BY coalesce(j.commit_seq, j.id) LIMIT 1;
             IF head.id IS DISTINCT FROM r.id THEN
                 -- A ready head comes later in this scan (or in a later
                 -- call); a running head, or one that expired, keeps the
@@ -429,10 +338,8 @@ BEGIN
         END LOOP;
     END IF;
     WHILE ui <= nu AND coalesce(array_length(ids, 1), 0) < want LOOP
-        IF pg_try_advisory_lock(1886020100, (u_ids[ui] & 2147483647)::int) THEN
-            ids := ids || u_ids[ui];
-            gids := gids || NULL::bigint;
-        END IF;
+        ids := ids || u_ids[ui];
+        gids := gids || NULL::bigint;
         ui := ui + 1;
     END LOOP;
 
@@ -445,7 +352,7 @@ BEGIN
                         FROM pgjobd.jobs j
                        WHERE j.queue = p_queue AND j.group_id IS NOT NULL
                          AND j.status IN ('queued', 'running')
-                       ORDER BY j.group_id, j.id LIMIT 1)
+                       ORDER BY j.group_id, coalesce(j.commit_seq, j.id) LIMIT 1)
                      UNION ALL
                      SELECT nx.group_id, nx.id, nx.status, nx.run_at, nx.expires_at,
                             nx.held_until FROM heads h,
@@ -454,18 +361,15 @@ BEGIN
                                   FROM pgjobd.jobs j
                                  WHERE j.queue = p_queue AND j.group_id > h.group_id
                                    AND j.status IN ('queued', 'running')
-                                 ORDER BY j.group_id, j.id LIMIT 1) nx)
+                                 ORDER BY j.group_id, coalesce(j.commit_seq, j.id) LIMIT 1) nx)
                  SELECT h.group_id, h.id, h.run_at, h.held_until FROM heads h
                   WHERE h.status = 'queued'
                     AND (h.expires_at IS NULL OR h.expires_at > statement_timestamp())
         LOOP
             EXIT WHEN array_length(ids, 1) >= want;
             IF r.run_at > statement_timestamp() THEN
-                -- A head waiting out a backoff that is not marked yet (marks
-                -- made above are seen here): this walk meets it anyway, and
-                -- may as well mark its group, so that the next calls neither
-                -- meet its later jobs in their ordered scan nor need this
-                -- walk because of them.
+                -- A head waiting out a backoff that is not marked yet (see
+                -- version 7): mark its group while this walk meets it.
                 IF r.held_until IS NULL AND budget > 0 THEN
                     PERFORM pgjobd.hold_group(p_queue, r.group_id, r.id, r.run_at, p_scan);
                     budget := budget - 1;
@@ -495,17 +399,28 @@ BEGIN
         RETURN;
     END IF;
 
-    -- Data larger than max_data (as stored: pg_column_size reads the size
-    -- without loading a TOASTed value) is never loaded: the job fails and
-    -- its slot stays idle for this call. Its bridge goes with the caller's
-    -- next call like any other; a group's next job may start after it.
+    -- Data larger than max_data is never loaded: the job fails and its slot
+    -- stays idle for this call; a group's next job may start after it. The
+    -- size is the data's as stored (pg_column_size reads it without loading
+    -- a TOASTed value). A value that compresses very well (20 MB of one
+    -- repeated character is stored in about 230 kB) would still bring far
+    -- more than that into the daemon, so a compressed value whose text is
+    -- longer than 16 times max_data fails too: a daemon never loads more
+    -- than that per job. Only compressed values are decompressed for this.
     UPDATE pgjobd.jobs j SET status = 'failed', finished_at = clock_timestamp(),
            updated_at = clock_timestamp(), worker = NULL, worker_id = NULL,
+           lease_until = NULL, lease_ms = NULL,
            error = jsonb_build_object('reason', 'data_too_large', 'exit_code', NULL,
                    'signal', NULL, 'stderr', NULL,
                    'message', 'data is larger than the queue''s max_data',
-                   'data_bytes', pg_column_size(j.data), 'max_data', p_max_data)
-     WHERE j.id = ANY(ids) AND pg_column_size(j.data) > p_max_data;
+                   'data_bytes', pg_column_size(j.data),
+                   'text_bytes', CASE WHEN pg_column_compression(j.data) IS NOT NULL
+                                      THEN octet_length(j.data::text) END,
+                   'max_data', p_max_data)
+     WHERE j.id = ANY(ids)
+       AND (pg_column_size(j.data) > p_max_data
+            OR (pg_column_compression(j.data) IS NOT NULL
+                AND octet_length(j.data::text) > 16 * p_max_data));
 
     RETURN QUERY
         WITH t AS (SELECT p.id, p.gid, p.n::int AS slot
@@ -523,7 +438,8 @@ BEGIN
                   FROM t
                  WHERE j.id = t.id AND j.status IN ('queued', 'running')
                 RETURNING t.slot, j.id, t.gid, j.group_id, j.attempts, j.max_attempts,
-                          j.timeout, j.fence, j.data)
+                          j.timeout, j.fence, j.data,
+                          j.schedule, j.scheduled_for)  -- 014
         SELECT u.slot, u.id, u.gid, u.group_id, u.attempts,
                least(coalesce(u.max_attempts, p_max_attempts), p_max_attempts),
                -- NULL: the queue's timeout applies. A job's own timeout
@@ -534,7 +450,10 @@ BEGIN
                                greatest(1, ceil(extract(epoch FROM u.timeout) * 1000)))::bigint
                     ELSE greatest(1, ceil(extract(epoch FROM u.timeout) * 1000))::bigint END
                AS job_timeout_ms,
-               u.fence, u.data::text, a.keys, a.vals
+               u.fence, u.data::text, a.keys, a.vals,
+               -- 014: the schedule and its tick
+               u.schedule,
+               to_char(u.scheduled_for AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
           FROM u, LATERAL (
               SELECT coalesce(array_agg(e.key ORDER BY e.key), '{}') AS keys,
                      coalesce(array_agg(e.value #>> '{}' ORDER BY e.key), '{}') AS vals
@@ -542,31 +461,19 @@ BEGIN
                                      THEN u.data ELSE '{}' END) e
                WHERE jsonb_typeof(e.value) IN ('string', 'number', 'boolean')) a
          ORDER BY u.slot;
-
-    -- [lease E7] A lease claim keeps no bridge: the rows it commits as
-    -- `running` with a lease are the claim. Until this transaction commits,
-    -- its row locks keep every other claimer away.
-    IF p_lease_ms IS NOT NULL THEN
-        FOR x, gid IN SELECT p.id, p.gid FROM unnest(ids, gids) AS p(id, gid) LOOP
-            IF gid IS NULL THEN
-                PERFORM pg_advisory_unlock(1886020100, (x & 2147483647)::int);
-            ELSE
-                PERFORM pg_advisory_unlock(1886020103, (gid & 2147483647)::int);
-            END IF;
-        END LOOP;
-    END IF;
 END
 $$;
 
--- Version 7's signature, for daemons of older versions: a claim of lock mode
--- `transaction`.
+
+-- Version 15's signature, for daemons of older versions: a claim of lock
+-- mode `transaction`.
 CREATE OR REPLACE FUNCTION pgjobd.claim_batch(p_queue text, p_worker_id bigint, p_workers text[],
                                    p_max_attempts int, p_timeout_ms bigint, p_max_data bigint,
                                    p_scan int, p_orphans boolean, p_release_jobs bigint[],
                                    p_release_groups bigint[], p_skip bigint[])
 RETURNS TABLE (slot int, job_id bigint, group_row bigint, group_id text, attempts int,
                max_attempts int, timeout_ms bigint, fence bigint, data text, arg_keys text[],
-               arg_vals text[])
+               arg_vals text[], schedule text, scheduled_for text)
 LANGUAGE sql AS $$
     SELECT * FROM pgjobd.claim_batch(p_queue, p_worker_id, p_workers, p_max_attempts,
                                      p_timeout_ms, p_max_data, p_scan, p_orphans,
@@ -594,31 +501,40 @@ $$;
 -- Outcomes of lease-held jobs, several at once: p_outcomes is a JSON array
 -- of {"id", "fence", "status" (queued | succeeded | failed | cancelled),
 -- "result", "error", "retry_ms" (queued: run_at = now + this), "give_back"
--- (true: the attempt does not count)}. Each is written only while its job
+-- (true: the attempt does not count), "entry" (the attempt's history entry,
+-- as the daemon knows it; null: none)}. Each is written only while its job
 -- is still `running` under that fencing token (not taken over, not written
--- before); returns the ids written. A cancelled outcome also drops the
--- job's cancel request. clock_timestamp(): the daemon may send an outcome
--- late (after an outage), and a retry's delay counts from now.
+-- before); returns the ids written. The entry gets the row's attempt,
+-- worker, started_at and finished_at, as the transaction-mode finish
+-- (src/claim.c) adds them. A cancelled outcome also drops the job's cancel
+-- request. clock_timestamp(), once: the daemon may send an outcome late
+-- (after an outage), and a retry's delay counts from now.
 CREATE FUNCTION pgjobd.finish_leases(p_outcomes jsonb) RETURNS SETOF bigint
 LANGUAGE sql AS $$
     WITH o AS (SELECT * FROM jsonb_to_recordset(p_outcomes)
                    AS x(id bigint, fence bigint, status text, result jsonb, error jsonb,
-                        retry_ms bigint, give_back boolean)),
+                        retry_ms bigint, give_back boolean, entry jsonb)),
+         c AS (SELECT clock_timestamp() AS t),
          u AS (UPDATE pgjobd.jobs j
                   SET status = o.status, result = o.result, error = o.error,
                       run_at = CASE WHEN o.status = 'queued'
-                                    THEN clock_timestamp()
-                                         + coalesce(o.retry_ms, 0) * interval '1 millisecond'
+                                    THEN c.t + coalesce(o.retry_ms, 0) * interval '1 millisecond'
                                     ELSE j.run_at END,
-                      finished_at = CASE WHEN o.status = 'queued' THEN NULL
-                                         ELSE clock_timestamp() END,
+                      finished_at = CASE WHEN o.status = 'queued' THEN NULL ELSE c.t END,
                       attempts = j.attempts - CASE WHEN o.give_back THEN 1 ELSE 0 END,
                       lease_until = NULL, lease_ms = NULL,
-                      updated_at = clock_timestamp()
-                 FROM o
+                      updated_at = c.t,
+                      history = CASE WHEN o.entry IS NULL OR jsonb_typeof(o.entry) <> 'object'
+                                     THEN j.history
+                                     ELSE pgjobd.history_add(j.history,
+                                              jsonb_build_object('attempt', j.attempts,
+                                                  'worker', j.worker,
+                                                  'started_at', j.started_at,
+                                                  'finished_at', c.t) || o.entry) END
+                 FROM o, c
                 WHERE j.id = o.id AND j.fence = o.fence AND j.status = 'running'
                 RETURNING j.id, j.status),
-         c AS (DELETE FROM pgjobd.cancel_requests r
+         d AS (DELETE FROM pgjobd.cancel_requests r
                 USING u WHERE r.job_id = u.id AND u.status = 'cancelled')
     SELECT u.id FROM u
 $$;
@@ -681,7 +597,7 @@ END
 $$;
 REVOKE EXECUTE ON FUNCTION pgjobd.grant_lease() FROM PUBLIC;
 
--- Version 8's grant_roles(), everything it granted kept, then this
+-- Version 16's grant_roles(), everything it granted kept, then this
 -- version's grants.
 CREATE OR REPLACE FUNCTION pgjobd.grant_roles() RETURNS void
 LANGUAGE plpgsql AS $$
@@ -731,6 +647,10 @@ BEGIN
     END IF;
     PERFORM pgjobd.grant_fencing();
     PERFORM pgjobd.grant_security();
+    PERFORM pgjobd.grant_locks();
+    PERFORM pgjobd.grant_ops();
+    PERFORM pgjobd.grant_schedules();
+    PERFORM pgjobd.grant_history();
     PERFORM pgjobd.grant_lease();
 END
 $$;

@@ -1,0 +1,841 @@
+/* jobs_cli.c - `pgjobd jobs`, `pgjobd show` and `pgjobd retry`: what is
+ * running, what failed and why, and running it again, without writing SQL.
+ *
+ * Each subcommand parses its own arguments (an option table per
+ * subcommand; -c FILE may come before the subcommand's name, which main.c
+ * passes on, or after it), loads only the [pgjobd] section's settings that
+ * a connection needs, opens one blocking libpq connection and runs a few
+ * parameterised statements; values from the command line only ever travel
+ * as query parameters. The statements are the plain SQL interface, the
+ * same an operator would type (pgjobd(8) prints each one):
+ *
+ *   jobs    one SELECT on pgjobd.jobs, newest (highest id) first, filtered
+ *           by queue, status, group and the time of the last change
+ *           (updated_at: enqueued, started, retried or finished), at most
+ *           --limit rows; --json has PostgreSQL build the array (so every
+ *           string is escaped by it).
+ *   show    one SELECT of the row, and one over
+ *           jsonb_array_elements(history) for its attempts; --json is the
+ *           row as one JSON object built by PostgreSQL.
+ *   retry   SELECT pgjobd.retry(id) per job, each in its own transaction;
+ *           when it returns false, one SELECT says why (no such job, not
+ *           finished, or another unfinished job holds its dedupe key).
+ *           --queue Q --failed first lists the failed jobs of Q (finished
+ *           within --since), oldest first, then retries each: jobs of one
+ *           group are queued again in their order.
+ *
+ * Output: tables are bounded in width (a long value is cut, with "..." as
+ * one character U+2026, and control characters are shown as '?'), so a
+ * hostile group id cannot garble a terminal. Errors: "pgjobd: NAME: ..." on
+ * stderr; a usage error is one line naming the problem and a pointer to
+ * `pgjobd NAME --help` (exit 2). */
+#include "jobs_cli.h"
+
+#include <libpq-fe.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "parse.h"
+
+#define DEFAULT_CONFIG "/etc/pgjobd/pgjobd.ini"
+#define JOBS_LIMIT_DEFAULT "50"
+#define JOBS_LIMIT_MAX 100000
+
+/* ---------------------------------------------------------------- arguments */
+
+enum { CMD_JOBS = 1 << 0, CMD_SHOW = 1 << 1, CMD_RETRY = 1 << 2 };
+
+/* The command line, as given (strings borrowed from argv). */
+struct args {
+	const char *cmd;
+	const char *config;
+	const char *queue, *status, *group, *since, *limit;
+	bool json, failed;
+	char **operands; /* ids of show and retry; a slice of argv */
+	int noperands;
+};
+
+static const struct option {
+	const char *name;
+	const char *alias;
+	bool has_value;
+	size_t offset;
+	unsigned cmds;
+} options[] = {
+    {"--config", "-c", true, offsetof(struct args, config), CMD_JOBS | CMD_SHOW | CMD_RETRY},
+    {"--failed", NULL, false, offsetof(struct args, failed), CMD_RETRY},
+    {"--group", NULL, true, offsetof(struct args, group), CMD_JOBS},
+    {"--json", NULL, false, offsetof(struct args, json), CMD_JOBS | CMD_SHOW},
+    {"--limit", NULL, true, offsetof(struct args, limit), CMD_JOBS},
+    {"--queue", NULL, true, offsetof(struct args, queue), CMD_JOBS | CMD_RETRY},
+    {"--since", NULL, true, offsetof(struct args, since), CMD_JOBS | CMD_RETRY},
+    {"--status", NULL, true, offsetof(struct args, status), CMD_JOBS},
+};
+#define NOPTIONS (sizeof(options) / sizeof(options[0]))
+
+const char jobs_cli_jobs_usage[] =
+    "usage: pgjobd jobs [--queue Q] [--status S] [--group G] [--since DURATION]\n"
+    "                   [--limit N] [--json] [-c FILE]\n"
+    "Jobs, newest first: id, queue, group, status, attempts, age (since enqueued),\n"
+    "worker (the last to run it) and the reason of its last failure.\n"
+    "  --queue Q          only jobs of queue Q\n"
+    "  --status S         only jobs in status S: queued, running, succeeded, failed\n"
+    "                     or cancelled\n"
+    "  --group G          only jobs of group G\n"
+    "  --since DURATION   only jobs that changed (enqueued, started, retried or\n"
+    "                     finished) within DURATION, e.g. 30m, 1h, 2d\n"
+    "  --limit N          at most N jobs (default " JOBS_LIMIT_DEFAULT ")\n"
+    "  --json             one JSON array instead of the table\n"
+    "  -c, --config FILE  the configuration file (default " DEFAULT_CONFIG ");\n"
+    "                     only its [pgjobd] section is used\n";
+
+const char jobs_cli_show_usage[] =
+    "usage: pgjobd show ID [--json] [-c FILE]\n"
+    "Everything about job ID: its columns, each attempt of its history (start, end,\n"
+    "run time, worker, reason, exit code or signal, CPU time, peak memory, the end\n"
+    "of its stderr), and its result or error.\n"
+    "  --json             the job as one JSON object\n"
+    "  -c, --config FILE  the configuration file (default " DEFAULT_CONFIG ");\n"
+    "                     only its [pgjobd] section is used\n";
+
+const char jobs_cli_retry_usage[] =
+    "usage: pgjobd retry ID... [-c FILE]\n"
+    "       pgjobd retry --queue Q --failed [--since DURATION] [-c FILE]\n"
+    "Queue finished jobs again (pgjobd.retry): attempts start again from 0, run_at\n"
+    "is now, the history is kept. A job that is queued, running or does not exist\n"
+    "is not retried, nor one whose dedupe key another unfinished job holds.\n"
+    "  --queue Q --failed the failed jobs of queue Q, oldest first\n"
+    "  --since DURATION   only those that failed within DURATION, e.g. 1h\n"
+    "  -c, --config FILE  the configuration file (default " DEFAULT_CONFIG ");\n"
+    "                     only its [pgjobd] section is used\n"
+    "Exit status 1 when a job could not be retried (each is named, with why).\n";
+
+struct command {
+	const char *name;
+	unsigned bit;
+	const char *usage;
+	int (*run)(const struct args *a);
+};
+
+/* A usage error: one line naming the problem, and where the usage is. */
+__attribute__((format(printf, 2, 3))) static int usage_error(const char *cmd, const char *fmt, ...)
+{
+	va_list ap;
+	fprintf(stderr, "pgjobd: %s: ", cmd);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\nTry 'pgjobd %s --help' for more information.\n", cmd);
+	return 2;
+}
+
+static const struct option *find_option(const char *s, size_t *len)
+{
+	*len = strcspn(s, "=");
+	for (size_t i = 0; i < NOPTIONS; i++) {
+		const struct option *o = &options[i];
+		if ((strlen(o->name) == *len && strncmp(s, o->name, *len) == 0) ||
+		    (o->alias && strcmp(s, o->alias) == 0))
+			return o;
+	}
+	return NULL;
+}
+
+/* Fills *a from argv. Returns -1 to go on, else the exit status (0 after
+ * printing --help, 2 after a usage error). Operands are gathered in place:
+ * argv is reordered, options first. */
+static int parse_args(struct args *a, const struct command *c, int argc, char **argv)
+{
+	bool given[NOPTIONS] = {false};
+	bool end = false;
+	bool config_before = a->config != NULL;
+	a->operands = argv;
+	a->noperands = 0;
+	for (int i = 0; i < argc; i++) {
+		char *s = argv[i];
+		if (end || s[0] != '-' || s[1] == '\0') {
+			argv[a->noperands++] = s; /* i >= noperands: nothing is lost */
+			continue;
+		}
+		if (strcmp(s, "--") == 0) {
+			end = true;
+			continue;
+		}
+		if (strcmp(s, "--help") == 0 || strcmp(s, "-h") == 0) {
+			fputs(c->usage, stdout);
+			return 0;
+		}
+		size_t len;
+		const struct option *o = find_option(s, &len);
+		if (!o || !(o->cmds & c->bit))
+			return usage_error(c->name, "unknown option '%.*s'", (int)len, s);
+		if (given[o - options] ||
+		    (o->offset == offsetof(struct args, config) && config_before))
+			return usage_error(c->name, "option %s given twice", o->name);
+		given[o - options] = true;
+		char *field = (char *)a + o->offset;
+		if (!o->has_value) {
+			if (s[len] == '=')
+				return usage_error(c->name, "option %s takes no value", o->name);
+			*(bool *)field = true;
+		} else if (s[len] == '=') {
+			*(const char **)field = s + len + 1;
+		} else if (i + 1 < argc) {
+			*(const char **)field = argv[++i];
+		} else {
+			return usage_error(c->name, "option %s needs a value", o->name);
+		}
+	}
+	if (!a->config)
+		a->config = DEFAULT_CONFIG;
+	return -1;
+}
+
+/* A job id: a positive bigint, as decimal text in buf. */
+static bool parse_id(const char *s, char *buf, size_t size)
+{
+	long long n;
+	if (parse_int(s, 1, LLONG_MAX, &n, NULL) < 0)
+		return false;
+	snprintf(buf, size, "%lld", n);
+	return true;
+}
+
+/* --since: a duration, as milliseconds in buf. Returns 0 or 2 (printed). */
+static int since_arg(const struct args *a, char *buf, size_t size)
+{
+	int64_t ms;
+	const char *err = NULL;
+	if (parse_duration_ms(a->since, &ms, &err) < 0)
+		return usage_error(a->cmd, "bad --since '%s': %s", a->since, err);
+	snprintf(buf, size, "%lld", (long long)ms);
+	return 0;
+}
+
+/* ---------------------------------------------------------------- sessions */
+
+/* One subcommand's connection: cli.c's session, named after this command. */
+struct session {
+	struct cli_args ca; /* the name and file, all cli_session needs */
+	struct cli_session cs;
+	/* The role may read jobs.worker (a producer may not: it names hosts).
+	 * PostgreSQL checks column privileges when a statement is parsed, so
+	 * each statement that shows the worker comes in two versions. */
+	bool worker;
+};
+
+/* Reads the file (only what [pgjobd] says is used), connects and learns
+ * whether the role may read the worker. Returns 0, or the exit status
+ * after printing why. */
+static int session_open(struct session *s, const struct args *a)
+{
+	s->ca = (struct cli_args){.cmd = a->cmd, .config = a->config};
+	int rc = cli_session_open(&s->cs, &s->ca, false);
+	if (rc)
+		return rc;
+	PGresult *r = cli_session_query(
+	    &s->cs, "SELECT has_column_privilege('pgjobd.jobs', 'worker', 'SELECT')", 0, NULL);
+	if (!r) {
+		cli_session_close(&s->cs);
+		return 1;
+	}
+	s->worker = PQntuples(r) == 1 && PQgetvalue(r, 0, 0)[0] == 't';
+	PQclear(r);
+	return 0;
+}
+
+static void session_close(struct session *s)
+{
+	cli_session_close(&s->cs);
+}
+
+/* One statement with text parameters; its result (the caller clears it),
+ * or NULL after printing why. */
+static PGresult *query(struct session *s, const char *sql, int n, const char *const *vals)
+{
+	return cli_session_query(&s->cs, sql, n, vals);
+}
+
+/* ---------------------------------------------------------------- text output */
+
+/* Prints s in at most width columns (a UTF-8 character counts as one; a cut
+ * value ends with U+2026), padded to width unless last; control characters
+ * become '?'. right: aligned right. */
+static void put_cell(const char *s, int width, bool right, bool last)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	int chars = 0;
+	for (const unsigned char *q = p; *q; q++)
+		chars += (*q & 0xC0) != 0x80;
+	bool cut = chars > width;
+	int shown = cut ? width - 1 : chars;
+	if (right)
+		for (int i = shown + cut; i < width; i++)
+			putchar(' ');
+	int n = 0;
+	for (; *p; p++) {
+		bool lead = (*p & 0xC0) != 0x80;
+		if (lead && n == shown)
+			break;
+		n += lead;
+		putchar(*p < 0x20 || *p == 0x7F ? '?' : *p);
+	}
+	if (cut)
+		fputs("\xE2\x80\xA6", stdout);
+	if (!right && !last)
+		for (int i = shown + cut; i < width; i++)
+			putchar(' ');
+}
+
+/* ms as "45s", "12m3s", "3h5m", "2d4h": the two largest units. */
+static void fmt_age(char *buf, size_t size, long long ms)
+{
+	long long s = ms < 0 ? 0 : ms / 1000;
+	if (s < 60)
+		snprintf(buf, size, "%llds", s);
+	else if (s < 3600)
+		snprintf(buf, size, "%lldm%llds", s / 60, s % 60);
+	else if (s < 86400)
+		snprintf(buf, size, "%lldh%lldm", s / 3600, s % 3600 / 60);
+	else
+		snprintf(buf, size, "%lldd%lldh", s / 86400, s % 86400 / 3600);
+}
+
+/* ---------------------------------------------------------------- jobs */
+
+/* $1 queue, $2 status, $3 group, $4 since (ms), $5 limit; NULL: no filter. */
+#define JOBS_FROM                                                                                  \
+	"FROM pgjobd.jobs WHERE ($1::text IS NULL OR queue = $1) "                                 \
+	"AND ($2::text IS NULL OR status = $2) AND ($3::text IS NULL OR group_id = $3) "           \
+	"AND ($4::bigint IS NULL OR updated_at >= now() - $4::bigint * interval '1 millisecond') " \
+	"ORDER BY id DESC LIMIT $5::int"
+
+/* Each statement that shows the worker, as [0] NULL, [1] the column
+ * (struct session's worker). */
+#define JOBS_SQL(worker)                                                                           \
+	"SELECT id, queue, coalesce(group_id, '-'), status, attempts, "                            \
+	"floor(extract(epoch FROM now() - created_at) * 1000)::bigint, coalesce(" worker           \
+	", '-'), "                                                                                 \
+	"coalesce(error->>'reason', '-') " JOBS_FROM
+static const char *const jobs_sql[2] = {JOBS_SQL("NULL::text"), JOBS_SQL("worker")};
+
+#define JOBS_JSON_SQL(worker)                                                                      \
+	"SELECT coalesce(json_agg(json_build_object('id', id, 'queue', queue, 'group_id', "        \
+	"group_id, 'status', status, 'attempts', attempts, 'max_attempts', max_attempts, "         \
+	"'priority', priority, 'created_at', created_at, 'run_at', run_at, 'started_at', "         \
+	"started_at, 'finished_at', finished_at, 'worker', worker, 'reason', error->>'reason') "   \
+	"ORDER BY id DESC), '[]') FROM (SELECT id, queue, group_id, status, attempts, "            \
+	"max_attempts, priority, created_at, run_at, started_at, finished_at, " worker             \
+	" AS worker, error " JOBS_FROM ") j"
+static const char *const jobs_json_sql[2] = {JOBS_JSON_SQL("NULL::text"), JOBS_JSON_SQL("worker")};
+
+static const struct column {
+	const char *head;
+	int max; /* the widest it gets */
+	bool right;
+} jobs_columns[] = {
+    {"ID", 20, true},	   {"QUEUE", 24, false}, {"GROUP", 20, false},	{"STATUS", 9, false},
+    {"ATTEMPTS", 8, true}, {"AGE", 7, true},	 {"WORKER", 32, false}, {"REASON", 16, false},
+};
+#define JOBS_COLUMNS (sizeof(jobs_columns) / sizeof(jobs_columns[0]))
+
+static int utf8_len(const char *s)
+{
+	int n = 0;
+	for (; *s; s++)
+		n += (*s & 0xC0) != 0x80;
+	return n;
+}
+
+static void print_jobs(const PGresult *r)
+{
+	int rows = PQntuples(r);
+	char(*ages)[24] = calloc((size_t)rows + 1, sizeof(*ages));
+	if (!ages) {
+		fprintf(stderr, "pgjobd: jobs: out of memory\n");
+		return;
+	}
+	int w[JOBS_COLUMNS];
+	for (size_t c = 0; c < JOBS_COLUMNS; c++)
+		w[c] = (int)strlen(jobs_columns[c].head);
+	for (int i = 0; i < rows; i++) {
+		fmt_age(ages[i], sizeof(ages[i]), atoll(PQgetvalue(r, i, 5)));
+		for (size_t c = 0; c < JOBS_COLUMNS; c++) {
+			int n = utf8_len(c == 5 ? ages[i] : PQgetvalue(r, i, (int)c));
+			if (n > w[c])
+				w[c] = n < jobs_columns[c].max ? n : jobs_columns[c].max;
+		}
+	}
+	for (size_t c = 0; c < JOBS_COLUMNS; c++) {
+		put_cell(jobs_columns[c].head, w[c], jobs_columns[c].right, c + 1 == JOBS_COLUMNS);
+		fputs(c + 1 == JOBS_COLUMNS ? "\n" : "  ", stdout);
+	}
+	for (int i = 0; i < rows; i++) {
+		for (size_t c = 0; c < JOBS_COLUMNS; c++) {
+			put_cell(c == 5 ? ages[i] : PQgetvalue(r, i, (int)c), w[c],
+				 jobs_columns[c].right, c + 1 == JOBS_COLUMNS);
+			fputs(c + 1 == JOBS_COLUMNS ? "\n" : "  ", stdout);
+		}
+	}
+	free(ages);
+}
+
+static const char *const statuses[] = {"queued", "running", "succeeded", "failed", "cancelled"};
+
+static int cmd_jobs(const struct args *a)
+{
+	char since[24], limit[24];
+	if (a->noperands > 0)
+		return usage_error(a->cmd, "unexpected argument '%s'", a->operands[0]);
+	if (a->queue && !parse_is_queue_name(a->queue))
+		return usage_error(a->cmd, "bad --queue '%s': use 1 to 63 of A-Z a-z 0-9 _ . -",
+				   a->queue);
+	if (a->status) {
+		bool known = false;
+		for (size_t i = 0; i < sizeof(statuses) / sizeof(statuses[0]); i++)
+			known |= strcmp(a->status, statuses[i]) == 0;
+		if (!known)
+			return usage_error(a->cmd,
+					   "bad --status '%s': use queued, running, succeeded, "
+					   "failed or cancelled",
+					   a->status);
+	}
+	int rc;
+	if (a->since && (rc = since_arg(a, since, sizeof(since))))
+		return rc;
+	long long n;
+	const char *err = NULL;
+	const char *lim = a->limit ? a->limit : JOBS_LIMIT_DEFAULT;
+	if (parse_int(lim, 1, JOBS_LIMIT_MAX, &n, &err) < 0)
+		return usage_error(a->cmd, "bad --limit '%s': %s (1 to %d)", lim,
+				   err ? err : "not a number", JOBS_LIMIT_MAX);
+	snprintf(limit, sizeof(limit), "%lld", n);
+
+	struct session s;
+	if ((rc = session_open(&s, a)))
+		return rc;
+	const char *vals[5] = {a->queue, a->status, a->group, a->since ? since : NULL, limit};
+	PGresult *r = query(&s, (a->json ? jobs_json_sql : jobs_sql)[s.worker], 5, vals);
+	rc = 1;
+	if (r) {
+		if (a->json)
+			printf("%s\n", PQgetvalue(r, 0, 0));
+		else
+			print_jobs(r);
+		PQclear(r);
+		rc = 0;
+	}
+	session_close(&s);
+	return rc;
+}
+
+/* ---------------------------------------------------------------- show */
+
+/* The row, every column as text ('' for NULL, shown as "-"); the enum
+ * numbers the columns. */
+#define SHOW_SQL(worker)                                                                           \
+	"SELECT id, queue, group_id, status, attempts, max_attempts, priority, created_at, "       \
+	"run_at, started_at, finished_at, updated_at, expires_at, timeout, dedupe_key, " worker    \
+	", data, jsonb_pretty(result), error->>'reason', error->>'exit_code', error->>'signal', "  \
+	"error->>'message', error->>'stderr', error->>'truncated', error->>'stdout', "             \
+	"error->>'stdout_truncated', error - ARRAY['reason', 'exit_code', 'signal', 'message', "   \
+	"'stderr', 'truncated', 'stdout', 'stdout_truncated'] "                                    \
+	"FROM pgjobd.jobs WHERE id = $1::bigint"
+static const char *const show_sql[2] = {SHOW_SQL("NULL::text"), SHOW_SQL("worker")};
+enum {
+	S_ID,
+	S_QUEUE,
+	S_GROUP,
+	S_STATUS,
+	S_ATTEMPTS,
+	S_MAX_ATTEMPTS,
+	S_PRIORITY,
+	S_CREATED_AT,
+	S_RUN_AT,
+	S_STARTED_AT,
+	S_FINISHED_AT,
+	S_UPDATED_AT,
+	S_EXPIRES_AT,
+	S_TIMEOUT,
+	S_DEDUPE_KEY,
+	S_WORKER,
+	S_DATA,
+	S_RESULT,
+	S_E_REASON,
+	S_E_EXIT_CODE,
+	S_E_SIGNAL,
+	S_E_MESSAGE,
+	S_E_STDERR,
+	S_E_TRUNCATED,
+	S_E_STDOUT,
+	S_E_STDOUT_TRUNCATED,
+	S_E_OTHER,
+};
+
+/* The attempts, oldest first; every field as text. */
+static const char history_sql[] =
+    "SELECT e->>'attempt', e->>'reason', e->>'exit_code', e->>'signal', e->>'worker', "
+    "e->>'started_at', e->>'finished_at', e->>'duration_ms', e->>'cpu_ms', e->>'max_rss_kb', "
+    "e->>'stderr', e->>'truncated', e->>'message' "
+    "FROM pgjobd.jobs j, jsonb_array_elements(j.history) WITH ORDINALITY AS h(e, n) "
+    "WHERE j.id = $1::bigint AND jsonb_typeof(j.history) = 'array' ORDER BY n";
+enum {
+	H_ATTEMPT,
+	H_REASON,
+	H_EXIT_CODE,
+	H_SIGNAL,
+	H_WORKER,
+	H_STARTED_AT,
+	H_FINISHED_AT,
+	H_DURATION_MS,
+	H_CPU_MS,
+	H_MAX_RSS_KB,
+	H_STDERR,
+	H_TRUNCATED,
+	H_MESSAGE,
+};
+
+#define SHOW_JSON_SQL(worker)                                                                      \
+	"SELECT json_build_object('id', id, 'queue', queue, 'group_id', group_id, 'status', "      \
+	"status, 'attempts', attempts, 'max_attempts', max_attempts, 'priority', priority, "       \
+	"'created_at', created_at, 'run_at', run_at, 'started_at', started_at, 'finished_at', "    \
+	"finished_at, 'updated_at', updated_at, 'expires_at', expires_at, 'timeout_ms', "          \
+	"ceil(extract(epoch FROM timeout) * 1000)::bigint, 'dedupe_key', dedupe_key, "             \
+	"'worker', " worker                                                                        \
+	", 'data', data, 'result', result, 'error', error, 'history', history) "                   \
+	"FROM pgjobd.jobs WHERE id = $1::bigint"
+static const char *const show_json_sql[2] = {SHOW_JSON_SQL("NULL::text"), SHOW_JSON_SQL("worker")};
+
+static const char *val(const PGresult *r, int row, int col)
+{
+	return PQgetisnull(r, row, col) ? NULL : PQgetvalue(r, row, col);
+}
+
+/* A value on one line: control characters as '?', "-" for none. */
+static void put_line(const char *label, const char *v)
+{
+	printf("  %-14s", label);
+	if (!v || !*v)
+		v = "-";
+	for (const char *p = v; *p; p++)
+		putchar((unsigned char)*p < 0x20 || *p == 0x7F ? '?' : *p);
+	putchar('\n');
+}
+
+/* A multi-line text under its label, each line indented and marked "| "
+ * (tabs kept, other control characters as '?'). */
+static void put_block(const char *indent, const char *label, const char *v, bool cut)
+{
+	printf("%s%s%s\n", indent, label, cut ? " (its end; cut at max_output)" : "");
+	size_t n = strlen(v);
+	while (n > 0 && v[n - 1] == '\n')
+		n--;
+	printf("%s  | ", indent);
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)v[i];
+		if (c == '\n')
+			printf("\n%s  | ", indent);
+		else
+			putchar((c < 0x20 && c != '\t') || c == 0x7F ? '?' : c);
+	}
+	putchar('\n');
+}
+
+/* "1.234s" from milliseconds as text. */
+static void put_ms(const char *ms)
+{
+	long long v = atoll(ms);
+	printf("%lld.%03llds", v / 1000, v % 1000);
+}
+
+static void print_attempt(const PGresult *h, int i)
+{
+	const char *reason = val(h, i, H_REASON);
+	printf("  attempt %s: %s", val(h, i, H_ATTEMPT) ? val(h, i, H_ATTEMPT) : "?",
+	       reason ? reason : "?");
+	if (val(h, i, H_EXIT_CODE))
+		printf(", exit code %s", val(h, i, H_EXIT_CODE));
+	if (val(h, i, H_SIGNAL))
+		printf(", signal %s", val(h, i, H_SIGNAL));
+	putchar('\n');
+	printf("    worker        %s\n", val(h, i, H_WORKER) ? val(h, i, H_WORKER) : "-");
+	printf("    started_at    %s\n", val(h, i, H_STARTED_AT) ? val(h, i, H_STARTED_AT) : "-");
+	printf("    finished_at   %s", val(h, i, H_FINISHED_AT) ? val(h, i, H_FINISHED_AT) : "-");
+	if (val(h, i, H_DURATION_MS)) {
+		printf(" (ran ");
+		put_ms(val(h, i, H_DURATION_MS));
+		putchar(')');
+	}
+	putchar('\n');
+	if (val(h, i, H_CPU_MS)) {
+		printf("    cpu           ");
+		put_ms(val(h, i, H_CPU_MS));
+		putchar('\n');
+	}
+	if (val(h, i, H_MAX_RSS_KB))
+		printf("    max_rss       %s KiB\n", val(h, i, H_MAX_RSS_KB));
+	if (val(h, i, H_MESSAGE))
+		printf("    message       %s\n", val(h, i, H_MESSAGE));
+	if (val(h, i, H_STDERR))
+		put_block("    ", "stderr", val(h, i, H_STDERR),
+			  val(h, i, H_TRUNCATED) && strcmp(val(h, i, H_TRUNCATED), "true") == 0);
+}
+
+static bool is_true(const char *v)
+{
+	return v && strcmp(v, "true") == 0;
+}
+
+static void print_job(const PGresult *r, const PGresult *h)
+{
+	printf("job %s\n", val(r, 0, S_ID));
+	put_line("queue", val(r, 0, S_QUEUE));
+	put_line("group", val(r, 0, S_GROUP));
+	put_line("status", val(r, 0, S_STATUS));
+	put_line("attempts", val(r, 0, S_ATTEMPTS));
+	put_line("max_attempts",
+		 val(r, 0, S_MAX_ATTEMPTS) ? val(r, 0, S_MAX_ATTEMPTS) : "the queue's");
+	put_line("priority", val(r, 0, S_PRIORITY));
+	put_line("created_at", val(r, 0, S_CREATED_AT));
+	put_line("run_at", val(r, 0, S_RUN_AT));
+	put_line("started_at", val(r, 0, S_STARTED_AT));
+	put_line("finished_at", val(r, 0, S_FINISHED_AT));
+	put_line("updated_at", val(r, 0, S_UPDATED_AT));
+	put_line("expires_at", val(r, 0, S_EXPIRES_AT));
+	put_line("timeout", val(r, 0, S_TIMEOUT) ? val(r, 0, S_TIMEOUT) : "the queue's");
+	put_line("dedupe_key", val(r, 0, S_DEDUPE_KEY));
+	put_line("worker", val(r, 0, S_WORKER));
+	put_line("data", val(r, 0, S_DATA));
+
+	int n = PQntuples(h);
+	if (n == 0)
+		printf("history: none\n");
+	else
+		printf("history: %d attempt%s, oldest first\n", n, n == 1 ? "" : "s");
+	for (int i = 0; i < n; i++)
+		print_attempt(h, i);
+
+	if (val(r, 0, S_RESULT))
+		put_block("", "result", val(r, 0, S_RESULT), false);
+	if (val(r, 0, S_E_REASON)) {
+		printf("error: %s", val(r, 0, S_E_REASON));
+		if (val(r, 0, S_E_EXIT_CODE))
+			printf(", exit code %s", val(r, 0, S_E_EXIT_CODE));
+		if (val(r, 0, S_E_SIGNAL))
+			printf(", signal %s", val(r, 0, S_E_SIGNAL));
+		putchar('\n');
+		if (val(r, 0, S_E_MESSAGE))
+			printf("  message       %s\n", val(r, 0, S_E_MESSAGE));
+		const char *other = val(r, 0, S_E_OTHER);
+		if (other && strcmp(other, "{}") != 0)
+			printf("  more          %s\n", other);
+		if (val(r, 0, S_E_STDERR))
+			put_block("  ", "stderr", val(r, 0, S_E_STDERR),
+				  is_true(val(r, 0, S_E_TRUNCATED)));
+		if (val(r, 0, S_E_STDOUT))
+			put_block("  ", "stdout", val(r, 0, S_E_STDOUT),
+				  is_true(val(r, 0, S_E_STDOUT_TRUNCATED)));
+	}
+}
+
+static int cmd_show(const struct args *a)
+{
+	char id[24];
+	if (a->noperands == 0)
+		return usage_error(a->cmd, "missing ID");
+	if (a->noperands > 1)
+		return usage_error(a->cmd, "unexpected argument '%s'", a->operands[1]);
+	if (!parse_id(a->operands[0], id, sizeof(id)))
+		return usage_error(a->cmd, "bad ID '%s': a job id is a positive integer",
+				   a->operands[0]);
+	struct session s;
+	int rc = session_open(&s, a);
+	if (rc)
+		return rc;
+	rc = 1;
+	const char *vals[1] = {id};
+	PGresult *r = NULL, *h = NULL;
+	if (a->json) {
+		r = query(&s, show_json_sql[s.worker], 1, vals);
+	} else {
+		r = query(&s, show_sql[s.worker], 1, vals);
+		if (r && PQntuples(r) == 1)
+			h = query(&s, history_sql, 1, vals);
+		if (r && PQntuples(r) == 1 && !h)
+			goto out;
+	}
+	if (!r)
+		goto out;
+	if (PQntuples(r) == 0) {
+		fprintf(stderr, "pgjobd: show: job %s does not exist\n", id);
+		goto out;
+	}
+	if (a->json)
+		printf("%s\n", PQgetvalue(r, 0, 0));
+	else
+		print_job(r, h);
+	rc = 0;
+out:
+	PQclear(h);
+	PQclear(r);
+	session_close(&s);
+	return rc;
+}
+
+/* ---------------------------------------------------------------- retry */
+
+/* Why pgjobd.retry($1) said false: the job's status ('' when there is no
+ * such job) and an unfinished job holding its dedupe key, if any. */
+static const char why_sql[] =
+    "SELECT j.status, j.queue, (SELECT o.id FROM pgjobd.jobs o WHERE o.queue = j.queue "
+    "AND o.dedupe_key = j.dedupe_key AND o.status IN ('queued', 'running') AND o.id <> j.id "
+    "ORDER BY o.id LIMIT 1) FROM pgjobd.jobs j WHERE j.id = $1::bigint";
+
+/* The failed jobs of queue $1, oldest first, that failed within $2 ms
+ * (NULL: whenever). */
+static const char failed_sql[] =
+    "SELECT id FROM pgjobd.jobs WHERE queue = $1 AND status = 'failed' "
+    "AND ($2::bigint IS NULL OR finished_at >= now() - $2::bigint * interval '1 millisecond') "
+    "ORDER BY id";
+
+/* Retries job id. Returns 1 retried, 0 not (printed why), -1 a database
+ * error (printed). */
+static int retry_one(struct session *s, const char *id)
+{
+	const char *vals[1] = {id};
+	PGresult *r = query(s, "SELECT pgjobd.retry($1::bigint)", 1, vals);
+	if (!r)
+		return -1;
+	bool done = strcmp(PQgetvalue(r, 0, 0), "t") == 0;
+	PQclear(r);
+	if (done) {
+		printf("retried job %s\n", id);
+		return 1;
+	}
+	if (!(r = query(s, why_sql, 1, vals)))
+		return -1;
+	if (PQntuples(r) == 0)
+		fprintf(stderr, "pgjobd: retry: job %s does not exist\n", id);
+	else if (!PQgetisnull(r, 0, 2))
+		fprintf(stderr,
+			"pgjobd: retry: job %s not retried: job %s of queue %s has the same "
+			"dedupe key and is not finished\n",
+			id, PQgetvalue(r, 0, 2), PQgetvalue(r, 0, 1));
+	else if (strcmp(PQgetvalue(r, 0, 0), "queued") == 0 ||
+		 strcmp(PQgetvalue(r, 0, 0), "running") == 0)
+		fprintf(stderr, "pgjobd: retry: job %s is %s: only a finished job can be retried\n",
+			id, PQgetvalue(r, 0, 0));
+	else
+		fprintf(stderr, "pgjobd: retry: job %s was not retried (status %s)\n", id,
+			PQgetvalue(r, 0, 0));
+	PQclear(r);
+	return 0;
+}
+
+static int cmd_retry(const struct args *a)
+{
+	char since[24];
+	int rc;
+	if (a->failed != (a->queue != NULL))
+		return usage_error(a->cmd, "--failed and --queue go together");
+	if (a->since && !a->failed)
+		return usage_error(a->cmd, "--since goes with --queue Q --failed");
+	if (a->failed && a->noperands > 0)
+		return usage_error(a->cmd, "give job ids or --queue Q --failed, not both");
+	if (!a->failed && a->noperands == 0)
+		return usage_error(a->cmd, "missing ID (or --queue Q --failed)");
+	if (a->queue && !parse_is_queue_name(a->queue))
+		return usage_error(a->cmd, "bad --queue '%s': use 1 to 63 of A-Z a-z 0-9 _ . -",
+				   a->queue);
+	if (a->since && (rc = since_arg(a, since, sizeof(since))))
+		return rc;
+	/* Every id is checked before anything is retried. */
+	char(*ids)[24] = calloc((size_t)a->noperands + 1, sizeof(*ids));
+	if (!ids) {
+		fprintf(stderr, "pgjobd: retry: out of memory\n");
+		return 1;
+	}
+	for (int i = 0; i < a->noperands; i++) {
+		if (!parse_id(a->operands[i], ids[i], sizeof(ids[i]))) {
+			free(ids);
+			return usage_error(a->cmd, "bad ID '%s': a job id is a positive integer",
+					   a->operands[i]);
+		}
+	}
+	struct session s;
+	if ((rc = session_open(&s, a))) {
+		free(ids);
+		return rc;
+	}
+	rc = 0;
+	if (!a->failed) {
+		for (int i = 0; i < a->noperands && rc != -1; i++) {
+			int r = retry_one(&s, ids[i]);
+			if (r <= 0)
+				rc = r < 0 ? -1 : 1;
+		}
+	} else {
+		const char *vals[2] = {a->queue, a->since ? since : NULL};
+		PGresult *r = query(&s, failed_sql, 2, vals);
+		int done = 0;
+		if (!r)
+			rc = -1;
+		for (int i = 0; r && i < PQntuples(r) && rc != -1; i++) {
+			int k = retry_one(&s, PQgetvalue(r, i, 0));
+			done += k == 1;
+			if (k <= 0)
+				rc = k < 0 ? -1 : 1;
+		}
+		if (r && rc != -1) {
+			if (PQntuples(r) == 0)
+				printf("no failed jobs in queue %s%s%s\n", a->queue,
+				       a->since ? " within " : "", a->since ? a->since : "");
+			else
+				printf("retried %d failed job%s of queue %s\n", done,
+				       done == 1 ? "" : "s", a->queue);
+		}
+		PQclear(r);
+	}
+	session_close(&s);
+	free(ids);
+	return rc == 0 ? 0 : 1;
+}
+
+/* ---------------------------------------------------------------- dispatch */
+
+static const struct command commands[3] = {
+    {"jobs", CMD_JOBS, jobs_cli_jobs_usage, cmd_jobs},
+    {"show", CMD_SHOW, jobs_cli_show_usage, cmd_show},
+    {"retry", CMD_RETRY, jobs_cli_retry_usage, cmd_retry},
+};
+
+static const struct command *find_command(const char *name)
+{
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		if (strcmp(commands[i].name, name) == 0)
+			return &commands[i];
+	return NULL;
+}
+
+bool jobs_cli_is_command(const char *name)
+{
+	return find_command(name) != NULL;
+}
+
+int jobs_cli_main(const char *name, const char *config, int argc, char **argv)
+{
+	const struct command *c = find_command(name);
+	if (!c)
+		return 2;
+	struct args a = {.cmd = c->name, .config = config};
+	int rc = parse_args(&a, c, argc, argv);
+	if (rc >= 0)
+		return rc;
+	return c->run(&a);
+}

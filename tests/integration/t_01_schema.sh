@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# sql/schema.sql is what the migrations produce: a fresh database migrated with
+# `pgjobd migrate --grant` and printed by tests/schema-dump.sh (exactly what
+# `make schema` writes) must equal it byte for byte. When a migration changed the
+# schema without the file being regenerated, this prints the difference and says to
+# run `make schema`. Also: the dump is stable (a second one prints the same bytes),
+# keeps the grants and policies, and drops what would differ from run to run.
+. "$(dirname "$0")/lib.sh"
+require_pgjobd
+
+plan 6
+
+snapshot=$REPO_ROOT/sql/schema.sql
+dump() { PG_BINDIR=$PG_BINDIR bash "$REPO_ROOT/tests/schema-dump.sh"; }
+# pg_major FILE: the major version of pg_dump named in a dump's header.
+pg_major() { sed -n 's/^-- Schema version .*, dumped by pg_dump \([0-9][0-9]*\)\.$/\1/p' "$1"; }
+
+pg_start
+write_conf "$T/schema.ini" <<EOF
+$(conf_header)
+EOF
+ok_cmd "pgjobd migrate --grant" "$PGJOBD" migrate --grant -c "$T/schema.ini"
+
+dump >"$T/schema.sql" 2>"$T/dump.log"
+ok $? "tests/schema-dump.sh prints the schema" || diag "$(cat "$T/dump.log")"
+
+dump >"$T/again.sql" 2>>"$T/dump.log"
+cmp -s "$T/schema.sql" "$T/again.sql"
+ok $? "a second dump prints the same bytes" ||
+	diag "$(diff -u "$T/schema.sql" "$T/again.sql" | head -n 40)"
+
+noise=$(grep -nE '^\\(un)?restrict |^SET |^SELECT pg_catalog\.set_config|^-- (Dumped|Name: )|OWNER TO' \
+	"$T/schema.sql")
+runs=$(awk 'p == "" && $0 == "" { print "line " NR ": a second blank line" } { p = $0 }' "$T/schema.sql")
+ok "$([ -z "$noise$runs" ]; echo $?)" "no preamble, owners, pg_dump comments or blank-line runs" ||
+	diag "$noise" "$runs"
+
+missing=
+for want in 'CREATE TABLE pgjobd.jobs (' 'CREATE FUNCTION pgjobd.claim_batch(' \
+	'CREATE POLICY producer_insert ON pgjobd.jobs' 'GRANT USAGE ON SCHEMA pgjobd TO pgjobd_producer;' \
+	'ALTER TABLE pgjobd.jobs ENABLE ROW LEVEL SECURITY;' '-- Schema version '; do
+	grep -qF -- "$want" "$T/schema.sql" || missing+="  $want"$'\n'
+done
+ok "$([ -z "$missing" ]; echo $?)" "the dump holds tables, functions, policies, grants and the version" ||
+	diag "missing:" "$missing"
+
+if [ ! -f "$snapshot" ]; then
+	fail "sql/schema.sql is what the migrations produce"
+	diag "sql/schema.sql is missing: run make schema"
+elif [ -n "$(pg_major "$snapshot")" ] && [ "$(pg_major "$snapshot")" != "$(pg_major "$T/schema.sql")" ]; then
+	# Another major version of pg_dump may print the same schema differently.
+	pass "# skip sql/schema.sql was dumped by pg_dump $(pg_major "$snapshot"), this is pg_dump $(pg_major "$T/schema.sql") (set PG_BINDIR)"
+else
+	diff -u --label sql/schema.sql --label "what the migrations produce" "$snapshot" "$T/schema.sql" \
+		>"$T/schema.diff"
+	ok $? "sql/schema.sql is what the migrations produce" || {
+		diag "sql/schema.sql is stale: run make schema (and commit sql/schema.sql)" \
+			"$(head -n 300 "$T/schema.diff")"
+		[ "$(wc -l <"$T/schema.diff")" -gt 300 ] && diag "(diff cut at 300 of $(wc -l <"$T/schema.diff") lines)"
+	}
+fi

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# tests/schema-update.sh - regenerate sql/schema.sql; `make schema` runs it.
+#
+# Starts a throwaway PostgreSQL cluster the way the integration tests do
+# (tests/integration/lib.sh: as root the server runs as user postgres, else as the
+# caller), migrates its fresh database with `$PGJOBD migrate --grant` (default
+# build/pgjobd), prints the schema with tests/schema-dump.sh and writes it to
+# sql/schema.sql when it differs. The cluster is removed on exit.
+PGJOBD_LIB_MODE=quiet
+. "$(dirname "$0")/integration/lib.sh"
+require_pgjobd
+
+out=$REPO_ROOT/sql/schema.sql
+pg_start
+write_conf "$T/schema.ini" <<EOF
+$(conf_header)
+EOF
+if ! "$PGJOBD" migrate --grant -c "$T/schema.ini" >"$T/migrate.log" 2>&1; then
+	echo "make schema: $PGJOBD migrate failed; sql/schema.sql is left as it was" >&2
+	exit 1
+fi
+if ! PG_BINDIR=$PG_BINDIR bash "$REPO_ROOT/tests/schema-dump.sh" >"$T/schema.sql"; then
+	echo "make schema: dumping the schema failed; sql/schema.sql is left as it was" >&2
+	exit 1
+fi
+version() { sed -n 's/^-- Schema version \([^,]*\),.*/schema version \1/p' "$out"; }
+if cmp -s "$T/schema.sql" "$out"; then
+	echo "sql/schema.sql is up to date ($(version))"
+	exit 0
+fi
+cp "$T/schema.sql" "$out.tmp" && mv "$out.tmp" "$out" || exit 1
+echo "wrote sql/schema.sql ($(wc -l <"$out") lines, $(version))"
