@@ -10,7 +10,7 @@
 -- their grants and row-level security policies show), normalised by
 -- tests/schema-dump.sh: no owners, no SET preamble, no pg_dump comments.
 --
--- Schema version 16 (016_history), dumped by pg_dump 15.
+-- Schema version 17 (017_lease), dumped by pg_dump 15.
 
 CREATE SCHEMA pgjobd;
 
@@ -261,6 +261,14 @@ END
 $_$;
 
 CREATE FUNCTION pgjobd.claim_batch(p_queue text, p_worker_id bigint, p_workers text[], p_max_attempts integer, p_timeout_ms bigint, p_max_data bigint, p_scan integer, p_orphans boolean, p_release_jobs bigint[], p_release_groups bigint[], p_skip bigint[]) RETURNS TABLE(slot integer, job_id bigint, group_row bigint, group_id text, attempts integer, max_attempts integer, timeout_ms bigint, fence bigint, data text, arg_keys text[], arg_vals text[], schedule text, scheduled_for text)
+    LANGUAGE sql
+    AS $$
+    SELECT * FROM pgjobd.claim_batch(p_queue, p_worker_id, p_workers, p_max_attempts,
+                                     p_timeout_ms, p_max_data, p_scan, p_orphans,
+                                     p_release_jobs, p_release_groups, p_skip, NULL::bigint)
+$$;
+
+CREATE FUNCTION pgjobd.claim_batch(p_queue text, p_worker_id bigint, p_workers text[], p_max_attempts integer, p_timeout_ms bigint, p_max_data bigint, p_scan integer, p_orphans boolean, p_release_jobs bigint[], p_release_groups bigint[], p_skip bigint[], p_lease_ms bigint) RETURNS TABLE(slot integer, job_id bigint, group_row bigint, group_id text, attempts integer, max_attempts integer, timeout_ms bigint, fence bigint, data text, arg_keys text[], arg_vals text[], schedule text, scheduled_for text)
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -316,12 +324,15 @@ BEGIN
     -- for us, but never started) and other daemons' whose daemon's
     -- alive_until has passed. A slot that holds a job holds its group row
     -- and its job row; both are tried with SKIP LOCKED, group row first, the
-    -- order every claim and hold locks them in.
+    -- order every claim and hold locks them in. A lease-held job holds
+    -- neither: its lease decides (see the top).
     IF p_orphans THEN
         DELETE FROM pgjobd.waiting w
          WHERE w.queue = p_queue
            AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = w.pid);
-        FOR r IN SELECT j.id, j.group_id, j.attempts, j.max_attempts, j.worker_id
+        -- [lease E2] also the claim's fence and lease
+        FOR r IN SELECT j.id, j.group_id, j.attempts, j.max_attempts, j.worker_id, j.fence,
+                        j.lease_until, j.lease_ms
                    FROM pgjobd.jobs j
                   WHERE j.queue = p_queue AND j.status = 'running'
                   ORDER BY j.id
@@ -330,7 +341,12 @@ BEGIN
             CONTINUE WHEN r.id = ANY(p_skip);
             own := r.worker_id IS NOT DISTINCT FROM p_worker_id;
             -- Another daemon's job: only once that daemon's claim lapsed.
-            CONTINUE WHEN NOT own AND EXISTS (
+            -- [lease E3] A lease-held job: once its lease and the margin have
+            -- passed, whatever its daemon's alive_until says; a job held by
+            -- an open transaction: once its daemon's alive_until passed.
+            CONTINUE WHEN NOT own AND r.lease_until IS NOT NULL
+                          AND r.lease_until + pgjobd.lease_margin(r.lease_ms) > clock_timestamp();
+            CONTINUE WHEN NOT own AND r.lease_until IS NULL AND EXISTS (
                 SELECT 1 FROM pgjobd.workers w
                  WHERE w.id = r.worker_id AND w.alive_until > clock_timestamp());
             gid := NULL;
@@ -348,15 +364,24 @@ BEGIN
                 PERFORM 1 FROM pgjobd.groups g WHERE g.id = gid FOR UPDATE SKIP LOCKED;
                 CONTINUE WHEN NOT FOUND;
             END IF;
+            -- [lease E4] still the same claim (nobody took it over since the
+            -- loop read it: a lease claim leaves no lock behind), and for a
+            -- lease not extended meanwhile: the row as locked is rechecked.
             PERFORM 1 FROM pgjobd.jobs j WHERE j.id = r.id AND j.status = 'running'
+               AND j.fence IS NOT DISTINCT FROM r.fence
+               AND (own OR j.lease_until IS NULL
+                    OR j.lease_until + pgjobd.lease_margin(j.lease_ms) <= clock_timestamp())
              FOR UPDATE SKIP LOCKED;
             CONTINUE WHEN NOT FOUND;
             IF own THEN
                 -- Claimed for us, held by none of our slots: it never
                 -- started. Queued again, the attempt given back; it is a
                 -- candidate again below, in its turn.
+                -- [lease E5] its lease goes with it (as below, whenever a
+                -- running job ends here)
                 UPDATE pgjobd.jobs j SET status = 'queued', attempts = j.attempts - 1,
                        worker = NULL, worker_id = NULL, started_at = NULL,
+                       lease_until = NULL, lease_ms = NULL,
                        updated_at = clock_timestamp()
                  WHERE j.id = r.id;
                 CONTINUE;
@@ -364,7 +389,7 @@ BEGIN
             IF EXISTS (SELECT 1 FROM pgjobd.cancel_requests c WHERE c.job_id = r.id) THEN
                 -- Cancelled while its daemon died: it stays cancelled.
                 UPDATE pgjobd.jobs j SET status = 'cancelled', finished_at = clock_timestamp(),
-                       updated_at = clock_timestamp(),
+                       updated_at = clock_timestamp(), lease_until = NULL, lease_ms = NULL,
                        error = jsonb_build_object('reason', 'cancelled', 'exit_code', NULL,
                                'signal', NULL, 'stderr', NULL,
                                'message', 'cancelled; the daemon running it was gone')
@@ -375,7 +400,7 @@ BEGIN
             IF r.attempts >= least(coalesce(r.max_attempts, p_max_attempts), p_max_attempts) THEN
                 -- Its last attempt died with its daemon: a failed attempt.
                 UPDATE pgjobd.jobs j SET status = 'failed', finished_at = clock_timestamp(),
-                       updated_at = clock_timestamp(),
+                       updated_at = clock_timestamp(), lease_until = NULL, lease_ms = NULL,
                        error = jsonb_build_object('reason', 'lost_lock', 'exit_code', NULL,
                                'signal', NULL, 'stderr', NULL,
                                'message', 'the daemon running this job lost its claim')
@@ -549,6 +574,7 @@ BEGIN
     -- than that per job. Only compressed values are decompressed for this.
     UPDATE pgjobd.jobs j SET status = 'failed', finished_at = clock_timestamp(),
            updated_at = clock_timestamp(), worker = NULL, worker_id = NULL,
+           lease_until = NULL, lease_ms = NULL,
            error = jsonb_build_object('reason', 'data_too_large', 'exit_code', NULL,
                    'signal', NULL, 'stderr', NULL,
                    'message', 'data is larger than the queue''s max_data',
@@ -565,9 +591,13 @@ BEGIN
         WITH t AS (SELECT p.id, p.gid, p.n::int AS slot
                      FROM unnest(ids, gids) WITH ORDINALITY AS p(id, gid, n)),
              u AS (
+                -- [lease E6] a lease claim commits its lease; a transaction
+                -- claim has none (also when it takes over a lease-held job)
                 UPDATE pgjobd.jobs j SET status = 'running', attempts = j.attempts + 1,
                        worker = p_workers[t.slot], worker_id = p_worker_id,
                        fence = nextval('pgjobd.fence_seq'),
+                       lease_until = clock_timestamp() + p_lease_ms * interval '1 millisecond',
+                       lease_ms = p_lease_ms,
                        started_at = clock_timestamp(),
                        updated_at = clock_timestamp(), finished_at = NULL
                   FROM t
@@ -610,10 +640,53 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION pgjobd.extend_leases(p_worker_id bigint, p_ids bigint[], p_fences bigint[]) RETURNS SETOF bigint
+    LANGUAGE sql
+    AS $$
+    UPDATE pgjobd.jobs j
+       SET lease_until = clock_timestamp() + j.lease_ms * interval '1 millisecond',
+           worker_id = CASE WHEN p_worker_id > 0 THEN p_worker_id ELSE j.worker_id END
+      FROM unnest(p_ids, p_fences) AS x(id, fence)
+     WHERE j.id = x.id AND j.fence = x.fence AND j.status = 'running'
+       AND j.lease_until > clock_timestamp()
+    RETURNING j.id
+$$;
+
 CREATE FUNCTION pgjobd.fence_margin(p_fence_ms integer) RETURNS interval
     LANGUAGE sql IMMUTABLE
     AS $$
     SELECT greatest(1000, p_fence_ms / 5) * interval '1 millisecond'
+$$;
+
+CREATE FUNCTION pgjobd.finish_leases(p_outcomes jsonb) RETURNS SETOF bigint
+    LANGUAGE sql
+    AS $$
+    WITH o AS (SELECT * FROM jsonb_to_recordset(p_outcomes)
+                   AS x(id bigint, fence bigint, status text, result jsonb, error jsonb,
+                        retry_ms bigint, give_back boolean, entry jsonb)),
+         c AS (SELECT clock_timestamp() AS t),
+         u AS (UPDATE pgjobd.jobs j
+                  SET status = o.status, result = o.result, error = o.error,
+                      run_at = CASE WHEN o.status = 'queued'
+                                    THEN c.t + coalesce(o.retry_ms, 0) * interval '1 millisecond'
+                                    ELSE j.run_at END,
+                      finished_at = CASE WHEN o.status = 'queued' THEN NULL ELSE c.t END,
+                      attempts = j.attempts - CASE WHEN o.give_back THEN 1 ELSE 0 END,
+                      lease_until = NULL, lease_ms = NULL,
+                      updated_at = c.t,
+                      history = CASE WHEN o.entry IS NULL OR jsonb_typeof(o.entry) <> 'object'
+                                     THEN j.history
+                                     ELSE pgjobd.history_add(j.history,
+                                              jsonb_build_object('attempt', j.attempts,
+                                                  'worker', j.worker,
+                                                  'started_at', j.started_at,
+                                                  'finished_at', c.t) || o.entry) END
+                 FROM o, c
+                WHERE j.id = o.id AND j.fence = o.fence AND j.status = 'running'
+                RETURNING j.id, j.status),
+         d AS (DELETE FROM pgjobd.cancel_requests r
+                USING u WHERE r.job_id = u.id AND u.status = 'cancelled')
+    SELECT u.id FROM u
 $$;
 
 CREATE FUNCTION pgjobd.forget_workers() RETURNS integer
@@ -661,6 +734,20 @@ BEGIN
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_worker') THEN
         GRANT EXECUTE ON FUNCTION pgjobd.retry(bigint), pgjobd.lock_dedupe_key(text, text),
               pgjobd.release_claim(bigint, bigint, boolean, jsonb, int, bigint, jsonb)
+              TO pgjobd_worker;
+    END IF;
+END
+$$;
+
+CREATE FUNCTION pgjobd.grant_lease() RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_worker') THEN
+        GRANT EXECUTE ON FUNCTION
+              pgjobd.claim_batch(text, bigint, text[], int, bigint, bigint, int, boolean,
+                                 bigint[], bigint[], bigint[], bigint),
+              pgjobd.extend_leases(bigint, bigint[], bigint[]), pgjobd.finish_leases(jsonb)
               TO pgjobd_worker;
     END IF;
 END
@@ -761,6 +848,7 @@ BEGIN
     PERFORM pgjobd.grant_ops();
     PERFORM pgjobd.grant_schedules();
     PERFORM pgjobd.grant_history();
+    PERFORM pgjobd.grant_lease();
 END
 $$;
 
@@ -1072,6 +1160,12 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION pgjobd.lease_margin(p_lease_ms bigint) RETURNS interval
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT greatest(1000, coalesce(p_lease_ms, 0) / 5) * interval '1 millisecond'
+$$;
+
 CREATE FUNCTION pgjobd.lock_dedupe_key(p_queue text, p_key text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1293,11 +1387,14 @@ CREATE FUNCTION pgjobd.release_worker(p_worker text) RETURNS integer
     AS $$
 DECLARE
     n integer;
+    v_name text := split_part(p_worker, ':', 1) || ':' || split_part(p_worker, ':', 2);
 BEGIN
     UPDATE pgjobd.workers w SET alive_until = '-infinity'
-     WHERE w.name = split_part(p_worker, ':', 1) || ':' || split_part(p_worker, ':', 2)
-       AND w.alive_until > '-infinity';
+     WHERE w.name = v_name AND w.alive_until > '-infinity';
     GET DIAGNOSTICS n = ROW_COUNT;
+    UPDATE pgjobd.jobs j SET lease_until = '-infinity'
+     WHERE j.status = 'running' AND j.lease_until > '-infinity'
+       AND j.worker_id IN (SELECT w.id FROM pgjobd.workers w WHERE w.name = v_name);
     RETURN n;
 END
 $$;
@@ -1546,7 +1643,12 @@ $$;
 CREATE FUNCTION pgjobd.worker_gone(p_id bigint) RETURNS void
     LANGUAGE sql
     AS $$
-    UPDATE pgjobd.workers SET alive_until = '-infinity' WHERE id = p_id
+    UPDATE pgjobd.workers SET alive_until = '-infinity' WHERE id = p_id;
+    UPDATE pgjobd.jobs j SET lease_until = '-infinity'
+     WHERE j.status = 'running' AND j.lease_until > '-infinity'
+       AND j.worker_id IN (SELECT w.id FROM pgjobd.workers w
+                            WHERE w.name = (SELECT g.name FROM pgjobd.workers g
+                                             WHERE g.id = p_id));
 $$;
 
 CREATE TABLE pgjobd.cancel_requests (
@@ -1611,6 +1713,8 @@ CREATE TABLE pgjobd.jobs (
     commit_seq bigint,
     enqueued_xact xid8 DEFAULT pg_current_xact_id(),
     history jsonb DEFAULT '[]'::jsonb NOT NULL,
+    lease_until timestamp with time zone,
+    lease_ms bigint,
     CONSTRAINT "max_attempts must be at least 1" CHECK ((max_attempts >= 1)),
     CONSTRAINT "queue must be 1 to 63 characters of A-Z a-z 0-9 _ . -" CHECK ((queue ~ '^[A-Za-z0-9_.-]{1,63}$'::text)),
     CONSTRAINT "status must be queued, running, succeeded, failed or cancelled" CHECK ((status = ANY (ARRAY['queued'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text]))),
@@ -1852,12 +1956,23 @@ GRANT ALL ON FUNCTION pgjobd.cancel(p_id bigint) TO pgjobd_worker;
 REVOKE ALL ON FUNCTION pgjobd.claim_batch(p_queue text, p_worker_id bigint, p_workers text[], p_max_attempts integer, p_timeout_ms bigint, p_max_data bigint, p_scan integer, p_orphans boolean, p_release_jobs bigint[], p_release_groups bigint[], p_skip bigint[]) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.claim_batch(p_queue text, p_worker_id bigint, p_workers text[], p_max_attempts integer, p_timeout_ms bigint, p_max_data bigint, p_scan integer, p_orphans boolean, p_release_jobs bigint[], p_release_groups bigint[], p_skip bigint[]) TO pgjobd_worker;
 
+REVOKE ALL ON FUNCTION pgjobd.claim_batch(p_queue text, p_worker_id bigint, p_workers text[], p_max_attempts integer, p_timeout_ms bigint, p_max_data bigint, p_scan integer, p_orphans boolean, p_release_jobs bigint[], p_release_groups bigint[], p_skip bigint[], p_lease_ms bigint) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgjobd.claim_batch(p_queue text, p_worker_id bigint, p_workers text[], p_max_attempts integer, p_timeout_ms bigint, p_max_data bigint, p_scan integer, p_orphans boolean, p_release_jobs bigint[], p_release_groups bigint[], p_skip bigint[], p_lease_ms bigint) TO pgjobd_worker;
+
+REVOKE ALL ON FUNCTION pgjobd.extend_leases(p_worker_id bigint, p_ids bigint[], p_fences bigint[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgjobd.extend_leases(p_worker_id bigint, p_ids bigint[], p_fences bigint[]) TO pgjobd_worker;
+
+REVOKE ALL ON FUNCTION pgjobd.finish_leases(p_outcomes jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgjobd.finish_leases(p_outcomes jsonb) TO pgjobd_worker;
+
 REVOKE ALL ON FUNCTION pgjobd.forget_workers() FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.forget_workers() TO pgjobd_worker;
 
 REVOKE ALL ON FUNCTION pgjobd.grant_fencing() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgjobd.grant_history() FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION pgjobd.grant_lease() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgjobd.grant_locks() FROM PUBLIC;
 
