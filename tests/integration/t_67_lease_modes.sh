@@ -68,8 +68,10 @@ start_daemon b "$T/b.ini"
 B=$DAEMON_PID
 wait_until 10 "workers_alive 2" || fail "B: daemon b registered"
 : >"$T/marks.log"
+# 8 groups for 4 slots on each daemon: whichever daemon claims first leaves groups to
+# the other (with only 4, daemon a's slots could keep every group to themselves).
 psql_q "INSERT INTO pgjobd.jobs (queue, group_id, data)
-        SELECT 'm', 'b' || (i % 4), jsonb_build_object('sleep', 'rand')
+        SELECT 'm', 'b' || (i % 8), jsonb_build_object('sleep', 'rand')
         FROM generate_series(1, 80) i ORDER BY i" >/dev/null
 wait_until 90 "[ \"\$(count_jobs \"group_id LIKE 'b%' AND status = 'succeeded'\")\" = 80 ]"
 ok $? "B: all 80 jobs succeeded"
