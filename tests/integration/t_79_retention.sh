@@ -179,7 +179,9 @@ ok $? "the 20 new jobs ran meanwhile and succeeded, each in one attempt"
 PGAPPNAME=t79-sampler psql -X -qAt -v ON_ERROR_STOP=1 >"$T/sampler.out" 2>&1 8>&- <<EOF &
 DO \$\$
 DECLARE
-    maint int[] := ARRAY(SELECT pid FROM pg_stat_activity WHERE application_name = 'pgjobd maintenance');
+    maint int[] := ARRAY(SELECT pid FROM pg_stat_activity WHERE application_name = 'pgjobd maintenance'
+                          AND datname = current_database());
+    first int[] := maint;
     held int;
     waiting int;
     samples int := 0;
@@ -189,6 +191,11 @@ DECLARE
     t0 timestamptz := clock_timestamp();
 BEGIN
     FOR i IN 1 .. 10000000 LOOP
+        -- A maintenance session that reconnected has a new pid.
+        IF i % 20 = 0 THEN
+            maint := ARRAY(SELECT pid FROM pg_stat_activity WHERE application_name = 'pgjobd maintenance'
+                            AND datname = current_database());
+        END IF;
         SELECT count(DISTINCT p) INTO held
           FROM pgrowlocks('pgjobd.maintenance_lock') r, unnest(r.pids) p
          WHERE p = ANY(maint);
@@ -205,6 +212,7 @@ BEGIN
         EXIT WHEN clock_timestamp() > t0 + interval '25 s';
     END LOOP;
     RAISE NOTICE 'sessions=% samples=% held=% both=% waits=%', cardinality(maint), samples, seen, n_both, waits;
+    RAISE NOTICE 'pids at the start % and at the end %', first, maint;
 END
 \$\$;
 EOF
