@@ -35,10 +35,10 @@
  * Ownership: struct daemon owns the config, the listener, every slot (in its
  * queue's array, or in `retiring` while a removed slot finishes its job),
  * the lease session (once a lease-mode queue was served) and the guard.
- * Slots that have stopped are freed from an ev_check watcher, never inside
- * their own callbacks: an ev_idle watcher frees them as soon as the
- * callbacks have returned (an ev_check would wait for the next event, and
- * shutdown would hang until then). */
+ * Slots that have stopped are freed by an ev_idle watcher, never inside
+ * their own callbacks: it runs as soon as the callbacks have returned (an
+ * ev_check watcher would wait for the next event, and shutdown would hang
+ * until then). */
 #include "daemon.h"
 
 #include <assert.h>

@@ -1,4 +1,5 @@
-/* daemon.h - the running service: one libev default loop, the listener
+/* daemon.h - the running service: one libev loop of its own (not libev's
+ * default loop, which would reap children itself: see reap.h), the listener
  * session, the job slots of every queue, signals, reload and shutdown. */
 #ifndef PGJOBD_DAEMON_H
 #define PGJOBD_DAEMON_H
