@@ -1065,17 +1065,15 @@ static void warn_claim(const struct status_report *st, long long warn_ms, const 
 		claims_val(st, CLAIMS_QUEUE), claims_val(st, CLAIMS_PID), age, warn);
 }
 
-/* The count of live daemons into *live (owned by the caller's PGresult
- * *out), or NULL when this role may not read pgjobd.workers (a producer
- * role may run `status`). Returns 0, or -1 after printing why. */
-static int query_live(struct cli_session *s, PGresult **out, const char **live)
+/* Runs sql into *out (the caller clears it); *out is NULL when this role
+ * may not read what sql reads (a producer role may run `status`). Returns
+ * 0, or -1 after printing why. */
+static int query_if_allowed(struct cli_session *s, const char *sql, PGresult **out)
 {
-	PGresult *r = PQexecParams(s->pg, live_daemons_sql, 0, NULL, NULL, NULL, NULL, 0);
+	PGresult *r = PQexecParams(s->pg, sql, 0, NULL, NULL, NULL, NULL, 0);
 	*out = NULL;
-	*live = NULL;
 	if (PQresultStatus(r) == PGRES_TUPLES_OK) {
 		*out = r;
-		*live = PQgetvalue(r, 0, 0);
 		return 0;
 	}
 	const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
@@ -1088,25 +1086,23 @@ static int query_live(struct cli_session *s, PGresult **out, const char **live)
 	return -1;
 }
 
+/* The count of live daemons into *live (owned by the caller's PGresult
+ * *out), or NULL when this role may not read pgjobd.workers. Returns 0, or
+ * -1 after printing why. */
+static int query_live(struct cli_session *s, PGresult **out, const char **live)
+{
+	int rc = query_if_allowed(s, live_daemons_sql, out);
+	*live = *out ? PQgetvalue(*out, 0, 0) : NULL;
+	return rc;
+}
+
 /* The jobs running under leases into *out (the caller clears it), NULL
  * when this role may not read them. Returns 0, or -1 after printing why. */
 static int query_leases(struct cli_session *s, PGresult **out)
 {
-	PGresult *r = PQexecParams(s->pg, leases_sql, 0, NULL, NULL, NULL, NULL, 0);
-	*out = NULL;
-	if (PQresultStatus(r) == PGRES_TUPLES_OK) {
-		assert(PQnfields(r) == LEASE_COLUMNS);
-		*out = r;
-		return 0;
-	}
-	const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
-	if (state && strcmp(state, "42501") == 0) { /* insufficient_privilege */
-		PQclear(r);
-		return 0;
-	}
-	report_error(s, r);
-	PQclear(r);
-	return -1;
+	int rc = query_if_allowed(s, leases_sql, out);
+	assert(!*out || PQnfields(*out) == LEASE_COLUMNS);
+	return rc;
 }
 
 /* One report of `status` on stdout, its warnings on stderr. Returns 0, or
