@@ -795,7 +795,7 @@ static void print_table(const PGresult *r)
  * transaction of a slot session, and as long as it is open PostgreSQL keeps
  * every row version it might still see, in every table of the database
  * (the VACUUM horizon). Slot sessions are the daemon's sessions named
- * "pgjobd QUEUE.N" (job.c); its other sessions are named "pgjobd WORD" or
+ * "pgjobd QUEUE.N" (slot.c); its other sessions are named "pgjobd WORD" or
  * "pgjobd QUEUE claimer", and ours "pgjobd". A slot's name that was cut to
  * 63 bytes (a queue name of more than about 50) has lost its ".N": any
  * 63-byte "pgjobd " name without a space counts too, its queue shown cut

@@ -16,7 +16,7 @@
 #include "log.h"
 
 /* How a running job's claim is held (pgjobd(8), "Lock modes"): by an open
- * transaction of a session per slot (job.c), or by a lease that the
+ * transaction of a session per slot (slot.c), or by a lease that the
  * daemon's lease session extends (lease.c). */
 enum lock_mode { LOCK_TRANSACTION = 0, LOCK_LEASE = 1 };
 /* Where a job's output lines go besides the job's row (joblog.h). */

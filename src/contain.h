@@ -3,7 +3,7 @@
  * daemon as a child subreaper that kills the orphans its commands leave.
  * See contain.c for what each mode contains, and pgjobd(8), "Containment".
  *
- * The caller (job.c) tells contain when a command's process exists but has
+ * The caller (slot.c) tells contain when a command's process exists but has
  * not run anything yet (contain_job_start, from exec's before_run hook,
  * after the supervisor knows the process group) and when the command has
  * ended (contain_job_end, after its shell was reaped). contain knows no SQL

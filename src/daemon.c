@@ -22,7 +22,7 @@
  * (on the maintenance session) read pgjobd.schedules sooner.
  *
  * Lock modes: a queue of lock mode `transaction` has a claimer and
- * `concurrency` slots, each a session (job.c); a queue of lock mode `lease`
+ * `concurrency` slots, each a session (slot.c); a queue of lock mode `lease`
  * has neither: the daemon's one lease session (lease.c) claims for it, holds
  * its jobs and writes their outcomes, and the maintenance session takes its
  * turns on that session when the daemon starts with lease-mode queues (so
@@ -59,7 +59,7 @@
 #include "db.h"
 #include "fence.h"
 #include "guard.h"
-#include "job.h"
+#include "slot.h"
 #include "lease.h"
 #include "log.h"
 #include "maint.h"
@@ -80,14 +80,14 @@ struct qstate {
 	struct daemon *d;
 	struct queue_conf *conf; /* a reference */
 	bool lease;		 /* lock mode lease: no slots, no claimer (d->lease) */
-	struct job **slots;
+	struct slot **slots;
 	int nslots;
 	int next_index;
 	struct claimer *cl;
 	/* The slots the claim in flight is for, in the order of its workers
 	 * (NULL: that slot stopped meanwhile). Written by kick_queue only,
 	 * taken over and emptied by on_claimed. */
-	struct job **reserved;
+	struct slot **reserved;
 	const char **workers; /* their worker names */
 	int nreserved, reserved_cap;
 	bool dispatching; /* on_claimed is handing a claim's jobs to its slots */
@@ -115,14 +115,14 @@ struct daemon {
 	struct report *report; /* STATUS= and the metrics file */
 	struct qstate **queues;
 	size_t nqueues;
-	struct job **retiring; /* drained slots of removed queues or lowered concurrency */
+	struct slot **retiring; /* drained slots of removed queues or lowered concurrency */
 	size_t nretiring;
-	struct job **dead; /* stopped, to be freed by on_reap */
+	struct slot **dead; /* stopped, to be freed by on_reap */
 	size_t ndead;
 	long long *held; /* scratch: a queue's held jobs, for its claimer */
 	size_t held_cap;
 	struct run_env renv; /* what every command needs (run.h) */
-	struct job_env env;
+	struct slot_env env;
 	ev_signal sigterm, sigint, sighup;
 	ev_timer poll, grace, watchdog;
 	struct reaper *reaper; /* every child is reaped by it (reap.h) */
@@ -162,12 +162,12 @@ static int held_jobs(struct daemon *d, const struct qstate *q)
 	 * switched it): our claimer must not hand them back */
 	int n = d->lease ? (int)lease_held(d->lease, q->conf->name, d->held, nlease) : 0;
 	for (int i = 0; i < q->nslots; i++)
-		if (job_held_id(q->slots[i]))
-			d->held[n++] = job_held_id(q->slots[i]);
+		if (slot_held_id(q->slots[i]))
+			d->held[n++] = slot_held_id(q->slots[i]);
 	for (size_t i = 0; i < d->nretiring; i++)
-		if (job_held_id(d->retiring[i]) &&
-		    strcmp(job_conf(d->retiring[i])->name, q->conf->name) == 0)
-			d->held[n++] = job_held_id(d->retiring[i]);
+		if (slot_held_id(d->retiring[i]) &&
+		    strcmp(slot_conf(d->retiring[i])->name, q->conf->name) == 0)
+			d->held[n++] = slot_held_id(d->retiring[i]);
 	return n;
 }
 
@@ -176,8 +176,8 @@ static int held_jobs(struct daemon *d, const struct qstate *q)
  * The dispatcher is kick_queue plus on_claimed, and it is never re-entered:
  * q->reserved describes the one claim in flight, and each job of a claim's
  * answer goes to the slot at its worker's index in that claim. A slot's
- * callbacks can ask for a kick while on_claimed hands jobs out (job_hold on
- * a slot that lost its session reports JOB_EV_NOT_HELD at once); such a kick
+ * callbacks can ask for a kick while on_claimed hands jobs out (slot_hold on
+ * a slot that lost its session reports SLOT_EV_NOT_HELD at once); such a kick
  * only sets q->again, and on_claimed kicks once it is done. Claiming there
  * would reserve slots anew and rewrite q->reserved under the loop, so that
  * later jobs of the answer went to the slots of the new claim, and slots of
@@ -210,9 +210,9 @@ static void kick_queue(struct qstate *q)
 	}
 	q->nreserved = 0;
 	for (int i = 0; i < q->nslots; i++) {
-		if (job_reserve(q->slots[i])) {
+		if (slot_reserve(q->slots[i])) {
 			q->reserved[q->nreserved] = q->slots[i];
-			q->workers[q->nreserved++] = job_worker(q->slots[i]);
+			q->workers[q->nreserved++] = slot_worker(q->slots[i]);
 		}
 	}
 	if (q->nreserved == 0)
@@ -231,7 +231,7 @@ static void kick_queue(struct qstate *q)
 	};
 	if (claimer_claim(q->cl, q->workers, q->nreserved, &ctx) < 0) {
 		for (int i = 0; i < q->nreserved; i++)
-			job_unreserve(q->reserved[i]);
+			slot_unreserve(q->reserved[i]);
 		q->nreserved = 0;
 	}
 }
@@ -243,14 +243,14 @@ static void on_claimed(struct claimer *cl, struct claim_job *jobs, const int *sl
 	/* Take the reservation over: the loop works on this copy, and any
 	 * kick it causes waits for the end (see kick_queue). */
 	int asked = q->nreserved;
-	struct job **mine = xcalloc((size_t)asked + 1, sizeof(*mine));
+	struct slot **mine = xcalloc((size_t)asked + 1, sizeof(*mine));
 	if (asked > 0)
 		memcpy(mine, q->reserved, sizeof(*mine) * (size_t)asked);
 	q->nreserved = 0;
 	q->dispatching = true;
 	for (int i = 0; i < n; i++) {
 		assert(slots[i] >= 0 && slots[i] < asked);
-		struct job *j = mine[slots[i]];
+		struct slot *j = mine[slots[i]];
 		mine[slots[i]] = NULL;
 		if (!j) {
 			/* The slot stopped while the claim was in flight: the
@@ -260,14 +260,14 @@ static void on_claimed(struct claimer *cl, struct claim_job *jobs, const int *sl
 			continue;
 		}
 		/* Nothing reserves a slot while its claim is in flight, so it
-		 * is still reserved, or it lost its session (job_hold then
-		 * reports JOB_EV_NOT_HELD): never busy with another job. */
-		assert(!job_is_busy(j));
-		job_hold(j, &jobs[i]);
+		 * is still reserved, or it lost its session (slot_hold then
+		 * reports SLOT_EV_NOT_HELD): never busy with another job. */
+		assert(!slot_is_busy(j));
+		slot_hold(j, &jobs[i]);
 	}
 	for (int i = 0; i < asked; i++)
 		if (mine[i])
-			job_unreserve(mine[i]);
+			slot_unreserve(mine[i]);
 	free(mine);
 	q->dispatching = false;
 	if (n < 0)
@@ -309,7 +309,7 @@ static void set_wake_payload(struct qstate *q)
 static void add_slot(struct qstate *q)
 {
 	q->slots = xrealloc(q->slots, sizeof(*q->slots) * (size_t)(q->nslots + 1));
-	q->slots[q->nslots++] = job_new(&q->d->env, q->conf, q->next_index++);
+	q->slots[q->nslots++] = slot_new(&q->d->env, q->conf, q->next_index++);
 }
 
 static void on_lease_retry(const char *queue, int64_t ms, void *arg);
@@ -355,17 +355,17 @@ static struct qstate *qstate_new(struct daemon *d, struct queue_conf *conf)
 	return q;
 }
 
-static void retire(struct daemon *d, struct job *j)
+static void retire(struct daemon *d, struct slot *j)
 {
 	d->retiring = xrealloc(d->retiring, sizeof(*d->retiring) * (d->nretiring + 1));
 	d->retiring[d->nretiring++] = j;
-	job_drain(j);
+	slot_drain(j);
 }
 
 /* Remove the slot at index i of q without freeing it. */
-static struct job *take_slot(struct qstate *q, int i)
+static struct slot *take_slot(struct qstate *q, int i)
 {
-	struct job *j = q->slots[i];
+	struct slot *j = q->slots[i];
 	memmove(&q->slots[i], &q->slots[i + 1], sizeof(*q->slots) * (size_t)(q->nslots - i - 1));
 	q->nslots--;
 	return j;
@@ -379,7 +379,7 @@ static void stop_claimer(struct qstate *q)
 	q->cl = NULL;
 	for (int i = 0; i < q->nreserved; i++)
 		if (q->reserved[i])
-			job_unreserve(q->reserved[i]);
+			slot_unreserve(q->reserved[i]);
 	q->nreserved = 0;
 }
 
@@ -392,7 +392,7 @@ static void qstate_free(struct qstate *q)
 	free(q->reserved);
 	free(q->workers);
 	for (int i = 0; i < q->nslots; i++)
-		job_free(q->slots[i]);
+		slot_free(q->slots[i]);
 	free(q->slots);
 	queue_conf_unref(q->conf);
 	free(q);
@@ -438,35 +438,35 @@ static void on_lease_stopped(void *arg)
 	finish_if_stopped(arg);
 }
 
-static void on_job_event(struct job *j, enum job_event ev, int64_t ms, void *arg)
+static void on_slot_event(struct slot *j, enum slot_event ev, int64_t ms, void *arg)
 {
 	struct daemon *d = arg;
-	struct qstate *q = find_queue(d, job_conf(j)->name);
+	struct qstate *q = find_queue(d, slot_conf(j)->name);
 	switch (ev) {
-	case JOB_EV_IDLE:
+	case SLOT_EV_IDLE:
 		if (q)
 			kick_queue(q);
 		break;
-	case JOB_EV_HELD:
+	case SLOT_EV_HELD:
 		/* The slot answers for the job now (held_jobs). A queue switched
 		 * to lock mode lease has no claimer. */
 		if (q && q->cl)
-			claimer_release(q->cl, job_claimed(j));
+			claimer_release(q->cl, slot_claimed(j));
 		break;
-	case JOB_EV_NOT_HELD:
+	case SLOT_EV_NOT_HELD:
 		/* The job is handed back by the next orphan pass. (From
 		 * inside on_claimed, the kick waits for its end.) A queue
 		 * switched to lock mode lease has no claimer. */
 		if (q && q->cl)
-			claimer_release(q->cl, job_claimed(j));
+			claimer_release(q->cl, slot_claimed(j));
 		if (q)
 			kick_queue(q);
 		break;
-	case JOB_EV_RETRY:
+	case SLOT_EV_RETRY:
 		if (q)
 			wake_at(q, ms);
 		break;
-	case JOB_EV_STOPPED: {
+	case SLOT_EV_STOPPED: {
 		/* A slot reserved for a claim in flight can stop (its session
 		 * was lost while draining); the answer must not reach it once
 		 * it has been freed. */
@@ -504,7 +504,7 @@ static void on_reap(struct ev_loop *loop, ev_idle *w, int revents)
 	struct daemon *d = w->data;
 	ev_idle_stop(loop, w);
 	for (size_t i = 0; i < d->ndead; i++)
-		job_free(d->dead[i]);
+		slot_free(d->dead[i]);
 	d->ndead = 0;
 	finish_if_stopped(d);
 }
@@ -524,16 +524,16 @@ static void cancel_job(long long id, void *arg)
 	struct daemon *d = arg;
 	for (size_t qi = 0; qi < d->nqueues; qi++)
 		for (int i = 0; i < d->queues[qi]->nslots; i++)
-			if (job_cancel(d->queues[qi]->slots[i], id))
+			if (slot_cancel(d->queues[qi]->slots[i], id))
 				return;
 	for (size_t i = 0; i < d->nretiring; i++)
-		if (job_cancel(d->retiring[i], id))
+		if (slot_cancel(d->retiring[i], id))
 			return;
 	if (d->lease)
 		lease_cancel(d->lease, id);
 }
 
-static void for_each_slot(struct daemon *d, void (*fn)(struct job *))
+static void for_each_slot(struct daemon *d, void (*fn)(struct slot *))
 {
 	for (size_t qi = 0; qi < d->nqueues; qi++)
 		for (int i = 0; i < d->queues[qi]->nslots; i++)
@@ -549,7 +549,7 @@ static void on_fence(struct fence *f, enum fence_event ev, void *arg)
 	if (ev == FENCE_UP)
 		kick_all(d);
 	else
-		for_each_slot(d, job_fence_lost);
+		for_each_slot(d, slot_fence_lost);
 }
 
 static void start_serving(struct daemon *d)
@@ -694,9 +694,9 @@ static void on_grace(struct ev_loop *loop, ev_timer *w, int revents)
 	d->terminating = true;
 	for (size_t qi = 0; qi < d->nqueues; qi++)
 		for (int i = 0; i < d->queues[qi]->nslots; i++)
-			job_terminate(d->queues[qi]->slots[i]);
+			slot_terminate(d->queues[qi]->slots[i]);
 	for (size_t i = 0; i < d->nretiring; i++)
-		job_terminate(d->retiring[i]);
+		slot_terminate(d->retiring[i]);
 	if (d->lease)
 		lease_terminate(d->lease);
 }
@@ -721,19 +721,19 @@ static void begin_drain(struct daemon *d, bool now)
 	size_t busy = d->lease ? lease_busy(d->lease) : 0;
 	for (size_t qi = 0; qi < d->nqueues; qi++)
 		for (int i = 0; i < d->queues[qi]->nslots; i++)
-			busy += job_is_busy(d->queues[qi]->slots[i]);
+			busy += slot_is_busy(d->queues[qi]->slots[i]);
 	log_info("msg=\"shutting down\" running=%zu shutdown_grace_ms=%" PRId64, busy,
 		 d->cfg->shutdown_grace_ms);
-	/* drain a copy: a slot may stop (and be unlinked) inside job_drain */
+	/* drain a copy: a slot may stop (and be unlinked) inside slot_drain */
 	size_t n = 0;
-	struct job **all = xcalloc(slots_left(d) + 1, sizeof(*all));
+	struct slot **all = xcalloc(slots_left(d) + 1, sizeof(*all));
 	for (size_t qi = 0; qi < d->nqueues; qi++)
 		for (int i = 0; i < d->queues[qi]->nslots; i++)
 			all[n++] = d->queues[qi]->slots[i];
 	for (size_t i = 0; i < d->nretiring; i++)
 		all[n++] = d->retiring[i];
 	for (size_t i = 0; i < n; i++)
-		job_drain(all[i]);
+		slot_drain(all[i]);
 	free(all);
 	if (d->lease)
 		lease_drain(d->lease);
@@ -843,14 +843,14 @@ static void apply_config(struct daemon *d, struct config *nc)
 				continue;
 			}
 			for (int s = 0; s < q->nslots; s++)
-				job_set_conf(q->slots[s], nq);
+				slot_set_conf(q->slots[s], nq);
 			while (q->nslots < nq->concurrency)
 				add_slot(q);
 			while (q->nslots > nq->concurrency) {
 				/* prefer retiring a slot that is not running a job */
 				int pick = q->nslots - 1;
 				for (int s = 0; s < q->nslots; s++)
-					if (!job_is_busy(q->slots[s]))
+					if (!slot_is_busy(q->slots[s]))
 						pick = s;
 				retire(d, take_slot(q, pick));
 			}
@@ -1018,14 +1018,14 @@ int daemon_run(const char *config_path, struct config *cfg)
 	    .contain = d->contain,
 	    .metrics = d->metrics,
 	};
-	d->env = (struct job_env){
+	d->env = (struct slot_env){
 	    .loop = d->loop,
 	    .conninfo = d->conninfo,
 	    .worker_prefix = d->worker_prefix,
 	    .run_env = &d->renv,
 	    .guard = d->guard,
 	    .fence = d->fence,
-	    .on_event = on_job_event,
+	    .on_event = on_slot_event,
 	    .arg = d,
 	    .metrics = d->metrics,
 	};
@@ -1074,9 +1074,9 @@ int daemon_run(const char *config_path, struct config *cfg)
 	for (size_t i = 0; i < d->nqueues; i++)
 		qstate_free(d->queues[i]);
 	for (size_t i = 0; i < d->nretiring; i++)
-		job_free(d->retiring[i]);
+		slot_free(d->retiring[i]);
 	for (size_t i = 0; i < d->ndead; i++)
-		job_free(d->dead[i]);
+		slot_free(d->dead[i]);
 	lease_free(d->lease); /* after the maintenance, which took turns on its session */
 	fence_free(d->fence);
 	free(d->queues);

@@ -2,7 +2,7 @@
  * the Prometheus text format for node_exporter's textfile collector.
  *
  * The daemon owns one struct metrics; job slots and database connections
- * reach it through a pointer (struct job_env, struct db_callbacks) and call
+ * reach it through a pointer (struct slot_env, struct db_callbacks) and call
  * the metrics_* hooks below. Every hook accepts m == NULL and then does
  * nothing, so a caller without metrics needs no special case. Hooks never
  * allocate except the first time a queue name is seen; memory grows with the

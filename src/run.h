@@ -4,7 +4,7 @@
  * This is what every lock mode does the same way. How the claim is held
  * while the command runs is the owner's business, and the owner is the
  * only one that talks to PostgreSQL:
- *   lock mode `transaction`  a slot (job.c) holds the job with row locks in
+ *   lock mode `transaction`  a slot (slot.c) holds the job with row locks in
  *                            an open transaction of its own session and
  *                            writes the outcome in that transaction;
  *   lock mode `lease`        the lease session (lease.c) holds it by a

@@ -1,0 +1,598 @@
+/* slot.c - a job slot's state machine (see slot.h).
+ *
+ *   CONNECTING --DB_UP--> IDLE --reserve--> RESERVED --hold--> HOLDING --held--> RUNNING
+ *        ^                 ^  ^                |  nothing      |  not ours          | ends
+ *        |                 |  +-- unreserve ---+               v                    v
+ *        |                 +------------------------------ ENDING_TX           FINISHING
+ *        |                 +--------------------------------------------- ok ---+
+ *        +---- (reconnect) <-- LOST <-- DB_DOWN while RUNNING ------------------+-- failure
+ *   IDLE --drain--> STOPPED
+ *
+ * The queue's claimer (claimer.c) claims jobs for RESERVED slots; the slot
+ * then holds its job with row locks in its own session (claim.c) and runs
+ * its command (run.h: start, timeout, cancel, the outcome's classification,
+ * shared with lock mode `lease`). slot_step() is the single place where the
+ * state changes; every
+ * transition is logged at debug level. A command whose session is lost
+ * (LOST) is killed at once with SIGKILL: its lock is gone, so another daemon
+ * may take the job over, and guarantee 1 (never two commands of one group)
+ * must hold. The socket of a lost session is kept open until the command is
+ * dead, so that when the loss was only seen by us, PostgreSQL keeps the lock
+ * until then.
+ *
+ * A running job holds a reference on the queue_conf it started with (in
+ * its struct run), so a reload never changes a running job's timeout or
+ * output limits. */
+#include "slot.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "claim.h"
+#include "db.h"
+#include "exec.h"
+#include "fence.h"
+#include "guard.h"
+#include "log.h"
+#include "metrics.h"
+#include "result.h"
+#include "run.h"
+#include "util.h"
+
+enum slot_state {
+	S_CONNECTING,
+	S_IDLE,
+	S_RESERVED,
+	S_HOLDING,
+	S_ENDING_TX,
+	S_RUNNING,
+	S_FINISHING,
+	S_LOST,
+	S_RELEASING,
+	S_STOPPED,
+};
+
+static const char *const state_names[] = {"connecting", "idle",	   "reserved",	"holding",
+					  "ending_tx",	"running", "finishing", "lost",
+					  "releasing",	"stopped"};
+
+struct slot {
+	const struct slot_env *env;
+	struct queue_conf *q; /* configuration for the next claim (a reference) */
+	int index;
+	enum slot_state state;
+	bool draining;
+	struct db_conn *db;
+	char worker[256];
+	struct run run;	   /* the claimed job and its command */
+	double claim_sent; /* metrics_now() when the slot was reserved for a claim */
+	struct hold_params hparams;
+	struct finish_params fparams;
+	struct release_params rparams;
+	/* The session holding the job was lost and its command is dead: the
+	 * job is released from the next session (pgjobd.release_claim), with
+	 * run.error as the attempt's outcome. */
+	bool release_pending;
+	ev_timer release_again; /* the row was still locked: try again */
+	/* The outcome (out, with run.result/run.error) could not be committed:
+	 * it is written again, fenced by the token, from the next session. Until
+	 * then the job stays this slot's: our own orphan pass must not hand it
+	 * back as one whose command never started. Bounded by FINISH_TRIES. */
+	struct claim_outcome out;
+	bool finish_pending;
+	int finish_tries;
+};
+
+#define FINISH_TRIES 5
+
+#define log_job(level, s, fmt, ...)                                                                \
+	log_msg(level, fmt " job=%lld queue=%s attempt=%d", ##__VA_ARGS__, (s)->run.cj.id,         \
+		(s)->q->name, (s)->run.cj.attempts)
+
+static void slot_step(struct slot *s, enum slot_state to)
+{
+	if (s->state != to)
+		log_debug("msg=\"slot state\" queue=%s slot=%d from=%s to=%s", s->q->name, s->index,
+			  state_names[s->state], state_names[to]);
+	s->state = to;
+}
+
+static void emit(struct slot *s, enum slot_event ev, int64_t ms)
+{
+	s->env->on_event(s, ev, ms, s->env->arg);
+}
+
+static void clear_run(struct slot *s)
+{
+	ev_timer_stop(s->env->loop, &s->release_again);
+	s->release_pending = false;
+	s->finish_pending = false;
+	s->finish_tries = 0;
+	run_clear(&s->run);
+}
+
+/* Nothing running and told to drain: report STOPPED. The session is closed
+ * by slot_free, which the daemon calls from its reap pass: this often runs
+ * inside a callback of s->db, which must not be freed under its own feet. */
+static bool maybe_stop(struct slot *s)
+{
+	if (!s->draining || (s->state != S_IDLE && s->state != S_CONNECTING))
+		return false;
+	slot_step(s, S_STOPPED);
+	emit(s, SLOT_EV_STOPPED, 0);
+	return true;
+}
+
+/* The session is unusable: connect again, unless the slot is draining, in
+ * which case it stops. */
+static void reconnect(struct slot *s)
+{
+	slot_step(s, S_CONNECTING);
+	if (!maybe_stop(s))
+		db_reconnect(s->db);
+}
+
+static void outcome_lost(struct slot *s, const char *why)
+{
+	/* The transaction that held the job is gone with its lock: write the
+	 * outcome again from the next session. After FINISH_TRIES failures the
+	 * job is dropped; the row stays `running` and is run again. */
+	if (++s->finish_tries < FINISH_TRIES) {
+		log_job(LOG_WARN, s, "msg=\"cannot record outcome; writing it again\" err=%s",
+			log_value(why));
+		s->finish_pending = true;
+	} else {
+		log_job(LOG_ERROR, s, "msg=\"cannot record outcome\" err=%s", log_value(why));
+		clear_run(s);
+	}
+	reconnect(s);
+}
+
+/* The outcome again, in an implicit transaction of its own (no BEGIN, so
+ * no COMMIT): the UPDATE checks the fencing token, so a claim taken over
+ * meanwhile is left alone. */
+static void on_finished(struct db_conn *c, PGresult *const *res, int n, void *arg);
+static void send_finish_again(struct slot *s)
+{
+	struct db_stmt st[CLAIM_FINISH_MAX];
+	int n = claim_build_finish(st, &s->fparams, s->run.cj.id, s->run.cj.fence, &s->out);
+	slot_step(s, S_FINISHING);
+	if (db_send(s->db, st, n - 1, on_finished, s) < 0)
+		outcome_lost(s, "cannot send");
+}
+
+static void on_finished(struct db_conn *c, PGresult *const *res, int n, void *arg)
+{
+	(void)c;
+	struct slot *s = arg;
+	if (!res)
+		return; /* the connection is gone; on_db_event reconnects */
+	if (!db_batch_ok(res, n)) {
+		outcome_lost(s, db_batch_error(res, n));
+		return;
+	}
+	if (strcmp(PQcmdTuples(res[0]), "1") != 0) {
+		/* In the holding transaction this cannot happen. Written again
+		 * after a lost session: the first COMMIT may have gone through
+		 * (its answer lost), or the claim was taken over meanwhile. */
+		if (s->finish_tries > 0)
+			log_job(LOG_WARN, s,
+				"msg=\"outcome already recorded, or the claim was taken over\" "
+				"fence=%lld",
+				s->run.cj.fence);
+		else
+			log_job(LOG_ERROR, s,
+				"msg=\"outcome not recorded: the claim is no longer this slot's\" "
+				"fence=%lld",
+				s->run.cj.fence);
+	}
+	/* The retry's wake-up, once the outcome is committed: run_at counts
+	 * from the server's time of the UPDATE, so a timer started before it
+	 * was sent could fire before the job is due, find nothing, and leave
+	 * the retry to the poll. */
+	if (strcmp(s->out.status, "queued") == 0 && !s->out.give_back)
+		emit(s, SLOT_EV_RETRY, s->out.retry_in_ms);
+	clear_run(s);
+	slot_step(s, S_IDLE);
+	if (!maybe_stop(s))
+		emit(s, SLOT_EV_IDLE, 0);
+}
+
+/* Classify how the command ended (run.h; o == NULL: it never started) and
+ * write the outcome in the transaction that holds the job. */
+static void write_outcome(struct slot *s, const struct exec_outcome *o)
+{
+	struct claim_outcome out;
+	run_outcome(&s->run, o, &out);
+	s->out = out;
+	struct db_stmt st[CLAIM_FINISH_MAX];
+	int n = claim_build_finish(st, &s->fparams, s->run.cj.id, s->run.cj.fence, &out);
+	slot_step(s, S_FINISHING);
+	if (db_send(s->db, st, n, on_finished, s) < 0)
+		outcome_lost(s, "cannot send");
+}
+
+static void on_run_done(struct run *r, const struct exec_outcome *o, void *arg)
+{
+	struct slot *s = arg;
+	if (s->state == S_LOST) {
+		/* Its session (and lock) is gone but our daemon is alive, so no
+		 * other daemon takes the job over: release it ourselves from the
+		 * next session, as a failed attempt. */
+		log_job(LOG_WARN, s,
+			"msg=\"command ended after its claim was lost\" reason=lost_lock");
+		run_lost(r, o,
+			 "the database session holding the job was lost; the command was killed");
+		s->release_pending = true;
+		reconnect(s);
+		return;
+	}
+	write_outcome(s, o);
+}
+
+static void start_command(struct slot *s)
+{
+	if (run_exec(&s->run) < 0) {
+		/* EMFILE and the like: the environment, not the job. Give the
+		 * attempt back and let the job be claimed again later. */
+		s->run.kill_reason = "shutdown";
+		write_outcome(s, NULL);
+	}
+}
+
+static void on_tx_ended(struct db_conn *c, PGresult *const *res, int n, void *arg)
+{
+	(void)c;
+	struct slot *s = arg;
+	if (!res)
+		return;
+	if (!db_batch_ok(res, n)) {
+		log_warn("msg=\"cannot end hold transaction\" queue=%s err=%s", s->q->name,
+			 log_value(db_batch_error(res, n)));
+		reconnect(s);
+		return;
+	}
+	slot_step(s, S_IDLE);
+	if (!maybe_stop(s))
+		emit(s, SLOT_EV_IDLE, 0);
+}
+
+/* The hold did not take: tell the daemon (the claimer no longer answers for
+ * the job, and the job, if still `running` for us, is handed back by the next
+ * orphan pass). */
+static void not_held(struct slot *s)
+{
+	emit(s, SLOT_EV_NOT_HELD, 0);
+	claim_job_free(&s->run.cj);
+}
+
+static void on_held(struct db_conn *c, PGresult *const *res, int n, void *arg)
+{
+	(void)c;
+	struct slot *s = arg;
+	if (!res) {
+		not_held(s); /* on_db_event reconnects */
+		return;
+	}
+	if (!db_batch_ok(res, n)) {
+		log_job(LOG_WARN, s, "msg=\"cannot hold claimed job\" err=%s",
+			log_value(db_batch_error(res, n)));
+		not_held(s);
+		reconnect(s);
+		return;
+	}
+	bool group_lost = s->run.cj.group_row && PQntuples(res[CLAIM_HOLD_JOB - 1]) != 1;
+	if (PQntuples(res[CLAIM_HOLD_JOB]) != 1 || group_lost) {
+		/* Not ours any more (our daemon's claims lapsed and another
+		 * daemon took the job over), or the group's lock row went away
+		 * between claim and hold: running without it would leave the
+		 * group unlocked. Either way the command does not start; a job
+		 * still ours is handed back by our claimer's orphan pass. */
+		if (group_lost)
+			log_job(LOG_WARN, s,
+				"msg=\"group lock row vanished before the job started\"");
+		else
+			log_job(LOG_WARN, s,
+				"msg=\"claimed job was taken over before it started\"");
+		not_held(s);
+		struct db_stmt st = {.sql = claim_sql_commit};
+		slot_step(s, S_ENDING_TX);
+		if (db_send(s->db, &st, 1, on_tx_ended, s) < 0)
+			reconnect(s);
+		return;
+	}
+	run_begin(&s->run, s->q);
+	metrics_job_started(s->env->metrics, s->q->name, metrics_now() - s->claim_sent);
+	slot_step(s, S_RUNNING);
+	emit(s, SLOT_EV_HELD, 0);
+	if (PQgetvalue(res[CLAIM_HOLD_JOB], 0, 1)[0] == 't') {
+		log_job(LOG_INFO, s, "msg=\"job cancelled before its command started\"");
+		s->run.kill_reason = "cancelled";
+	}
+	if (!s->run.kill_reason && s->env->fence &&
+	    !fence_holds(s->env->fence, fence_timeout_ms(s->env->fence) / 4)) {
+		/* Our claims may lapse before the command could do much: it
+		 * would be killed soon anyway. Not an attempt. */
+		log_job(LOG_WARN, s, "msg=\"claims not confirmed recently; job not started\"");
+		s->run.kill_reason = "unstarted";
+	}
+	if (s->run.kill_reason) {
+		/* Shutdown or cancel came while the hold was in flight: do not
+		 * start the command. */
+		write_outcome(s, NULL);
+		return;
+	}
+	start_command(s);
+}
+
+bool slot_reserve(struct slot *s)
+{
+	if (s->state != S_IDLE || s->draining || s->release_pending || s->finish_pending ||
+	    !db_is_ready(s->db))
+		return false;
+	slot_step(s, S_RESERVED);
+	s->claim_sent = metrics_now();
+	return true;
+}
+
+void slot_unreserve(struct slot *s)
+{
+	if (s->state != S_RESERVED)
+		return;
+	s->run.kill_reason = NULL;
+	slot_step(s, S_IDLE);
+	maybe_stop(s);
+}
+
+void slot_hold(struct slot *s, struct claim_job *cj)
+{
+	s->run.cj = *cj;
+	memset(cj, 0, sizeof(*cj));
+	if (s->state != S_RESERVED || !db_is_ready(s->db)) {
+		not_held(s);
+		return;
+	}
+	struct db_stmt st[3];
+	int n = claim_build_hold(st, &s->hparams, &s->run.cj, s->worker);
+	slot_step(s, S_HOLDING);
+	if (db_send(s->db, st, n, on_held, s) < 0) {
+		not_held(s);
+		reconnect(s);
+	}
+}
+
+const struct claim_job *slot_claimed(const struct slot *s)
+{
+	return &s->run.cj;
+}
+
+const char *slot_worker(const struct slot *s)
+{
+	return s->worker;
+}
+
+static void send_release(struct slot *s);
+
+static void on_released(struct db_conn *c, PGresult *const *res, int n, void *arg)
+{
+	(void)c;
+	struct slot *s = arg;
+	if (!res)
+		return; /* on_db_event reconnects; the release stays pending */
+	if (!db_batch_ok(res, n) || PQntuples(res[0]) != 1) {
+		log_job(LOG_WARN, s, "msg=\"cannot release lost claim; retrying\" err=%s",
+			log_value(db_batch_error(res, n)));
+		slot_step(s, S_IDLE);
+		ev_timer_set(&s->release_again, 1.0, 0.);
+		ev_timer_start(s->env->loop, &s->release_again);
+		return;
+	}
+	const char *r = PQgetvalue(res[0], 0, 0);
+	if (strcmp(r, "locked") == 0) {
+		/* The old backend has not noticed its end yet. */
+		slot_step(s, S_IDLE);
+		ev_timer_set(&s->release_again, 0.5, 0.);
+		ev_timer_start(s->env->loop, &s->release_again);
+		return;
+	}
+	if (strcmp(r, "released") == 0)
+		log_job(LOG_INFO, s, "msg=\"lost claim released\" reason=lost_lock");
+	else
+		log_job(LOG_WARN, s, "msg=\"lost claim was no longer ours\" result=%s",
+			log_value(r));
+	clear_run(s);
+	slot_step(s, S_IDLE);
+	if (!maybe_stop(s))
+		emit(s, SLOT_EV_IDLE, 0);
+}
+
+static void send_release(struct slot *s)
+{
+	struct db_stmt st;
+	claim_build_release(&st, &s->rparams, &s->run.cj, true, s->run.error, s->run.entry,
+			    run_retry_delay(s->run.q ? s->run.q : s->q, s->run.cj.attempts));
+	slot_step(s, S_RELEASING);
+	if (db_send(s->db, &st, 1, on_released, s) < 0) {
+		slot_step(s, S_IDLE);
+		ev_timer_set(&s->release_again, 1.0, 0.);
+		ev_timer_start(s->env->loop, &s->release_again);
+	}
+}
+
+static void on_release_again(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	struct slot *s = w->data;
+	if (s->release_pending && s->state == S_IDLE && db_is_ready(s->db))
+		send_release(s);
+}
+
+static void on_db_event(struct db_conn *c, enum db_event ev, void *arg)
+{
+	(void)c;
+	struct slot *s = arg;
+	if (ev == DB_UP) {
+		if (s->state == S_CONNECTING) {
+			slot_step(s, S_IDLE);
+			if (s->release_pending) {
+				send_release(s);
+				return;
+			}
+			if (s->finish_pending) {
+				send_finish_again(s);
+				return;
+			}
+			if (!maybe_stop(s))
+				emit(s, SLOT_EV_IDLE, 0);
+		}
+		return;
+	}
+	/* DB_DOWN */
+	if (s->state == S_RUNNING && s->run.proc) {
+		log_job(LOG_ERROR, s,
+			"msg=\"lost the database session holding the job; killing its command\"");
+		slot_step(s, S_LOST);
+		run_kill(&s->run, "lost_lock", 0);
+		return; /* reconnect once the command is dead (on_run_done) */
+	}
+	if (s->state == S_FINISHING) {
+		/* The outcome is known: write it from the next session. */
+		outcome_lost(s, "connection lost while recording the outcome");
+		return;
+	}
+	if (s->state == S_RUNNING)
+		clear_run(s);
+	if (s->state == S_RELEASING || s->release_pending)
+		ev_timer_stop(s->env->loop, &s->release_again);
+	reconnect(s); /* RESERVED: the claim for it then finds it not ready;
+			 a pending release is sent from the next session */
+}
+
+static void on_guard_fd(int fd, bool opened, void *arg)
+{
+	struct slot *s = arg;
+	if (!s->env->guard)
+		return;
+	if (opened)
+		guard_add_fd(s->env->guard, fd);
+	else
+		guard_del_fd(s->env->guard, fd);
+}
+
+struct slot *slot_new(const struct slot_env *env, struct queue_conf *q, int index)
+{
+	struct slot *s = xcalloc(1, sizeof(*s));
+	s->env = env;
+	s->q = queue_conf_ref(q);
+	s->index = index;
+	snprintf(s->worker, sizeof(s->worker), "%s:%s.%d", env->worker_prefix, q->name, index);
+	run_init(&s->run, env->run_env, on_run_done, s);
+	ev_init(&s->release_again, on_release_again);
+	s->release_again.data = s;
+	char app[64];
+	snprintf(app, sizeof(app), "pgjobd %s.%d", q->name, index);
+	static const char *const setup[] = {
+	    /* the claim transaction is idle while the command runs */
+	    "SET idle_in_transaction_session_timeout = 0",
+	    NULL,
+	};
+	struct db_callbacks cbs = {
+	    .on_event = on_db_event, .on_notify = NULL, .on_fd = on_guard_fd, .arg = s};
+	cbs.metrics = env->metrics;
+	slot_step(s, S_CONNECTING);
+	s->db = db_conn_new(env->loop, env->conninfo, app, setup, &cbs);
+	return s;
+}
+
+void slot_free(struct slot *s)
+{
+	if (!s)
+		return;
+	ev_timer_stop(s->env->loop, &s->release_again);
+	run_fini(&s->run);
+	db_conn_free(s->db);
+	queue_conf_unref(s->q);
+	free(s);
+}
+
+bool slot_is_busy(const struct slot *s)
+{
+	return s->state == S_HOLDING || s->state == S_RUNNING || s->state == S_FINISHING ||
+	       s->state == S_LOST || s->state == S_RELEASING || s->release_pending ||
+	       s->finish_pending;
+}
+
+long long slot_held_id(const struct slot *s)
+{
+	return slot_is_busy(s) ? s->run.cj.id : 0;
+}
+
+void slot_fence_lost(struct slot *s)
+{
+	if (s->state == S_RESERVED || s->state == S_HOLDING) {
+		if (!s->run.kill_reason)
+			s->run.kill_reason = "unstarted"; /* on_held does not start it */
+		return;
+	}
+	if (s->state != S_RUNNING || !s->run.proc)
+		return;
+	log_job(LOG_ERROR, s, "msg=\"claim could not be confirmed in time; killing its command\"");
+	run_kill(&s->run, "lost_lock", 0);
+}
+
+void slot_drain(struct slot *s)
+{
+	s->draining = true;
+	maybe_stop(s);
+}
+
+void slot_terminate(struct slot *s)
+{
+	if (s->state == S_RESERVED || s->state == S_HOLDING) {
+		run_kill(&s->run, "shutdown", 0); /* the job will not be started */
+		return;
+	}
+	if (s->state != S_RUNNING || !s->run.proc)
+		return;
+	log_job(LOG_INFO, s, "msg=\"terminating command for shutdown\"");
+	run_kill(&s->run, "shutdown", s->run.q->kill_grace_ms);
+}
+
+bool slot_cancel(struct slot *s, long long id)
+{
+	if (!slot_is_busy(s) || s->run.cj.id != id)
+		return false;
+	/* The NOTIFY and the once-a-second look at the requests both report a
+	 * request until the job's outcome is written: act on the first only. */
+	if (s->run.kill_reason && strcmp(s->run.kill_reason, "cancelled") == 0)
+		return true;
+	if (s->state == S_HOLDING) {
+		s->run.kill_reason = "cancelled"; /* on_held does not start it */
+		return true;
+	}
+	if (s->state != S_RUNNING || !s->run.proc)
+		return true; /* its outcome is being written, or its session is lost */
+	/* Cancel wins over a timeout or a shutdown in progress: the job must
+	 * not run again. exec_kill never lengthens a grace already running. */
+	log_job(LOG_INFO, s, "msg=\"job cancelled; terminating its command\"");
+	run_kill(&s->run, "cancelled", s->run.q->kill_grace_ms);
+	return true;
+}
+
+void slot_set_conf(struct slot *s, struct queue_conf *q)
+{
+	struct queue_conf *old = s->q;
+	s->q = queue_conf_ref(q);
+	queue_conf_unref(old);
+}
+
+const struct queue_conf *slot_conf(const struct slot *s)
+{
+	return s->q;
+}
