@@ -20,11 +20,11 @@ struct metrics;
 struct run_env;
 
 enum slot_event {
-	SLOT_EV_IDLE,	 /* connected and idle (after connect or a finished job) */
-	SLOT_EV_HELD,	 /* the claimed job is held (slot_claimed); its command starts */
+	SLOT_EV_IDLE,	  /* connected and idle (after connect or a finished job) */
+	SLOT_EV_HELD,	  /* the claimed job is held (slot_claimed); its command starts */
 	SLOT_EV_NOT_HELD, /* the claimed job could not be held (slot_claimed) */
-	SLOT_EV_RETRY,	 /* a job of the queue was re-queued; arg_ms: its delay */
-	SLOT_EV_STOPPED,	 /* drained: no job, connection closed; may be freed */
+	SLOT_EV_RETRY,	  /* a job of the queue was re-queued; arg_ms: its delay */
+	SLOT_EV_STOPPED,  /* drained: no job, connection closed; may be freed */
 };
 typedef void slot_event_fn(struct slot *j, enum slot_event ev, int64_t arg_ms, void *arg);
 
