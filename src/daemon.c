@@ -1,18 +1,22 @@
-/* daemon.c - the service: state, signals, listener, queues of slots, reload.
+/* daemon.c - the service: state, signals, the listener, reload, shutdown.
  *
  * States: STARTING (waiting for the listener session and the schema check)
  * -> RUNNING -> DRAINING (TERM/INT: no new claims, running commands get
  * shutdown_grace, then are terminated and their jobs re-queued) -> the loop
- * ends when every slot has stopped.
+ * ends when every slot has stopped and every lease job has finished.
  *
- * Wake-ups: a NOTIFY on channel `pgjobd`, the queue's retry timer, and the
- * poll_interval fallback each kick ONE idle slot of the queue; a slot that
- * starts a job kicks the next idle slot, so a burst of jobs spreads over the
- * slots without every slot querying on every NOTIFY. A wake-up's payload is
- * not the queue's name, which any role listening could read, but the hex
- * SHA-256 of the installation's secret and the name (sql/008_security.sql):
- * the listener reads the secret at each connect, each queue carries its
- * payload, and a payload that matches none is ignored.
+ * The queues, their claims, their slots and the lease session belong to
+ * the dispatcher (dispatch.c); this file tells it when to serve, wake,
+ * reload, drain and terminate, and hears back (on_dispatch_stopped) when
+ * slots have stopped, to end the loop once nothing is left.
+ *
+ * Wake-ups: a NOTIFY on channel `pgjobd`, a queue's retry timer and the
+ * poll_interval fallback each kick a queue: it claims for all its idle
+ * slots at once. A wake-up's payload is not the queue's name, which any
+ * role listening could read, but the hex SHA-256 of the installation's
+ * secret and the name (sql/008_security.sql): the listener reads the secret
+ * at each connect and hands it to the dispatcher, which gives each queue
+ * its payload; a payload that matches none is ignored.
  *
  * Any role may NOTIFY any channel, so nothing is ever done on the strength
  * of a payload: a wake-up only makes a claimer look for jobs, and a NOTIFY
@@ -21,24 +25,13 @@
  * only ones cancelled. One on `pgjobd_schedule` only makes the scheduler
  * (on the maintenance session) read pgjobd.schedules sooner.
  *
- * Lock modes: a queue of lock mode `transaction` has a claimer and
- * `concurrency` slots, each a session (slot.c); a queue of lock mode `lease`
- * has neither: the daemon's one lease session (lease.c) claims for it, holds
- * its jobs and writes their outcomes, and the maintenance session takes its
- * turns on that session when the daemon starts with lease-mode queues (so
- * that a daemon with only such queues uses three sessions: listener, fence,
- * lease). A reload may switch a queue's mode: its running jobs finish in
- * the mode they were claimed in (retired slots, or lease-held jobs that are
- * no longer claimed for), and a running job is its group's head whatever
- * holds it, so the group stays busy for both.
+ * When the daemon starts with lease-mode queues, the maintenance session
+ * takes its turns on the dispatcher's lease session (so that a daemon with
+ * only such queues uses three sessions: listener, fence, lease).
  *
- * Ownership: struct daemon owns the config, the listener, every slot (in its
- * queue's array, or in `retiring` while a removed slot finishes its job),
- * the lease session (once a lease-mode queue was served) and the guard.
- * Slots that have stopped are freed by an ev_idle watcher, never inside
- * their own callbacks: it runs as soon as the callbacks have returned (an
- * ev_check watcher would wait for the next event, and shutdown would hang
- * until then). */
+ * Ownership: struct daemon owns the config, the listener, the fence, the
+ * guard, the maintenance session and the dispatcher (which owns every queue
+ * and slot, and the lease session). */
 #include "daemon.h"
 
 #include <assert.h>
@@ -54,13 +47,11 @@
 
 #include <ev.h>
 
-#include "claimer.h"
 #include "contain.h"
 #include "db.h"
+#include "dispatch.h"
 #include "fence.h"
 #include "guard.h"
-#include "slot.h"
-#include "lease.h"
 #include "log.h"
 #include "maint.h"
 #include "metrics.h"
@@ -76,26 +67,6 @@
 enum daemon_state { D_STARTING, D_RUNNING, D_DRAINING };
 static const char *const dstate_names[] = {"starting", "running", "draining"};
 
-struct qstate {
-	struct daemon *d;
-	struct queue_conf *conf; /* a reference */
-	bool lease;		 /* lock mode lease: no slots, no claimer (d->lease) */
-	struct slot **slots;
-	int nslots;
-	int next_index;
-	struct claimer *cl;
-	/* The slots the claim in flight is for, in the order of its workers
-	 * (NULL: that slot stopped meanwhile). Written by kick_queue only,
-	 * taken over and emptied by on_claimed. */
-	struct slot **reserved;
-	const char **workers; /* their worker names */
-	int nreserved, reserved_cap;
-	bool dispatching; /* on_claimed is handing a claim's jobs to its slots */
-	bool again;	  /* a wake-up came while a claim was in flight */
-	ev_timer wake;	  /* retry wake-up */
-	char wake_payload[SHA256_HEX_LEN + 1]; /* of NOTIFY pgjobd; "" while unknown */
-};
-
 struct daemon {
 	struct ev_loop *loop;
 	enum daemon_state state;
@@ -105,28 +76,18 @@ struct daemon {
 	char *worker_prefix;
 	char *home;
 	struct guard *guard;
-	struct contain *contain; /* what commands leave behind dies with them */
-	struct fence *fence;	 /* registration and heartbeat: bounds every claim */
-	struct lease *lease;	 /* lock mode lease, every such queue; NULL until needed */
+	struct contain *contain;   /* what commands leave behind dies with them */
+	struct fence *fence;	   /* registration and heartbeat: bounds every claim */
+	struct dispatch *dispatch; /* the queues, their slots, the lease session */
 	struct db_conn *listener;
 	char *wake_secret;   /* pgjobd.wake_secret, read by the listener; NULL: unknown */
 	struct maint *maint; /* expiry, retention, cancel requests; from start_serving */
 	struct metrics *metrics;
 	struct report *report; /* STATUS= and the metrics file */
-	struct qstate **queues;
-	size_t nqueues;
-	struct slot **retiring; /* drained slots of removed queues or lowered concurrency */
-	size_t nretiring;
-	struct slot **dead; /* stopped, to be freed by on_reap */
-	size_t ndead;
-	long long *held; /* scratch: a queue's held jobs, for its claimer */
-	size_t held_cap;
-	struct run_env renv; /* what every command needs (run.h) */
-	struct slot_env env;
+	struct run_env renv;   /* what every command needs (run.h) */
 	ev_signal sigterm, sigint, sighup;
 	ev_timer poll, grace, watchdog;
 	struct reaper *reaper; /* every child is reaped by it (reap.h) */
-	ev_idle reap;	       /* started while `dead` is not empty */
 	bool terminating;      /* commands were told to stop */
 	int exit_code;
 };
@@ -139,407 +100,36 @@ static void set_state(struct daemon *d, enum daemon_state s)
 	d->state = s;
 }
 
-static struct qstate *find_queue(struct daemon *d, const char *name)
-{
-	for (size_t i = 0; i < d->nqueues; i++)
-		if (strcmp(d->queues[i]->conf->name, name) == 0)
-			return d->queues[i];
-	return NULL;
-}
-
-/* The jobs of queue q that this daemon's slots hold or are still
- * responsible for (retiring slots of the queue included): its claimer's
- * orphan pass must not hand them back. Into d->held; returns the count. */
-static int held_jobs(struct daemon *d, const struct qstate *q)
-{
-	size_t nlease = d->lease ? lease_held(d->lease, q->conf->name, NULL, 0) : 0;
-	size_t need = (size_t)q->nslots + d->nretiring + nlease + 1;
-	if (d->held_cap < need) {
-		d->held_cap = need;
-		d->held = xrealloc(d->held, need * sizeof(*d->held));
-	}
-	/* jobs of the queue claimed in lock mode lease (before a reload
-	 * switched it): our claimer must not hand them back */
-	int n = d->lease ? (int)lease_held(d->lease, q->conf->name, d->held, nlease) : 0;
-	for (int i = 0; i < q->nslots; i++)
-		if (slot_held_id(q->slots[i]))
-			d->held[n++] = slot_held_id(q->slots[i]);
-	for (size_t i = 0; i < d->nretiring; i++)
-		if (slot_held_id(d->retiring[i]) &&
-		    strcmp(slot_conf(d->retiring[i])->name, q->conf->name) == 0)
-			d->held[n++] = slot_held_id(d->retiring[i]);
-	return n;
-}
-
-/* Claim for every idle slot of q, in one call of its claimer.
- *
- * The dispatcher is kick_queue plus on_claimed, and it is never re-entered:
- * q->reserved describes the one claim in flight, and each job of a claim's
- * answer goes to the slot at its worker's index in that claim. A slot's
- * callbacks can ask for a kick while on_claimed hands jobs out (slot_hold on
- * a slot that lost its session reports SLOT_EV_NOT_HELD at once); such a kick
- * only sets q->again, and on_claimed kicks once it is done. Claiming there
- * would reserve slots anew and rewrite q->reserved under the loop, so that
- * later jobs of the answer went to the slots of the new claim, and slots of
- * the old one were left reserved with nobody to claim for them. */
-static void kick_queue(struct qstate *q)
-{
-	struct daemon *d = q->d;
-	if (d->state != D_RUNNING)
-		return;
-	if (!fence_may_claim(d->fence)) {
-		/* Claims not confirmed lately: a job started now could be
-		 * killed at once. The fence's FENCE_UP kicks again. */
-		q->again = true;
-		return;
-	}
-	if (q->lease) {
-		lease_kick(d->lease, q->conf->name);
-		return;
-	}
-	if (q->dispatching || !claimer_is_ready(q->cl)) {
-		/* The claim in flight may have missed what woke us: claim again
-		 * when it is back (or when the claimer's session is up). */
-		q->again = true;
-		return;
-	}
-	if (q->reserved_cap < q->nslots) {
-		q->reserved_cap = q->nslots;
-		q->reserved = xrealloc(q->reserved, sizeof(*q->reserved) * (size_t)q->nslots);
-		q->workers = xrealloc(q->workers, sizeof(*q->workers) * (size_t)q->nslots);
-	}
-	q->nreserved = 0;
-	for (int i = 0; i < q->nslots; i++) {
-		if (slot_reserve(q->slots[i])) {
-			q->reserved[q->nreserved] = q->slots[i];
-			q->workers[q->nreserved++] = slot_worker(q->slots[i]);
-		}
-	}
-	if (q->nreserved == 0)
-		return; /* every slot is busy: the next one to finish kicks again */
-	q->again = false;
-	/* First: held_jobs may move d->held (it grows the array). */
-	int nheld = held_jobs(d, q);
-	struct claimer_ctx ctx = {
-	    .worker_id = fence_worker_id(d->fence),
-	    .max_attempts = q->conf->max_attempts,
-	    .timeout_ms = q->conf->timeout_ms,
-	    .max_data = q->conf->max_data,
-	    .orphan_every_ms = d->cfg->poll_interval_ms,
-	    .held = d->held,
-	    .nheld = nheld,
-	};
-	if (claimer_claim(q->cl, q->workers, q->nreserved, &ctx) < 0) {
-		for (int i = 0; i < q->nreserved; i++)
-			slot_unreserve(q->reserved[i]);
-		q->nreserved = 0;
-	}
-}
-
-static void on_claimed(struct claimer *cl, struct claim_job *jobs, const int *slots, int n,
-		       void *arg)
-{
-	struct qstate *q = arg;
-	/* Take the reservation over: the loop works on this copy, and any
-	 * kick it causes waits for the end (see kick_queue). */
-	int asked = q->nreserved;
-	struct slot **mine = xcalloc((size_t)asked + 1, sizeof(*mine));
-	if (asked > 0)
-		memcpy(mine, q->reserved, sizeof(*mine) * (size_t)asked);
-	q->nreserved = 0;
-	q->dispatching = true;
-	for (int i = 0; i < n; i++) {
-		assert(slots[i] >= 0 && slots[i] < asked);
-		struct slot *j = mine[slots[i]];
-		mine[slots[i]] = NULL;
-		if (!j) {
-			/* The slot stopped while the claim was in flight: the
-			 * job is handed back by the next orphan pass. */
-			claimer_release(cl, &jobs[i]);
-			claim_job_free(&jobs[i]);
-			continue;
-		}
-		/* Nothing reserves a slot while its claim is in flight, so it
-		 * is still reserved, or it lost its session (slot_hold then
-		 * reports SLOT_EV_NOT_HELD): never busy with another job. */
-		assert(!slot_is_busy(j));
-		slot_hold(j, &jobs[i]);
-	}
-	for (int i = 0; i < asked; i++)
-		if (mine[i])
-			slot_unreserve(mine[i]);
-	free(mine);
-	q->dispatching = false;
-	if (n < 0)
-		return; /* the claimer reconnects; its on_up kicks */
-	/* A full batch: there may be more (slots that became idle meanwhile).
-	 * Or a kick was asked for meanwhile. */
-	if ((asked > 0 && n == asked) || q->again)
-		kick_queue(q);
-}
-
-static void on_claimer_up(struct claimer *cl, void *arg)
-{
-	(void)cl;
-	kick_queue(arg);
-}
-
-static void kick_all(struct daemon *d)
-{
-	for (size_t i = 0; i < d->nqueues; i++)
-		kick_queue(d->queues[i]);
-}
-
-static void on_wake(struct ev_loop *loop, ev_timer *w, int revents)
-{
-	(void)loop;
-	(void)revents;
-	kick_queue(w->data);
-}
-
-/* The payload of the NOTIFY pgjobd that wakes q (pgjobd.wake_payload()). */
-static void set_wake_payload(struct qstate *q)
-{
-	if (q->d->wake_secret)
-		sha256_hex2(q->d->wake_secret, q->conf->name, q->wake_payload);
-	else
-		q->wake_payload[0] = '\0';
-}
-
-static void add_slot(struct qstate *q)
-{
-	q->slots = xrealloc(q->slots, sizeof(*q->slots) * (size_t)(q->nslots + 1));
-	q->slots[q->nslots++] = slot_new(&q->d->env, q->conf, q->next_index++);
-}
-
-static void on_lease_retry(const char *queue, int64_t ms, void *arg);
-static void on_lease_stopped(void *arg);
-
-/* The lease session, created when the first lease-mode queue is served. */
-static struct lease *need_lease(struct daemon *d)
-{
-	if (!d->lease) {
-		struct lease_callbacks cbs = {
-		    .on_retry = on_lease_retry, .on_stopped = on_lease_stopped, .arg = d};
-		d->lease = lease_new(d->loop, d->conninfo, d->worker_prefix, &d->renv, d->fence,
-				     d->metrics, &cbs);
-		lease_set_orphan_every(d->lease, d->cfg->poll_interval_ms);
-	}
-	return d->lease;
-}
-
-/* Lock mode transaction: the claimer and the slots. */
-static void start_transaction_mode(struct qstate *q)
-{
-	struct claimer_callbacks cbs = {.on_result = on_claimed, .on_up = on_claimer_up, .arg = q};
-	q->cl = claimer_new(q->d->loop, q->d->conninfo, q->conf->name, q->d->metrics, &cbs);
-	for (int i = 0; i < q->conf->concurrency; i++)
-		add_slot(q);
-}
-
-static struct qstate *qstate_new(struct daemon *d, struct queue_conf *conf)
-{
-	struct qstate *q = xcalloc(1, sizeof(*q));
-	q->d = d;
-	q->conf = queue_conf_ref(conf);
-	ev_init(&q->wake, on_wake);
-	q->wake.data = q;
-	set_wake_payload(q);
-	q->lease = conf->lock_mode == LOCK_LEASE;
-	if (q->lease)
-		lease_set_queue(need_lease(d), conf);
-	else
-		start_transaction_mode(q);
-	log_info("msg=\"serving queue\" queue=%s concurrency=%d lock_mode=%s", conf->name,
-		 conf->concurrency, q->lease ? "lease" : "transaction");
-	return q;
-}
-
-static void retire(struct daemon *d, struct slot *j)
-{
-	d->retiring = xrealloc(d->retiring, sizeof(*d->retiring) * (d->nretiring + 1));
-	d->retiring[d->nretiring++] = j;
-	slot_drain(j);
-}
-
-/* Remove the slot at index i of q without freeing it. */
-static struct slot *take_slot(struct qstate *q, int i)
-{
-	struct slot *j = q->slots[i];
-	memmove(&q->slots[i], &q->slots[i + 1], sizeof(*q->slots) * (size_t)(q->nslots - i - 1));
-	q->nslots--;
-	return j;
-}
-
-/* The claimer goes; the claim in flight is dropped with its session (its
- * jobs, if it committed any, are orphans for the next orphan pass). */
-static void stop_claimer(struct qstate *q)
-{
-	claimer_free(q->cl);
-	q->cl = NULL;
-	for (int i = 0; i < q->nreserved; i++)
-		if (q->reserved[i])
-			slot_unreserve(q->reserved[i]);
-	q->nreserved = 0;
-}
-
-static void qstate_free(struct qstate *q)
-{
-	ev_timer_stop(q->d->loop, &q->wake);
-	if (q->lease && q->d->lease)
-		lease_drop_queue(q->d->lease, q->conf->name);
-	stop_claimer(q);
-	free(q->reserved);
-	free(q->workers);
-	for (int i = 0; i < q->nslots; i++)
-		slot_free(q->slots[i]);
-	free(q->slots);
-	queue_conf_unref(q->conf);
-	free(q);
-}
-
-static size_t slots_left(struct daemon *d)
-{
-	size_t n = d->nretiring + (d->lease ? lease_busy(d->lease) : 0);
-	for (size_t i = 0; i < d->nqueues; i++)
-		n += (size_t)d->queues[i]->nslots;
-	return n;
-}
-
 static void finish_if_stopped(struct daemon *d)
 {
-	if (d->state != D_DRAINING || slots_left(d) > 0)
+	if (d->state != D_DRAINING || dispatch_left(d->dispatch) > 0)
 		return;
 	log_info("msg=\"all jobs stopped; exiting\"");
 	ev_break(d->loop, EVBREAK_ALL);
 }
 
-/* A job of queue q is due again in ms: wake the queue then. */
-static void wake_at(struct qstate *q, int64_t ms)
-{
-	struct daemon *d = q->d;
-	double at = (double)ms / 1000.0 + 0.005;
-	if (!ev_is_active(&q->wake) || ev_timer_remaining(d->loop, &q->wake) > at) {
-		ev_timer_stop(d->loop, &q->wake);
-		ev_timer_set(&q->wake, at, 0.);
-		ev_timer_start(d->loop, &q->wake);
-	}
-}
-
-static void on_lease_retry(const char *queue, int64_t ms, void *arg)
-{
-	struct qstate *q = find_queue(arg, queue);
-	if (q)
-		wake_at(q, ms);
-}
-
-static void on_lease_stopped(void *arg)
+/* The dispatcher freed stopped slots, or its lease session has nothing
+ * left. */
+static void on_dispatch_stopped(void *arg)
 {
 	finish_if_stopped(arg);
-}
-
-static void on_slot_event(struct slot *j, enum slot_event ev, int64_t ms, void *arg)
-{
-	struct daemon *d = arg;
-	struct qstate *q = find_queue(d, slot_conf(j)->name);
-	switch (ev) {
-	case SLOT_EV_IDLE:
-		if (q)
-			kick_queue(q);
-		break;
-	case SLOT_EV_HELD:
-		/* The slot answers for the job now (held_jobs). A queue switched
-		 * to lock mode lease has no claimer. */
-		if (q && q->cl)
-			claimer_release(q->cl, slot_claimed(j));
-		break;
-	case SLOT_EV_NOT_HELD:
-		/* The job is handed back by the next orphan pass. (From
-		 * inside on_claimed, the kick waits for its end.) A queue
-		 * switched to lock mode lease has no claimer. */
-		if (q && q->cl)
-			claimer_release(q->cl, slot_claimed(j));
-		if (q)
-			kick_queue(q);
-		break;
-	case SLOT_EV_RETRY:
-		if (q)
-			wake_at(q, ms);
-		break;
-	case SLOT_EV_STOPPED: {
-		/* A slot reserved for a claim in flight can stop (its session
-		 * was lost while draining); the answer must not reach it once
-		 * it has been freed. */
-		for (size_t qi = 0; qi < d->nqueues; qi++)
-			for (int i = 0; i < d->queues[qi]->nreserved; i++)
-				if (d->queues[qi]->reserved[i] == j)
-					d->queues[qi]->reserved[i] = NULL;
-		bool found = false;
-		for (size_t i = 0; i < d->nretiring && !found; i++) {
-			if (d->retiring[i] == j) {
-				d->retiring[i] = d->retiring[--d->nretiring];
-				found = true;
-			}
-		}
-		for (size_t qi = 0; qi < d->nqueues && !found; qi++) {
-			struct qstate *qs = d->queues[qi];
-			for (int i = 0; i < qs->nslots && !found; i++) {
-				if (qs->slots[i] == j) {
-					take_slot(qs, i);
-					found = true;
-				}
-			}
-		}
-		d->dead = xrealloc(d->dead, sizeof(*d->dead) * (d->ndead + 1));
-		d->dead[d->ndead++] = j;
-		ev_idle_start(d->loop, &d->reap);
-		break;
-	}
-	}
-}
-
-static void on_reap(struct ev_loop *loop, ev_idle *w, int revents)
-{
-	(void)revents;
-	struct daemon *d = w->data;
-	ev_idle_stop(loop, w);
-	for (size_t i = 0; i < d->ndead; i++)
-		slot_free(d->dead[i]);
-	d->ndead = 0;
-	finish_if_stopped(d);
 }
 
 static void on_poll(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	(void)loop;
 	(void)revents;
-	kick_all(w->data);
+	struct daemon *d = w->data;
+	dispatch_kick_all(d->dispatch);
 }
 
-/* pgjobd.cancel(id) asked for a running job: if one of our slots holds or
- * runs it, that slot terminates the command. Requests for other daemons'
- * jobs are ignored. */
+/* pgjobd.cancel(id) asked for a running job: if one of our slots or the
+ * lease session holds or runs it, its command is terminated. Requests for
+ * other daemons' jobs are ignored. */
 static void cancel_job(long long id, void *arg)
 {
 	struct daemon *d = arg;
-	for (size_t qi = 0; qi < d->nqueues; qi++)
-		for (int i = 0; i < d->queues[qi]->nslots; i++)
-			if (slot_cancel(d->queues[qi]->slots[i], id))
-				return;
-	for (size_t i = 0; i < d->nretiring; i++)
-		if (slot_cancel(d->retiring[i], id))
-			return;
-	if (d->lease)
-		lease_cancel(d->lease, id);
-}
-
-static void for_each_slot(struct daemon *d, void (*fn)(struct slot *))
-{
-	for (size_t qi = 0; qi < d->nqueues; qi++)
-		for (int i = 0; i < d->queues[qi]->nslots; i++)
-			fn(d->queues[qi]->slots[i]);
-	for (size_t i = 0; i < d->nretiring; i++)
-		fn(d->retiring[i]);
+	dispatch_cancel(d->dispatch, id);
 }
 
 static void on_fence(struct fence *f, enum fence_event ev, void *arg)
@@ -547,30 +137,24 @@ static void on_fence(struct fence *f, enum fence_event ev, void *arg)
 	(void)f;
 	struct daemon *d = arg;
 	if (ev == FENCE_UP)
-		kick_all(d);
+		dispatch_kick_all(d->dispatch);
 	else
-		for_each_slot(d, slot_fence_lost);
+		dispatch_fence_lost(d->dispatch);
 }
 
 static void start_serving(struct daemon *d)
 {
 	/* With lease-mode queues, maintenance takes turns on the lease
 	 * session instead of opening one of its own. */
-	for (size_t i = 0; i < d->cfg->nqueues; i++)
-		if (d->cfg->queues[i]->lock_mode == LOCK_LEASE)
-			need_lease(d);
-	d->maint = maint_new(d->loop, d->conninfo, d->lease ? lease_session(d->lease) : NULL,
+	d->maint = maint_new(d->loop, d->conninfo, dispatch_lease_session(d->dispatch, d->cfg),
 			     d->cfg, d->metrics, cancel_job, d);
-	for (size_t i = 0; i < d->cfg->nqueues; i++) {
-		d->queues = xrealloc(d->queues, sizeof(*d->queues) * (d->nqueues + 1));
-		d->queues[d->nqueues++] = qstate_new(d, d->cfg->queues[i]);
-	}
+	dispatch_serve(d->dispatch, d->cfg);
 	ev_timer_set(&d->poll, (double)d->cfg->poll_interval_ms / 1000.0,
 		     (double)d->cfg->poll_interval_ms / 1000.0);
 	ev_timer_start(d->loop, &d->poll);
 	set_state(d, D_RUNNING);
 	notify_send("READY=1\nSTATUS=serving");
-	log_info("msg=\"ready\" queues=%zu", d->nqueues);
+	log_info("msg=\"ready\" queues=%zu", dispatch_nqueues(d->dispatch));
 }
 
 static void begin_drain(struct daemon *d, bool now);
@@ -583,8 +167,7 @@ static void set_wake_secret(struct daemon *d, const char *secret)
 		return;
 	free(d->wake_secret);
 	d->wake_secret = secret ? xstrdup(secret) : NULL;
-	for (size_t i = 0; i < d->nqueues; i++)
-		set_wake_payload(d->queues[i]);
+	dispatch_set_wake_secret(d->dispatch, d->wake_secret);
 }
 
 /* The listener's first batch after each connect: the schema version (its
@@ -634,7 +217,8 @@ static void on_version(struct db_conn *c, PGresult *const *res, int n, void *arg
 	if (d->state == D_STARTING) {
 		start_serving(d);
 	} else {
-		kick_all(d); /* notifications may have been missed while away */
+		/* notifications may have been missed while away */
+		dispatch_kick_all(d->dispatch);
 		if (d->maint)
 			maint_schedules_look(d->maint);
 	}
@@ -674,15 +258,10 @@ static void on_notify(struct db_conn *c, const char *channel, const char *payloa
 		return;
 	}
 	if (!d->wake_secret) {
-		kick_all(d);
+		dispatch_kick_all(d->dispatch);
 		return;
 	}
-	for (size_t i = 0; i < d->nqueues; i++) {
-		if (strcmp(d->queues[i]->wake_payload, payload) == 0) {
-			kick_queue(d->queues[i]);
-			return;
-		}
-	}
+	dispatch_wake(d->dispatch, payload);
 }
 
 static void on_grace(struct ev_loop *loop, ev_timer *w, int revents)
@@ -692,13 +271,7 @@ static void on_grace(struct ev_loop *loop, ev_timer *w, int revents)
 	struct daemon *d = w->data;
 	log_info("msg=\"shutdown_grace over; terminating running commands\"");
 	d->terminating = true;
-	for (size_t qi = 0; qi < d->nqueues; qi++)
-		for (int i = 0; i < d->queues[qi]->nslots; i++)
-			slot_terminate(d->queues[qi]->slots[i]);
-	for (size_t i = 0; i < d->nretiring; i++)
-		slot_terminate(d->retiring[i]);
-	if (d->lease)
-		lease_terminate(d->lease);
+	dispatch_terminate(d->dispatch);
 }
 
 static void begin_drain(struct daemon *d, bool now)
@@ -716,34 +289,16 @@ static void begin_drain(struct daemon *d, bool now)
 	 * cancel still stops a command that runs out its shutdown_grace. */
 	if (d->maint)
 		maint_drain(d->maint);
-	for (size_t i = 0; i < d->nqueues; i++)
-		ev_timer_stop(d->loop, &d->queues[i]->wake);
-	size_t busy = d->lease ? lease_busy(d->lease) : 0;
-	for (size_t qi = 0; qi < d->nqueues; qi++)
-		for (int i = 0; i < d->queues[qi]->nslots; i++)
-			busy += slot_is_busy(d->queues[qi]->slots[i]);
-	log_info("msg=\"shutting down\" running=%zu shutdown_grace_ms=%" PRId64, busy,
-		 d->cfg->shutdown_grace_ms);
-	/* drain a copy: a slot may stop (and be unlinked) inside slot_drain */
-	size_t n = 0;
-	struct slot **all = xcalloc(slots_left(d) + 1, sizeof(*all));
-	for (size_t qi = 0; qi < d->nqueues; qi++)
-		for (int i = 0; i < d->queues[qi]->nslots; i++)
-			all[n++] = d->queues[qi]->slots[i];
-	for (size_t i = 0; i < d->nretiring; i++)
-		all[n++] = d->retiring[i];
-	for (size_t i = 0; i < n; i++)
-		slot_drain(all[i]);
-	free(all);
-	if (d->lease)
-		lease_drain(d->lease);
+	log_info("msg=\"shutting down\" running=%zu shutdown_grace_ms=%" PRId64,
+		 dispatch_busy(d->dispatch), d->cfg->shutdown_grace_ms);
+	dispatch_drain(d->dispatch);
 	if (now) {
 		on_grace(d->loop, &d->grace, 0);
 	} else {
 		ev_timer_set(&d->grace, (double)d->cfg->shutdown_grace_ms / 1000.0, 0.);
 		ev_timer_start(d->loop, &d->grace);
 	}
-	if (slots_left(d) == 0 && d->ndead == 0)
+	if (dispatch_left(d->dispatch) == 0 && !dispatch_reaping(d->dispatch))
 		ev_break(d->loop, EVBREAK_ALL);
 }
 
@@ -755,26 +310,6 @@ static void on_stop_signal(struct ev_loop *loop, ev_signal *w, int revents)
 	bool again = d->state == D_DRAINING;
 	log_info("msg=\"signal received\" signal=%s", w->signum == SIGTERM ? "TERM" : "INT");
 	begin_drain(d, again || d->state == D_STARTING);
-}
-
-/* A reload changed q's lock mode (q->conf is the new configuration). The
- * running jobs finish as they were claimed: slots retire (and the claimer
- * goes), or lease-held jobs run on without new claims for the queue. */
-static void switch_mode(struct daemon *d, struct qstate *q)
-{
-	log_info("msg=\"queue changed lock mode; running jobs finish in the old one\" queue=%s "
-		 "lock_mode=%s",
-		 q->conf->name, q->lease ? "transaction" : "lease");
-	if (!q->lease) {
-		stop_claimer(q);
-		while (q->nslots > 0)
-			retire(d, take_slot(q, q->nslots - 1));
-		q->lease = true;
-	} else {
-		lease_drop_queue(d->lease, q->conf->name);
-		q->lease = false;
-		start_transaction_mode(q);
-	}
 }
 
 /* The queues of cfg, for the daemon's row in pgjobd.workers (`pgjobd status`
@@ -805,60 +340,11 @@ static void apply_config(struct daemon *d, struct config *nc)
 			     (double)nc->poll_interval_ms / 1000.0);
 		ev_timer_start(d->loop, &d->poll);
 	}
-	if (d->lease)
-		lease_set_orphan_every(d->lease, nc->poll_interval_ms);
-	if (d->state == D_RUNNING) {
-		/* queues that are gone: their slots finish their job and stop */
-		for (size_t i = 0; i < d->nqueues;) {
-			struct qstate *q = d->queues[i];
-			if (config_find_queue(nc, q->conf->name)) {
-				i++;
-				continue;
-			}
-			log_info("msg=\"queue removed\" queue=%s", q->conf->name);
-			while (q->nslots > 0)
-				retire(d, take_slot(q, q->nslots - 1));
-			qstate_free(q);
-			d->queues[i] = d->queues[--d->nqueues];
-		}
-		for (size_t i = 0; i < nc->nqueues; i++) {
-			struct queue_conf *nq = nc->queues[i];
-			struct qstate *q = find_queue(d, nq->name);
-			if (!q) {
-				d->queues =
-				    xrealloc(d->queues, sizeof(*d->queues) * (d->nqueues + 1));
-				d->queues[d->nqueues++] = qstate_new(d, nq);
-				continue;
-			}
-			if (!queue_conf_equal(q->conf, nq) ||
-			    q->conf->concurrency != nq->concurrency)
-				log_info("msg=\"queue changed\" queue=%s concurrency=%d", nq->name,
-					 nq->concurrency);
-			queue_conf_unref(q->conf);
-			q->conf = queue_conf_ref(nq);
-			if ((nq->lock_mode == LOCK_LEASE) != q->lease)
-				switch_mode(d, q);
-			if (q->lease) {
-				lease_set_queue(need_lease(d), nq);
-				continue;
-			}
-			for (int s = 0; s < q->nslots; s++)
-				slot_set_conf(q->slots[s], nq);
-			while (q->nslots < nq->concurrency)
-				add_slot(q);
-			while (q->nslots > nq->concurrency) {
-				/* prefer retiring a slot that is not running a job */
-				int pick = q->nslots - 1;
-				for (int s = 0; s < q->nslots; s++)
-					if (!slot_is_busy(q->slots[s]))
-						pick = s;
-				retire(d, take_slot(q, pick));
-			}
-		}
-	}
+	/* the queues: new, removed, changed (their slots, lock mode) */
+	dispatch_configure(d->dispatch, nc);
 	config_free(d->cfg);
 	d->cfg = nc;
-	kick_all(d);
+	dispatch_kick_all(d->dispatch);
 }
 
 /* Who runs the commands of c's queues (pgjobd(8), SECURITY MODEL). A queue
@@ -915,7 +401,8 @@ static void on_sighup(struct ev_loop *loop, ev_signal *w, int revents)
 			  log_value(d->config_path));
 	} else if (d->state != D_DRAINING) {
 		apply_config(d, nc);
-		log_info("msg=\"configuration reloaded\" queues=%zu", d->nqueues);
+		log_info("msg=\"configuration reloaded\" queues=%zu",
+			 dispatch_nqueues(d->dispatch));
 	} else {
 		config_free(nc);
 	}
@@ -1018,17 +505,18 @@ int daemon_run(const char *config_path, struct config *cfg)
 	    .contain = d->contain,
 	    .metrics = d->metrics,
 	};
-	d->env = (struct slot_env){
+	struct dispatch_env denv = {
 	    .loop = d->loop,
 	    .conninfo = d->conninfo,
 	    .worker_prefix = d->worker_prefix,
 	    .run_env = &d->renv,
 	    .guard = d->guard,
 	    .fence = d->fence,
-	    .on_event = on_slot_event,
-	    .arg = d,
 	    .metrics = d->metrics,
+	    .on_stopped = on_dispatch_stopped,
+	    .arg = d,
 	};
+	d->dispatch = dispatch_new(&denv, cfg->poll_interval_ms);
 	ev_signal_init(&d->sigterm, on_stop_signal, SIGTERM);
 	ev_signal_init(&d->sigint, on_stop_signal, SIGINT);
 	ev_signal_init(&d->sighup, on_sighup, SIGHUP);
@@ -1040,8 +528,6 @@ int daemon_run(const char *config_path, struct config *cfg)
 	d->poll.data = d;
 	ev_init(&d->grace, on_grace);
 	d->grace.data = d;
-	ev_idle_init(&d->reap, on_reap);
-	d->reap.data = d;
 	reaper_watch(d->reaper, guard_pid(d->guard), on_guard_exit, d);
 	uint64_t wd = notify_watchdog_usec();
 	if (wd) {
@@ -1071,23 +557,13 @@ int daemon_run(const char *config_path, struct config *cfg)
 	report_free(d->report); /* the last metrics, before the listener goes */
 	maint_free(d->maint);
 	db_conn_free(d->listener);
-	for (size_t i = 0; i < d->nqueues; i++)
-		qstate_free(d->queues[i]);
-	for (size_t i = 0; i < d->nretiring; i++)
-		slot_free(d->retiring[i]);
-	for (size_t i = 0; i < d->ndead; i++)
-		slot_free(d->dead[i]);
-	lease_free(d->lease); /* after the maintenance, which took turns on its session */
+	/* after the maintenance, which took turns on its lease session */
+	dispatch_free(d->dispatch);
 	fence_free(d->fence);
-	free(d->queues);
-	free(d->retiring);
-	free(d->dead);
-	free(d->held);
 	reaper_unwatch(d->reaper, guard_pid(d->guard));
 	ev_timer_stop(d->loop, &d->poll);
 	ev_timer_stop(d->loop, &d->grace);
 	ev_timer_stop(d->loop, &d->watchdog);
-	ev_idle_stop(d->loop, &d->reap);
 	ev_signal_stop(d->loop, &d->sigterm);
 	ev_signal_stop(d->loop, &d->sigint);
 	ev_signal_stop(d->loop, &d->sighup);

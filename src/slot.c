@@ -63,6 +63,7 @@ static const char *const state_names[] = {"connecting", "idle",	   "reserved",	"
 
 struct slot {
 	const struct slot_env *env;
+	void *arg;	      /* for env->on_event */
 	struct queue_conf *q; /* configuration for the next claim (a reference) */
 	int index;
 	enum slot_state state;
@@ -104,7 +105,7 @@ static void slot_step(struct slot *s, enum slot_state to)
 
 static void emit(struct slot *s, enum slot_event ev, int64_t ms)
 {
-	s->env->on_event(s, ev, ms, s->env->arg);
+	s->env->on_event(s, ev, ms, s->arg);
 }
 
 static void clear_run(struct slot *s)
@@ -485,10 +486,11 @@ static void on_guard_fd(int fd, bool opened, void *arg)
 		guard_del_fd(s->env->guard, fd);
 }
 
-struct slot *slot_new(const struct slot_env *env, struct queue_conf *q, int index)
+struct slot *slot_new(const struct slot_env *env, struct queue_conf *q, int index, void *arg)
 {
 	struct slot *s = xcalloc(1, sizeof(*s));
 	s->env = env;
+	s->arg = arg;
 	s->q = queue_conf_ref(q);
 	s->index = index;
 	snprintf(s->worker, sizeof(s->worker), "%s:%s.%d", env->worker_prefix, q->name, index);

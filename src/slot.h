@@ -28,7 +28,7 @@ enum slot_event {
 };
 typedef void slot_event_fn(struct slot *j, enum slot_event ev, int64_t arg_ms, void *arg);
 
-/* What every slot of a daemon shares; owned by the daemon, outlives slots. */
+/* What every slot of a daemon shares; owned by the dispatcher, outlives slots. */
 struct slot_env {
 	struct ev_loop *loop;
 	const char *conninfo;
@@ -36,14 +36,15 @@ struct slot_env {
 	const struct run_env *run_env; /* what the commands need (run.h) */
 	struct guard *guard;	       /* keeps a copy of each session's socket */
 	struct fence *fence;	       /* the daemon's liveness; NULL: not fenced (tests) */
-	slot_event_fn *on_event;
-	void *arg;
-	struct metrics *metrics; /* job counters and latencies (metrics.h); may be NULL */
+	slot_event_fn *on_event;       /* with each slot's own arg (slot_new) */
+	struct metrics *metrics;       /* job counters and latencies (metrics.h); may be NULL */
 };
 
 /* New slot number `index` of queue q (takes a reference on q); starts
- * connecting at once. Owned by the daemon: slot_free. */
-struct slot *slot_new(const struct slot_env *env, struct queue_conf *q, int index);
+ * connecting at once. Its events go to env->on_event with arg (the owner's
+ * handle for this slot, e.g. its queue). Owned by the daemon's dispatcher
+ * (dispatch.h): slot_free. */
+struct slot *slot_new(const struct slot_env *env, struct queue_conf *q, int index, void *arg);
 /* Stops watchers, kills a running command (SIGKILL), closes the session. */
 void slot_free(struct slot *j);
 
