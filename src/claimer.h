@@ -1,7 +1,7 @@
 /* claimer.h - a queue's claimer: one PostgreSQL session that claims jobs in
  * batches for the queue's idle slots (pgjobd.claim_batch) and answers for each
  * claimed job until the slot that got it holds it (see claim.c): its orphan
- * pass does not hand such a job back. It knows no slots: the daemon passes
+ * pass does not hand such a job back. It knows no slots: the dispatcher passes
  * worker names and gets back jobs tagged with the index of the worker they
  * were claimed for. */
 #ifndef PGJOBD_CLAIMER_H
@@ -37,7 +37,7 @@ struct metrics;
 
 /* Connects at once; application_name "pgjobd <queue> claimer". metrics
  * (may be NULL) counts the session's round trips and reconnects. Owned by
- * the daemon: claimer_free. */
+ * the dispatcher (dispatch.h): claimer_free. */
 struct claimer *claimer_new(struct ev_loop *loop, const char *conninfo, const char *queue,
 			    struct metrics *metrics, const struct claimer_callbacks *cbs);
 /* Closes the session; pending callbacks are not called. */
@@ -66,7 +66,7 @@ struct claimer_ctx {
 int claimer_claim(struct claimer *cl, const char *const *workers, int nworkers,
 		  const struct claimer_ctx *ctx);
 
-/* The slot that got job j holds it now (the daemon lists it in
+/* The slot that got job j holds it now (the dispatcher lists it in
  * claimer_ctx.held from then on), or gave up on it (the next orphan pass hands
  * it back): the claimer no longer answers for it. */
 void claimer_release(struct claimer *cl, const struct claim_job *j);

@@ -1,6 +1,7 @@
 /* daemon.h - the running service: one libev loop of its own (not libev's
  * default loop, which would reap children itself: see reap.h), the listener
- * session, the job slots of every queue, signals, reload and shutdown. */
+ * session, signals, reload and shutdown; the queues and their slots are its
+ * dispatcher's (dispatch.h). */
 #ifndef PGJOBD_DAEMON_H
 #define PGJOBD_DAEMON_H
 

@@ -39,7 +39,7 @@ struct lease_callbacks {
  * ("host:pid") names the jobs' workers ("host:pid:queue.N"); renv, fence
  * (the daemon's instance id, and whether claims may be made) and metrics
  * (may be NULL) are borrowed and must outlive the lease. Strings are
- * copied. Owned by the daemon: lease_free. */
+ * copied. Owned by the dispatcher (dispatch.h): lease_free. */
 struct lease *lease_new(struct ev_loop *loop, const char *conninfo, const char *worker_prefix,
 			const struct run_env *renv, struct fence *fence, struct metrics *metrics,
 			const struct lease_callbacks *cbs);

@@ -1,7 +1,7 @@
 /* slot.h - a job slot: one PostgreSQL session that holds a job claimed for it
  * by the queue's claimer, runs its command, writes the outcome, and starts
  * over. A daemon has `concurrency` slots per queue. The slot's state machine
- * lives in slot.c; the daemon drives it with slot_reserve/slot_hold/slot_drain/
+ * lives in slot.c; the dispatcher drives it with slot_reserve/slot_hold/slot_drain/
  * slot_terminate and learns what happened through one event callback. */
 #ifndef PGJOBD_SLOT_H
 #define PGJOBD_SLOT_H
