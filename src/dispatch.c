@@ -90,11 +90,11 @@ struct dispatch {
 	struct lease *lease;	  /* lock mode lease, every such queue; NULL until needed */
 	struct queue **queues;	  /* served */
 	size_t nqueues;
-	struct queue **removed; /* not served, with retiring slots */
+	struct queue **removed; /* not served; freed by on_reap once no slot is left */
 	size_t nremoved;
 	struct slot **dead; /* stopped, to be freed by on_reap */
 	size_t ndead;
-	ev_idle reap;	 /* started while `dead` is not empty */
+	ev_idle reap;	 /* started when a slot stops or a queue is removed */
 	long long *held; /* scratch: a queue's held jobs, for its claimer */
 	size_t held_cap;
 };
@@ -490,7 +490,10 @@ static void on_slot_event(struct slot *j, enum slot_event ev, int64_t ms, void *
 }
 
 /* Frees the stopped slots, then the removed queues none of whose slots is
- * left (a dead slot's arg is its queue: the slot goes first). */
+ * left (a dead slot's arg is its queue: the slot goes first). An ev_idle
+ * watcher: it runs as soon as the callbacks have returned (an ev_check
+ * watcher would wait for the next event, and shutdown would hang until
+ * then). */
 static void on_reap(struct ev_loop *loop, ev_idle *w, int revents)
 {
 	(void)revents;
