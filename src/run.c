@@ -299,19 +299,20 @@ void run_set_deadline(struct run *r, int64_t boot_ms)
 		guard_set_pgroup_deadline(r->env->guard, r->pgid, boot_ms);
 }
 
-/* exec's before_run hook: the supervisor knows the group (and, in lease
- * mode, its deadline) before the command may run, so even a SIGKILL of the
- * daemon right after the spawn cannot leave a command that nothing will
- * kill. Then the command gets its cgroup (contain.h), still before it runs
- * anything. */
-static int register_pgroup(pid_t pgid, void *arg)
+/* exec's in_child hook, in the command's new process (system calls only):
+ * the supervisor knows the group (and, in lease mode, its deadline) before
+ * the command may run, so even a SIGKILL of the daemon right after the
+ * spawn cannot leave a command that nothing will kill. Then the process
+ * enters its cgroup (contain.h), still before it runs anything. What it
+ * writes into r (the group, what contain did) is read by run_exec. */
+static EXEC_IN_CHILD int enter_supervision(pid_t pgid, void *arg)
 {
 	struct run *r = arg;
-	if (r->env->guard && guard_add_pgroup(r->env->guard, pgid, r->deadline) < 0)
+	if (r->guard_fd >= 0 && guard_child_add_pgroup(r->guard_fd, pgid, r->deadline) < 0)
 		return -1;
 	r->pgid = pgid;
-	if (r->env->contain)
-		contain_job_start(r->env->contain, pgid);
+	if (r->contain.dirfd >= 0)
+		contain_child_enter(&r->contain, pgid);
 	return 0;
 }
 
@@ -371,14 +372,19 @@ int run_exec(struct run *r)
 	    .gid = q->gid,
 	    .max_output = (size_t)q->max_output,
 	    /* Without the hook, contain would take the shell for an orphan. */
-	    .before_run = r->env->guard || r->env->contain ? register_pgroup : NULL,
-	    .before_run_arg = r,
+	    .in_child = r->env->guard || r->env->contain ? enter_supervision : NULL,
+	    .in_child_arg = r,
 	    .on_output = q->log_output == LOG_OUTPUT_JOURNAL ? forward_output : NULL,
 	    .on_output_arg = r,
 	};
 	if (q->log_output == LOG_OUTPUT_JOURNAL)
 		r->joblog = joblog_new(r->cj.id, q->name, r->cj.attempts, (size_t)q->max_output);
 	r->pgid = 0;
+	r->guard_fd = r->env->guard ? guard_child_fd(r->env->guard) : -1;
+	if (r->env->contain)
+		contain_child_prepare(r->env->contain, &r->contain);
+	else
+		r->contain = (struct contain_child){.dirfd = -1, .guard_fd = -1};
 	r->started_ms = util_now_ms();
 	r->proc = exec_start(r->env->loop, &spec, on_exec_done, r);
 	util_strv_free(envp);
@@ -392,6 +398,8 @@ int run_exec(struct run *r)
 	}
 	if (!r->env->guard && !r->env->contain)
 		r->pgid = exec_pgid(r->proc);
+	else if (r->pgid > 0 && r->env->contain)
+		contain_job_start(r->env->contain, r->pgid, &r->contain);
 	int64_t tmo = effective_timeout_ms(r->cj.timeout_ms, q->timeout_ms);
 	if (tmo > 0) {
 		ev_timer_set(&r->timeout, (double)tmo / 1000.0, 0.);

@@ -22,6 +22,7 @@
 
 #include "claim.h"
 #include "config.h"
+#include "contain.h"
 #include "exec.h"
 
 struct contain;
@@ -58,6 +59,10 @@ struct run {
 	int64_t deadline;	 /* lease mode: CLOCK_BOOTTIME ms at which the supervisor kills
 				    the command; 0: the daemon's fence deadline governs it */
 	const char *kill_reason; /* why it is being killed (static text), NULL if not */
+	/* Set before the spawn, for the command's new process (exec.h,
+	 * in_child), which sets pgid and completes `contain`. */
+	int guard_fd; /* the supervisor's channel; -1: none */
+	struct contain_child contain;
 	int64_t started_ms;
 	ev_timer timeout;
 	char *result; /* JSON of the outcome (run_outcome), or NULL */
