@@ -23,8 +23,8 @@
 -- version mismatch); until then it calls the functions it was built against.
 -- The daemon of version 8, the previous release, calls claim_batch with
 -- eleven arguments, release_claim with six and register_worker with two, so
--- all three stay: the eleven-argument claim_batch (since version 14's return
--- columns; it runs the twelve-argument one in lock mode `transaction`, so
+-- all three stay: the eleven-argument claim_batch (with 014's return columns;
+-- since 017 it runs the twelve-argument one in lock mode `transaction`, so
 -- its claims go through try_group_head like every other), release_claim of
 -- version 6 (016_history.sql added the seven-argument one) and
 -- register_worker of version 6 (012_ops.sql added the three-argument one).
