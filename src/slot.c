@@ -1,24 +1,35 @@
 /* slot.c - a job slot's state machine (see slot.h).
  *
- *   CONNECTING --DB_UP--> IDLE --reserve--> RESERVED --hold--> HOLDING --held--> RUNNING
- *        ^                 ^  ^                |  nothing      |  not ours          | ends
- *        |                 |  +-- unreserve ---+               v                    v
- *        |                 +------------------------------ ENDING_TX           FINISHING
- *        |                 +--------------------------------------------- ok ---+
- *        +---- (reconnect) <-- LOST <-- DB_DOWN while RUNNING ------------------+-- failure
- *   IDLE --drain--> STOPPED
+ *                      +------ unreserve ------+
+ *                      v                       |
+ *   CONNECTING --up--> IDLE --reserve--> RESERVED --hold--> HOLDING --held--> RUNNING
+ *                       ^ |                                   | not ours       |   | down while
+ *                       | |                                   v      ended, or |   | it runs
+ *                       +-|-- committed ----------------- ENDING_TX      never |   v
+ *                       | |                                            started | LOST
+ *                       +-|-- written ------------------- FINISHING <----------+
+ *                       | +- outcome to write again ----------^
+ *                       | |
+ *                       +-|-- released, or again later -- RELEASING
+ *                         +- lost claim to release -----------^
+ *
+ *   -> CONNECTING  the session is lost or a statement failed (from LOST: once
+ *                  the command is dead), from IDLE, RESERVED, HOLDING,
+ *                  ENDING_TX, RUNNING, FINISHING, LOST, RELEASING
+ *   -> STOPPED     draining, from CONNECTING and IDLE; STOPPED is final
+ *   No state moves to itself. slot_step() checks every move against
+ *   `allowed` below, which says the same as this drawing.
  *
  * The queue's claimer (claimer.c) claims jobs for RESERVED slots; the slot
  * then holds its job with row locks in its own session (claim.c) and runs
  * its command (run.h: start, timeout, cancel, the outcome's classification,
  * shared with lock mode `lease`). slot_step() is the single place where the
- * state changes; every
- * transition is logged at debug level. A command whose session is lost
- * (LOST) is killed at once with SIGKILL: its lock is gone, so another daemon
- * may take the job over, and guarantee 1 (never two commands of one group)
- * must hold. The socket of a lost session is kept open until the command is
- * dead, so that when the loss was only seen by us, PostgreSQL keeps the lock
- * until then.
+ * state changes; every transition is logged at debug level. A command
+ * whose session is lost (LOST) is killed at once with SIGKILL: its lock is
+ * gone, so another daemon may take the job over, and guarantee 1 (never two
+ * commands of one group) must hold. The socket of a lost session is kept
+ * open until the command is dead, so that when the loss was only seen by
+ * us, PostgreSQL keeps the lock until then.
  *
  * A running job holds a reference on the queue_conf it started with (in
  * its struct run), so a reload never changes a running job's timeout or
@@ -94,8 +105,37 @@ struct slot {
 	log_msg(level, fmt " job=%lld queue=%s attempt=%d", ##__VA_ARGS__, (s)->run.cj.id,         \
 		(s)->q->name, (s)->run.cj.attempts)
 
+/* The moves of the drawing at the top, from -> to. Any other move is a bug:
+ * it aborts a build with PGJOBD_CHECK_STATES (the sanitizer builds of `make
+ * asan` and `make check-asan`) and is logged otherwise. RUNNING ->
+ * CONNECTING is a session lost while RUNNING without a command, which the
+ * code handles but cannot happen today (the command starts, or the outcome
+ * is written, before control returns to the loop). */
+#define TO(st) (1u << (st))
+static const unsigned allowed[] = {
+    [S_CONNECTING] = TO(S_IDLE) | TO(S_STOPPED),
+    [S_IDLE] =
+	TO(S_RESERVED) | TO(S_FINISHING) | TO(S_RELEASING) | TO(S_CONNECTING) | TO(S_STOPPED),
+    [S_RESERVED] = TO(S_IDLE) | TO(S_HOLDING) | TO(S_CONNECTING),
+    [S_HOLDING] = TO(S_RUNNING) | TO(S_ENDING_TX) | TO(S_CONNECTING),
+    [S_ENDING_TX] = TO(S_IDLE) | TO(S_CONNECTING),
+    [S_RUNNING] = TO(S_FINISHING) | TO(S_LOST) | TO(S_CONNECTING),
+    [S_FINISHING] = TO(S_IDLE) | TO(S_CONNECTING),
+    [S_LOST] = TO(S_CONNECTING),
+    [S_RELEASING] = TO(S_IDLE) | TO(S_CONNECTING),
+    [S_STOPPED] = 0,
+};
+#undef TO
+
 static void slot_step(struct slot *s, enum slot_state to)
 {
+	if (!(allowed[s->state] & (1u << to))) {
+		log_error("msg=\"bug: slot state move not allowed\" queue=%s slot=%d from=%s to=%s",
+			  s->q->name, s->index, state_names[s->state], state_names[to]);
+#ifdef PGJOBD_CHECK_STATES
+		abort();
+#endif
+	}
 	if (s->state != to)
 		log_debug("msg=\"slot state\" queue=%s slot=%d from=%s to=%s", s->q->name, s->index,
 			  state_names[s->state], state_names[to]);
@@ -505,7 +545,7 @@ struct slot *slot_new(const struct slot_env *env, struct queue_conf *q, int inde
 	struct db_callbacks cbs = {
 	    .on_event = on_db_event, .on_notify = NULL, .on_fd = on_guard_fd, .arg = s};
 	cbs.metrics = env->metrics;
-	slot_step(s, S_CONNECTING);
+	s->state = S_CONNECTING; /* where a slot starts: not a move */
 	s->db = db_conn_new(env->loop, env->conninfo, app, setup, &cbs);
 	return s;
 }
