@@ -477,6 +477,11 @@ static void on_db_event(struct db_conn *c, enum db_event ev, void *arg)
 {
 	(void)c;
 	struct slot *s = arg;
+	/* A stopped slot waits for slot_free (which closes its session): a
+	 * session that comes up or goes down meanwhile changes nothing, and
+	 * must not make it report SLOT_EV_STOPPED twice. */
+	if (s->state == S_STOPPED)
+		return;
 	if (ev == DB_UP) {
 		if (s->state == S_CONNECTING) {
 			slot_step(s, S_IDLE);
