@@ -97,11 +97,25 @@
 #define LEASE_LOCK_TIMEOUT "'200ms'"
 #define WORKER_MAX 256
 
+/* A lease-held job's states; lj_step() is the one place that moves them:
+ *
+ *                                                 put in a batch
+ *   RUNNING --the command ended, or never started--> ENDED -----------> WRITING
+ *                                                      ^                  |
+ *                                                      +------------------+
+ *                                                 the write failed, or the
+ *                                                 session was lost with it
+ *
+ * A job starts RUNNING (start_job) and leaves the list from WRITING once its
+ * outcome was written or shown to be no longer ours, or from ENDED when its
+ * write is given up (remove_job). */
 enum lj_state {
 	LJ_RUNNING, /* the command runs */
 	LJ_ENDED,   /* the outcome is known, not written */
 	LJ_WRITING, /* the outcome is in the batch in flight */
 };
+
+static const char *const lj_state_names[] = {"running", "ended", "writing"};
 
 /* A lease-mode queue. Kept until lease_free (a queue that is dropped and
  * added again by reloads finds its jobs and slots again). */
@@ -178,6 +192,29 @@ struct lease {
 
 static void want_send(struct lease *l);
 
+/* The moves of the drawing above the enum, from -> to; no state moves to
+ * itself. Any other move is a bug: it aborts a build with
+ * PGJOBD_CHECK_STATES (the sanitizer builds) and is logged otherwise. */
+#define TO(st) (1u << (st))
+static const unsigned lj_allowed[] = {
+    [LJ_RUNNING] = TO(LJ_ENDED),
+    [LJ_ENDED] = TO(LJ_WRITING),
+    [LJ_WRITING] = TO(LJ_ENDED),
+};
+#undef TO
+
+static void lj_step(struct lj *j, enum lj_state to)
+{
+	if (!(lj_allowed[j->state] & (1u << to))) {
+		log_lj(LOG_ERROR, j, "msg=\"bug: lease job state move not allowed\" from=%s to=%s",
+		       lj_state_names[j->state], lj_state_names[to]);
+#ifdef PGJOBD_CHECK_STATES
+		abort();
+#endif
+	}
+	j->state = to;
+}
+
 static int64_t early_ms(int64_t lease_ms)
 {
 	return lease_ms / 5 < LEASE_EARLY_MS ? lease_ms / 5 : LEASE_EARLY_MS;
@@ -235,7 +272,7 @@ static void end_job(struct lj *j, const struct exec_outcome *o)
 	struct lease *l = j->l;
 	run_outcome(&j->run, o, &j->out);
 	ev_timer_stop(l->loop, &j->expire);
-	j->state = LJ_ENDED;
+	lj_step(j, LJ_ENDED);
 	if (j->slot >= 0 && j->slot < j->q->ncap)
 		j->q->used[j->slot] = false;
 	j->slot = -1;
@@ -310,7 +347,7 @@ static void finish_done(struct lease *l, PGresult *res)
 			struct lj *j = l->jobs[i];
 			if (j->state != LJ_WRITING)
 				continue;
-			j->state = LJ_ENDED;
+			lj_step(j, LJ_ENDED);
 			if (++j->tries < LEASE_FINISH_TRIES) {
 				log_lj(LOG_WARN, j,
 				       "msg=\"cannot record outcome; writing it again\" err=%s",
@@ -394,7 +431,7 @@ static void start_job(struct lease *l, struct lq *q, struct claim_job *cj, int s
 	j->l = l;
 	j->q = q;
 	j->slot = slot;
-	j->state = LJ_RUNNING;
+	j->state = LJ_RUNNING; /* where a job starts: not a move */
 	j->lease_ms = q->claim_conf->lease_ms;
 	j->deadline = l->sent_boot + j->lease_ms;
 	j->ext_due = l->sent_boot + j->lease_ms / 3;
@@ -487,7 +524,7 @@ static void on_batch(struct db_conn *c, PGresult *const *res, int n, void *arg)
 			struct lj *j = l->jobs[i];
 			j->in_ext = false;
 			if (j->state == LJ_WRITING)
-				j->state = LJ_ENDED;
+				lj_step(j, LJ_ENDED);
 		}
 		for (int i = 0; i < DB_MAX_STMTS; i++) {
 			struct lq *q = l->stmt_claim[i];
@@ -615,7 +652,7 @@ static void send_batch(struct db_conn *c, void *arg)
 			continue;
 		buf_putc(&l->finish_json, l->finish_json.len ? ',' : '[');
 		claim_outcome_json(&l->finish_json, j->run.cj.id, j->run.cj.fence, &j->out);
-		j->state = LJ_WRITING;
+		lj_step(j, LJ_WRITING);
 	}
 	if (l->finish_json.len) {
 		buf_putc(&l->finish_json, ']');
