@@ -249,7 +249,7 @@ static void lease_lost(struct lj *j, const char *why)
 	if (j->state != LJ_RUNNING || !j->run.proc)
 		return;
 	log_lj(LOG_ERROR, j, "msg=\"%s; killing its command\" fence=%lld", why, j->run.cj.fence);
-	run_kill(&j->run, "lost_lock", 0);
+	run_kill(&j->run, RUN_KILL_LOST_LOCK, 0);
 }
 
 static void on_expire(struct ev_loop *loop, ev_timer *w, int revents)
@@ -285,9 +285,9 @@ static void on_run_done(struct run *r, const struct exec_outcome *o, void *arg)
 	struct lj *j = arg;
 	/* Killed by the supervisor at the lease's deadline (the daemon was
 	 * stopped, or busy, when it should have killed it itself). */
-	if (o->status == EXEC_SIGNALED && !r->kill_reason &&
+	if (o->status == EXEC_SIGNALED && r->kill_reason == RUN_KILL_NONE &&
 	    util_boot_ms() >= j->deadline - early_ms(j->lease_ms))
-		r->kill_reason = "lost_lock";
+		r->kill_reason = RUN_KILL_LOST_LOCK;
 	end_job(j, o);
 }
 
@@ -454,12 +454,12 @@ static void start_job(struct lease *l, struct lq *q, struct claim_job *cj, int s
 	log_lj(LOG_DEBUG, j, "msg=\"job claimed with a lease\" fence=%lld lease_ms=%" PRId64,
 	       j->run.cj.fence, j->lease_ms);
 	if (l->draining) {
-		j->run.kill_reason = "shutdown"; /* not started; given back */
+		j->run.kill_reason = RUN_KILL_SHUTDOWN; /* not started; given back */
 	} else if (j->deadline - util_boot_ms() < j->lease_ms / 4) {
 		/* The claim's answer took most of the lease: the command would
 		 * have to be killed soon. Not an attempt. */
 		log_lj(LOG_WARN, j, "msg=\"claim confirmed too late; job not started\"");
-		j->run.kill_reason = "unstarted";
+		j->run.kill_reason = RUN_KILL_UNSTARTED;
 	} else {
 		run_set_deadline(&j->run, j->deadline);
 		if (run_exec(&j->run) == 0) {
@@ -467,7 +467,7 @@ static void start_job(struct lease *l, struct lq *q, struct claim_job *cj, int s
 			return;
 		}
 		/* EMFILE and the like: the environment, not the job. */
-		j->run.kill_reason = "shutdown";
+		j->run.kill_reason = RUN_KILL_SHUTDOWN;
 	}
 	end_job(j, NULL);
 }
@@ -943,10 +943,10 @@ bool lease_cancel(struct lease *l, long long id)
 		/* The NOTIFY and the once-a-second look at the requests both
 		 * report a request until the outcome is written: act once. */
 		if (j->state != LJ_RUNNING || !j->run.proc ||
-		    (j->run.kill_reason && strcmp(j->run.kill_reason, "cancelled") == 0))
+		    j->run.kill_reason == RUN_KILL_CANCELLED)
 			return true;
 		log_lj(LOG_INFO, j, "msg=\"job cancelled; terminating its command\"");
-		run_kill(&j->run, "cancelled", j->run.q->kill_grace_ms);
+		run_kill(&j->run, RUN_KILL_CANCELLED, j->run.q->kill_grace_ms);
 		return true;
 	}
 	return false;
@@ -983,6 +983,6 @@ void lease_terminate(struct lease *l)
 		if (j->state != LJ_RUNNING || !j->run.proc)
 			continue;
 		log_lj(LOG_INFO, j, "msg=\"terminating command for shutdown\"");
-		run_kill(&j->run, "shutdown", j->run.q->kill_grace_ms);
+		run_kill(&j->run, RUN_KILL_SHUTDOWN, j->run.q->kill_grace_ms);
 	}
 }

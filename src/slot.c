@@ -280,7 +280,7 @@ static void start_command(struct slot *s)
 	if (run_exec(&s->run) < 0) {
 		/* EMFILE and the like: the environment, not the job. Give the
 		 * attempt back and let the job be claimed again later. */
-		s->run.kill_reason = "shutdown";
+		s->run.kill_reason = RUN_KILL_SHUTDOWN;
 		write_outcome(s, NULL);
 	}
 }
@@ -352,16 +352,16 @@ static void on_held(struct db_conn *c, PGresult *const *res, int n, void *arg)
 	emit(s, SLOT_EV_HELD, 0);
 	if (PQgetvalue(res[CLAIM_HOLD_JOB], 0, 1)[0] == 't') {
 		log_job(LOG_INFO, s, "msg=\"job cancelled before its command started\"");
-		s->run.kill_reason = "cancelled";
+		s->run.kill_reason = RUN_KILL_CANCELLED;
 	}
-	if (!s->run.kill_reason && s->env->fence &&
+	if (s->run.kill_reason == RUN_KILL_NONE && s->env->fence &&
 	    !fence_holds(s->env->fence, fence_timeout_ms(s->env->fence) / 4)) {
 		/* Our claims may lapse before the command could do much: it
 		 * would be killed soon anyway. Not an attempt. */
 		log_job(LOG_WARN, s, "msg=\"claims not confirmed recently; job not started\"");
-		s->run.kill_reason = "unstarted";
+		s->run.kill_reason = RUN_KILL_UNSTARTED;
 	}
-	if (s->run.kill_reason) {
+	if (s->run.kill_reason != RUN_KILL_NONE) {
 		/* Shutdown or cancel came while the hold was in flight: do not
 		 * start the command. */
 		write_outcome(s, NULL);
@@ -384,7 +384,7 @@ void slot_unreserve(struct slot *s)
 {
 	if (s->state != S_RESERVED)
 		return;
-	s->run.kill_reason = NULL;
+	s->run.kill_reason = RUN_KILL_NONE;
 	slot_step(s, S_IDLE);
 	maybe_stop(s);
 }
@@ -503,7 +503,7 @@ static void on_db_event(struct db_conn *c, enum db_event ev, void *arg)
 		log_job(LOG_ERROR, s,
 			"msg=\"lost the database session holding the job; killing its command\"");
 		slot_step(s, S_LOST);
-		run_kill(&s->run, "lost_lock", 0);
+		run_kill(&s->run, RUN_KILL_LOST_LOCK, 0);
 		return; /* reconnect once the command is dead (on_run_done) */
 	}
 	if (s->state == S_FINISHING) {
@@ -581,14 +581,14 @@ long long slot_held_id(const struct slot *s)
 void slot_fence_lost(struct slot *s)
 {
 	if (s->state == S_RESERVED || s->state == S_HOLDING) {
-		if (!s->run.kill_reason)
-			s->run.kill_reason = "unstarted"; /* on_held does not start it */
+		if (s->run.kill_reason == RUN_KILL_NONE)
+			s->run.kill_reason = RUN_KILL_UNSTARTED; /* on_held does not start it */
 		return;
 	}
 	if (s->state != S_RUNNING || !s->run.proc)
 		return;
 	log_job(LOG_ERROR, s, "msg=\"claim could not be confirmed in time; killing its command\"");
-	run_kill(&s->run, "lost_lock", 0);
+	run_kill(&s->run, RUN_KILL_LOST_LOCK, 0);
 }
 
 void slot_drain(struct slot *s)
@@ -600,13 +600,13 @@ void slot_drain(struct slot *s)
 void slot_terminate(struct slot *s)
 {
 	if (s->state == S_RESERVED || s->state == S_HOLDING) {
-		run_kill(&s->run, "shutdown", 0); /* the job will not be started */
+		run_kill(&s->run, RUN_KILL_SHUTDOWN, 0); /* the job will not be started */
 		return;
 	}
 	if (s->state != S_RUNNING || !s->run.proc)
 		return;
 	log_job(LOG_INFO, s, "msg=\"terminating command for shutdown\"");
-	run_kill(&s->run, "shutdown", s->run.q->kill_grace_ms);
+	run_kill(&s->run, RUN_KILL_SHUTDOWN, s->run.q->kill_grace_ms);
 }
 
 bool slot_cancel(struct slot *s, long long id)
@@ -615,10 +615,10 @@ bool slot_cancel(struct slot *s, long long id)
 		return false;
 	/* The NOTIFY and the once-a-second look at the requests both report a
 	 * request until the job's outcome is written: act on the first only. */
-	if (s->run.kill_reason && strcmp(s->run.kill_reason, "cancelled") == 0)
+	if (s->run.kill_reason == RUN_KILL_CANCELLED)
 		return true;
 	if (s->state == S_HOLDING) {
-		s->run.kill_reason = "cancelled"; /* on_held does not start it */
+		s->run.kill_reason = RUN_KILL_CANCELLED; /* on_held does not start it */
 		return true;
 	}
 	if (s->state != S_RUNNING || !s->run.proc)
@@ -626,7 +626,7 @@ bool slot_cancel(struct slot *s, long long id)
 	/* Cancel wins over a timeout or a shutdown in progress: the job must
 	 * not run again. exec_kill never lengthens a grace already running. */
 	log_job(LOG_INFO, s, "msg=\"job cancelled; terminating its command\"");
-	run_kill(&s->run, "cancelled", s->run.q->kill_grace_ms);
+	run_kill(&s->run, RUN_KILL_CANCELLED, s->run.q->kill_grace_ms);
 	return true;
 }
 
