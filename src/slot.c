@@ -641,3 +641,22 @@ const struct queue_conf *slot_conf(const struct slot *s)
 {
 	return s->q;
 }
+
+const char *slot_state_name(const struct slot *s)
+{
+	return state_names[s->state];
+}
+
+static int state_by_name(const char *name)
+{
+	for (int i = 0; i < (int)(sizeof(state_names) / sizeof(state_names[0])); i++)
+		if (strcmp(state_names[i], name) == 0)
+			return i;
+	return -1;
+}
+
+bool slot_state_move_allowed(const char *from, const char *to)
+{
+	int f = state_by_name(from), t = state_by_name(to);
+	return f >= 0 && t >= 0 && (allowed[f] & (1u << t));
+}
