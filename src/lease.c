@@ -202,6 +202,9 @@ static const unsigned lj_allowed[] = {
     [LJ_WRITING] = TO(LJ_ENDED),
 };
 #undef TO
+_Static_assert(sizeof(lj_allowed) / sizeof(lj_allowed[0]) == LJ_WRITING + 1 &&
+		   sizeof(lj_state_names) / sizeof(lj_state_names[0]) == LJ_WRITING + 1,
+	       "a state without its name or its moves");
 
 static void lj_step(struct lj *j, enum lj_state to)
 {

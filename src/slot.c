@@ -126,6 +126,9 @@ static const unsigned allowed[] = {
     [S_STOPPED] = 0,
 };
 #undef TO
+_Static_assert(sizeof(allowed) / sizeof(allowed[0]) == S_STOPPED + 1 &&
+		   sizeof(state_names) / sizeof(state_names[0]) == S_STOPPED + 1,
+	       "a state without its name or its moves");
 
 static void slot_step(struct slot *s, enum slot_state to)
 {
