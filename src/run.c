@@ -43,6 +43,25 @@
 
 static void on_timeout(struct ev_loop *loop, ev_timer *w, int revents);
 
+const char *run_kill_name(enum run_kill k)
+{
+	switch (k) {
+	case RUN_KILL_NONE:
+		return "none";
+	case RUN_KILL_TIMEOUT:
+		return "timeout";
+	case RUN_KILL_CANCELLED:
+		return "cancelled";
+	case RUN_KILL_SHUTDOWN:
+		return "shutdown";
+	case RUN_KILL_LOST_LOCK:
+		return "lost_lock";
+	case RUN_KILL_UNSTARTED:
+		return "unstarted";
+	}
+	return "none";
+}
+
 void run_init(struct run *r, const struct run_env *env, run_done_fn *done, void *arg)
 {
 	memset(r, 0, sizeof(*r));
@@ -91,7 +110,7 @@ void run_clear(struct run *r)
 	r->result = NULL;
 	r->error = NULL;
 	r->entry = NULL;
-	r->kill_reason = NULL;
+	r->kill_reason = RUN_KILL_NONE;
 	r->deadline = 0;
 	if (r->q) {
 		queue_conf_unref(r->q);
@@ -171,7 +190,9 @@ void run_outcome(struct run *r, const struct exec_outcome *o, struct claim_outco
 {
 	const struct exec_outcome never = {.status = EXEC_EXITED, .exit_code = -1};
 	const struct queue_conf *q = r->q;
-	const char *reason = r->kill_reason;
+	enum run_kill kill = r->kill_reason;
+	/* the reason in the error JSON, the history entry and the log */
+	const char *reason = kill != RUN_KILL_NONE ? run_kill_name(kill) : NULL;
 	if (!o)
 		o = &never;
 	/* A real outcome of exec carries the captures; one made up for a
@@ -203,12 +224,12 @@ void run_outcome(struct run *r, const struct exec_outcome *o, struct claim_outco
 	} else {
 		r->error = error_json(reason, exit_code, sig, msg[0] ? msg : NULL, o, ran);
 		out->error = r->error;
-		if (strcmp(reason, "shutdown") == 0 || strcmp(reason, "unstarted") == 0) {
+		if (kill == RUN_KILL_SHUTDOWN || kill == RUN_KILL_UNSTARTED) {
 			/* Interrupted by a shutdown, or never started (the claim
 			 * could not be confirmed in time): not an attempt. */
 			out->status = "queued";
 			out->give_back = true;
-		} else if (strcmp(reason, "cancelled") == 0) {
+		} else if (kill == RUN_KILL_CANCELLED) {
 			out->status = "cancelled"; /* pgjobd.cancel(): no retry */
 		} else if (r->cj.attempts < r->cj.max_attempts) {
 			out->status = "queued";
@@ -250,8 +271,9 @@ void run_lost(struct run *r, const struct exec_outcome *o, const char *msg)
 	int sig = o->status == EXEC_SIGNALED ? o->signal : 0;
 	free(r->error);
 	free(r->entry);
-	r->error = error_json("lost_lock", exit_code, sig, msg, o, true);
-	r->entry = history_entry("lost_lock", exit_code, sig, msg, o, true);
+	const char *reason = run_kill_name(RUN_KILL_LOST_LOCK);
+	r->error = error_json(reason, exit_code, sig, msg, o, true);
+	r->entry = history_entry(reason, exit_code, sig, msg, o, true);
 }
 
 static void on_exec_done(struct exec_proc *p, const struct exec_outcome *o, void *arg)
@@ -274,18 +296,17 @@ static void on_timeout(struct ev_loop *loop, ev_timer *w, int revents)
 	if (!r->proc)
 		return;
 	log_run(LOG_WARN, r, "msg=\"job timed out; terminating\"");
-	run_kill(r, "timeout", r->q->kill_grace_ms);
+	run_kill(r, RUN_KILL_TIMEOUT, r->q->kill_grace_ms);
 }
 
-void run_kill(struct run *r, const char *reason, int64_t grace_ms)
+void run_kill(struct run *r, enum run_kill reason, int64_t grace_ms)
 {
-	bool cancelled = r->kill_reason && strcmp(r->kill_reason, "cancelled") == 0;
-	if (strcmp(reason, "cancelled") == 0)
+	if (reason == RUN_KILL_CANCELLED)
 		r->kill_reason = reason;
-	else if (strcmp(reason, "shutdown") == 0) {
-		if (!r->kill_reason)
+	else if (reason == RUN_KILL_SHUTDOWN) {
+		if (r->kill_reason == RUN_KILL_NONE)
 			r->kill_reason = reason;
-	} else if (!cancelled) {
+	} else if (r->kill_reason != RUN_KILL_CANCELLED) {
 		r->kill_reason = reason;
 	}
 	if (r->proc)
