@@ -88,6 +88,13 @@ TEST_DEPS_tick := tick cron
 $(B)/tests/test_%: tests/unit/test_%.c $$(addprefix $(B)/,$$(addsuffix .o,$$(TEST_DEPS_$$*) util log)) | $(B)
 	$(CC) $(ALL_CFLAGS) -Itests/unit $(LDFLAGS) -o $@ $^ $(PKG_LIBS)
 
+# test_slot drives slot.c with fakes of everything it calls (the connection, the
+# command, queue_conf references, fence, guard, metrics and the libpq result
+# accessors it reads): it links slot and claim, no libpq, and none of the modules
+# it fakes.
+$(B)/tests/test_slot: tests/unit/test_slot.c $(addprefix $(B)/,slot.o claim.o util.o log.o) | $(B)
+	$(CC) $(ALL_CFLAGS) -Itests/unit $(LDFLAGS) -o $@ $^ -lev
+
 check: check-unit check-integration
 
 # Helpers the integration tests run (no libraries: plain libc).

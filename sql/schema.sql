@@ -10,7 +10,7 @@
 -- their grants and row-level security policies show), normalised by
 -- tests/schema-dump.sh: no owners, no SET preamble, no pg_dump comments.
 --
--- Schema version 17 (017_lease), dumped by pg_dump 15.
+-- Schema version 18 (018_names), dumped by pg_dump 15.
 
 CREATE SCHEMA pgjobd;
 
@@ -325,7 +325,7 @@ BEGIN
     -- alive_until has passed. A slot that holds a job holds its group row
     -- and its job row; both are tried with SKIP LOCKED, group row first, the
     -- order every claim and hold locks them in. A lease-held job holds
-    -- neither: its lease decides (see the top).
+    -- neither: its lease decides (see 017_lease.sql).
     IF p_orphans THEN
         DELETE FROM pgjobd.waiting w
          WHERE w.queue = p_queue
@@ -466,7 +466,7 @@ BEGIN
             CONTINUE WHEN r.group_id = ANY(busy);
             -- The group's head, by a plain read of jobs_group_head (no lock,
             -- nothing written). Only a candidate that heads its group goes
-            -- on to try_group_head_v2, which locks the group row and checks
+            -- on to try_group_head, which locks the group row and checks
             -- the head again under that lock.
             SELECT j.id, j.status, j.run_at, j.expires_at INTO head FROM pgjobd.jobs j
              WHERE j.queue = p_queue AND j.group_id = r.group_id
@@ -492,7 +492,7 @@ BEGIN
                 END IF;
                 CONTINUE;
             END IF;
-            gid := pgjobd.try_group_head_v2(p_queue, r.group_id, r.id);
+            gid := pgjobd.try_group_head(p_queue, r.group_id, r.id);
             IF gid > 0 THEN
                 ids := ids || r.id;
                 gids := gids || gid;
@@ -542,7 +542,7 @@ BEGIN
                 CONTINUE;
             END IF;
             CONTINUE WHEN r.group_id = ANY(busy);
-            gid := pgjobd.try_group_head_v2(p_queue, r.group_id, r.id);
+            gid := pgjobd.try_group_head(p_queue, r.group_id, r.id);
             IF gid > 0 THEN
                 ids := ids || r.id;
                 gids := gids || gid;
@@ -840,7 +840,7 @@ BEGIN
         END IF;
         GRANT EXECUTE ON FUNCTION pgjobd.cancel(bigint), pgjobd.pause(text),
               pgjobd.resume(text), pgjobd.maintain(text[], bigint[], int),
-              pgjobd.try_group_head_v2(text, text, bigint) TO pgjobd_worker;
+              pgjobd.try_group_head(text, text, bigint) TO pgjobd_worker;
     END IF;
     PERFORM pgjobd.grant_fencing();
     PERFORM pgjobd.grant_security();
@@ -1571,7 +1571,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION pgjobd.try_group_head_v2(q text, g text, jid bigint) RETURNS bigint
+CREATE FUNCTION pgjobd.try_group_head(q text, g text, jid bigint) RETURNS bigint
     LANGUAGE plpgsql
     SET enable_seqscan TO 'off'
     AS $$
@@ -2043,8 +2043,8 @@ GRANT ALL ON FUNCTION pgjobd.schedule_clock(p_real0 double precision, p_fake0 do
 
 REVOKE ALL ON FUNCTION pgjobd.setup_roles() FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION pgjobd.try_group_head_v2(q text, g text, jid bigint) FROM PUBLIC;
-GRANT ALL ON FUNCTION pgjobd.try_group_head_v2(q text, g text, jid bigint) TO pgjobd_worker;
+REVOKE ALL ON FUNCTION pgjobd.try_group_head(q text, g text, jid bigint) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgjobd.try_group_head(q text, g text, jid bigint) TO pgjobd_worker;
 
 REVOKE ALL ON FUNCTION pgjobd.unschedule(name text) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.unschedule(name text) TO pgjobd_worker;

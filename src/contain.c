@@ -129,14 +129,6 @@ static ssize_t find_cmd(const struct contain *c, pid_t pgid)
 	return -1;
 }
 
-static bool has_name(const struct contain *c, const char *name)
-{
-	for (size_t i = 0; i < c->ncmds; i++)
-		if (c->cmds[i].has_cgroup && strcmp(c->cmds[i].name, name) == 0)
-			return true;
-	return false;
-}
-
 static void add_cmd(struct contain *c, const struct cmd *m)
 {
 	if (c->ncmds == c->capcmds) {
@@ -368,60 +360,72 @@ out:
 	return why;
 }
 
-/* Write pid into name/cgroup.procs under the daemon's cgroup. */
-static int move_into(struct contain *c, const char *name, pid_t pid)
+void contain_child_prepare(const struct contain *c, struct contain_child *cc)
 {
-	char p[GUARD_NAME_MAX + 16], num[24];
-	snprintf(p, sizeof(p), "%s/cgroup.procs", name);
-	int fd = openat(c->dirfd, p, O_WRONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -1;
-	int len = snprintf(num, sizeof(num), "%d\n", (int)pid);
-	ssize_t n;
-	do
-		n = write(fd, num, (size_t)len);
-	while (n < 0 && errno == EINTR);
-	int saved = errno;
-	close(fd);
-	errno = saved;
-	return n == len ? 0 : -1;
+	cc->dirfd = c->mode == CONTAIN_CGROUP ? c->dirfd : -1;
+	cc->guard_fd = c->guard ? guard_child_fd(c->guard) : -1;
+	cc->step = NULL;
+	cc->err = 0;
+	cc->entered = false;
 }
 
-static void start_in_cgroup(struct contain *c, struct cmd *m)
+/* "job-PGID" into name (GUARD_NAME_MAX bytes); system calls only. */
+EXEC_IN_CHILD static void child_cgroup_name(char *name, pid_t pgid)
 {
-	const char *step;
-	snprintf(m->name, sizeof(m->name), "job-%d", (int)m->pgid);
-	if (has_name(c, m->name)) {
-		/* An earlier command with this pgid (pid reuse) whose cgroup
-		 * is not removed yet. */
-		errno = EEXIST;
-		step = "mkdir";
+	memcpy(name, "job-", 4);
+	util_fmt_uint(name + 4, (unsigned long long)pgid);
+}
+
+EXEC_IN_CHILD int contain_child_enter(struct contain_child *cc, pid_t pgid)
+{
+	char name[GUARD_NAME_MAX], path[GUARD_NAME_MAX + 16], num[24];
+	if (cc->dirfd < 0)
+		return 0;
+	child_cgroup_name(name, pgid);
+	/* EEXIST: an earlier command with this pgid (pid reuse) whose cgroup
+	 * is not removed yet. */
+	if (mkdirat(cc->dirfd, name, 0755) < 0) {
+		cc->step = "mkdir";
 		goto fail;
 	}
-	if (mkdirat(c->dirfd, m->name, 0755) < 0) {
-		step = "mkdir";
-		goto fail;
+	if (cc->guard_fd >= 0 && guard_child_add_cgroup(cc->guard_fd, name, pgid) < 0) {
+		cc->step = "register";
+		goto undo_dir;
 	}
-	if (c->guard && guard_add_cgroup(c->guard, m->name, m->pgid) < 0) {
-		step = "register";
-		unlinkat(c->dirfd, m->name, AT_REMOVEDIR);
-		goto fail;
-	}
-	if (move_into(c, m->name, m->pgid) < 0) {
+	size_t n = 0;
+	for (const char *p = name; *p; p++)
+		path[n++] = *p;
+	memcpy(path + n, "/cgroup.procs", sizeof("/cgroup.procs"));
+	size_t len = util_fmt_uint(num, (unsigned long long)pgid);
+	int fd = openat(cc->dirfd, path, O_WRONLY | O_CLOEXEC);
+	ssize_t w = -1;
+	if (fd >= 0) {
+		do
+			w = write(fd, num, len);
+		while (w < 0 && errno == EINTR);
+		if (w >= 0 && (size_t)w != len)
+			errno = EIO;
 		int saved = errno;
-		step = "move";
-		if (c->guard)
-			guard_del_cgroup(c->guard, m->name);
-		unlinkat(c->dirfd, m->name, AT_REMOVEDIR);
+		close(fd);
 		errno = saved;
-		goto fail;
 	}
-	m->has_cgroup = true;
-	return;
+	if (w < 0 || (size_t)w != len) {
+		cc->step = "move";
+		cc->err = errno;
+		if (cc->guard_fd >= 0)
+			guard_child_del_cgroup(cc->guard_fd, name);
+		unlinkat(cc->dirfd, name, AT_REMOVEDIR);
+		return 0;
+	}
+	cc->entered = true;
+	return 0;
+undo_dir:
+	cc->err = errno;
+	unlinkat(cc->dirfd, name, AT_REMOVEDIR);
+	return 0;
 fail:
-	log_warn("msg=\"cannot give the command a cgroup of its own; it is contained by its "
-		 "process group only\" pgid=%d step=%s dir=%s cgroup=%s err=\"%s\"",
-		 (int)m->pgid, step, log_value(c->dir), m->name, strerror(errno));
+	cc->err = errno;
+	return 0;
 }
 
 /* ---- process mode ----------------------------------------------------- */
@@ -525,11 +529,20 @@ struct contain *contain_new(struct ev_loop *loop, struct guard *guard)
 	return c;
 }
 
-void contain_job_start(struct contain *c, pid_t pgid)
+void contain_job_start(struct contain *c, pid_t pgid, const struct contain_child *cc)
 {
 	struct cmd m = {.pgid = pgid};
-	if (c->mode == CONTAIN_CGROUP)
-		start_in_cgroup(c, &m);
+	if (c->mode == CONTAIN_CGROUP) {
+		snprintf(m.name, sizeof(m.name), "job-%d", (int)pgid);
+		if (cc && cc->entered)
+			m.has_cgroup = true;
+		else
+			log_warn("msg=\"cannot give the command a cgroup of its own; it is "
+				 "contained by its process group only\" pgid=%d step=%s dir=%s "
+				 "cgroup=%s err=\"%s\"",
+				 (int)pgid, cc && cc->step ? cc->step : "not_asked",
+				 log_value(c->dir), m.name, strerror(cc ? cc->err : 0));
+	}
 	add_cmd(c, &m);
 	if (c->mode == CONTAIN_PROCESS)
 		arm_sweep(c, CONTAIN_SWEEP_S);

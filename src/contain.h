@@ -3,15 +3,17 @@
  * daemon as a child subreaper that kills the orphans its commands leave.
  * See contain.c for what each mode contains, and pgjobd(8), "Containment".
  *
- * The caller (slot.c) tells contain when a command's process exists but has
- * not run anything yet (contain_job_start, from exec's before_run hook,
- * after the supervisor knows the process group) and when the command has
- * ended (contain_job_end, after its shell was reaped). contain knows no SQL
+ * The caller (run.c) has a command's new process enter its cgroup before
+ * it runs anything (contain_child_enter, from exec's in_child hook, after
+ * the supervisor knows the process group), tells contain once the command
+ * runs (contain_job_start) and when it has ended (contain_job_end, after
+ * its shell was reaped). contain knows no SQL
  * and no jobs' rows: a command is its process group id. */
 #ifndef PGJOBD_CONTAIN_H
 #define PGJOBD_CONTAIN_H
 
 #include <ev.h>
+#include <stdbool.h>
 #include <sys/types.h>
 
 struct contain;
@@ -30,12 +32,29 @@ struct guard;
  * released with contain_free. */
 struct contain *contain_new(struct ev_loop *loop, struct guard *guard);
 
-/* The command whose process group is pgid exists (its leader, pid pgid, is
- * waiting to exec) and is registered with the guard. In cgroup mode: create
- * its cgroup, register it with the guard and move the process into it. If
- * that fails, the command still runs, contained by its process group (a
- * warning is logged). */
-void contain_job_start(struct contain *c, pid_t pgid);
+/* A command's cgroup, made and entered by the command's new process
+ * before its exec (exec.h, in_child): contain_child_prepare fills it in the
+ * daemon before the spawn; contain_child_enter runs in the new process
+ * (system calls only: it shares the daemon's memory, so what it writes
+ * here is what the daemon reads afterwards). */
+struct contain_child {
+	int dirfd;	  /* the daemon's cgroup directory; -1: process mode */
+	int guard_fd;	  /* the supervisor's channel (guard_child_fd); -1: none */
+	const char *step; /* the step that failed ("mkdir", "register", "move") */
+	int err;	  /* its errno */
+	bool entered;	  /* the process is in its own cgroup, registered */
+};
+void contain_child_prepare(const struct contain *c, struct contain_child *cc);
+/* In the new process, whose pid and process group are pgid: create the
+ * cgroup "job-PGID", register it with the guard, move this process into
+ * it. On failure, undoes what it did and records the step: the command
+ * still runs, contained by its process group. Returns 0 even then. */
+int contain_child_enter(struct contain_child *cc, pid_t pgid);
+
+/* The command whose process group is pgid runs; cc is what its new process
+ * did (contain_child_enter), NULL if it was not asked to. A cgroup it could
+ * not enter is logged as a warning. */
+void contain_job_start(struct contain *c, pid_t pgid, const struct contain_child *cc);
 
 /* The command whose process group is pgid has ended (its shell was reaped,
  * its group has been sent SIGKILL). Kill whatever it left: its cgroup (then

@@ -8,11 +8,14 @@
  * failure from the loop; and a watch of the shell's pid with the reaper.
  *
  * Life of a command:
- *   exec_start -> posix_spawn, or fork+exec when switching user or when the
- *   caller must learn the process group before the command runs (before_run:
- *   the child waits on a gate pipe until the hook has returned; if the
- *   daemon dies first, the gate reads EOF and the child exits without
- *   exec'ing anything) -> the shell's pid watched (reaper_watch) before we
+ *   exec_start -> spawn: a clone that shares our memory and suspends us
+ *   until it has exec'd (as vfork does, and as posix_spawn does inside
+ *   glibc), so a spawn costs no copy of the daemon's page tables. The new
+ *   process leads its own group, runs the caller's in_child hook (which
+ *   registers the group with the supervisor and enters the command's
+ *   cgroup, so a SIGKILL of the daemon at any moment after the command
+ *   could run leaves nothing unkilled), switches user if asked, then
+ *   exec's the shell -> the shell's pid watched (reaper_watch) before we
  *   return to the loop, where children are reaped.
  *   The shell is reaped -> the whole group gets SIGKILL right away (the job
  *   is over when its shell is; no process of it may outlive it), and a drain
@@ -39,14 +42,13 @@
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <grp.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -305,17 +307,6 @@ static void on_spawn_failed(struct ev_loop *loop, ev_timer *w, int revents)
 	finish(w->data);
 }
 
-/* Is dir a directory this process may enter? Used only to name the failed
- * step after posix_spawn failed: posix_spawn reports one errno for its file
- * actions and the exec alike, so this check is what tells them apart. */
-static bool is_enterable_dir(const char *dir)
-{
-	struct stat st;
-	if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
-		return false;
-	return faccessat(AT_FDCWD, dir, X_OK, AT_EACCESS) == 0;
-}
-
 /* Make sure fd is >= 3 so that dup2 onto 0-2 in the child cannot clobber
  * another pipe end (possible only if the daemon runs with 0-2 closed). */
 static int fd_above_stdio(int fd)
@@ -348,54 +339,10 @@ static int make_pipe(int fds[2])
 	return 0;
 }
 
-/* Returns 0 (the process runs) or a positive errno with *what set. */
-static int spawn_posix(const struct exec_spec *spec, char *const argv[], const int child_fd[3],
-		       pid_t *pid, const char **what)
-{
-	posix_spawnattr_t attr;
-	posix_spawn_file_actions_t fa;
-	sigset_t empty, all;
-	int rc;
-
-	*what = "posix_spawn";
-	if ((rc = posix_spawnattr_init(&attr)) != 0)
-		return rc;
-	if ((rc = posix_spawn_file_actions_init(&fa)) != 0) {
-		posix_spawnattr_destroy(&attr);
-		return rc;
-	}
-	sigemptyset(&empty);
-	sigfillset(&all);
-	/* Own process group (so the whole command can be killed at once),
-	 * empty mask and default dispositions (our handlers and any ignored
-	 * signal must not reach the job). */
-	if ((rc = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
-						      POSIX_SPAWN_SETSIGDEF)) != 0 ||
-	    (rc = posix_spawnattr_setpgroup(&attr, 0)) != 0 ||
-	    (rc = posix_spawnattr_setsigmask(&attr, &empty)) != 0 ||
-	    (rc = posix_spawnattr_setsigdefault(&attr, &all)) != 0)
-		goto out;
-	for (int i = 0; i < 3; i++)
-		if ((rc = posix_spawn_file_actions_adddup2(&fa, child_fd[i], i)) != 0)
-			goto out;
-	if (spec->working_dir &&
-	    (rc = posix_spawn_file_actions_addchdir_np(&fa, spec->working_dir)) != 0)
-		goto out;
-	if ((rc = posix_spawn_file_actions_addclosefrom_np(&fa, 3)) != 0)
-		goto out;
-	rc = posix_spawn(pid, "/bin/sh", &fa, &attr, argv, spec->envp);
-	if (rc != 0 && spec->working_dir && !is_enterable_dir(spec->working_dir))
-		*what = "chdir";
-out:
-	posix_spawn_file_actions_destroy(&fa);
-	posix_spawnattr_destroy(&attr);
-	return rc;
-}
-
-/* What the fork+exec child reports through its close-on-exec pipe. */
-enum fork_stage {
+/* The steps of the new process before its exec, named in a spawn failure. */
+enum spawn_stage {
 	STAGE_SETPGID,
-	STAGE_GATE,
+	STAGE_REGISTER,
 	STAGE_DUP2,
 	STAGE_SETGROUPS,
 	STAGE_SETGID,
@@ -404,182 +351,138 @@ enum fork_stage {
 	STAGE_CHDIR,
 	STAGE_CLOSE,
 	STAGE_EXECVE,
-	STAGE_N
+	STAGE_N /* none failed: the process exec'd */
 };
 static const char *const stage_names[STAGE_N] = {
-    [STAGE_SETPGID] = "setpgid",     [STAGE_GATE] = "gate",	[STAGE_DUP2] = "dup2",
-    [STAGE_SETGROUPS] = "setgroups", [STAGE_SETGID] = "setgid", [STAGE_SETUID] = "setuid",
-    [STAGE_CAPS] = "capabilities",   [STAGE_CHDIR] = "chdir",	[STAGE_CLOSE] = "close_range",
+    [STAGE_SETPGID] = "setpgid",     [STAGE_REGISTER] = "register", [STAGE_DUP2] = "dup2",
+    [STAGE_SETGROUPS] = "setgroups", [STAGE_SETGID] = "setgid",	    [STAGE_SETUID] = "setuid",
+    [STAGE_CAPS] = "capabilities",   [STAGE_CHDIR] = "chdir",	    [STAGE_CLOSE] = "close_range",
     [STAGE_EXECVE] = "execve",
 };
-struct fork_report {
-	int stage;
+
+/* Shared by the daemon and the new process (CLONE_VM): the daemon reads the
+ * failed stage once clone has returned, which is after the exec or the
+ * _exit (CLONE_VFORK). */
+struct spawn_args {
+	const struct exec_spec *spec;
+	char *const *argv;
+	const int *child_fd;
+	int stage; /* STAGE_N until a step fails */
 	int err;
 };
 
-/* In the forked child: async-signal-safe calls only (the parent may have
- * held locks at fork time). Never returns. */
-static void __attribute__((noreturn)) fork_child(const struct exec_spec *spec, char *const argv[],
-						 const int child_fd[3], int report_fd, int gate_fd)
+/* The new process's stack, used only until its exec or _exit, while the
+ * daemon waits: one spawn at a time (the daemon has one thread). */
+static char spawn_stack[64 * 1024] __attribute__((aligned(64)));
+
+/* In the new process: system calls only (see EXEC_IN_CHILD). It shares the
+ * daemon's memory, including errno, and has every signal blocked until just
+ * before execve. Never returns. */
+static EXEC_IN_CHILD int spawn_child(void *arg)
 {
-	struct fork_report r;
+	struct spawn_args *a = arg;
+	const struct exec_spec *spec = a->spec;
 	struct sigaction sa;
 	sigset_t empty;
+	int stage;
 
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = SIG_DFL;
-	sigemptyset(&sa.sa_mask);
-	/* Dispositions first, while every signal is still blocked. */
+	/* The daemon's handlers must never run here: dispositions first, while
+	 * every signal is still blocked (EINVAL for KILL, STOP: fine). */
 	for (int sig = 1; sig < NSIG; sig++)
-		sigaction(sig, &sa, NULL); /* EINVAL for KILL/STOP/RT internals: fine */
+		sigaction(sig, &sa, NULL);
+	pid_t self = (pid_t)syscall(SYS_getpid);
 	if (setpgid(0, 0) < 0) {
-		r.stage = STAGE_SETPGID;
+		stage = STAGE_SETPGID;
 		goto fail;
 	}
-	if (gate_fd >= 0) {
-		/* Nothing of the command runs before the parent has registered
-		 * the group: one byte means go; EOF (the parent died, or the
-		 * registration failed) means exit, having done nothing. */
-		char go;
-		ssize_t n;
-		do
-			n = read(gate_fd, &go, 1);
-		while (n < 0 && errno == EINTR);
-		if (n != 1)
-			_exit(127);
+	if (spec->in_child && spec->in_child(self, spec->in_child_arg) != 0) {
+		if (errno == 0)
+			errno = EPERM;
+		stage = STAGE_REGISTER;
+		goto fail;
 	}
 	for (int i = 0; i < 3; i++) {
-		if (dup2(child_fd[i], i) < 0) {
-			r.stage = STAGE_DUP2;
+		if (dup2(a->child_fd[i], i) < 0) {
+			stage = STAGE_DUP2;
 			goto fail;
 		}
 	}
 	/* Drop privileges before chdir so the directory is entered with the
-	 * job's own permissions. Supplementary groups: just the job's gid. */
-	if (spec->set_user && setgroups(1, &spec->gid) < 0) {
-		r.stage = STAGE_SETGROUPS;
-		goto fail;
-	}
-	if (spec->set_user && setgid(spec->gid) < 0) {
-		r.stage = STAGE_SETGID;
-		goto fail;
-	}
-	if (spec->set_user && setuid(spec->uid) < 0) {
-		r.stage = STAGE_SETUID;
-		goto fail;
-	}
-	/* A daemon that is not root (the shipped unit: user pgjobd with
-	 * CAP_SETUID, CAP_SETGID and CAP_KILL) still holds them after setuid;
-	 * the command must not, or it could become the daemon's user again. */
-	if (spec->set_user && priv_drop_all() < 0) {
-		r.stage = STAGE_CAPS;
-		goto fail;
+	 * job's own permissions. Supplementary groups: just the job's gid. The
+	 * raw system calls change this process only; libc's wrappers would
+	 * look for the daemon's other threads, in memory this process shares. */
+	if (spec->set_user) {
+		gid_t groups[1] = {spec->gid};
+		if (syscall(SYS_setgroups, 1, groups) < 0) {
+			stage = STAGE_SETGROUPS;
+			goto fail;
+		}
+		if (syscall(SYS_setgid, spec->gid) < 0) {
+			stage = STAGE_SETGID;
+			goto fail;
+		}
+		if (syscall(SYS_setuid, spec->uid) < 0) {
+			stage = STAGE_SETUID;
+			goto fail;
+		}
+		/* A daemon that is not root (the shipped unit: user pgjobd with
+		 * CAP_SETUID, CAP_SETGID and CAP_KILL) still holds them after
+		 * setuid; the command must not, or it could become the daemon's
+		 * user again. */
+		if (priv_drop_all() < 0) {
+			stage = STAGE_CAPS;
+			goto fail;
+		}
 	}
 	if (spec->working_dir && chdir(spec->working_dir) < 0) {
-		r.stage = STAGE_CHDIR;
+		stage = STAGE_CHDIR;
 		goto fail;
 	}
-	/* Close everything >= 3 except the report pipe (close-on-exec). */
-	if ((report_fd > 3 && close_range(3, (unsigned)report_fd - 1, 0) < 0) ||
-	    close_range((unsigned)report_fd + 1, ~0U, 0) < 0) {
-		r.stage = STAGE_CLOSE;
+	if (close_range(3, ~0U, 0) < 0) {
+		stage = STAGE_CLOSE;
 		goto fail;
 	}
 	sigemptyset(&empty);
 	sigprocmask(SIG_SETMASK, &empty, NULL);
-	execve("/bin/sh", argv, spec->envp);
-	r.stage = STAGE_EXECVE;
+	execve("/bin/sh", a->argv, spec->envp);
+	stage = STAGE_EXECVE;
 fail:
-	r.err = errno;
-	{
-		ssize_t w = write(report_fd, &r, sizeof(r));
-		(void)w;
-	}
+	a->err = errno ? errno : EIO;
+	a->stage = stage;
 	_exit(127);
 }
 
-/* fork+exec, needed to switch user (posix_spawn cannot) and to run
- * spec->before_run between the child's setpgid and its exec. Returns 0 when
- * a process exists (*pid set; it may still have failed before exec, then
- * spawn_err and what are set and it exits 127 by itself), else a positive
- * errno (no process). */
-static int spawn_fork(const struct exec_spec *spec, char *const argv[], const int child_fd[3],
-		      pid_t *pid, int *spawn_err, const char **what)
+/* Start the new process and wait until it has exec'd or failed, as vfork
+ * does: its setup runs in the daemon's memory without copying it, which a
+ * fork of the daemon would (the page tables of every mapping, for each
+ * job). Returns 0 when a process exists (*pid set; when a step failed,
+ * *spawn_err and *what say which, and it exits 127 by itself), else a
+ * positive errno (no process). */
+static int spawn(const struct exec_spec *spec, char *const argv[], const int child_fd[3],
+		 pid_t *pid, int *spawn_err, const char **what)
 {
-	int rp[2], gate[2] = {-1, -1};
+	struct spawn_args a = {
+	    .spec = spec, .argv = argv, .child_fd = child_fd, .stage = STAGE_N, .err = 0};
 	sigset_t all, old;
 
 	*spawn_err = 0;
-	*what = "fork";
-	if (pipe2(rp, O_CLOEXEC) < 0)
-		return errno;
-	if (spec->before_run && pipe2(gate, O_CLOEXEC) < 0) {
-		int e = errno;
-		close(rp[0]);
-		close(rp[1]);
-		return e;
-	}
-	/* Block every signal across fork so no daemon handler runs in the
-	 * child before its dispositions are reset. */
+	*what = "clone";
+	/* Every signal blocked across the clone: no handler of the daemon may
+	 * run in the new process before its dispositions are reset. */
 	sigfillset(&all);
 	sigprocmask(SIG_SETMASK, &all, &old);
-	pid_t c = fork();
-	if (c == 0) {
-		close(rp[0]);
-		if (gate[1] >= 0)
-			close(gate[1]); /* or EOF could never come */
-		fork_child(spec, argv, child_fd, rp[1], gate[0]);
-	}
+	pid_t c = clone(spawn_child, spawn_stack + sizeof(spawn_stack),
+			CLONE_VM | CLONE_VFORK | SIGCHLD, &a);
 	int saved = errno;
 	sigprocmask(SIG_SETMASK, &old, NULL);
-	close(rp[1]);
-	if (gate[0] >= 0)
-		close(gate[0]);
-	if (c < 0) {
-		close(rp[0]);
-		if (gate[1] >= 0)
-			close(gate[1]);
+	if (c < 0)
 		return saved;
-	}
-	if (gate[1] >= 0) {
-		/* The group must exist before it is registered: the child may not
-		 * have run its own setpgid yet. EACCES cannot happen (the child
-		 * waits at the gate, before exec); ESRCH: it died already. */
-		if (setpgid(c, c) < 0 && errno != EACCES && errno != ESRCH)
-			log_warn("msg=\"cannot set the command's process group\" err=\"%s\"",
-				 strerror(errno));
-		bool go = spec->before_run(c, spec->before_run_arg) == 0;
-		if (go) {
-			ssize_t w;
-			do
-				w = write(gate[1], "g", 1);
-			while (w < 0 && errno == EINTR);
-			go = w == 1;
-		}
-		close(gate[1]); /* without the byte: the child exits 127 at once */
-		if (!go) {
-			/* Reap it like any other child; report it as not started. */
-			close(rp[0]);
-			*pid = c;
-			*spawn_err = EPERM;
-			*what = "register";
-			return 0;
-		}
-	}
-	/* A few bytes at most: read returns at exec (EOF) or at failure. */
-	struct fork_report r;
-	ssize_t n;
-	do
-		n = read(rp[0], &r, sizeof(r));
-	while (n < 0 && errno == EINTR);
-	close(rp[0]);
 	*pid = c;
-	if (n == (ssize_t)sizeof(r) && r.stage >= 0 && r.stage < STAGE_N) {
-		*spawn_err = r.err;
-		*what = stage_names[r.stage];
-	} else if (n != 0) {
-		*spawn_err = n < 0 ? errno : EIO;
-		*what = "fork";
+	if (a.stage != STAGE_N) {
+		*spawn_err = a.err;
+		*what = stage_names[a.stage];
 	}
 	return 0;
 }
@@ -636,11 +539,7 @@ struct exec_proc *exec_start(struct ev_loop *loop, const struct exec_spec *spec,
 	int rc, spawn_err = 0;
 	const char *what;
 	pid_t pid = 0;
-	if (spec->set_user || spec->before_run) {
-		rc = spawn_fork(spec, argv, child_fd, &pid, &spawn_err, &what);
-	} else {
-		rc = spawn_posix(spec, argv, child_fd, &pid, &what);
-	}
+	rc = spawn(spec, argv, child_fd, &pid, &spawn_err, &what);
 	/* The child has its copies (or there is no child): close ours so EOF
 	 * on stdout/stderr means the command closed them. */
 	close_fd(&in[0]);
@@ -665,7 +564,7 @@ struct exec_proc *exec_start(struct ev_loop *loop, const struct exec_spec *spec,
 	reaper_watch(p->reaper, pid, on_shell_reaped, p);
 	p->watched = true;
 	if (spawn_err != 0) {
-		/* The forked child failed before exec and exits 127 by itself;
+		/* The new process failed before exec and exits 127 by itself;
 		 * its exit is awaited like any other, then reported as spawn. */
 		p->spawn_failed = true;
 		p->spawn_errno = spawn_err;

@@ -25,7 +25,7 @@ struct exec_outcome {
 	int exit_code;
 	int signal;
 	int spawn_errno;
-	const char *spawn_what; /* static text: "posix_spawn", "chdir", "setuid", ... */
+	const char *spawn_what; /* static text: "clone", "chdir", "setuid", ... */
 	struct capture *out;	/* borrowed, valid during the callback: stdout's */
 	struct capture *err;	/* head and tail, stderr's tail */
 	int64_t duration_ms;
@@ -60,12 +60,20 @@ struct exec_spec {
 	uid_t uid;
 	gid_t gid;
 	size_t max_output; /* head and tail of stdout, tail of stderr */
-	/* NULL, or called with the new process group's id after the child has
-	 * its group and before it may exec; the command runs only if it
-	 * returns 0 (else the outcome is a spawn failure, step "register").
-	 * Used to register the group with the supervisor first. */
-	int (*before_run)(pid_t pgid, void *arg);
-	void *before_run_arg;
+	/* NULL, or run IN THE NEW PROCESS with its process group's id, once it
+	 * leads that group and before anything of the command runs; the command
+	 * runs only if it returns 0 (else the outcome is a spawn failure, step
+	 * "register", with the errno it left). Used to register the group with
+	 * the supervisor, and to move the process into its cgroup, before the
+	 * command can fork anything.
+	 * The new process shares the daemon's memory while the daemon waits for
+	 * it to exec or exit (as vfork does), with its own copy of the file
+	 * descriptors: the hook may make system calls and write into memory
+	 * reachable from in_child_arg, which the caller reads once exec_start has
+	 * returned. It must not allocate, lock, log, or call anything that is not
+	 * async-signal-safe; it and everything it calls are marked EXEC_IN_CHILD. */
+	int (*in_child)(pid_t pgid, void *arg);
+	void *in_child_arg;
 	/* NULL, or called from the loop with each chunk read from the
 	 * command's stdout (stream 0) or stderr (1), whole, before the capture
 	 * bounds it (the hook bounds what it keeps itself). */

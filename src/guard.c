@@ -929,20 +929,35 @@ struct guard *guard_start(const char *conninfo, const char *exit_sql)
 	return g;
 }
 
-static int guard_send(struct guard *g, int op, int key, pid_t pgid, int64_t value, int fd,
-		      const char *name)
+/* One message on the channel, with fd passed along when >= 0. Makes system
+ * calls only: the new process of a command calls it too. Returns 0, or -1
+ * with errno set (EMSGSIZE: a name too long, EIO: a short send). */
+EXEC_IN_CHILD static int send_msg(int chan, int op, int key, pid_t pgid, int64_t value, int fd,
+				  const char *name)
 {
-	struct guard_msg m = {op, key, pgid, value, {0}};
-	if (name && (size_t)snprintf(m.name, sizeof(m.name), "%s", name) >= sizeof(m.name)) {
-		log_error("msg=\"cgroup name too long for the guard\" cgroup=%s", name);
-		return -1;
+	struct guard_msg m;
+	memset(&m, 0, sizeof(m));
+	m.op = op;
+	m.key = key;
+	m.pgid = pgid;
+	m.value = value;
+	if (name) {
+		size_t i = 0;
+		for (; name[i]; i++) {
+			if (i + 1 >= sizeof(m.name)) {
+				errno = EMSGSIZE;
+				return -1;
+			}
+			m.name[i] = name[i];
+		}
 	}
 	union {
 		char buf[CMSG_SPACE(sizeof(int))];
 		struct cmsghdr align;
 	} u;
 	struct iovec iov = {&m, sizeof(m)};
-	struct msghdr mh = {0};
+	struct msghdr mh;
+	memset(&mh, 0, sizeof(mh));
 	mh.msg_iov = &iov;
 	mh.msg_iovlen = 1;
 	if (fd >= 0) {
@@ -957,14 +972,46 @@ static int guard_send(struct guard *g, int op, int key, pid_t pgid, int64_t valu
 	}
 	ssize_t n;
 	do
-		n = sendmsg(g->fd, &mh, MSG_NOSIGNAL);
+		n = sendmsg(chan, &mh, MSG_NOSIGNAL);
 	while (n < 0 && errno == EINTR);
-	if (n != (ssize_t)sizeof(m)) {
+	if (n == (ssize_t)sizeof(m))
+		return 0;
+	if (n >= 0)
+		errno = EIO;
+	return -1;
+}
+
+static int guard_send(struct guard *g, int op, int key, pid_t pgid, int64_t value, int fd,
+		      const char *name)
+{
+	if (send_msg(g->fd, op, key, pgid, value, fd, name) == 0)
+		return 0;
+	if (name && errno == EMSGSIZE)
+		log_error("msg=\"cgroup name too long for the guard\" cgroup=%s", name);
+	else
 		log_error("msg=\"cannot send to guard\" op=%d guard_pid=%d err=\"%s\"", op,
-			  (int)g->pid, n < 0 ? strerror(errno) : "short send");
-		return -1;
-	}
-	return 0;
+			  (int)g->pid, errno == EIO ? "short send" : strerror(errno));
+	return -1;
+}
+
+int guard_child_fd(const struct guard *g)
+{
+	return g->fd;
+}
+
+EXEC_IN_CHILD int guard_child_add_pgroup(int fd, pid_t pgid, int64_t deadline)
+{
+	return send_msg(fd, GUARD_ADD_PG, 0, pgid, deadline > 0 ? deadline : 0, -1, NULL);
+}
+
+EXEC_IN_CHILD int guard_child_add_cgroup(int fd, const char *name, pid_t pgid)
+{
+	return send_msg(fd, GUARD_ADD_CG, 0, pgid, 0, -1, name);
+}
+
+EXEC_IN_CHILD int guard_child_del_cgroup(int fd, const char *name)
+{
+	return send_msg(fd, GUARD_DEL_CG, 0, 0, 0, -1, name);
 }
 
 int guard_add_fd(struct guard *g, int fd)

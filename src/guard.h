@@ -65,6 +65,16 @@ int guard_set_cgroup_dir(struct guard *g, int fd);
 int guard_add_cgroup(struct guard *g, const char *name, pid_t pgid);
 int guard_del_cgroup(struct guard *g, const char *name);
 
+/* For a command's new process before its exec (exec.h, in_child: system
+ * calls only, nothing logged): the same registrations, sent on the channel
+ * whose fd guard_child_fd gives (the new process has its own copy of it).
+ * The daemon waits meanwhile, so they reach the guard before anything the
+ * daemon sends later. Return 0, or -1 with errno set. */
+int guard_child_fd(const struct guard *g);
+int guard_child_add_pgroup(int fd, pid_t pgid, int64_t deadline);
+int guard_child_add_cgroup(int fd, const char *name, pid_t pgid);
+int guard_child_del_cgroup(int fd, const char *name);
+
 /* The fence deadline, a CLOCK_BOOTTIME time in ms (util_boot_ms): once it
  * has passed, the guard SIGKILLs every registered process group and cgroup
  * without a deadline of its own (and the processes below them, and the

@@ -97,11 +97,25 @@
 #define LEASE_LOCK_TIMEOUT "'200ms'"
 #define WORKER_MAX 256
 
+/* A lease-held job's states; lj_step() is the one place that moves them:
+ *
+ *                                                 put in a batch
+ *   RUNNING --the command ended, or never started--> ENDED -----------> WRITING
+ *                                                      ^                  |
+ *                                                      +------------------+
+ *                                                 the write failed, or the
+ *                                                 session was lost with it
+ *
+ * A job starts RUNNING (start_job) and leaves the list from WRITING once its
+ * outcome was written or shown to be no longer ours, or from ENDED when its
+ * write is given up (remove_job). */
 enum lj_state {
 	LJ_RUNNING, /* the command runs */
 	LJ_ENDED,   /* the outcome is known, not written */
 	LJ_WRITING, /* the outcome is in the batch in flight */
 };
+
+static const char *const lj_state_names[] = {"running", "ended", "writing"};
 
 /* A lease-mode queue. Kept until lease_free (a queue that is dropped and
  * added again by reloads finds its jobs and slots again). */
@@ -178,6 +192,32 @@ struct lease {
 
 static void want_send(struct lease *l);
 
+/* The moves of the drawing above the enum, from -> to; no state moves to
+ * itself. Any other move is a bug: it aborts a build with
+ * PGJOBD_CHECK_STATES (the sanitizer builds) and is logged otherwise. */
+#define TO(st) (1u << (st))
+static const unsigned lj_allowed[] = {
+    [LJ_RUNNING] = TO(LJ_ENDED),
+    [LJ_ENDED] = TO(LJ_WRITING),
+    [LJ_WRITING] = TO(LJ_ENDED),
+};
+#undef TO
+_Static_assert(sizeof(lj_allowed) / sizeof(lj_allowed[0]) == LJ_WRITING + 1 &&
+		   sizeof(lj_state_names) / sizeof(lj_state_names[0]) == LJ_WRITING + 1,
+	       "a state without its name or its moves");
+
+static void lj_step(struct lj *j, enum lj_state to)
+{
+	if (!(lj_allowed[j->state] & (1u << to))) {
+		log_lj(LOG_ERROR, j, "msg=\"bug: lease job state move not allowed\" from=%s to=%s",
+		       lj_state_names[j->state], lj_state_names[to]);
+#ifdef PGJOBD_CHECK_STATES
+		abort();
+#endif
+	}
+	j->state = to;
+}
+
 static int64_t early_ms(int64_t lease_ms)
 {
 	return lease_ms / 5 < LEASE_EARLY_MS ? lease_ms / 5 : LEASE_EARLY_MS;
@@ -212,7 +252,7 @@ static void lease_lost(struct lj *j, const char *why)
 	if (j->state != LJ_RUNNING || !j->run.proc)
 		return;
 	log_lj(LOG_ERROR, j, "msg=\"%s; killing its command\" fence=%lld", why, j->run.cj.fence);
-	run_kill(&j->run, "lost_lock", 0);
+	run_kill(&j->run, RUN_KILL_LOST_LOCK, 0);
 }
 
 static void on_expire(struct ev_loop *loop, ev_timer *w, int revents)
@@ -235,7 +275,7 @@ static void end_job(struct lj *j, const struct exec_outcome *o)
 	struct lease *l = j->l;
 	run_outcome(&j->run, o, &j->out);
 	ev_timer_stop(l->loop, &j->expire);
-	j->state = LJ_ENDED;
+	lj_step(j, LJ_ENDED);
 	if (j->slot >= 0 && j->slot < j->q->ncap)
 		j->q->used[j->slot] = false;
 	j->slot = -1;
@@ -248,9 +288,9 @@ static void on_run_done(struct run *r, const struct exec_outcome *o, void *arg)
 	struct lj *j = arg;
 	/* Killed by the supervisor at the lease's deadline (the daemon was
 	 * stopped, or busy, when it should have killed it itself). */
-	if (o->status == EXEC_SIGNALED && !r->kill_reason &&
+	if (o->status == EXEC_SIGNALED && r->kill_reason == RUN_KILL_NONE &&
 	    util_boot_ms() >= j->deadline - early_ms(j->lease_ms))
-		r->kill_reason = "lost_lock";
+		r->kill_reason = RUN_KILL_LOST_LOCK;
 	end_job(j, o);
 }
 
@@ -310,7 +350,7 @@ static void finish_done(struct lease *l, PGresult *res)
 			struct lj *j = l->jobs[i];
 			if (j->state != LJ_WRITING)
 				continue;
-			j->state = LJ_ENDED;
+			lj_step(j, LJ_ENDED);
 			if (++j->tries < LEASE_FINISH_TRIES) {
 				log_lj(LOG_WARN, j,
 				       "msg=\"cannot record outcome; writing it again\" err=%s",
@@ -394,7 +434,7 @@ static void start_job(struct lease *l, struct lq *q, struct claim_job *cj, int s
 	j->l = l;
 	j->q = q;
 	j->slot = slot;
-	j->state = LJ_RUNNING;
+	j->state = LJ_RUNNING; /* where a job starts: not a move */
 	j->lease_ms = q->claim_conf->lease_ms;
 	j->deadline = l->sent_boot + j->lease_ms;
 	j->ext_due = l->sent_boot + j->lease_ms / 3;
@@ -417,12 +457,12 @@ static void start_job(struct lease *l, struct lq *q, struct claim_job *cj, int s
 	log_lj(LOG_DEBUG, j, "msg=\"job claimed with a lease\" fence=%lld lease_ms=%" PRId64,
 	       j->run.cj.fence, j->lease_ms);
 	if (l->draining) {
-		j->run.kill_reason = "shutdown"; /* not started; given back */
+		j->run.kill_reason = RUN_KILL_SHUTDOWN; /* not started; given back */
 	} else if (j->deadline - util_boot_ms() < j->lease_ms / 4) {
 		/* The claim's answer took most of the lease: the command would
 		 * have to be killed soon. Not an attempt. */
 		log_lj(LOG_WARN, j, "msg=\"claim confirmed too late; job not started\"");
-		j->run.kill_reason = "unstarted";
+		j->run.kill_reason = RUN_KILL_UNSTARTED;
 	} else {
 		run_set_deadline(&j->run, j->deadline);
 		if (run_exec(&j->run) == 0) {
@@ -430,7 +470,7 @@ static void start_job(struct lease *l, struct lq *q, struct claim_job *cj, int s
 			return;
 		}
 		/* EMFILE and the like: the environment, not the job. */
-		j->run.kill_reason = "shutdown";
+		j->run.kill_reason = RUN_KILL_SHUTDOWN;
 	}
 	end_job(j, NULL);
 }
@@ -487,7 +527,7 @@ static void on_batch(struct db_conn *c, PGresult *const *res, int n, void *arg)
 			struct lj *j = l->jobs[i];
 			j->in_ext = false;
 			if (j->state == LJ_WRITING)
-				j->state = LJ_ENDED;
+				lj_step(j, LJ_ENDED);
 		}
 		for (int i = 0; i < DB_MAX_STMTS; i++) {
 			struct lq *q = l->stmt_claim[i];
@@ -615,7 +655,7 @@ static void send_batch(struct db_conn *c, void *arg)
 			continue;
 		buf_putc(&l->finish_json, l->finish_json.len ? ',' : '[');
 		claim_outcome_json(&l->finish_json, j->run.cj.id, j->run.cj.fence, &j->out);
-		j->state = LJ_WRITING;
+		lj_step(j, LJ_WRITING);
 	}
 	if (l->finish_json.len) {
 		buf_putc(&l->finish_json, ']');
@@ -906,10 +946,10 @@ bool lease_cancel(struct lease *l, long long id)
 		/* The NOTIFY and the once-a-second look at the requests both
 		 * report a request until the outcome is written: act once. */
 		if (j->state != LJ_RUNNING || !j->run.proc ||
-		    (j->run.kill_reason && strcmp(j->run.kill_reason, "cancelled") == 0))
+		    j->run.kill_reason == RUN_KILL_CANCELLED)
 			return true;
 		log_lj(LOG_INFO, j, "msg=\"job cancelled; terminating its command\"");
-		run_kill(&j->run, "cancelled", j->run.q->kill_grace_ms);
+		run_kill(&j->run, RUN_KILL_CANCELLED, j->run.q->kill_grace_ms);
 		return true;
 	}
 	return false;
@@ -946,6 +986,6 @@ void lease_terminate(struct lease *l)
 		if (j->state != LJ_RUNNING || !j->run.proc)
 			continue;
 		log_lj(LOG_INFO, j, "msg=\"terminating command for shutdown\"");
-		run_kill(&j->run, "shutdown", j->run.q->kill_grace_ms);
+		run_kill(&j->run, RUN_KILL_SHUTDOWN, j->run.q->kill_grace_ms);
 	}
 }

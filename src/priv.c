@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "util.h"
 
 static int cap_get(struct __user_cap_data_struct d[2])
 {
@@ -43,7 +44,7 @@ static int cap_get(struct __user_cap_data_struct d[2])
 	return (int)syscall(SYS_capget, &h, d);
 }
 
-static int cap_set(struct __user_cap_data_struct d[2])
+EXEC_IN_CHILD static int cap_set(struct __user_cap_data_struct d[2])
 {
 	struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
 	return (int)syscall(SYS_capset, &h, d);
@@ -104,7 +105,7 @@ bool priv_has_switch_caps(char *missing, size_t size)
 	return all;
 }
 
-int priv_drop_all(void)
+EXEC_IN_CHILD int priv_drop_all(void)
 {
 	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
 		return -1;

@@ -43,6 +43,25 @@
 
 static void on_timeout(struct ev_loop *loop, ev_timer *w, int revents);
 
+const char *run_kill_name(enum run_kill k)
+{
+	switch (k) {
+	case RUN_KILL_NONE:
+		return "none";
+	case RUN_KILL_TIMEOUT:
+		return "timeout";
+	case RUN_KILL_CANCELLED:
+		return "cancelled";
+	case RUN_KILL_SHUTDOWN:
+		return "shutdown";
+	case RUN_KILL_LOST_LOCK:
+		return "lost_lock";
+	case RUN_KILL_UNSTARTED:
+		return "unstarted";
+	}
+	return "none";
+}
+
 void run_init(struct run *r, const struct run_env *env, run_done_fn *done, void *arg)
 {
 	memset(r, 0, sizeof(*r));
@@ -91,7 +110,7 @@ void run_clear(struct run *r)
 	r->result = NULL;
 	r->error = NULL;
 	r->entry = NULL;
-	r->kill_reason = NULL;
+	r->kill_reason = RUN_KILL_NONE;
 	r->deadline = 0;
 	if (r->q) {
 		queue_conf_unref(r->q);
@@ -171,7 +190,9 @@ void run_outcome(struct run *r, const struct exec_outcome *o, struct claim_outco
 {
 	const struct exec_outcome never = {.status = EXEC_EXITED, .exit_code = -1};
 	const struct queue_conf *q = r->q;
-	const char *reason = r->kill_reason;
+	enum run_kill kill = r->kill_reason;
+	/* the reason in the error JSON, the history entry and the log */
+	const char *reason = kill != RUN_KILL_NONE ? run_kill_name(kill) : NULL;
 	if (!o)
 		o = &never;
 	/* A real outcome of exec carries the captures; one made up for a
@@ -203,12 +224,12 @@ void run_outcome(struct run *r, const struct exec_outcome *o, struct claim_outco
 	} else {
 		r->error = error_json(reason, exit_code, sig, msg[0] ? msg : NULL, o, ran);
 		out->error = r->error;
-		if (strcmp(reason, "shutdown") == 0 || strcmp(reason, "unstarted") == 0) {
+		if (kill == RUN_KILL_SHUTDOWN || kill == RUN_KILL_UNSTARTED) {
 			/* Interrupted by a shutdown, or never started (the claim
 			 * could not be confirmed in time): not an attempt. */
 			out->status = "queued";
 			out->give_back = true;
-		} else if (strcmp(reason, "cancelled") == 0) {
+		} else if (kill == RUN_KILL_CANCELLED) {
 			out->status = "cancelled"; /* pgjobd.cancel(): no retry */
 		} else if (r->cj.attempts < r->cj.max_attempts) {
 			out->status = "queued";
@@ -250,8 +271,9 @@ void run_lost(struct run *r, const struct exec_outcome *o, const char *msg)
 	int sig = o->status == EXEC_SIGNALED ? o->signal : 0;
 	free(r->error);
 	free(r->entry);
-	r->error = error_json("lost_lock", exit_code, sig, msg, o, true);
-	r->entry = history_entry("lost_lock", exit_code, sig, msg, o, true);
+	const char *reason = run_kill_name(RUN_KILL_LOST_LOCK);
+	r->error = error_json(reason, exit_code, sig, msg, o, true);
+	r->entry = history_entry(reason, exit_code, sig, msg, o, true);
 }
 
 static void on_exec_done(struct exec_proc *p, const struct exec_outcome *o, void *arg)
@@ -274,18 +296,17 @@ static void on_timeout(struct ev_loop *loop, ev_timer *w, int revents)
 	if (!r->proc)
 		return;
 	log_run(LOG_WARN, r, "msg=\"job timed out; terminating\"");
-	run_kill(r, "timeout", r->q->kill_grace_ms);
+	run_kill(r, RUN_KILL_TIMEOUT, r->q->kill_grace_ms);
 }
 
-void run_kill(struct run *r, const char *reason, int64_t grace_ms)
+void run_kill(struct run *r, enum run_kill reason, int64_t grace_ms)
 {
-	bool cancelled = r->kill_reason && strcmp(r->kill_reason, "cancelled") == 0;
-	if (strcmp(reason, "cancelled") == 0)
+	if (reason == RUN_KILL_CANCELLED)
 		r->kill_reason = reason;
-	else if (strcmp(reason, "shutdown") == 0) {
-		if (!r->kill_reason)
+	else if (reason == RUN_KILL_SHUTDOWN) {
+		if (r->kill_reason == RUN_KILL_NONE)
 			r->kill_reason = reason;
-	} else if (!cancelled) {
+	} else if (r->kill_reason != RUN_KILL_CANCELLED) {
 		r->kill_reason = reason;
 	}
 	if (r->proc)
@@ -299,19 +320,20 @@ void run_set_deadline(struct run *r, int64_t boot_ms)
 		guard_set_pgroup_deadline(r->env->guard, r->pgid, boot_ms);
 }
 
-/* exec's before_run hook: the supervisor knows the group (and, in lease
- * mode, its deadline) before the command may run, so even a SIGKILL of the
- * daemon right after the spawn cannot leave a command that nothing will
- * kill. Then the command gets its cgroup (contain.h), still before it runs
- * anything. */
-static int register_pgroup(pid_t pgid, void *arg)
+/* exec's in_child hook, in the command's new process (system calls only):
+ * the supervisor knows the group (and, in lease mode, its deadline) before
+ * the command may run, so even a SIGKILL of the daemon right after the
+ * spawn cannot leave a command that nothing will kill. Then the process
+ * enters its cgroup (contain.h), still before it runs anything. What it
+ * writes into r (the group, what contain did) is read by run_exec. */
+static EXEC_IN_CHILD int enter_supervision(pid_t pgid, void *arg)
 {
 	struct run *r = arg;
-	if (r->env->guard && guard_add_pgroup(r->env->guard, pgid, r->deadline) < 0)
+	if (r->guard_fd >= 0 && guard_child_add_pgroup(r->guard_fd, pgid, r->deadline) < 0)
 		return -1;
 	r->pgid = pgid;
-	if (r->env->contain)
-		contain_job_start(r->env->contain, pgid);
+	if (r->contain.dirfd >= 0)
+		contain_child_enter(&r->contain, pgid);
 	return 0;
 }
 
@@ -371,14 +393,19 @@ int run_exec(struct run *r)
 	    .gid = q->gid,
 	    .max_output = (size_t)q->max_output,
 	    /* Without the hook, contain would take the shell for an orphan. */
-	    .before_run = r->env->guard || r->env->contain ? register_pgroup : NULL,
-	    .before_run_arg = r,
+	    .in_child = r->env->guard || r->env->contain ? enter_supervision : NULL,
+	    .in_child_arg = r,
 	    .on_output = q->log_output == LOG_OUTPUT_JOURNAL ? forward_output : NULL,
 	    .on_output_arg = r,
 	};
 	if (q->log_output == LOG_OUTPUT_JOURNAL)
 		r->joblog = joblog_new(r->cj.id, q->name, r->cj.attempts, (size_t)q->max_output);
 	r->pgid = 0;
+	r->guard_fd = r->env->guard ? guard_child_fd(r->env->guard) : -1;
+	if (r->env->contain)
+		contain_child_prepare(r->env->contain, &r->contain);
+	else
+		r->contain = (struct contain_child){.dirfd = -1, .guard_fd = -1};
 	r->started_ms = util_now_ms();
 	r->proc = exec_start(r->env->loop, &spec, on_exec_done, r);
 	util_strv_free(envp);
@@ -392,6 +419,8 @@ int run_exec(struct run *r)
 	}
 	if (!r->env->guard && !r->env->contain)
 		r->pgid = exec_pgid(r->proc);
+	else if (r->pgid > 0 && r->env->contain)
+		contain_job_start(r->env->contain, r->pgid, &r->contain);
 	int64_t tmo = effective_timeout_ms(r->cj.timeout_ms, q->timeout_ms);
 	if (tmo > 0) {
 		ev_timer_set(&r->timeout, (double)tmo / 1000.0, 0.);

@@ -22,6 +22,7 @@
 
 #include "claim.h"
 #include "config.h"
+#include "contain.h"
 #include "exec.h"
 
 struct contain;
@@ -30,6 +31,23 @@ struct joblog;
 struct metrics;
 struct reaper;
 struct run;
+
+/* Why a command is being killed, or was not started. The names
+ * (run_kill_name) are written to the job's error, its history entry, logs
+ * and metrics; they must not change. */
+enum run_kill {
+	RUN_KILL_NONE,	    /* not being killed */
+	RUN_KILL_TIMEOUT,   /* "timeout": it ran past its timeout */
+	RUN_KILL_CANCELLED, /* "cancelled": pgjobd.cancel() */
+	RUN_KILL_SHUTDOWN,  /* "shutdown": the daemon stops, or the command could not be
+			       started for want of resources; the attempt does not count */
+	RUN_KILL_LOST_LOCK, /* "lost_lock": its claim is gone, or may be */
+	RUN_KILL_UNSTARTED, /* "unstarted": its claim may lapse before it could run; not
+			       started, the attempt does not count */
+};
+/* The name of reason k as written to SQL, JSON and logs ("none" for
+ * RUN_KILL_NONE). */
+const char *run_kill_name(enum run_kill k);
 
 /* What every run of a daemon shares; owned by the daemon, outlives runs. */
 struct run_env {
@@ -50,14 +68,18 @@ typedef void run_done_fn(struct run *r, const struct exec_outcome *o, void *arg)
 
 struct run {
 	const struct run_env *env;
-	struct claim_job cj;	 /* the claimed job (owned; run_clear frees it) */
-	struct queue_conf *q;	 /* the configuration it started with (a reference), or NULL */
-	struct exec_proc *proc;	 /* NULL: no command runs */
-	struct joblog *joblog;	 /* log_output = journal: the running command's lines */
-	pid_t pgid;		 /* its process group while registered with the supervisor */
-	int64_t deadline;	 /* lease mode: CLOCK_BOOTTIME ms at which the supervisor kills
-				    the command; 0: the daemon's fence deadline governs it */
-	const char *kill_reason; /* why it is being killed (static text), NULL if not */
+	struct claim_job cj;	   /* the claimed job (owned; run_clear frees it) */
+	struct queue_conf *q;	   /* the configuration it started with (a reference), or NULL */
+	struct exec_proc *proc;	   /* NULL: no command runs */
+	struct joblog *joblog;	   /* log_output = journal: the running command's lines */
+	pid_t pgid;		   /* its process group while registered with the supervisor */
+	int64_t deadline;	   /* lease mode: CLOCK_BOOTTIME ms at which the supervisor kills
+				      the command; 0: the daemon's fence deadline governs it */
+	enum run_kill kill_reason; /* why it is being killed, or not started */
+	/* Set before the spawn, for the command's new process (exec.h,
+	 * in_child), which sets pgid and completes `contain`. */
+	int guard_fd; /* the supervisor's channel; -1: none */
+	struct contain_child contain;
 	int64_t started_ms;
 	ev_timer timeout;
 	char *result; /* JSON of the outcome (run_outcome), or NULL */
@@ -79,15 +101,14 @@ void run_begin(struct run *r, struct queue_conf *q);
 /* Start the command (run_begin first). Returns 0 when it is under way
  * (done will be called), -1 when its pipes could not be created (errno
  * set, logged): the environment, not the job; the caller gives the attempt
- * back (run_outcome with reason "shutdown"). */
+ * back (run_outcome with reason RUN_KILL_SHUTDOWN). */
 int run_exec(struct run *r);
-/* Terminate the command for `reason` ("timeout", "cancelled", "shutdown",
- * "lost_lock"; static text): SIGTERM to its group, SIGKILL after grace_ms (0:
- * at once). A cancel overrides any other reason and no other reason
- * overrides a cancel; "shutdown" never overrides a reason already given.
- * Without a running command only the reason is recorded (a job that is
- * not started yet then is not started). */
-void run_kill(struct run *r, const char *reason, int64_t grace_ms);
+/* Terminate the command for `reason` (not RUN_KILL_NONE): SIGTERM to its
+ * group, SIGKILL after grace_ms (0: at once). A cancel overrides any other
+ * reason and no other reason overrides a cancel; a shutdown never
+ * overrides a reason already given. Without a running command only the
+ * reason is recorded (a job that is not started yet then is not started). */
+void run_kill(struct run *r, enum run_kill reason, int64_t grace_ms);
 /* Lease mode: move the supervisor's kill time of the running command (see
  * `deadline` above). Before run_exec, only records it (the group is
  * registered with it). */

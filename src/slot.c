@@ -1,24 +1,35 @@
 /* slot.c - a job slot's state machine (see slot.h).
  *
- *   CONNECTING --DB_UP--> IDLE --reserve--> RESERVED --hold--> HOLDING --held--> RUNNING
- *        ^                 ^  ^                |  nothing      |  not ours          | ends
- *        |                 |  +-- unreserve ---+               v                    v
- *        |                 +------------------------------ ENDING_TX           FINISHING
- *        |                 +--------------------------------------------- ok ---+
- *        +---- (reconnect) <-- LOST <-- DB_DOWN while RUNNING ------------------+-- failure
- *   IDLE --drain--> STOPPED
+ *                      +------ unreserve ------+
+ *                      v                       |
+ *   CONNECTING --up--> IDLE --reserve--> RESERVED --hold--> HOLDING --held--> RUNNING
+ *                       ^ |                                   | not ours       |   | down while
+ *                       | |                                   v      ended, or |   | it runs
+ *                       +-|-- committed ----------------- ENDING_TX      never |   v
+ *                       | |                                            started | LOST
+ *                       +-|-- written ------------------- FINISHING <----------+
+ *                       | +- outcome to write again ----------^
+ *                       | |
+ *                       +-|-- released, or again later -- RELEASING
+ *                         +- lost claim to release -----------^
+ *
+ *   -> CONNECTING  the session is lost or a statement failed (from LOST: once
+ *                  the command is dead), from IDLE, RESERVED, HOLDING,
+ *                  ENDING_TX, RUNNING, FINISHING, LOST, RELEASING
+ *   -> STOPPED     draining, from CONNECTING and IDLE; STOPPED is final
+ *   No state moves to itself. slot_step() checks every move against
+ *   `allowed` below, which says the same as this drawing.
  *
  * The queue's claimer (claimer.c) claims jobs for RESERVED slots; the slot
  * then holds its job with row locks in its own session (claim.c) and runs
  * its command (run.h: start, timeout, cancel, the outcome's classification,
  * shared with lock mode `lease`). slot_step() is the single place where the
- * state changes; every
- * transition is logged at debug level. A command whose session is lost
- * (LOST) is killed at once with SIGKILL: its lock is gone, so another daemon
- * may take the job over, and guarantee 1 (never two commands of one group)
- * must hold. The socket of a lost session is kept open until the command is
- * dead, so that when the loss was only seen by us, PostgreSQL keeps the lock
- * until then.
+ * state changes; every transition is logged at debug level. A command
+ * whose session is lost (LOST) is killed at once with SIGKILL: its lock is
+ * gone, so another daemon may take the job over, and guarantee 1 (never two
+ * commands of one group) must hold. The socket of a lost session is kept
+ * open until the command is dead, so that when the loss was only seen by
+ * us, PostgreSQL keeps the lock until then.
  *
  * A running job holds a reference on the queue_conf it started with (in
  * its struct run), so a reload never changes a running job's timeout or
@@ -95,8 +106,40 @@ struct slot {
 	log_msg(level, fmt " job=%lld queue=%s attempt=%d", ##__VA_ARGS__, (s)->run.cj.id,         \
 		(s)->q->name, (s)->run.cj.attempts)
 
+/* The moves of the drawing at the top, from -> to. Any other move is a bug:
+ * it aborts a build with PGJOBD_CHECK_STATES (the sanitizer builds of `make
+ * asan` and `make check-asan`) and is logged otherwise. RUNNING ->
+ * CONNECTING is a session lost while RUNNING without a command, which the
+ * code handles but cannot happen today (the command starts, or the outcome
+ * is written, before control returns to the loop). */
+#define TO(st) (1u << (st))
+static const unsigned allowed[] = {
+    [S_CONNECTING] = TO(S_IDLE) | TO(S_STOPPED),
+    [S_IDLE] =
+	TO(S_RESERVED) | TO(S_FINISHING) | TO(S_RELEASING) | TO(S_CONNECTING) | TO(S_STOPPED),
+    [S_RESERVED] = TO(S_IDLE) | TO(S_HOLDING) | TO(S_CONNECTING),
+    [S_HOLDING] = TO(S_RUNNING) | TO(S_ENDING_TX) | TO(S_CONNECTING),
+    [S_ENDING_TX] = TO(S_IDLE) | TO(S_CONNECTING),
+    [S_RUNNING] = TO(S_FINISHING) | TO(S_LOST) | TO(S_CONNECTING),
+    [S_FINISHING] = TO(S_IDLE) | TO(S_CONNECTING),
+    [S_LOST] = TO(S_CONNECTING),
+    [S_RELEASING] = TO(S_IDLE) | TO(S_CONNECTING),
+    [S_STOPPED] = 0,
+};
+#undef TO
+_Static_assert(sizeof(allowed) / sizeof(allowed[0]) == S_STOPPED + 1 &&
+		   sizeof(state_names) / sizeof(state_names[0]) == S_STOPPED + 1,
+	       "a state without its name or its moves");
+
 static void slot_step(struct slot *s, enum slot_state to)
 {
+	if (!(allowed[s->state] & (1u << to))) {
+		log_error("msg=\"bug: slot state move not allowed\" queue=%s slot=%d from=%s to=%s",
+			  s->q->name, s->index, state_names[s->state], state_names[to]);
+#ifdef PGJOBD_CHECK_STATES
+		abort();
+#endif
+	}
 	if (s->state != to)
 		log_debug("msg=\"slot state\" queue=%s slot=%d from=%s to=%s", s->q->name, s->index,
 			  state_names[s->state], state_names[to]);
@@ -241,7 +284,7 @@ static void start_command(struct slot *s)
 	if (run_exec(&s->run) < 0) {
 		/* EMFILE and the like: the environment, not the job. Give the
 		 * attempt back and let the job be claimed again later. */
-		s->run.kill_reason = "shutdown";
+		s->run.kill_reason = RUN_KILL_SHUTDOWN;
 		write_outcome(s, NULL);
 	}
 }
@@ -313,16 +356,16 @@ static void on_held(struct db_conn *c, PGresult *const *res, int n, void *arg)
 	emit(s, SLOT_EV_HELD, 0);
 	if (PQgetvalue(res[CLAIM_HOLD_JOB], 0, 1)[0] == 't') {
 		log_job(LOG_INFO, s, "msg=\"job cancelled before its command started\"");
-		s->run.kill_reason = "cancelled";
+		s->run.kill_reason = RUN_KILL_CANCELLED;
 	}
-	if (!s->run.kill_reason && s->env->fence &&
+	if (s->run.kill_reason == RUN_KILL_NONE && s->env->fence &&
 	    !fence_holds(s->env->fence, fence_timeout_ms(s->env->fence) / 4)) {
 		/* Our claims may lapse before the command could do much: it
 		 * would be killed soon anyway. Not an attempt. */
 		log_job(LOG_WARN, s, "msg=\"claims not confirmed recently; job not started\"");
-		s->run.kill_reason = "unstarted";
+		s->run.kill_reason = RUN_KILL_UNSTARTED;
 	}
-	if (s->run.kill_reason) {
+	if (s->run.kill_reason != RUN_KILL_NONE) {
 		/* Shutdown or cancel came while the hold was in flight: do not
 		 * start the command. */
 		write_outcome(s, NULL);
@@ -345,7 +388,7 @@ void slot_unreserve(struct slot *s)
 {
 	if (s->state != S_RESERVED)
 		return;
-	s->run.kill_reason = NULL;
+	s->run.kill_reason = RUN_KILL_NONE;
 	slot_step(s, S_IDLE);
 	maybe_stop(s);
 }
@@ -438,6 +481,11 @@ static void on_db_event(struct db_conn *c, enum db_event ev, void *arg)
 {
 	(void)c;
 	struct slot *s = arg;
+	/* A stopped slot waits for slot_free (which closes its session): a
+	 * session that comes up or goes down meanwhile changes nothing, and
+	 * must not make it report SLOT_EV_STOPPED twice. */
+	if (s->state == S_STOPPED)
+		return;
 	if (ev == DB_UP) {
 		if (s->state == S_CONNECTING) {
 			slot_step(s, S_IDLE);
@@ -459,7 +507,7 @@ static void on_db_event(struct db_conn *c, enum db_event ev, void *arg)
 		log_job(LOG_ERROR, s,
 			"msg=\"lost the database session holding the job; killing its command\"");
 		slot_step(s, S_LOST);
-		run_kill(&s->run, "lost_lock", 0);
+		run_kill(&s->run, RUN_KILL_LOST_LOCK, 0);
 		return; /* reconnect once the command is dead (on_run_done) */
 	}
 	if (s->state == S_FINISHING) {
@@ -507,7 +555,7 @@ struct slot *slot_new(const struct slot_env *env, struct queue_conf *q, int inde
 	struct db_callbacks cbs = {
 	    .on_event = on_db_event, .on_notify = NULL, .on_fd = on_guard_fd, .arg = s};
 	cbs.metrics = env->metrics;
-	slot_step(s, S_CONNECTING);
+	s->state = S_CONNECTING; /* where a slot starts: not a move */
 	s->db = db_conn_new(env->loop, env->conninfo, app, setup, &cbs);
 	return s;
 }
@@ -538,14 +586,14 @@ long long slot_held_id(const struct slot *s)
 void slot_fence_lost(struct slot *s)
 {
 	if (s->state == S_RESERVED || s->state == S_HOLDING) {
-		if (!s->run.kill_reason)
-			s->run.kill_reason = "unstarted"; /* on_held does not start it */
+		if (s->run.kill_reason == RUN_KILL_NONE)
+			s->run.kill_reason = RUN_KILL_UNSTARTED; /* on_held does not start it */
 		return;
 	}
 	if (s->state != S_RUNNING || !s->run.proc)
 		return;
 	log_job(LOG_ERROR, s, "msg=\"claim could not be confirmed in time; killing its command\"");
-	run_kill(&s->run, "lost_lock", 0);
+	run_kill(&s->run, RUN_KILL_LOST_LOCK, 0);
 }
 
 void slot_drain(struct slot *s)
@@ -557,13 +605,13 @@ void slot_drain(struct slot *s)
 void slot_terminate(struct slot *s)
 {
 	if (s->state == S_RESERVED || s->state == S_HOLDING) {
-		run_kill(&s->run, "shutdown", 0); /* the job will not be started */
+		run_kill(&s->run, RUN_KILL_SHUTDOWN, 0); /* the job will not be started */
 		return;
 	}
 	if (s->state != S_RUNNING || !s->run.proc)
 		return;
 	log_job(LOG_INFO, s, "msg=\"terminating command for shutdown\"");
-	run_kill(&s->run, "shutdown", s->run.q->kill_grace_ms);
+	run_kill(&s->run, RUN_KILL_SHUTDOWN, s->run.q->kill_grace_ms);
 }
 
 bool slot_cancel(struct slot *s, long long id)
@@ -572,10 +620,10 @@ bool slot_cancel(struct slot *s, long long id)
 		return false;
 	/* The NOTIFY and the once-a-second look at the requests both report a
 	 * request until the job's outcome is written: act on the first only. */
-	if (s->run.kill_reason && strcmp(s->run.kill_reason, "cancelled") == 0)
+	if (s->run.kill_reason == RUN_KILL_CANCELLED)
 		return true;
 	if (s->state == S_HOLDING) {
-		s->run.kill_reason = "cancelled"; /* on_held does not start it */
+		s->run.kill_reason = RUN_KILL_CANCELLED; /* on_held does not start it */
 		return true;
 	}
 	if (s->state != S_RUNNING || !s->run.proc)
@@ -583,7 +631,7 @@ bool slot_cancel(struct slot *s, long long id)
 	/* Cancel wins over a timeout or a shutdown in progress: the job must
 	 * not run again. exec_kill never lengthens a grace already running. */
 	log_job(LOG_INFO, s, "msg=\"job cancelled; terminating its command\"");
-	run_kill(&s->run, "cancelled", s->run.q->kill_grace_ms);
+	run_kill(&s->run, RUN_KILL_CANCELLED, s->run.q->kill_grace_ms);
 	return true;
 }
 
@@ -597,4 +645,23 @@ void slot_set_conf(struct slot *s, struct queue_conf *q)
 const struct queue_conf *slot_conf(const struct slot *s)
 {
 	return s->q;
+}
+
+const char *slot_state_name(const struct slot *s)
+{
+	return state_names[s->state];
+}
+
+static int state_by_name(const char *name)
+{
+	for (int i = 0; i < (int)(sizeof(state_names) / sizeof(state_names[0])); i++)
+		if (strcmp(state_names[i], name) == 0)
+			return i;
+	return -1;
+}
+
+bool slot_state_move_allowed(const char *from, const char *to)
+{
+	int f = state_by_name(from), t = state_by_name(to);
+	return f >= 0 && t >= 0 && (allowed[f] & (1u << t));
 }

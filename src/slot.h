@@ -87,4 +87,12 @@ bool slot_cancel(struct slot *j, long long id);
 void slot_set_conf(struct slot *j, struct queue_conf *q);
 const struct queue_conf *slot_conf(const struct slot *j);
 
+/* For tests and logs: the name of the slot's state ("connecting", "idle",
+ * "reserved", "holding", "ending_tx", "running", "finishing", "lost",
+ * "releasing", "stopped"; the drawing at the top of slot.c). */
+const char *slot_state_name(const struct slot *j);
+/* For tests: whether the state machine lets a slot move from the state
+ * named `from` to the one named `to` (false for a name it does not know). */
+bool slot_state_move_allowed(const char *from, const char *to);
+
 #endif

@@ -185,3 +185,17 @@ int util_set_cloexec(int fd)
 		return -1;
 	return 0;
 }
+
+EXEC_IN_CHILD size_t util_fmt_uint(char *buf, unsigned long long v)
+{
+	char tmp[21];
+	size_t n = 0;
+	do {
+		tmp[n++] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v > 0);
+	for (size_t i = 0; i < n; i++)
+		buf[i] = tmp[n - 1 - i];
+	buf[n] = '\0';
+	return n;
+}

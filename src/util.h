@@ -8,6 +8,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Marks a function that runs in a command's new process before its exec
+ * (exec.h, in_child), while that process shares the daemon's memory and the
+ * daemon waits. Such a function makes system calls only. It is not
+ * instrumented by AddressSanitizer, whose bookkeeping of stack memory would
+ * otherwise be done by two processes on one shadow. */
+#define EXEC_IN_CHILD __attribute__((no_sanitize_address, noinline))
+
+/* Decimal digits of v (>= 0) into buf (at least 21 bytes), NUL-terminated;
+ * returns the length. Async-signal-safe (for EXEC_IN_CHILD code). */
+size_t util_fmt_uint(char *buf, unsigned long long v);
+
 /* x-alloc: log "out of memory" and abort(); never return NULL. Use for small,
  * internally bounded allocations only. */
 void *xmalloc(size_t n);

@@ -4,11 +4,12 @@
 # `make schema` writes) must equal it byte for byte. When a migration changed the
 # schema without the file being regenerated, this prints the difference and says to
 # run `make schema`. Also: the dump is stable (a second one prints the same bytes),
-# keeps the grants and policies, and drops what would differ from run to run.
+# keeps the grants and policies, and drops what would differ from run to run; and the
+# function list: no version-suffixed name is left (018_names.sql renamed the last one).
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
 
-plan 6
+plan 9
 
 snapshot=$REPO_ROOT/sql/schema.sql
 dump() { PG_BINDIR=$PG_BINDIR bash "$REPO_ROOT/tests/schema-dump.sh"; }
@@ -59,3 +60,23 @@ else
 		[ "$(wc -l <"$T/schema.diff")" -gt 300 ] && diag "(diff cut at 300 of $(wc -l <"$T/schema.diff") lines)"
 	}
 fi
+
+# The function list. try_group_head_v2 became try_group_head (018_names.sql): the old
+# name is gone, the new one keeps its grants (EXECUTE for the worker role only), and no
+# function of the schema still calls or names the old one (PL/pgSQL looks a called
+# function up by name: a claim_batch naming it would fail at its first grouped job).
+is "$(psql_q "SELECT to_regprocedure('pgjobd.try_group_head_v2(text, text, bigint)') IS NULL")" t \
+	"pgjobd.try_group_head_v2 does not exist"
+is "$(psql_q "SELECT to_regprocedure('pgjobd.try_group_head(text, text, bigint)') IS NOT NULL
+                || ' worker ' || has_function_privilege('pgjobd_worker',
+                                     'pgjobd.try_group_head(text, text, bigint)', 'EXECUTE')
+                || ' producer ' || has_function_privilege('pgjobd_producer',
+                                     'pgjobd.try_group_head(text, text, bigint)', 'EXECUTE')
+                || ' public ' || has_function_privilege('public',
+                                     'pgjobd.try_group_head(text, text, bigint)', 'EXECUTE')")" \
+	"true worker true producer false public false" \
+	"pgjobd.try_group_head(text, text, bigint) exists, executable by pgjobd_worker, not by PUBLIC"
+is "$(psql_q "SELECT coalesce(string_agg(p.oid::regprocedure::text, ' '), 'none') FROM pg_proc p
+               WHERE p.pronamespace = 'pgjobd'::regnamespace
+                 AND p.prosrc LIKE '%try\\_group\\_head\\_v2%'")" none \
+	"no function of schema pgjobd names try_group_head_v2"

@@ -37,8 +37,10 @@ wait_until 10 "workers_alive 1" || bail_out "daemon a did not register"
 
 # Three long jobs and a stream of short ones (each short one ends while some session is
 # gone, or just after).
+# The long ones wait for the gate file, made once every session has been terminated: they
+# run through all of it, however long the reconnects take.
 psql_q "INSERT INTO pgjobd.jobs (queue, group_id, data)
-        SELECT 't', 'long' || i, '{\"sleep\": 12}' FROM generate_series(1, 3) i" >/dev/null
+        SELECT 't', 'long' || i, '{\"gate\": \"long\"}' FROM generate_series(1, 3) i" >/dev/null
 psql_q "INSERT INTO pgjobd.jobs (queue, group_id, data)
         SELECT 't', 'short' || (i % 2), '{\"sleep\": 0.3}' FROM generate_series(1, 30) i" >/dev/null
 wait_until 15 "[ \"\$(count_jobs \"group_id LIKE 'long%' AND status = 'running'\")\" = 3 ]" ||
@@ -65,6 +67,7 @@ for s in lease listener fence lease; do
 	alive
 	ok $? "the long jobs' commands still run"
 done
+touch "$T/gate.long"
 wait_until 40 "[ \"\$(count_jobs \"status = 'succeeded'\")\" = 33 ]"
 ok $? "all 33 jobs succeeded"
 is "$(psql_q "SELECT count(*) FROM pgjobd.jobs WHERE attempts <> 1")" 0 "each in one attempt"

@@ -630,7 +630,7 @@ static void test_env_exact(char **env)
 static void test_fds_and_signals(char **env, bool set_user)
 {
 	struct res r;
-	const char *how = set_user ? "fork path" : "posix_spawn";
+	const char *how = set_user ? "switching user" : "as the daemon";
 	/* An fd without O_CLOEXEC, as a careless library would leave. */
 	int leak = open("/dev/null", O_RDONLY);
 	int leak2 = dup2(leak, 42);
@@ -660,9 +660,10 @@ static void test_fds_and_signals(char **env, bool set_user)
 	run(&s, &r);
 	unsigned long long blk = 1, ign = 1;
 	int got = sscanf(r.out, "SigBlk: %llx SigIgn: %llx", &blk, &ign);
-	/* glibc's posix_spawn sets its two internal signals (32 SIGCANCEL,
-	 * 33 SIGSETXID) to SIG_IGN in the child, outside our control; they are
-	 * not the daemon's dispositions, so they are masked out here. */
+	/* glibc keeps its two internal signals (32 SIGCANCEL, 33 SIGSETXID)
+	 * out of sigaction's reach, and its own posix_spawn (used by the test
+	 * harness's tools) sets them to SIG_IGN; they are not the daemon's
+	 * dispositions, so they are masked out here. */
 	ign &= ~((1ULL << 31) | (1ULL << 32));
 	ok(got == 2 && blk == 0 && ign == 0, "%s: empty mask, default dispositions (%s)", how,
 	   r.out);
@@ -852,14 +853,14 @@ static void on_sigpipe(int sig)
 	(void)sig;
 }
 
-/* before_run: the group exists and the command has not run yet. */
+/* in_child: the group exists and the command has not run yet. */
 struct gate_probe {
 	pid_t pgid;
 	bool group_ok, not_yet, refuse;
 	char marker[300];
 };
 
-static int probe_before_run(pid_t pgid, void *arg)
+EXEC_IN_CHILD static int probe_in_child(pid_t pgid, void *arg)
 {
 	struct gate_probe *g = arg;
 	g->pgid = pgid;
@@ -876,28 +877,28 @@ static void test_gate(char **env)
 	snprintf(cmd, sizeof(cmd), "touch '%s'; echo ran", g.marker);
 	struct res r;
 	struct exec_spec s = mkspec(cmd, env);
-	s.before_run = probe_before_run;
-	s.before_run_arg = &g;
+	s.in_child = probe_in_child;
+	s.in_child_arg = &g;
 	run(&s, &r);
-	ok(g.pgid > 0 && g.group_ok, "before_run: the child leads its own group already");
-	ok(g.not_yet, "before_run: nothing of the command has run yet");
-	is_str(r.out, "ran\n", "with before_run = 0 the command runs");
+	ok(g.pgid > 0 && g.group_ok, "in_child: the child leads its own group already");
+	ok(g.not_yet, "in_child: nothing of the command has run yet");
+	is_str(r.out, "ran\n", "with in_child = 0 the command runs");
 	res_fini(&r);
 	unlink(g.marker);
 
 	g = (struct gate_probe){.refuse = true};
 	snprintf(g.marker, sizeof(g.marker), "%s/gate-marker", tmpdir);
 	s = mkspec(cmd, env);
-	s.before_run = probe_before_run;
-	s.before_run_arg = &g;
+	s.in_child = probe_in_child;
+	s.in_child_arg = &g;
 	run(&s, &r);
-	is_int(r.o.status, EXEC_SPAWN_FAILED, "before_run refused: a spawn failure");
+	is_int(r.o.status, EXEC_SPAWN_FAILED, "in_child refused: a spawn failure");
 	is_str(r.o.spawn_what, "register", "... at the step 'register'");
 	ok(access(g.marker, F_OK) != 0, "... and the command never ran");
 	res_fini(&r);
 }
 
-static int no_op_before_run(pid_t pgid, void *arg)
+EXEC_IN_CHILD static int no_op_in_child(pid_t pgid, void *arg)
 {
 	(void)pgid;
 	(void)arg;
@@ -905,7 +906,7 @@ static int no_op_before_run(pid_t pgid, void *arg)
 }
 
 /* wait4's rusage (the reaper's): CPU time and peak RSS, covering the
- * subshell the shell waited for, on both spawn paths; and for many
+ * subshell the shell waited for, with and without the in_child hook; and for many
  * commands ending at once, whose SIGCHLDs coalesce. */
 static void test_usage(char **env)
 {
@@ -915,7 +916,7 @@ static void test_usage(char **env)
 	struct exec_spec s = mkspec("(i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done); "
 				    "x=$(head -c 20000000 /dev/zero | tr '\\0' a); echo ${#x}",
 				    env);
-	s.before_run = no_op_before_run; /* the fork path, as in the daemon */
+	s.in_child = no_op_in_child; /* with the hook, as in the daemon */
 	run(&s, &r);
 	is_str(r.out, "20000000\n", "usage: the command ran");
 	ok(r.o.cpu_ms >= 20, "usage: cpu_ms %lld covers the subshell's busy loop",
@@ -927,7 +928,7 @@ static void test_usage(char **env)
 	res_fini(&r);
 
 	s = mkspec("kill -9 $$", env);
-	s.before_run = no_op_before_run;
+	s.in_child = no_op_in_child;
 	run(&s, &r);
 	ok(r.o.status == EXEC_SIGNALED && r.o.signal == 9 && r.o.max_rss_kb > 0 && r.o.cpu_ms >= 0,
 	   "usage: known for a command killed by a signal too");
@@ -936,7 +937,7 @@ static void test_usage(char **env)
 	s = mkspec("exit 3", env);
 	run(&s, &r);
 	ok(r.o.status == EXEC_EXITED && r.o.exit_code == 3 && r.o.max_rss_kb > 0 && r.o.cpu_ms >= 0,
-	   "usage: known on the posix_spawn path");
+	   "usage: known without the hook too");
 	res_fini(&r);
 
 	/* Many commands ending close together: every one has its usage. */
@@ -947,7 +948,7 @@ static void test_usage(char **env)
 		memset(&rs[i], 0, sizeof(rs[i]));
 		s = mkspec(i % 2 ? "sleep 0.2" : "sleep 0.2; exit 1", env);
 		if (i % 3)
-			s.before_run = no_op_before_run;
+			s.in_child = no_op_in_child;
 		if (!start(&s, &rs[i]))
 			continue;
 	}
@@ -969,7 +970,7 @@ static void test_stdout_tail(char **env)
 	struct exec_spec s =
 	    mkspec("i=0; while [ $i -lt 500 ]; do echo line$i; i=$((i+1)); done", env);
 	s.max_output = 1024;
-	s.before_run = no_op_before_run;
+	s.in_child = no_op_in_child;
 	struct exec_proc *p = exec_start(loop, &s, on_done_tail, &r);
 	memset(&r, 0, sizeof(r));
 	(void)p;
