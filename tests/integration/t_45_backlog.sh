@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# The claim must not slow down as the backlog grows: with 1,000,000 queued
-# jobs in 100,000 groups, one claim touches about as many buffers as with
+# The claim must not slow down as the backlog grows: with 300,000 queued
+# jobs in 30,000 groups, one claim touches about as many buffers as with
 # 1,000 queued, and its statements use index scans (no sort over the backlog).
-# Buffers, not time: the count is deterministic on a quiet test cluster.
+# Buffers, not time: the count is deterministic on a quiet test cluster. 300
+# times the small backlog is enough to tell a scan from an index lookup; the
+# figures for 1,000,000 jobs are `make bench`'s (figure 4), which times them.
+# (This file inserted 2,000,000 rows until then: the suite's largest CPU load.)
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
 
@@ -18,12 +21,12 @@ pgjobd_migrate "$conf" >"$T/migrate.log" 2>&1
 ok $? "pgjobd migrate"
 
 psql_q "INSERT INTO pgjobd.jobs (queue, group_id) SELECT 'small', 'g' || (i % 100) FROM generate_series(1, 1000) i"
-psql_q "INSERT INTO pgjobd.jobs (queue, group_id) SELECT 'big', 'g' || (i % 100000) FROM generate_series(1, 1000000) i"
-psql_q "INSERT INTO pgjobd.jobs (queue) SELECT 'bigfree' FROM generate_series(1, 1000000) i"
+psql_q "INSERT INTO pgjobd.jobs (queue, group_id) SELECT 'big', 'g' || (i % 30000) FROM generate_series(1, 300000) i"
+psql_q "INSERT INTO pgjobd.jobs (queue) SELECT 'bigfree' FROM generate_series(1, 300000) i"
 psql_q "VACUUM ANALYZE pgjobd.jobs" >/dev/null
 psql_q "VACUUM ANALYZE pgjobd.groups" >/dev/null
-is "$(count_jobs "queue = 'big' AND status = 'queued'")" 1000000 "1,000,000 queued jobs in the big queue"
-is "$(psql_q "SELECT count(DISTINCT group_id) FROM pgjobd.jobs WHERE queue = 'big'")" 100000 "in 100,000 groups"
+is "$(count_jobs "queue = 'big' AND status = 'queued'")" 300000 "300,000 queued jobs in the big queue"
+is "$(psql_q "SELECT count(DISTINCT group_id) FROM pgjobd.jobs WHERE queue = 'big'")" 30000 "in 30,000 groups"
 
 # The ready scan the claim's cursor runs: an index scan in start order (jobs held back
 # by a head waiting out a backoff are left out, as the claim leaves them out).
@@ -66,10 +69,10 @@ UPDATE pgjobd.jobs SET status = 'succeeded', finished_at = now() WHERE worker = 
 small=$(claim_buffers small)
 big=$(claim_buffers big)
 bigfree=$(claim_buffers bigfree)
-note "buffers per claim: 1,000 queued in 100 groups: $small; 1,000,000 in 100,000 groups: $big; 1,000,000 ungrouped: $bigfree"
+note "buffers per claim: 1,000 queued in 100 groups: $small; 300,000 in 30,000 groups: $big; 300,000 ungrouped: $bigfree"
 cmp_ok "${small:-0}" -gt 0 "the claim's buffers are measured"
-cmp_ok "${big:-999999}" -le $((small * 2 + 20)) "grouped: a claim with 1,000,000 queued costs about what it costs with 1,000"
-cmp_ok "${bigfree:-999999}" -le $((small * 2 + 20)) "ungrouped: a claim with 1,000,000 queued costs about what it costs with 1,000"
+cmp_ok "${big:-999999}" -le $((small * 2 + 20)) "grouped: a claim with 300,000 queued costs about what it costs with 1,000"
+cmp_ok "${bigfree:-999999}" -le $((small * 2 + 20)) "ungrouped: a claim with 300,000 queued costs about what it costs with 1,000"
 
 # Group rows are made by claims (schema 5), so pgjobd.groups may be analyzed
 # while nearly empty (as here) and then grow by a row per claim until
