@@ -397,6 +397,7 @@ static EXEC_IN_CHILD int spawn_child(void *arg)
 		stage = STAGE_SETPGID;
 		goto fail;
 	}
+	errno = 0; /* shared with the daemon: whatever it last held */
 	if (spec->in_child && spec->in_child(self, spec->in_child_arg) != 0) {
 		if (errno == 0)
 			errno = EPERM;
