@@ -369,62 +369,65 @@ void contain_child_prepare(const struct contain *c, struct contain_child *cc)
 	cc->entered = false;
 }
 
-/* "job-PGID" into name (GUARD_NAME_MAX bytes); system calls only. */
-EXEC_IN_CHILD static void child_cgroup_name(char *name, pid_t pgid)
+/* "job-PGID" into name (GUARD_NAME_MAX bytes): the name of the cgroup of the
+ * command whose process group is pgid. System calls only (EXEC_IN_CHILD). */
+EXEC_IN_CHILD static void cgroup_name(char *name, pid_t pgid)
 {
 	memcpy(name, "job-", 4);
 	util_fmt_uint(name + 4, (unsigned long long)pgid);
 }
 
-EXEC_IN_CHILD int contain_child_enter(struct contain_child *cc, pid_t pgid)
+/* Write pid into name/cgroup.procs under dirfd. System calls only. Returns
+ * 0, or -1 with errno set. */
+EXEC_IN_CHILD static int move_into(int dirfd, const char *name, pid_t pid)
 {
-	char name[GUARD_NAME_MAX], path[GUARD_NAME_MAX + 16], num[24];
-	if (cc->dirfd < 0)
-		return 0;
-	child_cgroup_name(name, pgid);
-	/* EEXIST: an earlier command with this pgid (pid reuse) whose cgroup
-	 * is not removed yet. */
-	if (mkdirat(cc->dirfd, name, 0755) < 0) {
-		cc->step = "mkdir";
-		goto fail;
-	}
-	if (cc->guard_fd >= 0 && guard_child_add_cgroup(cc->guard_fd, name, pgid) < 0) {
-		cc->step = "register";
-		goto undo_dir;
-	}
+	char path[GUARD_NAME_MAX + 16], num[24];
 	size_t n = 0;
 	for (const char *p = name; *p; p++)
 		path[n++] = *p;
 	memcpy(path + n, "/cgroup.procs", sizeof("/cgroup.procs"));
-	size_t len = util_fmt_uint(num, (unsigned long long)pgid);
-	int fd = openat(cc->dirfd, path, O_WRONLY | O_CLOEXEC);
-	ssize_t w = -1;
-	if (fd >= 0) {
-		do
-			w = write(fd, num, len);
-		while (w < 0 && errno == EINTR);
-		if (w >= 0 && (size_t)w != len)
-			errno = EIO;
-		int saved = errno;
-		close(fd);
-		errno = saved;
+	size_t len = util_fmt_uint(num, (unsigned long long)pid);
+	int fd = openat(dirfd, path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t w;
+	do
+		w = write(fd, num, len);
+	while (w < 0 && errno == EINTR);
+	if (w >= 0 && (size_t)w != len)
+		errno = EIO;
+	int saved = errno;
+	close(fd);
+	errno = saved;
+	return w >= 0 && (size_t)w == len ? 0 : -1;
+}
+
+EXEC_IN_CHILD int contain_child_enter(struct contain_child *cc, pid_t pgid)
+{
+	char name[GUARD_NAME_MAX];
+	if (cc->dirfd < 0)
+		return 0;
+	cgroup_name(name, pgid);
+	/* EEXIST: an earlier command with this pgid (pid reuse) whose cgroup
+	 * is not removed yet. */
+	if (mkdirat(cc->dirfd, name, 0755) < 0) {
+		cc->step = "mkdir";
+		cc->err = errno;
+		return 0;
 	}
-	if (w < 0 || (size_t)w != len) {
+	if (cc->guard_fd >= 0 && guard_child_add_cgroup(cc->guard_fd, name, pgid) < 0) {
+		cc->step = "register";
+		cc->err = errno;
+	} else if (move_into(cc->dirfd, name, pgid) < 0) {
 		cc->step = "move";
 		cc->err = errno;
 		if (cc->guard_fd >= 0)
 			guard_child_del_cgroup(cc->guard_fd, name);
-		unlinkat(cc->dirfd, name, AT_REMOVEDIR);
+	} else {
+		cc->entered = true;
 		return 0;
 	}
-	cc->entered = true;
-	return 0;
-undo_dir:
-	cc->err = errno;
 	unlinkat(cc->dirfd, name, AT_REMOVEDIR);
-	return 0;
-fail:
-	cc->err = errno;
 	return 0;
 }
 
@@ -533,7 +536,7 @@ void contain_job_start(struct contain *c, pid_t pgid, const struct contain_child
 {
 	struct cmd m = {.pgid = pgid};
 	if (c->mode == CONTAIN_CGROUP) {
-		snprintf(m.name, sizeof(m.name), "job-%d", (int)pgid);
+		cgroup_name(m.name, pgid);
 		if (cc && cc->entered)
 			m.has_cgroup = true;
 		else
