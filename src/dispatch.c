@@ -537,6 +537,16 @@ static struct slot **all_slots(const struct dispatch *x, size_t *count)
 	return all;
 }
 
+/* fn on every slot (all_slots: a slot may stop, and be unlinked, inside fn). */
+static void each_slot(const struct dispatch *x, void (*fn)(struct slot *))
+{
+	size_t n;
+	struct slot **all = all_slots(x, &n);
+	for (size_t i = 0; i < n; i++)
+		fn(all[i]);
+	free(all);
+}
+
 struct dispatch *dispatch_new(const struct dispatch_env *env, int64_t poll_interval_ms)
 {
 	struct dispatch *x = xcalloc(1, sizeof(*x));
@@ -702,11 +712,7 @@ void dispatch_kick_all(struct dispatch *x)
 
 void dispatch_fence_lost(struct dispatch *x)
 {
-	size_t n;
-	struct slot **all = all_slots(x, &n);
-	for (size_t i = 0; i < n; i++)
-		slot_fence_lost(all[i]);
-	free(all);
+	each_slot(x, slot_fence_lost);
 }
 
 void dispatch_cancel(struct dispatch *x, long long id)
@@ -735,23 +741,14 @@ void dispatch_drain(struct dispatch *x)
 	x->running = false;
 	for (size_t i = 0; i < x->nqueues; i++)
 		ev_timer_stop(x->env.loop, &x->queues[i]->wake);
-	/* drain a copy: a slot may stop (and be unlinked) inside slot_drain */
-	size_t n;
-	struct slot **all = all_slots(x, &n);
-	for (size_t i = 0; i < n; i++)
-		slot_drain(all[i]);
-	free(all);
+	each_slot(x, slot_drain);
 	if (x->lease)
 		lease_drain(x->lease);
 }
 
 void dispatch_terminate(struct dispatch *x)
 {
-	size_t n;
-	struct slot **all = all_slots(x, &n);
-	for (size_t i = 0; i < n; i++)
-		slot_terminate(all[i]);
-	free(all);
+	each_slot(x, slot_terminate);
 	if (x->lease)
 		lease_terminate(x->lease);
 }

@@ -25,7 +25,6 @@
 #include "contain.h"
 #include "exec.h"
 
-struct contain;
 struct guard;
 struct joblog;
 struct metrics;
