@@ -58,6 +58,9 @@
 #include "slot.h"
 #include "util.h"
 
+#define WAKES_MAX 64
+#define WAKE_ROUND_MS 10
+
 struct queue {
 	struct dispatch *x;
 	struct queue_conf *conf; /* a reference */
@@ -77,7 +80,13 @@ struct queue {
 	int nreserved, reserved_cap;
 	bool dispatching; /* on_claimed is handing a claim's jobs to its slots */
 	bool again;	  /* a wake-up came while a claim was in flight */
-	ev_timer wake;	  /* retry wake-up */
+	/* When jobs this daemon sent back to q (retries) are due again:
+	 * CLOCK_MONOTONIC ms, ascending, rounded up to WAKE_ROUND_MS so that
+	 * retries due together share one. The timer is set for the first. A
+	 * retry due after WAKES_MAX earlier ones is left to the poll. */
+	int64_t wakes[WAKES_MAX];
+	int nwakes;
+	ev_timer wake;
 	char wake_payload[SHA256_HEX_LEN + 1]; /* of NOTIFY pgjobd; "" while unknown */
 };
 
@@ -243,23 +252,51 @@ static void on_claimer_up(struct claimer *cl, void *arg)
 	kick_queue(arg);
 }
 
+/* Sets q's timer for its first wake-up (5 ms after it, as the database's
+ * clock decides when the job is due). */
+static void arm_wake(struct queue *q)
+{
+	struct ev_loop *loop = q->x->env.loop;
+	ev_timer_stop(loop, &q->wake);
+	if (q->nwakes == 0)
+		return;
+	int64_t in = q->wakes[0] - util_now_ms();
+	ev_timer_set(&q->wake, (double)(in > 0 ? in : 0) / 1000.0 + 0.005, 0.);
+	ev_timer_start(loop, &q->wake);
+}
+
 static void on_wake(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	(void)loop;
 	(void)revents;
-	kick_queue(w->data);
+	struct queue *q = w->data;
+	int64_t now = util_now_ms();
+	int due = 0;
+	while (due < q->nwakes && q->wakes[due] <= now)
+		due++;
+	q->nwakes -= due;
+	memmove(q->wakes, q->wakes + due, sizeof(q->wakes[0]) * (size_t)q->nwakes);
+	arm_wake(q);
+	kick_queue(q);
 }
 
 /* A job of queue q is due again in ms: wake the queue then. */
 static void wake_at(struct queue *q, int64_t ms)
 {
-	struct ev_loop *loop = q->x->env.loop;
-	double at = (double)ms / 1000.0 + 0.005;
-	if (!ev_is_active(&q->wake) || ev_timer_remaining(loop, &q->wake) > at) {
-		ev_timer_stop(loop, &q->wake);
-		ev_timer_set(&q->wake, at, 0.);
-		ev_timer_start(loop, &q->wake);
-	}
+	int64_t at = util_now_ms() + (ms > 0 ? ms : 0);
+	at += (WAKE_ROUND_MS - at % WAKE_ROUND_MS) % WAKE_ROUND_MS;
+	int i = q->nwakes;
+	while (i > 0 && q->wakes[i - 1] > at)
+		i--;
+	if ((i > 0 && q->wakes[i - 1] == at) || i == WAKES_MAX)
+		return;
+	if (q->nwakes == WAKES_MAX)
+		q->nwakes--; /* the latest is left to the poll */
+	memmove(q->wakes + i + 1, q->wakes + i, sizeof(q->wakes[0]) * (size_t)(q->nwakes - i));
+	q->wakes[i] = at;
+	q->nwakes++;
+	if (i == 0)
+		arm_wake(q);
 }
 
 /* The payload of the NOTIFY pgjobd that wakes q (pgjobd.wake_payload()). */
@@ -381,6 +418,7 @@ static struct queue *queue_new(struct dispatch *x, struct queue_conf *conf)
 static void queue_stop(struct queue *q)
 {
 	ev_timer_stop(q->x->env.loop, &q->wake);
+	q->nwakes = 0;
 	if (q->lease && q->x->lease)
 		lease_drop_queue(q->x->lease, q->conf->name);
 	stop_claimer(q);

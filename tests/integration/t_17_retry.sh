@@ -162,6 +162,7 @@ q=$(enqueue slow)
 cli retry "$q" -c "$conf"
 is "$rc:$err" "1:pgjobd: retry: job $q is queued: only a finished job can be retried" "a queued job: exit 1, why"
 
+t0=$(now_ms)
 cli retry --queue fail --failed --since 1h -c "$conf"
 is "$rc" 0 "retry --queue fail --failed --since 1h: exit 0"
 is "$out" "retried job $f
@@ -169,6 +170,10 @@ retried job $f2
 retried job $f3
 retried 3 failed jobs of queue fail" "... every failed job of the queue, oldest first"
 wait_until 30 "[ \"\$(count_jobs \"queue = 'fail' AND status = 'failed'\")\" = 3 ]" || fail "they fail again"
+# Three retries due within a few ms of each other: each wakes the queue at
+# its time, not only the first (the others would wait for the 30 s poll).
+took=$(($(now_ms) - t0))
+cmp_ok "$took" -lt 10000 "... each second attempt starts at its backoff, not at the next poll (${took} ms)"
 sleep 0.2
 cli retry --queue fail --failed --since 100ms -c "$conf"
 is "$rc:$out" "0:no failed jobs in queue fail within 100ms" "--since: only recent failures"
