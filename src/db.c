@@ -44,6 +44,7 @@ struct db_conn {
 	ev_io io;
 	ev_timer timer; /* backoff in WAIT, timeout in CONNECT */
 	int64_t backoff_ms;
+	int64_t backoff_max_ms; /* BACKOFF_MAX_MS unless db_set_backoff_max */
 	char *conninfo;
 	char *appname;
 	char **setup;
@@ -209,7 +210,8 @@ static void schedule_connect(struct db_conn *c)
 	set_state(c, DB_WAIT);
 	/* full jitter between half and all of the current backoff */
 	int64_t ms = c->backoff_ms / 2 + (int64_t)(random() % (c->backoff_ms / 2 + 1));
-	c->backoff_ms = c->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : c->backoff_ms * 2;
+	c->backoff_ms =
+	    c->backoff_ms * 2 > c->backoff_max_ms ? c->backoff_max_ms : c->backoff_ms * 2;
 	ev_timer_stop(c->loop, &c->timer);
 	ev_timer_set(&c->timer, (double)ms / 1000.0, 0.);
 	ev_timer_start(c->loop, &c->timer);
@@ -530,6 +532,7 @@ struct db_conn *db_conn_new(struct ev_loop *loop, const char *conninfo, const ch
 		c->setup[i] = xstrdup(setup[i]);
 	c->cbs = *cbs;
 	c->backoff_ms = BACKOFF_MIN_MS;
+	c->backoff_max_ms = BACKOFF_MAX_MS;
 	ev_init(&c->io, on_io);
 	c->io.data = c;
 	ev_init(&c->timer, on_timer);
@@ -570,6 +573,15 @@ int db_send(struct db_conn *c, const struct db_stmt *stmts, int n, db_result_fn 
 		return 0; /* the callback has been called with NULL */
 	}
 	return 0;
+}
+
+void db_set_backoff_max(struct db_conn *c, int64_t ms)
+{
+	c->backoff_max_ms = ms < BACKOFF_MIN_MS	  ? BACKOFF_MIN_MS
+			    : ms > BACKOFF_MAX_MS ? BACKOFF_MAX_MS
+						  : ms;
+	if (c->backoff_ms > c->backoff_max_ms)
+		c->backoff_ms = c->backoff_max_ms;
 }
 
 void db_reconnect(struct db_conn *c)

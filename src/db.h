@@ -23,6 +23,7 @@
 #include <ev.h>
 #include <libpq-fe.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #define DB_MAX_STMTS 4
 #define DB_MAX_PARAMS 12
@@ -92,6 +93,9 @@ int db_send(struct db_conn *c, const struct db_stmt *stmts, int n, db_result_fn 
 
 /* Drop a BROKEN (or live) connection and connect again after the backoff. */
 void db_reconnect(struct db_conn *c);
+/* Reconnects back off to ms at the most (clamped to 100 ms .. 10 s, the
+ * default); from the next attempt on. */
+void db_set_backoff_max(struct db_conn *c, int64_t ms);
 
 /* True when every result is non-NULL and OK (COMMAND_OK or TUPLES_OK). */
 bool db_batch_ok(PGresult *const *res, int n);

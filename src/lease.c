@@ -98,6 +98,11 @@
  * lock delays the extensions it carries far less than the lease they
  * extend. */
 #define LEASE_LOCK_TIMEOUT "'200ms'"
+/* While the session is down, it tries to connect again at least every
+ * lease / LEASE_RECONNECT_PARTS (shortest lease): the default backoff grows
+ * to 10 s, and a reconnect that late after a restart of PostgreSQL would
+ * let leases run out that the outage alone left time for. */
+#define LEASE_RECONNECT_PARTS 10
 #define WORKER_MAX 256
 
 /* A lease-held job's states; lj_step() is the one place that moves them:
@@ -844,6 +849,20 @@ static void maybe_stopped(struct lease *l)
 	}
 }
 
+/* The shortest lease of a running job or served queue, over
+ * LEASE_RECONNECT_PARTS: the reconnect backoff's ceiling. */
+static int64_t reconnect_max_ms(const struct lease *l)
+{
+	int64_t min = INT64_MAX;
+	for (size_t i = 0; i < l->njobs; i++)
+		if (l->jobs[i]->lease_ms < min)
+			min = l->jobs[i]->lease_ms;
+	for (size_t i = 0; i < l->nqueues; i++)
+		if (l->queues[i]->served && l->queues[i]->conf->lease_ms < min)
+			min = l->queues[i]->conf->lease_ms;
+	return min == INT64_MAX ? INT64_MAX : min / LEASE_RECONNECT_PARTS;
+}
+
 static void on_db_event(struct db_conn *c, enum db_event ev, void *arg)
 {
 	struct lease *l = arg;
@@ -851,6 +870,7 @@ static void on_db_event(struct db_conn *c, enum db_event ev, void *arg)
 		log_warn("msg=\"lease session lost; reconnecting (running commands go on while "
 			 "their leases last)\" jobs=%zu",
 			 l->njobs);
+		db_set_backoff_max(c, reconnect_max_ms(l));
 		db_reconnect(c);
 		return;
 	}

@@ -46,6 +46,7 @@ sleep 1
 alive
 ok $? "fast restart: the three commands still run"
 
+log_lines=$(wc -l <"$T/a.log")
 as_pg "$PG_BINDIR/pg_ctl" -w -D "$T/pg" -m immediate stop >/dev/null
 stopped_at=$(now_ms)
 sleep 3.5
@@ -58,6 +59,19 @@ wait_until 15 "[ \"\$(psql_q \"SELECT count(*) FROM pgjobd.workers WHERE id > $w
 ok $? "the daemon registered a new instance (its old one was declared dead)"
 wait_until 10 "[ \"\$(psql_q \"SELECT count(*) FROM pgjobd.jobs WHERE status = 'running' AND worker_id > $worker0\")\" = 3 ]"
 ok $? "its next extension pointed the leases at the new instance"
+# While PostgreSQL was down, the lease session tried to connect at least every second
+# (a tenth of the lease): the default backoff, doubling to 10 s, could reconnect it after
+# the leases ran out. From the stop on, the longest gap between two of its attempts (the
+# last one connected); the default backoff's sixth wait, 1.6 to 3.2 s, starts within the
+# 3.5 s outage.
+gap=$(tail -n "+$((log_lines + 1))" "$T/a.log" | awk '
+	function ms(ts, h) { split(substr(ts, 12, 12), h, ":"); return ((h[1] * 60 + h[2]) * 60 + h[3]) * 1000 }
+	/app="pgjobd lease"/ && (/from=wait to=connect/ || /msg="database connected"/) {
+		t = ms($1); if (prev != "" && t - prev > max) max = t - prev; prev = t
+		if (/msg="database connected"/ && seen) exit
+		if (/from=wait to=connect/) seen = 1 }
+	END { print max + 0 }')
+cmp_ok "$gap" -le 1500 "the lease session tried to connect at least every 1.5 s while the server was down (longest gap ${gap} ms)"
 alive
 ok $? "... and the commands still run"
 
