@@ -17,11 +17,8 @@
  *               outcomes, so a group whose job just ended may start its
  *               next one in the same round trip.
  * One batch is in flight at a time; what comes up meanwhile goes in the
- * next one. The commands of the jobs a batch claimed start right after the
- * next batch was sent (start_jobs): each start waits for its new process's
- * exec, and the round trip of the next batch overlaps those waits. No
- * transaction stays open between statements, so the session never holds a
- * snapshot (nor back VACUUM) while commands run.
+ * next one. No transaction stays open between statements, so the session
+ * never holds a snapshot (nor back VACUUM) while commands run.
  *
  * Time (CLOCK_BOOTTIME ms, util_boot_ms). A batch's send time t is taken
  * right before it is handed to libpq. A claim or extension it carried that
@@ -178,8 +175,6 @@ struct lease {
 	size_t next_queue; /* where the claims of the next batch start: fairness */
 	struct lj **jobs;
 	size_t njobs, capjobs;
-	struct lj **start; /* claimed by the batch that returned, command not started yet */
-	size_t nstart, capstart;
 	bool draining;
 	bool in_batch;	      /* on_batch runs: send nothing before it is done */
 	ev_timer ext_timer;   /* the next extension is due */
@@ -437,10 +432,8 @@ static void extend_done(struct lease *l, PGresult *res)
 	free(ids);
 }
 
-/* A job claimed for slot `slot` of q: take it on (its slot, its lease as
- * the batch's send time proves it, the extension list) and put it on the
- * list of commands to start once the next batch is on its way (start_jobs). */
-static void adopt_job(struct lease *l, struct lq *q, struct claim_job *cj, int slot)
+/* A job claimed for slot `slot` of q: start its command. */
+static void start_job(struct lease *l, struct lq *q, struct claim_job *cj, int slot)
 {
 	struct lj *j = xcalloc(1, sizeof(*j));
 	j->l = l;
@@ -456,6 +449,7 @@ static void adopt_job(struct lease *l, struct lq *q, struct claim_job *cj, int s
 	j->run.cj = *cj;
 	memset(cj, 0, sizeof(*cj));
 	run_begin(&j->run, q->claim_conf);
+	j->run.started_ms = util_now_ms();
 	if (l->njobs == l->capjobs) {
 		l->capjobs = l->capjobs ? l->capjobs * 2 : 16;
 		l->jobs = xrealloc(l->jobs, l->capjobs * sizeof(*l->jobs));
@@ -467,18 +461,6 @@ static void adopt_job(struct lease *l, struct lq *q, struct claim_job *cj, int s
 	metrics_job_started(l->metrics, q->name, metrics_now() - l->sent_mono);
 	log_lj(LOG_DEBUG, j, "msg=\"job claimed with a lease\" fence=%lld lease_ms=%" PRId64,
 	       j->run.cj.fence, j->lease_ms);
-	if (l->nstart == l->capstart) {
-		l->capstart = l->capstart ? l->capstart * 2 : 16;
-		l->start = xrealloc(l->start, l->capstart * sizeof(*l->start));
-	}
-	l->start[l->nstart++] = j;
-}
-
-/* Start the command of a job adopt_job took on, or end it unstarted. */
-static void start_job(struct lj *j)
-{
-	struct lease *l = j->l;
-	j->run.started_ms = util_now_ms();
 	if (l->draining) {
 		j->run.kill_reason = RUN_KILL_SHUTDOWN; /* not started; given back */
 	} else if (j->deadline - util_boot_ms() < j->lease_ms / 4) {
@@ -526,30 +508,13 @@ static void claim_done(struct lease *l, struct lq *q, PGresult *res)
 			claim_job_free(&cj);
 			continue;
 		}
-		adopt_job(l, q, &cj, q->claim_slots[w]);
+		start_job(l, q, &cj, q->claim_slots[w]);
 	}
 	/* A full claim: there may be more. */
 	if (rows == asked)
 		q->want = true;
 	q->claim_conf = NULL;
 	queue_conf_unref(conf);
-}
-
-/* Start the commands of the jobs the batch that returned claimed. This
- * comes after the next batch was sent (on_batch): each start waits for the
- * new process's exec, and the outcomes and claims of slots that are free
- * already need not wait for all of them. */
-static void start_jobs(struct lease *l)
-{
-	/* A job that cannot start ends at once (end_job), which may send a
-	 * batch: the list is taken first. */
-	size_t n = l->nstart;
-	struct lj **v = l->start;
-	l->start = NULL;
-	l->nstart = l->capstart = 0;
-	for (size_t i = 0; i < n; i++)
-		start_job(v[i]);
-	free(v);
 }
 
 static void on_batch(struct db_conn *c, PGresult *const *res, int n, void *arg)
@@ -591,7 +556,6 @@ static void on_batch(struct db_conn *c, PGresult *const *res, int n, void *arg)
 	l->in_batch = false;
 	maybe_stopped(l);
 	want_send(l);
-	start_jobs(l);
 }
 
 /* Claims may be made: not draining, our instance registered and its claims
@@ -937,7 +901,6 @@ void lease_free(struct lease *l)
 	}
 	free(l->queues);
 	free(l->jobs);
-	free(l->start);
 	free(l->ext_ids);
 	free(l->ext_fences);
 	buf_fini(&l->finish_json);
