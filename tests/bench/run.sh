@@ -239,6 +239,24 @@ cpu_s() {
 		calc "(${12} + ${13}) / $CLK_TCK"
 	fi
 }
+# machine_cpu: "BUSY TOTAL" jiffies of every core since boot (/proc/stat): the CPU the
+# whole machine spent (PostgreSQL, the daemon, its commands, everything else) and its
+# time. Two readings give the busy share of a run and the machine's CPU per job.
+machine_cpu() {
+	local _cpu us ni sy id wa hi si st
+	read -r _cpu us ni sy id wa hi si st _ </proc/stat || return 1
+	echo "$((us + ni + sy + hi + si + st)) $((us + ni + sy + id + wa + hi + si + st))"
+}
+# machine_figs KEY N "BUSY0 TOTAL0": figures mcpu.KEY (the machine's CPU per unit of N,
+# ms) and busy.KEY (share of all cores busy) since that reading.
+machine_figs() {
+	local b0 t0 b1 t1
+	read -r b0 t0 <<<"$3"
+	read -r b1 t1 < <(machine_cpu)
+	[ -n "$b0" ] && [ -n "$b1" ] && [ "$t1" -gt "$t0" ] || return 0
+	fig "mcpu.$1" "$(calc "($b1 - $b0) * 1000 / $CLK_TCK / $2")"
+	fig "busy.$1" "$(calc "($b1 - $b0) / ($t1 - $t0)")"
+}
 # hwm_mib PID: peak resident set size (VmHWM) in MiB.
 hwm_mib() {
 	awk '/^VmHWM:/ { printf "%.3f", $2 / 1024 }' "/proc/$1/status" 2>/dev/null
@@ -297,10 +315,12 @@ stats_dump() { # TITLE JOBS: per-statement calls per job, for the record
 # ---------------------------------------------------------------- 1. ceiling
 
 bench_ceiling() {
-	local out
+	local out m0
+	m0=$(machine_cpu)
 	out=$("$BIN/spawnbench" -n "$N_SPAWNS" -j "$CONCURRENCY" -c true) ||
 		{ problem "rep $REP: spawnbench failed"; return; }
 	fig ceiling "$(sed -n 's/.* rate=\([0-9.]*\).*/\1/p' <<<"$out")"
+	machine_figs ceiling "$N_SPAWNS" "$m0"
 }
 
 # ---------------------------------------------------------------- 2. throughput (+ 6b, 6c)
@@ -308,7 +328,7 @@ bench_ceiling() {
 # bench_throughput VARIANT [lease]: with `lease`, the queue is of lock mode lease (figure
 # 8) and its figures are keyed lease.*; the daemon's sessions are counted then too.
 bench_throughput() { # ungrouped|grouped [lease]
-	local v=$1 mode=${2:-} groups=0 lsn0 cpu wal calls n secs pm pg0 pg1 cmdcpu conf key sess
+	local v=$1 mode=${2:-} groups=0 lsn0 cpu wal calls n secs pm pg0 pg1 cmdcpu conf key sess m0
 	[ "$v" = grouped ] && groups=$N_GROUPS
 	conf=$W/tput.ini key=$v
 	[ "$mode" = lease ] && conf=$W/tput-lease.ini key=lease.$v
@@ -324,12 +344,14 @@ bench_throughput() { # ungrouped|grouped [lease]
 	# worker, a small share).
 	pm=$(head -n 1 "$T/pg/postmaster.pid")
 	pg0=$(cpu_s "$pm" children)
+	m0=$(machine_cpu)
 	daemon_up "tput-$key-$REP" "$conf"
 	if [ "$mode" = lease ]; then
 		sleep 1
 		sess=$(psql_q "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'pgjobd %'")
 	fi
 	if wait_drained tput "$W/waits.$key.$REP"; then
+		[ "$mode" = lease ] && machine_figs "$key" "$N_JOBS" "$m0"
 		cpu=$(cpu_s "$DAEMON")
 		cmdcpu=$(cpu_s "$DAEMON" children)
 		wal=$(sql "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '$lsn0')")
@@ -828,6 +850,8 @@ EOF
 # The table, in order. Labels start with the measurement's number from the README.
 section "1. ceiling"
 def ceiling "1  spawn+reap sh -c true, $CONCURRENCY in flight" spawns/s 1 ""
+def busy.ceiling "1  share of the machine's cores busy" ratio 2 ""
+def mcpu.ceiling "1  the machine's CPU per spawn (all processes)" ms 3 ""
 section "2. throughput: $N_JOBS jobs 'true', concurrency $CONCURRENCY"
 def tput.ungrouped "2a ungrouped" jobs/s 1 ""
 def ratio.ungrouped "2a ungrouped / ceiling" ratio 3 "$TGT_RATIO_CEILING"
@@ -896,6 +920,11 @@ def cpu.lease.ungrouped "8  daemon CPU (own), 8a" s/1000jobs 3 ""
 def pgcpu.lease.ungrouped "8  PostgreSQL backends' CPU, 8a" s/1000jobs 3 ""
 def stmts.lease.ungrouped "8  SQL statements per job, 8a" stmts 2 ""
 def wal.lease.ungrouped "8  WAL per job, 8a" bytes 0 ""
+def busy.lease.ungrouped "8  share of the machine's cores busy, 8a" ratio 2 ""
+def mcpu.lease.ungrouped "8  the machine's CPU per job (all processes), 8a" ms 3 ""
+def cpubound.lease.ungrouped "8  most 8a / ceiling the CPU allows (every core busy)" ratio 3 ""
+def busy.lease.grouped "8  share of the machine's cores busy, 8b" ratio 2 ""
+def mcpu.lease.grouped "8  the machine's CPU per job (all processes), 8b" ms 3 ""
 
 # ---------------------------------------------------------------- the runs
 
@@ -929,6 +958,15 @@ derive ratio.ungrouped tput.ungrouped ceiling
 derive ratio.grouped tput.grouped ceiling
 derive ratio.lease.ungrouped tput.lease.ungrouped ceiling
 derive ratio.lease.grouped tput.lease.grouped ceiling
+# What CPU alone allows 8a: with every core busy, at most cores / mcpu.lease.ungrouped
+# jobs/s; the ceiling was cores * busy.ceiling / mcpu.ceiling spawns/s. Their ratio is
+# mcpu.ceiling / (busy.ceiling * mcpu.lease.ungrouped).
+for r in $(seq 1 "$REPS"); do
+	v=$(awk -F'\t' -v r="$r" '$2 == r { f[$1] = $3 }
+		END { if (f["busy.ceiling"] > 0 && f["mcpu.lease.ungrouped"] > 0)
+			printf "%.6f", f["mcpu.ceiling"] / (f["busy.ceiling"] * f["mcpu.lease.ungrouped"]) }' "$W/figs")
+	[ -n "$v" ] && REP=$r fig cpubound.lease.ungrouped "$v" >/dev/null
+done
 derive backlog.ratio backlog.large backlog.small
 
 BENCH_SECS=$(((($(now_ms) - BENCH_T0) + 500) / 1000))
