@@ -17,8 +17,12 @@
  *               outcomes, so a group whose job just ended may start its
  *               next one in the same round trip.
  * One batch is in flight at a time; what comes up meanwhile goes in the
- * next one. No transaction stays open between statements, so the session
- * never holds a snapshot (nor back VACUUM) while commands run.
+ * next one. The commands of the jobs a batch claimed start one per turn
+ * of the loop (start_next): each start waits for its new process's exec,
+ * and the outcomes of commands that end meanwhile, with the claims for
+ * their slots, go out between two starts. No
+ * transaction stays open between statements, so the session never holds a
+ * snapshot (nor back VACUUM) while commands run.
  *
  * Time (CLOCK_BOOTTIME ms, util_boot_ms). A batch's send time t is taken
  * right before it is handed to libpq. A claim or extension it carried that
@@ -175,6 +179,10 @@ struct lease {
 	size_t next_queue; /* where the claims of the next batch start: fairness */
 	struct lj **jobs;
 	size_t njobs, capjobs;
+	struct lj **start; /* claimed, command not started yet, in claim order */
+	size_t nstart, capstart;
+	ev_check starter; /* one start each turn of the loop while start is not empty */
+	ev_idle starter_idle;
 	bool draining;
 	bool in_batch;	      /* on_batch runs: send nothing before it is done */
 	ev_timer ext_timer;   /* the next extension is due */
@@ -432,8 +440,10 @@ static void extend_done(struct lease *l, PGresult *res)
 	free(ids);
 }
 
-/* A job claimed for slot `slot` of q: start its command. */
-static void start_job(struct lease *l, struct lq *q, struct claim_job *cj, int slot)
+/* A job claimed for slot `slot` of q: take it on (its slot, its lease as
+ * the batch's send time proves it, the extension list) and put it on the
+ * list of commands to start once the next batch is on its way (start_jobs). */
+static void adopt_job(struct lease *l, struct lq *q, struct claim_job *cj, int slot)
 {
 	struct lj *j = xcalloc(1, sizeof(*j));
 	j->l = l;
@@ -449,7 +459,6 @@ static void start_job(struct lease *l, struct lq *q, struct claim_job *cj, int s
 	j->run.cj = *cj;
 	memset(cj, 0, sizeof(*cj));
 	run_begin(&j->run, q->claim_conf);
-	j->run.started_ms = util_now_ms();
 	if (l->njobs == l->capjobs) {
 		l->capjobs = l->capjobs ? l->capjobs * 2 : 16;
 		l->jobs = xrealloc(l->jobs, l->capjobs * sizeof(*l->jobs));
@@ -461,6 +470,18 @@ static void start_job(struct lease *l, struct lq *q, struct claim_job *cj, int s
 	metrics_job_started(l->metrics, q->name, metrics_now() - l->sent_mono);
 	log_lj(LOG_DEBUG, j, "msg=\"job claimed with a lease\" fence=%lld lease_ms=%" PRId64,
 	       j->run.cj.fence, j->lease_ms);
+	if (l->nstart == l->capstart) {
+		l->capstart = l->capstart ? l->capstart * 2 : 16;
+		l->start = xrealloc(l->start, l->capstart * sizeof(*l->start));
+	}
+	l->start[l->nstart++] = j;
+}
+
+/* Start the command of a job adopt_job took on, or end it unstarted. */
+static void start_job(struct lj *j)
+{
+	struct lease *l = j->l;
+	j->run.started_ms = util_now_ms();
 	if (l->draining) {
 		j->run.kill_reason = RUN_KILL_SHUTDOWN; /* not started; given back */
 	} else if (j->deadline - util_boot_ms() < j->lease_ms / 4) {
@@ -508,13 +529,59 @@ static void claim_done(struct lease *l, struct lq *q, PGresult *res)
 			claim_job_free(&cj);
 			continue;
 		}
-		start_job(l, q, &cj, q->claim_slots[w]);
+		adopt_job(l, q, &cj, q->claim_slots[w]);
 	}
 	/* A full claim: there may be more. */
 	if (rows == asked)
 		q->want = true;
 	q->claim_conf = NULL;
 	queue_conf_unref(conf);
+}
+
+/* Start the command of the first job adopt_job took on and none started
+ * yet. One per turn of the loop (on_start): each start blocks the loop
+ * until its new process has exec'd (about 0.4 ms), and between two starts
+ * the loop reaps commands that ended and sends their outcomes and the
+ * claims for their slots, so that the next batch's round trip overlaps
+ * the starts. */
+static void start_next(struct lease *l)
+{
+	if (l->nstart == 0)
+		return;
+	struct lj *j = l->start[0];
+	memmove(l->start, l->start + 1, (l->nstart - 1) * sizeof(*l->start));
+	if (--l->nstart == 0) {
+		ev_check_stop(l->loop, &l->starter);
+		ev_idle_stop(l->loop, &l->starter_idle);
+	}
+	start_job(j);
+}
+
+static void on_start(struct ev_loop *loop, ev_check *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	start_next(w->data);
+}
+
+/* Keeps the loop from sleeping while commands wait to start. */
+static void on_start_idle(struct ev_loop *loop, ev_idle *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	start_next(w->data);
+}
+
+/* The jobs the batch that returned claimed are to start: the first one at
+ * once (a lone job, the common case at a quiet daemon, waits for nothing),
+ * the others in the next turns (start_next). */
+static void start_jobs(struct lease *l)
+{
+	if (l->nstart == 0)
+		return;
+	ev_check_start(l->loop, &l->starter);
+	ev_idle_start(l->loop, &l->starter_idle);
+	start_next(l);
 }
 
 static void on_batch(struct db_conn *c, PGresult *const *res, int n, void *arg)
@@ -556,6 +623,7 @@ static void on_batch(struct db_conn *c, PGresult *const *res, int n, void *arg)
 	l->in_batch = false;
 	maybe_stopped(l);
 	want_send(l);
+	start_jobs(l);
 }
 
 /* Claims may be made: not draining, our instance registered and its claims
@@ -869,7 +937,10 @@ struct lease *lease_new(struct ev_loop *loop, const char *conninfo, const char *
 	ev_init(&l->ext_timer, on_ext_timer);
 	ev_init(&l->retry_timer, on_retry_timer);
 	ev_init(&l->give_up, on_give_up);
+	ev_check_init(&l->starter, on_start);
+	ev_idle_init(&l->starter_idle, on_start_idle);
 	l->ext_timer.data = l->retry_timer.data = l->give_up.data = l;
+	l->starter.data = l->starter_idle.data = l;
 	struct db_callbacks dcb = {.on_event = on_db_event, .arg = l, .metrics = metrics};
 	static const char *const setup[] = {"SET lock_timeout = " LEASE_LOCK_TIMEOUT, NULL};
 	l->db = db_conn_new(loop, conninfo, "pgjobd lease", setup, &dcb);
@@ -883,6 +954,8 @@ void lease_free(struct lease *l)
 	ev_timer_stop(l->loop, &l->ext_timer);
 	ev_timer_stop(l->loop, &l->retry_timer);
 	ev_timer_stop(l->loop, &l->give_up);
+	ev_check_stop(l->loop, &l->starter);
+	ev_idle_stop(l->loop, &l->starter_idle);
 	while (l->njobs > 0)
 		remove_job(l, l->njobs - 1);
 	db_conn_free(l->db);
@@ -901,6 +974,7 @@ void lease_free(struct lease *l)
 	}
 	free(l->queues);
 	free(l->jobs);
+	free(l->start);
 	free(l->ext_ids);
 	free(l->ext_fences);
 	buf_fini(&l->finish_json);
