@@ -20,9 +20,9 @@
  * next one. The commands of the jobs a batch claimed start one per turn
  * of the loop (start_next): each start waits for its new process's exec,
  * and the outcomes of commands that end meanwhile, with the claims for
- * their slots, go out between two starts. No
- * transaction stays open between statements, so the session never holds a
- * snapshot (nor back VACUUM) while commands run.
+ * their slots, go out between two starts. No transaction stays open
+ * between statements, so the session never holds a snapshot (nor back
+ * VACUUM) while commands run.
  *
  * Time (CLOCK_BOOTTIME ms, util_boot_ms). A batch's send time t is taken
  * right before it is handed to libpq. A claim or extension it carried that
@@ -442,7 +442,7 @@ static void extend_done(struct lease *l, PGresult *res)
 
 /* A job claimed for slot `slot` of q: take it on (its slot, its lease as
  * the batch's send time proves it, the extension list) and put it on the
- * list of commands to start once the next batch is on its way (start_jobs). */
+ * list of commands to start (start_jobs, start_next). */
 static void adopt_job(struct lease *l, struct lq *q, struct claim_job *cj, int slot)
 {
 	struct lj *j = xcalloc(1, sizeof(*j));
@@ -488,6 +488,12 @@ static void start_job(struct lj *j)
 		/* The claim's answer took most of the lease: the command would
 		 * have to be killed soon. Not an attempt. */
 		log_lj(LOG_WARN, j, "msg=\"claim confirmed too late; job not started\"");
+		j->run.kill_reason = RUN_KILL_UNSTARTED;
+	} else if (j->lost) {
+		/* An extension found the lease gone while the job waited for
+		 * its turn to start. */
+		log_lj(LOG_WARN, j,
+		       "msg=\"lease lost before the command started; job not started\"");
 		j->run.kill_reason = RUN_KILL_UNSTARTED;
 	} else {
 		run_set_deadline(&j->run, j->deadline);
