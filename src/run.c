@@ -423,6 +423,10 @@ int run_exec(struct run *r)
 		contain_job_start(r->env->contain, r->pgid, &r->contain);
 	int64_t tmo = effective_timeout_ms(r->cj.timeout_ms, q->timeout_ms);
 	if (tmo > 0) {
+		/* The timer counts from the loop's time, read when this turn of
+		 * the loop began: brought up to date, the command is not killed
+		 * before its timeout (a turn that started many commands is long). */
+		ev_now_update(r->env->loop);
 		ev_timer_set(&r->timeout, (double)tmo / 1000.0, 0.);
 		ev_timer_start(r->env->loop, &r->timeout);
 	}
