@@ -176,8 +176,9 @@ ok $? "the 20 new jobs ran meanwhile and succeeded, each in one attempt"
 # held by both maintenance sessions at once, and neither maintenance session waits for
 # the other (a session that waits for a row lock waits for its holder's transaction id,
 # and pg_locks shows that). The sampler starts while the test session still holds the
-# lock: its first samples must see that holder (the query sees a hold), and the 3000 old
-# rows all there (it watched the whole deletion). A daemon's hold lasts one short batch,
+# lock, and the test releases it only once the sampler saw that holder (the query sees a
+# hold); the sampler also counts the 3000 old rows when it starts (it watched the whole
+# deletion). A daemon's hold lasts one short batch,
 # which a sampler descheduled on a loaded machine can miss, so `held` is reported only.
 PGAPPNAME=t79-sampler psql -X -qAt -v ON_ERROR_STOP=1 >"$T/sampler.out" 2>&1 8>&- <<EOF &
 DO \$\$
@@ -215,7 +216,13 @@ BEGIN
         IF held >= 1 THEN seen := seen + 1; END IF;
         IF held >= 2 THEN n_both := n_both + 1; END IF;
         IF waiting > 0 THEN waits := waits + 1; END IF;
-        IF other >= 1 THEN others := others + 1; END IF;
+        IF other >= 1 THEN
+            others := others + 1;
+            -- The test releases its hold once it sees this.
+            IF others = 1 THEN
+                PERFORM set_config('application_name', 't79-sampler-ready', false);
+            END IF;
+        END IF;
         EXIT WHEN i % 20 = 0 AND NOT EXISTS (SELECT 1 FROM pgjobd.jobs WHERE $OLD_SHORT);
         EXIT WHEN clock_timestamp() > t0 + interval '25 s';
     END LOOP;
@@ -227,8 +234,8 @@ END
 EOF
 sampler=$!
 echo "$sampler" >"$T/sampler.pid"
-wait_until 20 "[ \"\$(psql_q \"SELECT count(*) FROM pg_stat_activity WHERE application_name = 't79-sampler' AND state = 'active'\")\" = 1 ]"
-ok $? "the lock sampler runs"
+wait_until 20 "[ \"\$(psql_q \"SELECT count(*) FROM pg_stat_activity WHERE application_name = 't79-sampler-ready' AND state = 'active'\")\" = 1 ]"
+ok $? "the lock sampler runs, and saw the test's hold"
 
 # Release the lock: the locker's psql reads EOF and ends its session.
 exec 8>&-
