@@ -324,8 +324,8 @@ static void test_in_process(void)
 	int s1[2];
 	socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, s1);
 	ok(guard_add_fd(g, s1[0]) == 0, "guard_add_fd");
-	/* The count that ends the wait is the one checked: the guard opens
-	 * files of /proc for a moment now and then. */
+	/* The count that ends the wait is the one checked: a second count
+	 * once saw a sixth fd for a moment, under load. */
 	int64_t end = util_now_ms() + 5000;
 	int nfds;
 	while ((nfds = count_fds(gp)) != 5 && util_now_ms() < end)
