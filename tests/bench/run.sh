@@ -87,6 +87,9 @@ command -v strace >/dev/null 2>&1 || bash "$repo/tests/deps.sh" strace >&2 || tr
 # lib.sh without TAP output; its trap stops the daemons and PostgreSQL and removes $T.
 # shellcheck disable=SC2034 # read by lib.sh
 PGJOBD_LIB_MODE=quiet
+# The server's data on a disk, as in production (lib.sh would take a tmpfs, where a
+# commit costs no flush): the figures depend on it ("disk:" in the table).
+export PGJOBD_TEST_TMPDIR=${PGJOBD_TEST_TMPDIR:-/tmp}
 . "$repo/tests/integration/lib.sh"
 set +eu # lib.sh's helpers test exit statuses themselves and allow unset variables
 require_pgjobd
