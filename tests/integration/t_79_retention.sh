@@ -178,8 +178,8 @@ ok $? "the 20 new jobs ran meanwhile and succeeded, each in one attempt"
 # and pg_locks shows that). The sampler starts while the test session still holds the
 # lock, and the test releases it only once the sampler saw that holder (the query sees a
 # hold); the sampler also counts the 3000 old rows when it starts (it watched the whole
-# deletion). A daemon's hold lasts one short batch,
-# which a sampler descheduled on a loaded machine can miss, so `held` is reported only.
+# deletion). A daemon's hold lasts one short batch, which a sampler descheduled on a
+# loaded machine can miss, so `held` is reported only.
 PGAPPNAME=t79-sampler psql -X -qAt -v ON_ERROR_STOP=1 >"$T/sampler.out" 2>&1 8>&- <<EOF &
 DO \$\$
 DECLARE
