@@ -10,7 +10,7 @@
 -- their grants and row-level security policies show), normalised by
 -- tests/schema-dump.sh: no owners, no SET preamble, no pg_dump comments.
 --
--- Schema version 18 (018_names), dumped by pg_dump 15.
+-- Schema version 19 (019_plans), dumped by pg_dump 15.
 
 CREATE SCHEMA pgjobd;
 
@@ -270,6 +270,7 @@ $$;
 
 CREATE FUNCTION pgjobd.claim_batch(p_queue text, p_worker_id bigint, p_workers text[], p_max_attempts integer, p_timeout_ms bigint, p_max_data bigint, p_scan integer, p_orphans boolean, p_release_jobs bigint[], p_release_groups bigint[], p_skip bigint[], p_lease_ms bigint) RETURNS TABLE(slot integer, job_id bigint, group_row bigint, group_id text, attempts integer, max_attempts integer, timeout_ms bigint, fence bigint, data text, arg_keys text[], arg_vals text[], schedule text, scheduled_for text)
     LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
     want int := coalesce(array_length(p_workers, 1), 0);
@@ -641,15 +642,21 @@ END
 $$;
 
 CREATE FUNCTION pgjobd.extend_leases(p_worker_id bigint, p_ids bigint[], p_fences bigint[]) RETURNS SETOF bigint
-    LANGUAGE sql
+    LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
-    UPDATE pgjobd.jobs j
-       SET lease_until = clock_timestamp() + j.lease_ms * interval '1 millisecond',
-           worker_id = CASE WHEN p_worker_id > 0 THEN p_worker_id ELSE j.worker_id END
-      FROM unnest(p_ids, p_fences) AS x(id, fence)
-     WHERE j.id = x.id AND j.fence = x.fence AND j.status = 'running'
-       AND j.lease_until > clock_timestamp()
-    RETURNING j.id
+BEGIN
+    RETURN QUERY
+        WITH u AS (
+            UPDATE pgjobd.jobs j
+               SET lease_until = clock_timestamp() + j.lease_ms * interval '1 millisecond',
+                   worker_id = CASE WHEN p_worker_id > 0 THEN p_worker_id ELSE j.worker_id END
+              FROM unnest(p_ids, p_fences) AS x(id, fence)
+             WHERE j.id = x.id AND j.fence = x.fence AND j.status = 'running'
+               AND j.lease_until > clock_timestamp()
+            RETURNING j.id)
+        SELECT u.id FROM u;
+END
 $$;
 
 CREATE FUNCTION pgjobd.fence_margin(p_fence_ms integer) RETURNS interval
@@ -659,34 +666,40 @@ CREATE FUNCTION pgjobd.fence_margin(p_fence_ms integer) RETURNS interval
 $$;
 
 CREATE FUNCTION pgjobd.finish_leases(p_outcomes jsonb) RETURNS SETOF bigint
-    LANGUAGE sql
+    LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
-    WITH o AS (SELECT * FROM jsonb_to_recordset(p_outcomes)
-                   AS x(id bigint, fence bigint, status text, result jsonb, error jsonb,
-                        retry_ms bigint, give_back boolean, entry jsonb)),
-         c AS (SELECT clock_timestamp() AS t),
-         u AS (UPDATE pgjobd.jobs j
-                  SET status = o.status, result = o.result, error = o.error,
-                      run_at = CASE WHEN o.status = 'queued'
-                                    THEN c.t + coalesce(o.retry_ms, 0) * interval '1 millisecond'
-                                    ELSE j.run_at END,
-                      finished_at = CASE WHEN o.status = 'queued' THEN NULL ELSE c.t END,
-                      attempts = j.attempts - CASE WHEN o.give_back THEN 1 ELSE 0 END,
-                      lease_until = NULL, lease_ms = NULL,
-                      updated_at = c.t,
-                      history = CASE WHEN o.entry IS NULL OR jsonb_typeof(o.entry) <> 'object'
-                                     THEN j.history
-                                     ELSE pgjobd.history_add(j.history,
-                                              jsonb_build_object('attempt', j.attempts,
-                                                  'worker', j.worker,
-                                                  'started_at', j.started_at,
-                                                  'finished_at', c.t) || o.entry) END
-                 FROM o, c
-                WHERE j.id = o.id AND j.fence = o.fence AND j.status = 'running'
-                RETURNING j.id, j.status),
-         d AS (DELETE FROM pgjobd.cancel_requests r
-                USING u WHERE r.job_id = u.id AND u.status = 'cancelled')
-    SELECT u.id FROM u
+BEGIN
+    RETURN QUERY
+        WITH o AS (SELECT * FROM jsonb_to_recordset(p_outcomes)
+                       AS x(id bigint, fence bigint, status text, result jsonb, error jsonb,
+                            retry_ms bigint, give_back boolean, entry jsonb)),
+             c AS (SELECT clock_timestamp() AS t),
+             u AS (UPDATE pgjobd.jobs j
+                      SET status = o.status, result = o.result, error = o.error,
+                          run_at = CASE WHEN o.status = 'queued'
+                                        THEN c.t + coalesce(o.retry_ms, 0)
+                                                   * interval '1 millisecond'
+                                        ELSE j.run_at END,
+                          finished_at = CASE WHEN o.status = 'queued' THEN NULL ELSE c.t END,
+                          attempts = j.attempts - CASE WHEN o.give_back THEN 1 ELSE 0 END,
+                          lease_until = NULL, lease_ms = NULL,
+                          updated_at = c.t,
+                          history = CASE WHEN o.entry IS NULL
+                                              OR jsonb_typeof(o.entry) <> 'object'
+                                         THEN j.history
+                                         ELSE pgjobd.history_add(j.history,
+                                                  jsonb_build_object('attempt', j.attempts,
+                                                      'worker', j.worker,
+                                                      'started_at', j.started_at,
+                                                      'finished_at', c.t) || o.entry) END
+                     FROM o, c
+                    WHERE j.id = o.id AND j.fence = o.fence AND j.status = 'running'
+                    RETURNING j.id, j.status),
+             d AS (DELETE FROM pgjobd.cancel_requests r
+                    USING u WHERE r.job_id = u.id AND u.status = 'cancelled')
+        SELECT u.id FROM u;
+END
 $$;
 
 CREATE FUNCTION pgjobd.forget_workers() RETURNS integer
