@@ -56,6 +56,10 @@ static const char sql_claim[] =
  * daemon is still alive by the server's clock (sql/006_fencing.sql). */
 static const char sql_begin[] = "BEGIN";
 static const char sql_hold_group[] = "SELECT 1 FROM pgjobd.groups WHERE id = $1::bigint FOR UPDATE";
+/* An ungrouped job's stand-in, in the same place of the batch: no row, no
+ * lock. (The statement above with a NULL id answers the same, but a NULL
+ * makes PostgreSQL plan it anew at every execution.) */
+static const char sql_hold_no_group[] = "SELECT 1 WHERE false";
 /* The second column: pgjobd.cancel() was called for the job before the slot
  * got it (a request made later reaches the daemon by NOTIFY). */
 static const char sql_hold_job[] =
@@ -212,9 +216,13 @@ int claim_build_hold(struct db_stmt *st, struct hold_params *p, const struct cla
 	snprintf(p->fence, sizeof(p->fence), "%lld", j->fence);
 	memset(st, 0, 3 * sizeof(*st));
 	st[0].sql = sql_begin;
-	st[1].sql = sql_hold_group;
-	st[1].nparams = 1;
-	st[1].params[0] = j->group_row ? p->group_row : NULL; /* NULL: no row, no lock */
+	if (j->group_row) {
+		st[1].sql = sql_hold_group;
+		st[1].nparams = 1;
+		st[1].params[0] = p->group_row;
+	} else {
+		st[1].sql = sql_hold_no_group;
+	}
 	st[CLAIM_HOLD_JOB].sql = sql_hold_job;
 	st[CLAIM_HOLD_JOB].nparams = 3;
 	st[CLAIM_HOLD_JOB].params[0] = p->id;

@@ -35,7 +35,7 @@
 
 #define MAX_REC 32
 
-/* A batch sent, as short names of its statements ("BEGIN;hold_group;hold_job")
+/* A batch sent, as short names of its statements ("BEGIN;hold_no_group;hold_job")
  * and a copy of its first statement's parameters. */
 struct batch {
 	char names[128];
@@ -209,6 +209,7 @@ static const char *stmt_name(const char *sql)
 	    {"BEGIN", "BEGIN"},
 	    {"COMMIT", "COMMIT"},
 	    {"SELECT 1 FROM pgjobd.groups", "hold_group"},
+	    {"SELECT 1 WHERE false", "hold_no_group"},
 	    {"SELECT j.id", "hold_job"},
 	    {"UPDATE pgjobd.jobs", "finish"},
 	    {"DELETE FROM pgjobd.cancel_requests", "drop_cancel"},
@@ -650,7 +651,8 @@ static void test_happy_path(void)
 	slot_hold(s, &cj);
 	ok(cj.id == 0 && cj.data == NULL, "happy: slot_hold takes the job");
 	is_str(slot_state_name(s), "holding", "happy: hold: holding");
-	is_str(batches_since(&from), "BEGIN;hold_group;hold_job", "happy: ... the hold batch");
+	is_str(batches_since(&from), "BEGIN;hold_no_group;hold_job",
+	       "happy: ... the hold batch (job 42 has no group)");
 	is_int(slot_held_id(s), 42, "happy: ... the slot answers for job 42");
 	is_str(events(), "", "happy: ... no event yet");
 	is_int(rec.execs, 0, "happy: ... no command yet");
@@ -922,6 +924,38 @@ static void test_not_held(void)
 	no_bug("not held");
 }
 
+/* A grouped job: the hold batch locks its group row first; when that row
+ * is gone (the group was retired meanwhile), the job is not held even though
+ * its own row was locked. */
+static void test_group_lost(void)
+{
+	struct slot *s = idle_slot();
+	slot_reserve(s);
+	struct claim_job cj = job(42);
+	cj.group_row = 9;
+	int from = rec.nbatches;
+	slot_hold(s, &cj);
+	is_str(batches_since(&from), "BEGIN;hold_group;hold_job",
+	       "grouped: the hold batch locks the group row");
+	PGresult r[3];
+	res_ok(&r[0]);
+	res_ok(&r[1]); /* no group row */
+	res_row(&r[2], "42", "f");
+	PGresult *v[3] = {&r[0], &r[1], &r[2]};
+	deliver(v, 3);
+	is_str(events(), "not_held", "grouped: group row gone: SLOT_EV_NOT_HELD");
+	is_int(rec.execs, 0, "grouped: ... not started");
+	is_str(batches_since(&from), "COMMIT", "grouped: ... COMMIT");
+	PGresult c;
+	res_ok(&c);
+	PGresult *w[1] = {&c};
+	deliver(w, 1);
+	is_str(slot_state_name(s), "idle", "grouped: committed: idle");
+	is_str(events(), "idle", "grouped: ... SLOT_EV_IDLE");
+	slot_free(s);
+	no_bug("group lost");
+}
+
 static void test_finish_lost(void)
 {
 	int from;
@@ -980,6 +1014,7 @@ int main(void)
 	test_drain_running();
 	test_fence_lost();
 	test_not_held();
+	test_group_lost();
 	test_finish_lost();
 	test_table();
 	rec_reset();
