@@ -8,6 +8,15 @@
  *         CLOCK_REALTIME. Writes "ID NANOSECONDS" lines to OUTFILE at the
  *         end (no file I/O between the inserts).
  *
+ *     pickup floor CONNINFO QUEUE COUNT COMMAND
+ *         The reference for pickup latency: no daemon, the least a pickup
+ *         can be on this machine. Waits for wake-ups as a daemon does (a row
+ *         in pgjobd.waiting, LISTEN pgjobd); on each, marks the oldest queued
+ *         job of QUEUE running in one autocommitted UPDATE (one durable
+ *         commit, as a claim) and starts `/bin/sh -c COMMAND` with
+ *         PGJOBD_JOB_ID set, by posix_spawn (a vfork-like clone, as the
+ *         daemon's). Exits after COUNT jobs.
+ *
  *     pickup stamp FILE       (also built alone as `stamp`, see below)
  *         The queue's command: `exec /path/stamp stamp FILE`. Reads
  *         CLOCK_REALTIME first thing in main and appends one line
@@ -27,6 +36,9 @@
  * (the rules for src/ do not bind it). */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,6 +142,102 @@ out:
 	PQfinish(pg);
 	return status;
 }
+
+/* One wake-up's work: the oldest queued job of queue, marked running in one
+ * autocommitted statement, then its command started. Returns 1 when a job
+ * was started, 0 when none was queued, -1 on error. */
+static int floor_claim_start(PGconn *pg, const char *queue, const char *command)
+{
+	const char *params[1] = {queue};
+	PGresult *r = PQexecPrepared(pg, "claim", 1, params, NULL, NULL, 0);
+	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+		fprintf(stderr, "pickup: claim failed: %s", PQresultErrorMessage(r));
+		PQclear(r);
+		return -1;
+	}
+	if (PQntuples(r) == 0) {
+		PQclear(r);
+		return 0;
+	}
+	char env_id[48];
+	snprintf(env_id, sizeof(env_id), "PGJOBD_JOB_ID=%s", PQgetvalue(r, 0, 0));
+	PQclear(r);
+	char *argv[] = {"sh", "-c", (char *)command, NULL};
+	char *envp[] = {env_id, NULL};
+	pid_t pid;
+	int e = posix_spawn(&pid, "/bin/sh", NULL, NULL, argv, envp);
+	if (e != 0) {
+		fprintf(stderr, "pickup: cannot start /bin/sh: %s\n", strerror(e));
+		return -1;
+	}
+	return 1;
+}
+
+static int do_floor(const char *conninfo, const char *queue, long count, const char *command)
+{
+	int status = 1;
+	PGconn *pg = PQconnectdb(conninfo);
+	if (PQstatus(pg) != CONNECTION_OK) {
+		fprintf(stderr, "pickup: cannot connect: %s", PQerrorMessage(pg));
+		goto out;
+	}
+	/* The children are reaped by the kernel. */
+	struct sigaction sa = {.sa_handler = SIG_IGN, .sa_flags = SA_NOCLDWAIT};
+	sigaction(SIGCHLD, &sa, NULL);
+	const char *params[1] = {queue};
+	PGresult *r = PQexec(pg, "LISTEN pgjobd");
+	int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+	PQclear(r);
+	r = PQexecParams(pg,
+			 "INSERT INTO pgjobd.waiting (queue, pid) VALUES ($1, pg_backend_pid()) "
+			 "ON CONFLICT DO NOTHING",
+			 1, NULL, params, NULL, NULL, 0);
+	ok = ok && PQresultStatus(r) == PGRES_COMMAND_OK;
+	PQclear(r);
+	/* Prepared, as the daemon's statements are: parsed and planned once. */
+	r = PQprepare(pg, "claim",
+		      "UPDATE pgjobd.jobs j SET status = 'running', attempts = j.attempts + 1, "
+		      "started_at = clock_timestamp(), updated_at = clock_timestamp() "
+		      "WHERE j.id = (SELECT c.id FROM pgjobd.jobs c WHERE c.queue = $1 "
+		      "AND c.status = 'queued' ORDER BY c.id FOR UPDATE SKIP LOCKED LIMIT 1) "
+		      "RETURNING j.id",
+		      1, NULL);
+	ok = ok && PQresultStatus(r) == PGRES_COMMAND_OK;
+	PQclear(r);
+	if (!ok) {
+		fprintf(stderr, "pickup: cannot wait for wake-ups: %s", PQerrorMessage(pg));
+		goto out;
+	}
+	long started = 0;
+	while (started < count) {
+		struct pollfd p = {.fd = PQsocket(pg), .events = POLLIN};
+		if (poll(&p, 1, -1) < 0 && errno != EINTR) {
+			perror("pickup: poll");
+			goto out;
+		}
+		if (!PQconsumeInput(pg)) {
+			fprintf(stderr, "pickup: %s", PQerrorMessage(pg));
+			goto out;
+		}
+		PGnotify *n;
+		int woken = 0;
+		while ((n = PQnotifies(pg)) != NULL) {
+			woken = 1;
+			PQfreemem(n);
+		}
+		/* Every queued job, as a claim after a wake-up takes them all. */
+		for (int got = woken; got == 1 && started < count;) {
+			got = floor_claim_start(pg, queue, command);
+			if (got < 0)
+				goto out;
+			started += got;
+		}
+	}
+	status = 0;
+out:
+	PQfinish(pg);
+	return status;
+}
 #endif
 
 int main(int argc, char **argv)
@@ -146,7 +254,16 @@ int main(int argc, char **argv)
 		}
 		return do_insert(argv[2], argv[3], count, min_ms, max_ms, argv[7]);
 	}
+	if (argc == 6 && strcmp(argv[1], "floor") == 0) {
+		long count = strtol(argv[4], NULL, 10);
+		if (count < 1) {
+			fprintf(stderr, "pickup: need COUNT >= 1\n");
+			return 2;
+		}
+		return do_floor(argv[2], argv[3], count, argv[5]);
+	}
 	fprintf(stderr, "usage: pickup insert CONNINFO QUEUE COUNT MIN_MS MAX_MS OUTFILE\n"
+			"       pickup floor CONNINFO QUEUE COUNT COMMAND\n"
 			"       pickup stamp FILE\n");
 #else
 	fprintf(stderr, "usage: stamp stamp FILE\n");

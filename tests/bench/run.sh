@@ -439,19 +439,52 @@ EOF
 		problem "rep $REP: pickup: only $(wc -l <"$stamps" 2>/dev/null || echo 0) of $N_PICKUP jobs started within 30 s"
 	claims=$(stats_calls '%pgjobd.claim_batch(%')
 	daemon_down
-	# Join by id: latency = command start - INSERT return, in ms. Nanosecond
-	# timestamps lose precision in awk's doubles (steps of 256 ns): irrelevant here.
+	pickup_figs "$key" "$ins" "$stamps" "$lat" || return
+	[ -n "$claims" ] && fig $key.claims "$(ratio "$claims" "$(wc -l <"$lat")")"
+}
+
+# pickup_figs KEY INS STAMPS LAT: the latencies (command start - INSERT return, in ms,
+# joined by id) into LAT, sorted, and figures KEY.p50, .p99, .max. Nanosecond
+# timestamps lose precision in awk's doubles (steps of 256 ns): irrelevant here.
+pickup_figs() {
 	awk 'NR == FNR { t[$1] = $2; next } ($1 in t) { printf "%.3f\n", ($2 - t[$1]) / 1e6 }' \
-		"$ins" "$stamps" 2>/dev/null | sort -n >"$lat"
-	n=$(wc -l <"$lat")
-	[ "$n" -gt 0 ] || {
-		problem "rep $REP: pickup: no latencies"
-		return
+		"$2" "$3" 2>/dev/null | sort -n >"$4"
+	[ "$(wc -l <"$4")" -gt 0 ] || {
+		problem "rep $REP: $1: no latencies"
+		return 1
 	}
-	fig $key.p50 "$(percentile 0.50 "$lat")"
-	fig $key.p99 "$(percentile 0.99 "$lat")"
-	fig $key.max "$(tail -n 1 "$lat")"
-	[ -n "$claims" ] && fig $key.claims "$(ratio "$claims" "$n")"
+	fig "$1.p50" "$(percentile 0.50 "$4")"
+	fig "$1.p99" "$(percentile 0.99 "$4")"
+	fig "$1.max" "$(tail -n 1 "$4")"
+}
+
+# bench_floor: pickup latency with no daemon, the least it can be on this machine (figure
+# 8d): `pickup floor` waits for the same wake-up, marks the job running in one durable
+# autocommitted UPDATE and starts the same command with posix_spawn. What lock mode lease
+# adds to it (8c - 8d) is the daemon's claim (claim_batch, its checks and its lease) and
+# its start of the command (slot, lease, supervisor, cgroup, output pipes).
+bench_floor() {
+	local key=lease.floor ins=$T/floor-ins.$REP stamps=$T/floor-stamps.$REP lat=$T/floor-lat.$REP
+	reset_tables
+	sql "TRUNCATE pgjobd.waiting" >/dev/null
+	sql "CHECKPOINT" >/dev/null
+	"$BIN/pickup" floor "$DB_CONNINFO" pickup "$N_PICKUP" "exec $BIN/stamp stamp $stamps" \
+		>>"$T/floor.log" 2>&1 &
+	local fpid=$!
+	if ! wait_until 30 "[ \"\$(psql_q \"SELECT count(*) FROM pgjobd.waiting WHERE queue = 'pickup'\")\" = 1 ]"; then
+		problem "rep $REP: pickup floor did not start waiting (see $T/floor.log)"
+		kill "$fpid" 2>/dev/null
+		wait "$fpid" 2>/dev/null
+		return
+	fi
+	if ! "$BIN/pickup" insert "$DB_CONNINFO" pickup "$N_PICKUP" "$PICKUP_MIN_MS" "$PICKUP_MAX_MS" "$ins"; then
+		problem "rep $REP: pickup client failed"
+	fi
+	wait_until 30 "[ -f $stamps ] && [ \$(wc -l <$stamps) -ge $N_PICKUP ]" ||
+		problem "rep $REP: pickup floor: only $(wc -l <"$stamps" 2>/dev/null || echo 0) of $N_PICKUP jobs started within 30 s"
+	kill "$fpid" 2>/dev/null
+	wait "$fpid" 2>/dev/null
+	pickup_figs "$key" "$ins" "$stamps" "$lat"
 }
 
 # percentile P FILE: nearest-rank percentile (0 < P <= 1) of the sorted numbers in FILE.
@@ -919,6 +952,9 @@ def sessions.lease.ungrouped "8  the daemon's sessions, concurrency $CONCURRENCY
 def lease.pickup.p50 "8c p50 INSERT return -> command start" ms 2 "$TGT_LEASE_P50"
 def lease.pickup.p99 "8c p99" ms 2 "$TGT_PICKUP_P99"
 def lease.pickup.max "8c max" ms 2 ""
+def lease.floor.p50 "8d p50, no daemon: wake-up, one durable UPDATE, posix_spawn" ms 2 ""
+def lease.floor.p99 "8d p99" ms 2 ""
+def lease.floor.max "8d max" ms 2 ""
 def cpu.lease.ungrouped "8  daemon CPU (own), 8a" s/1000jobs 3 ""
 def pgcpu.lease.ungrouped "8  PostgreSQL backends' CPU, 8a" s/1000jobs 3 ""
 def stmts.lease.ungrouped "8  SQL statements per job, 8a" stmts 2 ""
@@ -946,6 +982,7 @@ for REP in $(seq 1 "$REPS"); do
 	only lease && log "8a throughput ungrouped, lock mode lease" && bench_throughput ungrouped lease
 	only lease && log "8b throughput grouped, lock mode lease" && bench_throughput grouped lease
 	only lease && log "8c pickup latency, lock mode lease" && bench_pickup lease
+	only lease && log "8d pickup latency floor, no daemon" && bench_floor
 done
 
 # Ratios between figures of different runs, per repetition.
