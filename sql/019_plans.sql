@@ -14,13 +14,14 @@
 --     the calling statement). finish_leases planned its statement in 0.18 ms
 --     of a 0.59 ms call.
 -- So claim_batch keeps its body and gets plan_cache_mode =
--- force_generic_plan (a function's setting holds while it runs, so the
--- functions and triggers it runs plan generically too: all of them look
--- rows up by key or by a partial index whose predicate has no parameter,
--- and none has a plan that depends on a parameter's value), and the two
--- lease functions are the same statements in PL/pgSQL, which keeps plans
--- for the session, with the same setting. Nothing they do changes: same
--- arguments, results, locks, grants (CREATE OR REPLACE keeps them).
+-- force_generic_plan, and the two lease functions are the same statements
+-- in PL/pgSQL, which keeps plans for the session, with the same setting.
+-- A function's setting holds while it runs, so the functions and triggers
+-- claim_batch runs plan generically too. Its other statements had
+-- settled on generic plans already (pg_stat_statements counted 6 plans in
+-- over 1,000 calls), and make bench's claims over a million queued jobs
+-- and over 20,000 held groups took no longer. Nothing they do changes:
+-- same arguments, results, locks, grants (CREATE OR REPLACE keeps them).
 
 ALTER FUNCTION pgjobd.claim_batch(text, bigint, text[], int, bigint, bigint, int, boolean,
                                   bigint[], bigint[], bigint[], bigint)

@@ -72,9 +72,9 @@ void claim_decode(PGresult *res, int row, struct claim_job *out, int *slot);
 void claim_job_free(struct claim_job *j);
 
 /* The hold batch, a slot's own session: BEGIN; lock the group row (for an
- * ungrouped job a statement that returns nothing); lock the
- * job row if it is still the one claimed for this worker and fence, and its
- * daemon is still alive -> 3 statements. The transaction stays open: it is the claim. The job is
+ * ungrouped job a statement that returns nothing); lock the job row if it is
+ * still the one claimed for this worker and fence, and its daemon is still
+ * alive -> 3 statements. The transaction stays open: it is the claim. The job is
  * held when statement CLAIM_HOLD_JOB returns one row; its second column is 't' when the job's
  * cancellation was requested already. */
 #define CLAIM_HOLD_JOB 2
