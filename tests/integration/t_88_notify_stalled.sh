@@ -40,6 +40,17 @@ note "$(cat "$T/sink.log")"
 msg_count() {
 	awk -v pid="$1" -v re="^($2)\$" '$3 == pid && $4 ~ re { n++ } END { print n + 0 }' "$msgs"
 }
+# settle_file FILE: wait (up to 5 s) until FILE has not grown for half a second.
+settle_file() {
+	local size last=-1 stable=0 i
+	for i in $(seq 1 50); do
+		size=$(wc -c <"$1")
+		if [ "$size" = "$last" ]; then stable=$((stable + 1)); else stable=0; fi
+		[ "$stable" -ge 5 ] && return 0
+		last=$size
+		sleep 0.1
+	done
+}
 # msg_seqs PID REGEX: the datagram numbers of the assignments from PID matching ^REGEX$.
 msg_seqs() {
 	awk -v pid="$1" -v re="^($2)\$" '$3 == pid && $4 ~ re { printf "%s%s", sep, $2; sep = " " }' "$msgs"
@@ -68,6 +79,15 @@ kill -HUP "$d"
 wait_until 20 "grep -q 'configuration reloaded' '$T/d.log'"
 ok $? "SIGHUP is handled while the notify socket is full"
 
+# A STATUS= update must be held too. The first comes from the count of queued jobs that
+# the daemon sends 0.5 s after it starts (then every 2 s); on an idle machine the jobs and
+# the reload can all be over before that. Wait until the count has run (the daemon turns
+# its answer into STATUS= in the same turn of its loop that reads it).
+wait_until 20 "[ \"\$(psql_q \"SELECT count(*) FROM pg_stat_activity WHERE state = 'idle'
+                    AND query LIKE 'SELECT count(*) FROM (SELECT 1 FROM pgjobd.jobs%'\")\" -ge 1 ]"
+ok $? "the daemon has counted the queued jobs (a STATUS= update is held)"
+sleep 0.2
+
 # 2. The sink reads again: the held state messages arrive in order, then the newest status.
 kill -USR1 "$sink"
 wait_until 10 "[ \$(msg_count $d READY=1) -ge 2 ]"
@@ -95,6 +115,10 @@ ok $? "WATCHDOG=1 pings flow again"
 kill -TERM "$d"
 wait_daemon_exit "$d" 30
 is "$DAEMON_STATUS" 0 "SIGTERM: exit 0"
+# The daemon sent everything before it exited, but the sink may not have written it all
+# yet (a loaded machine): wait for STOPPING=1, then until the sink's file stops growing.
+wait_until 10 "[ \$(msg_count $d STOPPING=1) -ge 1 ]"
+settle_file "$msgs"
 is "$(msg_count "$d" STOPPING=1)" 1 "STOPPING=1 arrives once"
 st=$(msg_seqs "$d" STOPPING=1)
 ok "$([ -n "$st" ] && [ "$st" -gt "$r2" ]; echo $?)" "STOPPING=1 (datagram $st) after the last READY=1"
