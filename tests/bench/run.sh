@@ -952,7 +952,7 @@ def sessions.lease.ungrouped "8  the daemon's sessions, concurrency $CONCURRENCY
 def lease.pickup.p50 "8c p50 INSERT return -> command start" ms 2 "$TGT_LEASE_P50"
 def lease.pickup.p99 "8c p99" ms 2 "$TGT_PICKUP_P99"
 def lease.pickup.max "8c max" ms 2 ""
-def lease.floor.p50 "8d p50, no daemon: wake-up, one durable UPDATE, posix_spawn" ms 2 ""
+def lease.floor.p50 "8d p50, no daemon: the floor of 8c" ms 2 ""
 def lease.floor.p99 "8d p99" ms 2 ""
 def lease.floor.max "8d max" ms 2 ""
 def cpu.lease.ungrouped "8  daemon CPU (own), 8a" s/1000jobs 3 ""
