@@ -19,6 +19,7 @@
 #               cmp_ok A OP B NAME (numeric: -lt -le -eq -ne -ge -gt) | pass | fail
 #               diag MSG (stderr) | note MSG (stdout) | bail_out MSG
 #   PostgreSQL  pg_start | pg_restart | pg_stop | psql_q SQL | sql_lit STRING
+#               pg_start_relayed (a server of its own behind a TCP relay: $RELAY, $RELAY_PORT)
 #               PGHOST/PGPORT/PGUSER/PGDATABASE are exported for psql only; the daemon
 #               gets an explicit conninfo in its config ($DB_CONNINFO, see conf_header).
 #               pg_start gives the file a database of its own with schema pgjobd at the
@@ -408,6 +409,26 @@ pg_start() {
 		"$PGJOBD" migrate -c "$T/.pg_start.ini" >"$T/.pg_start.out" 2>&1 ||
 			bail_out "pgjobd migrate failed: $(cat "$T/.pg_start.out")"
 	fi
+}
+
+# pg_start_relayed: pg_start, with a server of the file's own that listens on TCP on the
+# loopback address as well, and a TCP relay to it (tests/chaos/proxy.c, $CHAOS_PROXY):
+# $RELAY is the relay's pid (SIGSTOP: a network partition, SIGCONT heals it, SIGUSR1 cuts
+# every connection), "host=127.0.0.1 port=$RELAY_PORT" reaches the server through it.
+pg_start_relayed() {
+	[ -x "${CHAOS_PROXY:-}" ] || bail_out "CHAOS_PROXY (build/tests/chaos-proxy) not found; run make"
+	own_cluster
+	PG_PORT=$("$CHAOS_PROXY" --free-port) || bail_out "no free port"
+	pg_opts() {
+		echo "-c listen_addresses=127.0.0.1 -c unix_socket_directories=$T/sock -c fsync=off" \
+			"-c max_connections=200 -c port=$PG_PORT"
+	}
+	pg_start
+	"$CHAOS_PROXY" "$T/relay.port" "$PG_PORT" 2>>"$T/relay.log" </dev/null &
+	RELAY=$!
+	DAEMON_PIDS+=("$RELAY")
+	wait_until 10 "[ -s '$T/relay.port' ]" || bail_out "the relay did not start"
+	RELAY_PORT=$(cat "$T/relay.port")
 }
 
 # The shared server's template database (see tests/integration/run.sh).

@@ -8,22 +8,7 @@
 #     deadline; the job is not lost and runs again after the partition heals.
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
-[ -x "${CHAOS_PROXY:-}" ] || bail_out "CHAOS_PROXY (build/tests/chaos-proxy) not found; run make"
-
-# A server of its own, on TCP on the loopback address as well, for the relay.
-own_cluster
-PG_PORT=$("$CHAOS_PROXY" --free-port) || bail_out "no free port"
-pg_opts() {
-	echo "-c listen_addresses=127.0.0.1 -c unix_socket_directories=$T/sock -c fsync=off" \
-		"-c max_connections=200 -c port=$PG_PORT"
-}
-pg_start
-
-"$CHAOS_PROXY" "$T/relay.port" "$PG_PORT" 2>>"$T/relay.log" </dev/null &
-RELAY=$!
-DAEMON_PIDS+=("$RELAY")
-wait_until 10 "[ -s '$T/relay.port' ]" || bail_out "the relay did not start"
-RELAY_PORT=$(cat "$T/relay.port")
+pg_start_relayed
 
 make_mark_script "$T/mark.sh" "$T/marks.log"
 write_p_conf() {

@@ -11,21 +11,7 @@
 # Every job ends once, succeeded, with attempts = 1; no lease is lost.
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
-[ -x "${CHAOS_PROXY:-}" ] || bail_out "CHAOS_PROXY (build/tests/chaos-proxy) not found; run make"
-
-own_cluster
-PG_PORT=$("$CHAOS_PROXY" --free-port) || bail_out "no free port"
-pg_opts() {
-	echo "-c listen_addresses=127.0.0.1 -c unix_socket_directories=$T/sock -c fsync=off" \
-		"-c max_connections=200 -c port=$PG_PORT"
-}
-pg_start
-
-"$CHAOS_PROXY" "$T/relay.port" "$PG_PORT" 2>>"$T/relay.log" </dev/null &
-RELAY=$!
-DAEMON_PIDS+=("$RELAY")
-wait_until 10 "[ -s '$T/relay.port' ]" || bail_out "the relay did not start"
-RELAY_PORT=$(cat "$T/relay.port")
+pg_start_relayed
 
 make_mark_script "$T/mark.sh" "$T/marks.log"
 write_conf "$T/a.ini" <<EOF
