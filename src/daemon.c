@@ -464,6 +464,9 @@ int daemon_run(const char *config_path, struct config *cfg)
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGPIPE, &sa, NULL);
 
+	/* Before the guard, which inherits it: its kills keep their time too. */
+	int nice_raise = priv_raise_priority();
+
 	/* The guard first: before any connection or child exists. */
 	d->guard = guard_start(cfg->database, claim_sql_worker_gone);
 	if (!d->guard) {
@@ -504,6 +507,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 	    .reaper = d->reaper,
 	    .contain = d->contain,
 	    .metrics = d->metrics,
+	    .nice_raise = nice_raise,
 	};
 	struct dispatch_env denv = {
 	    .loop = d->loop,

@@ -350,6 +350,7 @@ enum spawn_stage {
 	STAGE_CAPS,
 	STAGE_CHDIR,
 	STAGE_CLOSE,
+	STAGE_NICE,
 	STAGE_EXECVE,
 	STAGE_N /* none failed: the process exec'd */
 };
@@ -357,7 +358,7 @@ static const char *const stage_names[STAGE_N] = {
     [STAGE_SETPGID] = "setpgid",     [STAGE_REGISTER] = "register", [STAGE_DUP2] = "dup2",
     [STAGE_SETGROUPS] = "setgroups", [STAGE_SETGID] = "setgid",	    [STAGE_SETUID] = "setuid",
     [STAGE_CAPS] = "capabilities",   [STAGE_CHDIR] = "chdir",	    [STAGE_CLOSE] = "close_range",
-    [STAGE_EXECVE] = "execve",
+    [STAGE_NICE] = "setpriority",    [STAGE_EXECVE] = "execve",
 };
 
 /* Shared by the daemon and the new process (CLONE_VM): the daemon reads the
@@ -443,6 +444,12 @@ static EXEC_IN_CHILD int spawn_child(void *arg)
 	}
 	if (close_range(3, ~0U, 0) < 0) {
 		stage = STAGE_CLOSE;
+		goto fail;
+	}
+	/* Last: everything before runs at the daemon's priority, so the loop,
+	 * waiting for this exec, is not held up behind the commands. */
+	if (priv_child_nice(spec->nice_raise) < 0) {
+		stage = STAGE_NICE;
 		goto fail;
 	}
 	sigemptyset(&empty);

@@ -60,6 +60,12 @@ struct exec_spec {
 	uid_t uid;
 	gid_t gid;
 	size_t max_output; /* head and tail of stdout, tail of stderr */
+	/* > 0: the daemon runs this many nice levels above its commands
+	 * (priv_raise_priority); the new process takes them back right before
+	 * execve, and never has an RLIMIT_NICE that lets it go below the nice
+	 * value it starts at (priv_child_nice), else the outcome is a spawn
+	 * failure, step "setpriority". */
+	int nice_raise;
 	/* NULL, or run IN THE NEW PROCESS with its process group's id, once it
 	 * leads that group and before anything of the command runs; the command
 	 * runs only if it returns 0 (else the outcome is a spawn failure, step

@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -112,4 +113,51 @@ EXEC_IN_CHILD int priv_drop_all(void)
 	struct __user_cap_data_struct d[2];
 	memset(d, 0, sizeof(d));
 	return cap_set(d);
+}
+
+/* The kernel's getpriority returns 20 - nice (1..40): never -1 but on an
+ * error, unlike libc's. */
+int priv_raise_priority(void)
+{
+	long r = syscall(SYS_getpriority, PRIO_PROCESS, 0);
+	if (r < 0)
+		return 0;
+	int base = 20 - (int)r;
+	int want = base - PRIV_NICE_RAISE < -20 ? -20 : base - PRIV_NICE_RAISE;
+	if (want >= base)
+		return 0;
+	if (setpriority(PRIO_PROCESS, 0, want) < 0) {
+		log_info("msg=\"running at the commands' priority\" nice=%d "
+			 "why=\"neither CAP_SYS_NICE nor an RLIMIT_NICE that allows %d\"",
+			 base, want);
+		return 0;
+	}
+	log_debug("msg=\"running above the commands' priority\" nice=%d commands_nice=%d", want,
+		  base);
+	return base - want;
+}
+
+EXEC_IN_CHILD int priv_child_nice(int raise)
+{
+	long r = syscall(SYS_getpriority, PRIO_PROCESS, 0);
+	if (r < 0)
+		return -1;
+	int nice = 20 - (int)r;
+	if (raise > 0) {
+		nice = nice + raise > 19 ? 19 : nice + raise;
+		if (syscall(SYS_setpriority, PRIO_PROCESS, 0, nice) < 0)
+			return -1;
+	}
+	/* RLIMIT_NICE n lets a process lower its nice value down to 20 - n. */
+	struct rlimit lim;
+	if (syscall(SYS_getrlimit, RLIMIT_NICE, &lim) < 0)
+		return -1;
+	rlim_t most = (rlim_t)(20 - nice);
+	if (lim.rlim_cur <= most && lim.rlim_max <= most)
+		return 0;
+	if (lim.rlim_cur > most)
+		lim.rlim_cur = most;
+	if (lim.rlim_max > most)
+		lim.rlim_max = most;
+	return (int)syscall(SYS_setrlimit, RLIMIT_NICE, &lim);
 }

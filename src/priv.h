@@ -24,6 +24,28 @@ int priv_harden(void);
  * (space-separated) there, truncated to `size`. */
 bool priv_has_switch_caps(char *missing, size_t size);
 
+/* How many nice levels the daemon runs above its commands, when it may. */
+#define PRIV_NICE_RAISE 5
+
+/* At the start of the daemon, before the supervisor is forked (it inherits
+ * it): lowers the daemon's nice value by PRIV_NICE_RAISE (not below -20)
+ * when it may: CAP_SYS_NICE (root), or an RLIMIT_NICE that allows it (the
+ * shipped unit sets LimitNICE=-5). Commands and the daemon share the cores,
+ * and each start of a command waits until its new process has exec'd
+ * (exec.c): with the cores busy, that process, at its commands' priority,
+ * waits its turn behind them, and so does the loop. Its new processes
+ * inherit the raise until priv_child_nice takes it back. Returns the levels
+ * gained (0 when it may not, which changes nothing else); never fails. */
+int priv_raise_priority(void);
+
+/* In a command's new process, right before execve (raw system calls only):
+ * takes back `raise` levels (priv_raise_priority's result, or 0), so the
+ * command runs at the nice value the daemon would have without the raise,
+ * and lowers RLIMIT_NICE where it would let the command go below that value
+ * (a unit's LimitNICE= is for the daemon). Raising one's own nice value and
+ * lowering a limit need no privilege. Returns 0, or -1 with errno. */
+int priv_child_nice(int raise);
+
 /* In a forked child that has just switched to the command's user: empties
  * every capability set it may still hold (a daemon that is not root keeps
  * its capabilities across setuid) but the bounding set, which needs a

@@ -392,6 +392,7 @@ int run_exec(struct run *r)
 	    .uid = q->uid,
 	    .gid = q->gid,
 	    .max_output = (size_t)q->max_output,
+	    .nice_raise = r->env->nice_raise,
 	    /* Without the hook, contain would take the shell for an orphan. */
 	    .in_child = r->env->guard || r->env->contain ? enter_supervision : NULL,
 	    .in_child_arg = r,

@@ -57,6 +57,7 @@ struct run_env {
 	struct reaper *reaper;	 /* reaps the commands' shells (reap.h) */
 	struct contain *contain; /* a cgroup per command, or orphans swept; may be NULL */
 	struct metrics *metrics; /* may be NULL */
+	int nice_raise;		 /* priv_raise_priority's result: exec_spec.nice_raise */
 };
 
 /* The command has ended: its shell was reaped and its process group and

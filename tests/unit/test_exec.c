@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -743,6 +744,69 @@ static void test_set_user(char **env)
 	rmdir(priv);
 }
 
+/* priv_raise_priority's raise is taken back in the new process: the
+ * command runs at the nice value the daemon would have without it, and
+ * with an RLIMIT_NICE that does not let it go lower. */
+static void test_nice(char **env)
+{
+	const char *cmd = "awk '{print $19}' /proc/self/stat; "
+			  "awk '/^Max nice/ {print $4, $5}' /proc/self/limits";
+	errno = 0;
+	int n0 = getpriority(PRIO_PROCESS, 0);
+	int raised = n0 + 3 > 19 ? 19 : n0 + 3;
+	struct rlimit lim0;
+	getrlimit(RLIMIT_NICE, &lim0);
+	char want[64];
+	struct res r;
+
+	struct exec_spec s = mkspec(cmd, env);
+	run(&s, &r);
+	snprintf(want, sizeof(want), "%d\n%llu %llu\n", n0, (unsigned long long)lim0.rlim_cur,
+		 (unsigned long long)lim0.rlim_max);
+	is_str(r.out, want, "nice_raise 0: the command runs at our nice value, our RLIMIT_NICE");
+	res_fini(&r);
+
+	s = mkspec(cmd, env);
+	s.nice_raise = 3;
+	run(&s, &r);
+	ok(r.o.status == EXEC_EXITED && r.o.exit_code == 0, "nice_raise 3: ran");
+	int got = -99;
+	sscanf(r.out, "%d", &got);
+	is_int(got, raised, "nice_raise 3: the command runs 3 levels nicer than we do");
+	res_fini(&r);
+
+	if (geteuid() != 0) {
+		ok(1, "# SKIP RLIMIT_NICE and set_user cases need root");
+		return;
+	}
+	/* A limit that would let the command go back up to -20 (a unit's
+	 * LimitNICE= is meant for the daemon): lowered to its own level. */
+	struct rlimit loose = {40, 40};
+	if (setrlimit(RLIMIT_NICE, &loose) == 0) {
+		s = mkspec(cmd, env);
+		s.nice_raise = 3;
+		run(&s, &r);
+		snprintf(want, sizeof(want), "%d\n%d %d\n", raised, 20 - raised, 20 - raised);
+		is_str(r.out, want,
+		       "nice_raise 3, RLIMIT_NICE 40: the command may not go below its level");
+		res_fini(&r);
+		setrlimit(RLIMIT_NICE, &lim0);
+	} else {
+		ok(1, "# SKIP cannot raise RLIMIT_NICE here (%s)", strerror(errno));
+	}
+
+	s = mkspec(cmd, env);
+	s.nice_raise = 3;
+	s.set_user = true;
+	s.uid = 65534;
+	s.gid = 65534;
+	run(&s, &r);
+	got = -99;
+	sscanf(r.out, "%d", &got);
+	is_int(got, raised, "nice_raise 3, switching user: taken back after the switch too");
+	res_fini(&r);
+}
+
 static void test_kill(char **env)
 {
 	struct res r;
@@ -1016,6 +1080,7 @@ int main(void)
 	if (geteuid() == 0)
 		test_fds_and_signals(env, true);
 	test_set_user(env);
+	test_nice(env);
 	test_kill(env);
 	test_grandchildren(env);
 	test_free_running(env);

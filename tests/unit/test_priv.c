@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -160,6 +161,32 @@ static void child_plain_nobody(FILE *out)
 	fprintf(out, "has=%d missing='%s'", has, missing);
 }
 
+/* priv_raise_priority: how many levels it gained, and the nice values
+ * before and after. With `drop`, CAP_SYS_NICE is out of the effective set
+ * first (RLIMIT_NICE is 0 here: nothing else allows it). */
+static void raise_prio(FILE *out, bool drop)
+{
+	struct __user_cap_data_struct d[2];
+	caps(d);
+	if (drop && set_caps(d[0].effective & ~BIT(CAP_SYS_NICE), d[0].permitted, 0) < 0) {
+		fprintf(out, "setup failed: %s", strerror(errno));
+		return;
+	}
+	int before = getpriority(PRIO_PROCESS, 0);
+	int raise = priv_raise_priority();
+	fprintf(out, "raise=%d change=%d", raise, before - getpriority(PRIO_PROCESS, 0));
+}
+
+static void child_raise(FILE *out)
+{
+	raise_prio(out, false);
+}
+
+static void child_raise_no_cap(FILE *out)
+{
+	raise_prio(out, true);
+}
+
 int main(void)
 {
 	char got[256];
@@ -176,6 +203,19 @@ int main(void)
 	in_child(child_drop, got, sizeof(got));
 	is_str(got, "rc=0 eff=0 perm=0 inh=0 setuid0=-1",
 	       "priv_drop_all: every set empty, no way back to root");
+
+	struct rlimit nl;
+	errno = 0;
+	int nice0 = getpriority(PRIO_PROCESS, 0);
+	getrlimit(RLIMIT_NICE, &nl);
+	if (geteuid() == 0 && nice0 == 0 && nl.rlim_cur == 0) {
+		in_child(child_raise, got, sizeof(got));
+		is_str(got, "raise=5 change=5", "priv_raise_priority as root: 5 levels up");
+		in_child(child_raise_no_cap, got, sizeof(got));
+		is_str(got, "raise=0 change=0", "priv_raise_priority without CAP_SYS_NICE: none");
+	} else {
+		ok(1, "# SKIP priv_raise_priority cases need root at nice 0 with RLIMIT_NICE 0");
+	}
 
 	if (geteuid() != 0) {
 		char missing[64];
