@@ -142,17 +142,17 @@ EXEC_IN_CHILD int priv_child_nice(int raise)
 	long r = syscall(SYS_getpriority, PRIO_PROCESS, 0);
 	if (r < 0)
 		return -1;
-	int nice = 20 - (int)r;
+	int level = 20 - (int)r;
 	if (raise > 0) {
-		nice = nice + raise > 19 ? 19 : nice + raise;
-		if (syscall(SYS_setpriority, PRIO_PROCESS, 0, nice) < 0)
+		level = level + raise > 19 ? 19 : level + raise;
+		if (syscall(SYS_setpriority, PRIO_PROCESS, 0, level) < 0)
 			return -1;
 	}
 	/* RLIMIT_NICE n lets a process lower its nice value down to 20 - n. */
 	struct rlimit lim;
 	if (syscall(SYS_getrlimit, RLIMIT_NICE, &lim) < 0)
 		return -1;
-	rlim_t most = (rlim_t)(20 - nice);
+	rlim_t most = (rlim_t)(20 - level);
 	if (lim.rlim_cur <= most && lim.rlim_max <= most)
 		return 0;
 	if (lim.rlim_cur > most)
