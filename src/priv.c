@@ -115,14 +115,23 @@ EXEC_IN_CHILD int priv_drop_all(void)
 	return cap_set(d);
 }
 
-/* The kernel's getpriority returns 20 - nice (1..40): never -1 but on an
- * error, unlike libc's. */
-int priv_raise_priority(void)
+/* This process's nice value into *level. The kernel's getpriority returns
+ * 20 - nice (1..40), never -1 but on an error, unlike libc's. Returns 0, or
+ * -1 with errno. */
+EXEC_IN_CHILD static int own_nice(int *level)
 {
 	long r = syscall(SYS_getpriority, PRIO_PROCESS, 0);
 	if (r < 0)
+		return -1;
+	*level = 20 - (int)r;
+	return 0;
+}
+
+int priv_raise_priority(void)
+{
+	int base;
+	if (own_nice(&base) < 0)
 		return 0;
-	int base = 20 - (int)r;
 	int want = base - PRIV_NICE_RAISE < -20 ? -20 : base - PRIV_NICE_RAISE;
 	if (want >= base)
 		return 0;
@@ -139,10 +148,9 @@ int priv_raise_priority(void)
 
 EXEC_IN_CHILD int priv_child_nice(int raise)
 {
-	long r = syscall(SYS_getpriority, PRIO_PROCESS, 0);
-	if (r < 0)
+	int level;
+	if (own_nice(&level) < 0)
 		return -1;
-	int level = 20 - (int)r;
 	if (raise > 0) {
 		level = level + raise > 19 ? 19 : level + raise;
 		if (syscall(SYS_setpriority, PRIO_PROCESS, 0, level) < 0)
