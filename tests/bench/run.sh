@@ -399,15 +399,36 @@ bench_throughput() { # ungrouped|grouped [lease]
 
 # ---------------------------------------------------------------- 3. pickup latency
 
+# The steps bench_pickup and bench_floor share. pickup_reset: empty tables, no waiting
+# row left over, a checkpoint before the run. pickup_waiting: until whoever serves queue
+# pickup waits for a wake-up (its row in pgjobd.waiting). pickup_insert INS: the INSERTs,
+# their return times into INS. pickup_started LABEL STAMPS: until every job's command has
+# stamped its start into STAMPS (at most 30 s).
+pickup_reset() {
+	reset_tables
+	sql "TRUNCATE pgjobd.waiting" >/dev/null
+	sql "CHECKPOINT" >/dev/null
+}
+pickup_waiting() {
+	wait_until 30 "[ \"\$(psql_q \"SELECT count(*) FROM pgjobd.waiting WHERE queue = 'pickup'\")\" = 1 ]"
+}
+pickup_insert() {
+	"$BIN/pickup" insert "$DB_CONNINFO" pickup "$N_PICKUP" "$PICKUP_MIN_MS" "$PICKUP_MAX_MS" "$1" && return 0
+	problem "rep $REP: pickup client failed"
+	return 1
+}
+pickup_started() {
+	wait_until 30 "[ -f $2 ] && [ \$(wc -l <$2) -ge $N_PICKUP ]" ||
+		problem "rep $REP: $1: only $(wc -l <"$2" 2>/dev/null || echo 0) of $N_PICKUP jobs started within 30 s"
+}
+
 # bench_pickup [lease]: with `lease`, the queue is of lock mode lease (figure 8), keyed
 # lease.pickup.*.
 bench_pickup() {
 	local mode=${1:-} key=pickup
 	[ "$mode" = lease ] && key=lease.pickup
-	local ins=$T/$key-ins.$REP stamps=$T/$key-stamps.$REP lat=$T/$key-lat.$REP n claims
-	reset_tables
-	sql "TRUNCATE pgjobd.waiting" >/dev/null
-	sql "CHECKPOINT" >/dev/null
+	local ins=$T/$key-ins.$REP stamps=$T/$key-stamps.$REP lat=$T/$key-lat.$REP claims
+	pickup_reset
 	# exec: the shell becomes the stamp program, which reads the clock first thing.
 	cat >"$W/$key.ini" <<EOF
 $(conf_header log_level=warn poll_interval=30s)
@@ -420,7 +441,7 @@ EOF
 	daemon_up "$key-$REP" "$W/$key.ini"
 	if [ "$mode" = lease ]; then
 		# idle: its claim returned with slots left, so it waits in pgjobd.waiting
-		if ! wait_until 30 "[ \"\$(psql_q \"SELECT count(*) FROM pgjobd.waiting WHERE queue = 'pickup'\")\" = 1 ]"; then
+		if ! pickup_waiting; then
 			problem "rep $REP: lease pickup: the daemon did not become idle"
 			daemon_down
 			return
@@ -430,13 +451,11 @@ EOF
 		return
 	fi
 	stats_reset
-	if ! "$BIN/pickup" insert "$DB_CONNINFO" pickup "$N_PICKUP" "$PICKUP_MIN_MS" "$PICKUP_MAX_MS" "$ins"; then
-		problem "rep $REP: pickup client failed"
+	if ! pickup_insert "$ins"; then
 		daemon_down
 		return
 	fi
-	wait_until 30 "[ -f $stamps ] && [ \$(wc -l <$stamps) -ge $N_PICKUP ]" ||
-		problem "rep $REP: pickup: only $(wc -l <"$stamps" 2>/dev/null || echo 0) of $N_PICKUP jobs started within 30 s"
+	pickup_started pickup "$stamps"
 	claims=$(stats_calls '%pgjobd.claim_batch(%')
 	daemon_down
 	pickup_figs "$key" "$ins" "$stamps" "$lat" || return
@@ -465,23 +484,18 @@ pickup_figs() {
 # its start of the command (slot, lease, supervisor, cgroup, output pipes).
 bench_floor() {
 	local key=lease.floor ins=$T/floor-ins.$REP stamps=$T/floor-stamps.$REP lat=$T/floor-lat.$REP
-	reset_tables
-	sql "TRUNCATE pgjobd.waiting" >/dev/null
-	sql "CHECKPOINT" >/dev/null
+	pickup_reset
 	"$BIN/pickup" floor "$DB_CONNINFO" pickup "$N_PICKUP" "exec $BIN/stamp stamp $stamps" \
 		>>"$T/floor.log" 2>&1 &
 	local fpid=$!
-	if ! wait_until 30 "[ \"\$(psql_q \"SELECT count(*) FROM pgjobd.waiting WHERE queue = 'pickup'\")\" = 1 ]"; then
+	if ! pickup_waiting; then
 		problem "rep $REP: pickup floor did not start waiting (see $T/floor.log)"
 		kill "$fpid" 2>/dev/null
 		wait "$fpid" 2>/dev/null
 		return
 	fi
-	if ! "$BIN/pickup" insert "$DB_CONNINFO" pickup "$N_PICKUP" "$PICKUP_MIN_MS" "$PICKUP_MAX_MS" "$ins"; then
-		problem "rep $REP: pickup client failed"
-	fi
-	wait_until 30 "[ -f $stamps ] && [ \$(wc -l <$stamps) -ge $N_PICKUP ]" ||
-		problem "rep $REP: pickup floor: only $(wc -l <"$stamps" 2>/dev/null || echo 0) of $N_PICKUP jobs started within 30 s"
+	pickup_insert "$ins"
+	pickup_started "pickup floor" "$stamps"
 	kill "$fpid" 2>/dev/null
 	wait "$fpid" 2>/dev/null
 	pickup_figs "$key" "$ins" "$stamps" "$lat"
