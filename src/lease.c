@@ -2,20 +2,25 @@
  * server's side and the clock assumptions).
  *
  * One session carries everything of every lease-mode queue. Each batch
- * sent on it holds up to DB_MAX_STMTS statements, each committed on its
- * own, in this order:
+ * sent on it holds up to DB_MAX_STMTS statements, in this order:
  *
- *   outcomes    pgjobd.finish_leases(json): every outcome known and not
- *               written yet (a command that ended while the batch before
- *               was in flight waits for this one: that is the batching);
  *   extension   pgjobd.extend_leases(worker_id, ids, fences), when a lease
  *               is due (every third of the lease; those due soon ride
  *               along), for every job of the daemon whose lease is not
- *               known lost, the ones whose outcome waits included;
+ *               known lost and whose outcome is not being written;
+ *   outcomes    pgjobd.finish_leases(json): every outcome known and not
+ *               written yet (a command that ended while the batch before
+ *               was in flight waits for this one: that is the batching);
  *   claims      pgjobd.claim_batch(..., lease) for queues with free slots
  *               that want a claim, as many as fit; they come after the
  *               outcomes, so a group whose job just ended may start its
  *               next one in the same round trip.
+ * The extension commits on its own, so that nothing else can undo it; the
+ * outcomes and the claims commit together, one commit (one WAL flush) a
+ * round trip. Their transaction fails as a whole: nothing of it was done,
+ * and it is tried again after LEASE_RETRY_S with each statement in its own
+ * transaction (a claim that keeps failing, on a lock say, must not keep the
+ * outcomes from being written), together again once a batch went through.
  * One batch is in flight at a time; what comes up meanwhile goes in the
  * next one. The commands of the jobs a batch claimed start one per turn
  * of the loop (start_next): each start waits for its new process's exec,
@@ -188,8 +193,10 @@ struct lease {
 	ev_timer ext_timer;   /* the next extension is due */
 	ev_timer retry_timer; /* a statement failed: outcomes and claims wait for it */
 	ev_timer give_up;     /* draining: stop waiting for the database */
+	bool split;	      /* the last joint transaction failed: one statement each */
 	/* the batch in flight */
 	int stmt_finish, stmt_extend; /* their index in it, -1: not in it */
+	int stmt_joint;		      /* first statement of the joint transaction; -1: none */
 	struct lq *stmt_claim[DB_MAX_STMTS];
 	int64_t sent_boot; /* util_boot_ms() at send */
 	double sent_mono;  /* metrics_now() at send */
@@ -590,10 +597,30 @@ static void start_jobs(struct lease *l)
 	start_next(l);
 }
 
+/* The outcomes in the batch were not written (or may not have been): they
+ * go in the next one. */
+static void unwrite(struct lease *l)
+{
+	for (size_t i = 0; i < l->njobs; i++)
+		if (l->jobs[i]->state == LJ_WRITING)
+			lj_step(l->jobs[i], LJ_ENDED);
+}
+
+static bool res_ok(const PGresult *res)
+{
+	return res && PQresultStatus(res) == PGRES_TUPLES_OK;
+}
+
+/* A statement's own error, as opposed to a success its transaction undid or
+ * a statement skipped after another one failed. */
+static bool res_failed(const PGresult *res)
+{
+	return !res || PQresultStatus(res) == PGRES_FATAL_ERROR;
+}
+
 static void on_batch(struct db_conn *c, PGresult *const *res, int n, void *arg)
 {
 	(void)c;
-	(void)n;
 	struct lease *l = arg;
 	l->in_batch = true;
 	if (!res) {
@@ -601,12 +628,9 @@ static void on_batch(struct db_conn *c, PGresult *const *res, int n, void *arg)
 		 * from the next one, extensions were not confirmed, and what a
 		 * claim may have committed is handed back by the next orphan
 		 * pass. on_db_event reconnects. */
-		for (size_t i = 0; i < l->njobs; i++) {
-			struct lj *j = l->jobs[i];
-			j->in_ext = false;
-			if (j->state == LJ_WRITING)
-				lj_step(j, LJ_ENDED);
-		}
+		unwrite(l);
+		for (size_t i = 0; i < l->njobs; i++)
+			l->jobs[i]->in_ext = false;
 		for (int i = 0; i < DB_MAX_STMTS; i++) {
 			struct lq *q = l->stmt_claim[i];
 			if (!q)
@@ -619,13 +643,39 @@ static void on_batch(struct db_conn *c, PGresult *const *res, int n, void *arg)
 		l->in_batch = false;
 		return;
 	}
-	if (l->stmt_finish >= 0)
-		finish_done(l, res[l->stmt_finish]);
+	/* The outcomes and claims: all done (together or each on its own)? */
+	bool rest_ok = true, joint_ok = true, rest = false;
+	for (int i = 0; i < n; i++) {
+		if (i == l->stmt_extend)
+			continue;
+		rest = true;
+		rest_ok = rest_ok && res_ok(res[i]);
+		if (l->stmt_joint >= 0 && i >= l->stmt_joint)
+			joint_ok = joint_ok && res_ok(res[i]);
+	}
+	if (!joint_ok) {
+		/* Nothing of the joint transaction was done; a statement of it
+		 * that failed on its own reports its error below. */
+		log_warn("msg=\"outcomes and claims of the batch undone (one of them failed); "
+			 "trying again, each statement on its own\"");
+		l->split = true;
+		retry_later(l);
+	} else if (rest && rest_ok) {
+		l->split = false;
+	}
+	if (l->stmt_finish >= 0) {
+		PGresult *r = res[l->stmt_finish];
+		if (joint_ok || res_failed(r))
+			finish_done(l, r);
+		else
+			unwrite(l); /* not its fault: no try counted */
+	}
 	if (l->stmt_extend >= 0)
 		extend_done(l, res[l->stmt_extend]);
 	for (int i = 0; i < DB_MAX_STMTS; i++)
 		if (l->stmt_claim[i])
-			claim_done(l, l->stmt_claim[i], res[i]);
+			claim_done(l, l->stmt_claim[i],
+				   joint_ok || res_failed(res[i]) ? res[i] : NULL);
 	l->in_batch = false;
 	maybe_stopped(l);
 	want_send(l);
@@ -718,10 +768,10 @@ static bool ext_is_due(const struct lj *j, int64_t now, int64_t slack)
 static void send_batch(struct db_conn *c, void *arg)
 {
 	struct lease *l = arg;
-	struct db_stmt st[DB_MAX_STMTS];
+	struct db_stmt st[DB_MAX_STMTS], finish;
 	int n = 0;
 	int64_t now = util_boot_ms();
-	l->stmt_finish = l->stmt_extend = -1;
+	l->stmt_finish = l->stmt_extend = l->stmt_joint = -1;
 	memset(l->stmt_claim, 0, sizeof(l->stmt_claim));
 	/* After a failed statement, outcomes and claims wait for the retry
 	 * timer; extensions never wait. */
@@ -738,8 +788,7 @@ static void send_batch(struct db_conn *c, void *arg)
 	}
 	if (l->finish_json.len) {
 		buf_putc(&l->finish_json, ']');
-		claim_build_finish_leases(&st[n], l->finish_json.data);
-		l->stmt_finish = n++;
+		claim_build_finish_leases(&finish, l->finish_json.data);
 	}
 
 	/* When one lease is due, those due within a sixth of their lease ride
@@ -767,6 +816,10 @@ static void send_batch(struct db_conn *c, void *arg)
 				   l->ext_fences, k);
 		l->stmt_extend = n++;
 	}
+	if (l->finish_json.len) {
+		st[n] = finish;
+		l->stmt_finish = n++;
+	}
 
 	if (!hold_off && may_claim(l)) {
 		for (size_t k = 0; k < l->nqueues && n < DB_MAX_STMTS; k++) {
@@ -784,8 +837,12 @@ static void send_batch(struct db_conn *c, void *arg)
 	}
 	if (n == 0)
 		return;
+	/* The extension on its own, the rest together (see the top). */
+	int joint = l->stmt_extend + 1;
 	for (int i = 0; i < n; i++)
-		st[i].sync = true; /* each statement commits on its own */
+		st[i].sync = l->split || i < joint || i == n - 1;
+	if (!l->split && n - joint >= 2)
+		l->stmt_joint = joint;
 	l->sent_boot = util_boot_ms();
 	l->sent_mono = metrics_now();
 	db_send(c, st, n, on_batch, l);
@@ -936,7 +993,7 @@ struct lease *lease_new(struct ev_loop *loop, const char *conninfo, const char *
 	l->worker_prefix = xstrdup(worker_prefix);
 	l->orphan_every_ms = 2000;
 	l->waiter = (struct db_waiter){.fn = send_batch, .arg = l};
-	l->stmt_finish = l->stmt_extend = -1;
+	l->stmt_finish = l->stmt_extend = l->stmt_joint = -1;
 	buf_init(&l->finish_json);
 	buf_init(&l->ext.ids);
 	buf_init(&l->ext.fences);

@@ -6,7 +6,8 @@
 # written once it is back. A daemon serving only lease-mode queues uses three sessions.
 # Then a lock held on pgjobd.waiting (every claim needs it) for longer than a lease: the
 # claims on the lease session fail after its lock_timeout instead of holding up the
-# extensions behind them, so a running job keeps its lease of 2 s.
+# extensions behind them, so a running job keeps its lease of 2 s; and a job that ends
+# meanwhile has its outcome written although the claims fail.
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
 pg_start
@@ -95,6 +96,27 @@ ok $? "after 5 s of the lock, the job's command still runs"
 wait_until 20 "[ \"\$(count_jobs \"id IN ($id, $id2) AND status = 'succeeded'\")\" = 2 ]"
 ok $? "both jobs succeeded"
 is "$(job_field "$id" attempts)" 1 "the long one in one attempt: its lease held throughout"
+# The same lock while a job ends: its outcome and the claim for its slot go in one
+# transaction, which the claim's lock_timeout fails. The outcome is then written on its
+# own, while the lock is still held, and that failure is not counted against it.
+id3=$(psql_q "INSERT INTO pgjobd.jobs (queue, data) VALUES ('t2', '{\"sleep\": 1}') RETURNING id")
+wait_until 10 "mark_started $T/marks.log $id3 1" || fail "the job of 1 s started"
+undone0=$(grep -c "outcomes and claims of the batch undone" "$T/a.log")
+psql -X -qAt -c "BEGIN; LOCK pgjobd.waiting IN SHARE MODE; SELECT pg_sleep(8); COMMIT" >/dev/null 2>&1 &
+locker=$!
+wait_until 7 "[ \"\$(count_jobs \"id = $id3 AND status = 'succeeded'\")\" = 1 ]"
+ok $? "a job that ended while claims failed: its outcome is written"
+kill -0 "$locker" 2>/dev/null
+ok $? "while the lock that fails the claims is still held"
+[ "$(grep -c "outcomes and claims of the batch undone" "$T/a.log")" -gt "$undone0" ]
+ok $? "the failed transaction of outcome and claim is logged"
+wait "$locker"
+is "$(job_field "$id3" attempts)" 1 "in one attempt"
+if grep -q "giving up" "$T/a.log"; then
+	fail "no outcome given up"
+else
+	pass "no outcome given up"
+fi
 
 pid_alive "$A"
 ok $? "the daemon is still running"
