@@ -22,12 +22,14 @@
  * transaction (a claim that keeps failing, on a lock say, must not keep the
  * outcomes from being written), together again once a batch went through.
  * One batch is in flight at a time; what comes up meanwhile goes in the
- * next one. The commands of the jobs a batch claimed start one per turn
- * of the loop (start_next): each start waits for its new process's exec,
- * and the outcomes of commands that end meanwhile, with the claims for
- * their slots, go out between two starts. No transaction stays open
- * between statements, so the session never holds a snapshot (nor back
- * VACUUM) while commands run.
+ * next one. Under load, a batch of outcomes and claims is held up to
+ * LEASE_GATHER_S (3 ms) while commands still run, so that it carries more
+ * of them (gather()). The commands of the jobs a batch claimed start one
+ * per turn of the loop (start_next): each start waits for its new
+ * process's exec, and the outcomes of commands that end meanwhile, with
+ * the claims for their slots, go out between two starts. No transaction
+ * stays open between statements, so the session never holds a snapshot
+ * (nor back VACUUM) while commands run.
  *
  * Time (CLOCK_BOOTTIME ms, util_boot_ms). A batch's send time t is taken
  * right before it is handed to libpq. A claim or extension it carried that
@@ -109,6 +111,9 @@
  * to 10 s, and a reconnect that late after a restart of PostgreSQL would
  * let leases run out that the outage alone left time for. */
 #define LEASE_RECONNECT_PARTS 10
+/* Under load (gather()), a batch of outcomes and claims waits at most this
+ * long for more commands to end. */
+#define LEASE_GATHER_S 0.003
 #define WORKER_MAX 256
 
 /* A lease-held job's states; lj_step() is the one place that moves them:
@@ -148,6 +153,7 @@ struct lq {
 	char (*names)[WORKER_MAX];     /* their worker names */
 	const char **workers;
 	int nclaim;
+	bool backlog; /* its last claim found as many jobs as it asked for */
 	long long *skip;
 	struct claim_params params;
 };
@@ -193,6 +199,7 @@ struct lease {
 	ev_timer ext_timer;   /* the next extension is due */
 	ev_timer retry_timer; /* a statement failed: outcomes and claims wait for it */
 	ev_timer give_up;     /* draining: stop waiting for the database */
+	ev_timer gather;      /* a batch is held for more outcomes (gather()) */
 	bool split;	      /* the last joint transaction failed: one statement each */
 	/* the batch in flight */
 	int stmt_finish, stmt_extend; /* their index in it, -1: not in it */
@@ -524,6 +531,7 @@ static void claim_done(struct lease *l, struct lq *q, PGresult *res)
 			log_warn("msg=\"claim failed\" queue=%s err=%s", q->name,
 				 log_value(PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY)));
 		q->want = true;
+		q->backlog = false;
 		retry_later(l);
 		q->claim_conf = NULL;
 		queue_conf_unref(conf);
@@ -545,7 +553,8 @@ static void claim_done(struct lease *l, struct lq *q, PGresult *res)
 		adopt_job(l, q, &cj, q->claim_slots[w]);
 	}
 	/* A full claim: there may be more. */
-	if (rows == asked)
+	q->backlog = rows == asked;
+	if (q->backlog)
 		q->want = true;
 	q->claim_conf = NULL;
 	queue_conf_unref(conf);
@@ -772,6 +781,7 @@ static void send_batch(struct db_conn *c, void *arg)
 	int n = 0;
 	int64_t now = util_boot_ms();
 	l->stmt_finish = l->stmt_extend = l->stmt_joint = -1;
+	ev_timer_stop(l->loop, &l->gather);
 	memset(l->stmt_claim, 0, sizeof(l->stmt_claim));
 	/* After a failed statement, outcomes and claims wait for the retry
 	 * timer; extensions never wait. */
@@ -882,11 +892,61 @@ static void arm_ext_timer(struct lease *l)
 	ev_timer_start(l->loop, &l->ext_timer);
 }
 
+/* Hold the next batch for more outcomes? Under load only: outcomes wait to
+ * be written, fewer than half of the jobs' commands have ended, the others
+ * still run, and every queue that wants a claim found as many jobs as it
+ * asked for last time (a backlog: a job that was just queued, or a quiet
+ * queue's next one, never waits for this). Not while a lease is due, nor
+ * when draining. Each statement then carries more jobs: fewer statements
+ * and commits for the same work, which is what binds when the cores are
+ * busy (see README, "make bench"). */
+static bool gather(const struct lease *l)
+{
+	if (l->draining)
+		return false;
+	int64_t now = util_boot_ms();
+	size_t ended = 0, running = 0;
+	for (size_t i = 0; i < l->njobs; i++) {
+		const struct lj *j = l->jobs[i];
+		if (ext_is_due(j, now, 0))
+			return false;
+		ended += j->state == LJ_ENDED;
+		running += j->state == LJ_RUNNING;
+	}
+	if (ended == 0 || running == 0 || ended >= running)
+		return false;
+	for (size_t i = 0; i < l->nqueues; i++) {
+		const struct lq *q = l->queues[i];
+		if (q->served && q->want && !q->backlog)
+			return false;
+	}
+	return true;
+}
+
 /* Ask for our turn on the session if there is anything to send (at once
- * when it is idle and nobody waits). */
+ * when it is idle and nobody waits, or after LEASE_GATHER_S under load). */
 static void want_send(struct lease *l)
 {
 	arm_ext_timer(l);
+	if (l->in_batch || !has_work(l))
+		return;
+	if (gather(l)) {
+		if (!ev_is_active(&l->gather)) {
+			ev_timer_set(&l->gather, LEASE_GATHER_S, 0.);
+			ev_timer_start(l->loop, &l->gather);
+		}
+		return;
+	}
+	ev_timer_stop(l->loop, &l->gather);
+	db_wait(l->db, &l->waiter);
+}
+
+/* Held long enough: send what there is. */
+static void on_gather(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	struct lease *l = w->data;
 	if (!l->in_batch && has_work(l))
 		db_wait(l->db, &l->waiter);
 }
@@ -1000,9 +1060,10 @@ struct lease *lease_new(struct ev_loop *loop, const char *conninfo, const char *
 	ev_init(&l->ext_timer, on_ext_timer);
 	ev_init(&l->retry_timer, on_retry_timer);
 	ev_init(&l->give_up, on_give_up);
+	ev_init(&l->gather, on_gather);
 	ev_check_init(&l->starter, on_start);
 	ev_idle_init(&l->starter_idle, on_start_idle);
-	l->ext_timer.data = l->retry_timer.data = l->give_up.data = l;
+	l->ext_timer.data = l->retry_timer.data = l->give_up.data = l->gather.data = l;
 	l->starter.data = l->starter_idle.data = l;
 	struct db_callbacks dcb = {.on_event = on_db_event, .arg = l, .metrics = metrics};
 	static const char *const setup[] = {"SET lock_timeout = " LEASE_LOCK_TIMEOUT, NULL};
@@ -1017,6 +1078,7 @@ void lease_free(struct lease *l)
 	ev_timer_stop(l->loop, &l->ext_timer);
 	ev_timer_stop(l->loop, &l->retry_timer);
 	ev_timer_stop(l->loop, &l->give_up);
+	ev_timer_stop(l->loop, &l->gather);
 	ev_check_stop(l->loop, &l->starter);
 	ev_idle_stop(l->loop, &l->starter_idle);
 	while (l->njobs > 0)

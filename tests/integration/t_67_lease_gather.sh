@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Lock mode lease under load: outcomes are gathered (src/lease.c, gather()). With a
+# backlog in the queue and commands still running, the outcome of the first command to
+# end waits up to 3 ms for more, so that one statement (and one commit) writes several;
+# finish_leases stamps every job of one statement with the same finished_at. Eight
+# commands end at once (they wait for a shared lock the test holds): the first outcome
+# statement carries more than one of them (without the gathering, the session is idle
+# when the first command ends and writes its outcome alone). A lone job, with no backlog,
+# is not held: its outcome and the next claim go at once.
+. "$(dirname "$0")/lib.sh"
+require_pgjobd
+pg_start
+
+write_conf "$T/a.ini" <<EOF2
+$(conf_header)
+
+[queue.g]
+command = flock -s '$T/gate' true
+concurrency = 8
+lock_mode = lease
+lease = 30s
+EOF2
+pgjobd_migrate "$T/a.ini" >"$T/migrate.log" 2>&1 || bail_out "pgjobd migrate failed"
+
+start_daemon a "$T/a.ini"
+A=$DAEMON_PID
+wait_until 10 "workers_alive 1" || bail_out "the daemon did not register"
+# The test holds the lock (taken after the daemon started: it must not inherit it); the
+# commands wait for it.
+exec 9>"$T/gate"
+flock -x 9 || bail_out "cannot lock the gate"
+psql_q "INSERT INTO pgjobd.jobs (queue, data) SELECT 'g', '{}' FROM generate_series(1, 16)" >/dev/null
+wait_until 15 "[ \"\$(count_jobs \"status = 'running'\")\" = 8 ]"
+ok $? "8 jobs running (a backlog of 8 behind them)"
+# every command waits for the lock
+wait_until 10 "[ \"\$(pgrep -f \"flock -s $T/gate\" | wc -l)\" -ge 8 ]"
+ok $? "their commands wait for the gate"
+exec 9>&-
+wait_until 20 "[ \"\$(count_jobs \"status = 'succeeded'\")\" = 16 ]"
+ok $? "all 16 jobs succeeded"
+first=$(psql_q "SELECT count(*) FROM pgjobd.jobs
+                WHERE finished_at = (SELECT min(finished_at) FROM pgjobd.jobs)")
+cmp_ok "$first" -ge 2 "the first outcome statement wrote several of the 8 that ended at once"
+is "$(psql_q "SELECT count(*) FROM pgjobd.jobs WHERE attempts <> 1")" 0 "each in one attempt"
+
+# No backlog: a lone job's outcome and claim are not held. Its command ends as soon as it
+# starts; the next job is claimed in the round trip that writes the outcome.
+id=$(psql_q "INSERT INTO pgjobd.jobs (queue, data) VALUES ('g', '{}') RETURNING id")
+wait_until 10 "[ \"\$(job_field "$id" status)\" = succeeded ]"
+ok $? "a lone job succeeded"
+grep -q "level=error" "$T/a.log" && fail "no error logged" || pass "no error logged"
+stop_daemon "$A"
+is $? 0 "the daemon exits 0"
+done_testing
