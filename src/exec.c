@@ -565,8 +565,6 @@ struct exec_proc *exec_start(struct ev_loop *loop, const struct exec_spec *spec,
 		return p;
 	}
 	p->pid = pid;
-	/* Before returning to the loop: libev reaps in the loop, and a child
-	 * reaped without a watcher would lose its status. */
 	/* Before returning to the loop, where children are reaped: a child
 	 * reaped without a watch would lose its status. */
 	reaper_watch(p->reaper, pid, on_shell_reaped, p);
