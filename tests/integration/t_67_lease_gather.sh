@@ -3,10 +3,10 @@
 # backlog in the queue and commands still running, the outcome of the first command to
 # end waits up to 3 ms for more, so that one statement (and one commit) writes several;
 # finish_leases stamps every job of one statement with the same finished_at. Eight
-# commands end at once (they wait for a shared lock the test holds): the first outcome
-# statement carries more than one of them (without the gathering, the session is idle
-# when the first command ends and writes its outcome alone). A lone job, with no backlog,
-# is not held: its outcome and the next claim go at once.
+# commands end at once (each waits for a shared lock the test holds, then exits): the
+# first outcome statement carries more than one of them (without the gathering, the
+# session is idle when the first command ends and writes its outcome alone). Then a lone
+# job, with no backlog, runs as usual.
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
 pg_start
@@ -15,7 +15,7 @@ write_conf "$T/a.ini" <<EOF2
 $(conf_header)
 
 [queue.g]
-command = flock -s '$T/gate' true
+command = echo x >>'$T/waiting'; exec flock -s 9 9<'$T/gate'
 concurrency = 8
 lock_mode = lease
 lease = 30s
@@ -32,8 +32,8 @@ flock -x 9 || bail_out "cannot lock the gate"
 psql_q "INSERT INTO pgjobd.jobs (queue, data) SELECT 'g', '{}' FROM generate_series(1, 16)" >/dev/null
 wait_until 15 "[ \"\$(count_jobs \"status = 'running'\")\" = 8 ]"
 ok $? "8 jobs running (a backlog of 8 behind them)"
-# every command waits for the lock
-wait_until 10 "[ \"\$(pgrep -f \"flock -s $T/gate\" | wc -l)\" -ge 8 ]"
+# every command waits for the lock (each notes it just before)
+wait_until 10 "[ \"\$(wc -l <'$T/waiting' 2>/dev/null)\" = 8 ]"
 ok $? "their commands wait for the gate"
 exec 9>&-
 wait_until 20 "[ \"\$(count_jobs \"status = 'succeeded'\")\" = 16 ]"
@@ -43,8 +43,7 @@ first=$(psql_q "SELECT count(*) FROM pgjobd.jobs
 cmp_ok "$first" -ge 2 "the first outcome statement wrote several of the 8 that ended at once"
 is "$(psql_q "SELECT count(*) FROM pgjobd.jobs WHERE attempts <> 1")" 0 "each in one attempt"
 
-# No backlog: a lone job's outcome and claim are not held. Its command ends as soon as it
-# starts; the next job is claimed in the round trip that writes the outcome.
+# No backlog (the last claim came back short): a lone job.
 id=$(psql_q "INSERT INTO pgjobd.jobs (queue, data) VALUES ('g', '{}') RETURNING id")
 wait_until 10 "[ \"\$(job_field "$id" status)\" = succeeded ]"
 ok $? "a lone job succeeded"
