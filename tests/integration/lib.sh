@@ -700,6 +700,18 @@ mark_pid() { awk -v id="$2" -v a="$3" '$1 == "start" && $3 == id && $4 == a { p 
 # workers_alive N: at least N daemons are registered in pgjobd.workers and alive.
 workers_alive() { [ "$(psql_q "SELECT count(*) FROM pgjobd.workers WHERE alive_until > now()")" -ge "$1" ]; }
 
+# queues_waiting QUEUE...: each QUEUE has a claimer registered in pgjobd.waiting, so that
+# a job inserted now wakes it. Wake-ups are hints (sql/README): a producer's INSERT that
+# runs while a claimer's first claim is in flight sends none, and the job waits for the
+# poll. A test with a long poll_interval that expects a wake-up waits for this first.
+queues_waiting() {
+	local q n=0
+	for q in "$@"; do
+		n=$((n + $(psql_q "SELECT count(*) > 0 FROM pgjobd.waiting WHERE queue = $(sql_lit "$q")" | grep -c t)))
+	done
+	[ "$n" = $# ]
+}
+
 # max_parallel LOG: the largest number of ungrouped ("-") commands running at once.
 max_parallel() {
 	awk '$2 == "-" && $1 == "start" { n++; if (n > m) m = n } $2 == "-" && $1 == "end" { n-- } END { print m + 0 }' "$1"

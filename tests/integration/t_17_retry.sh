@@ -53,6 +53,7 @@ cli() {
 pgjobd_migrate "$conf" >"$T/migrate.log" 2>&1 || bail_out "pgjobd migrate failed"
 start_daemon d "$conf"
 wait_until 10 "workers_alive 1" || bail_out "the daemon did not start"
+wait_until 10 "queues_waiting fail ok slow grp" || bail_out "the daemon's claimers did not register as waiting"
 
 enqueue() { psql_q "INSERT INTO pgjobd.jobs (queue, group_id, data, dedupe_key, expires_at)
                     VALUES ($(sql_lit "$1"), ${2:-NULL}, coalesce(${3:-NULL}::jsonb, '{}'), ${4:-NULL},

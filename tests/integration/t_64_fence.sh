@@ -175,6 +175,7 @@ start_daemon g "$T/g.ini"
 G=$DAEMON_PID
 gid() { psql_q "SELECT id FROM pgjobd.workers WHERE name LIKE '%:$G' AND alive_until > now()"; }
 wait_until 20 '[ -n "$(gid)" ]' || bail_out "daemon g did not register"
+wait_until 10 "queues_waiting g" || bail_out "daemon g's claimer did not register as waiting"
 wid=$(gid)
 id=$(psql_q "INSERT INTO pgjobd.jobs (queue) VALUES ('g') RETURNING id")
 wait_until 20 "[ \"\$(job_field $id status)\" = succeeded ]" || fail "G: a first job runs"

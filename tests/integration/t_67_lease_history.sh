@@ -37,6 +37,7 @@ boundary=$(date -u -d 2030-01-01T00:00:00Z +%s)
 start_daemon a "$T/a.ini" PGJOBD_TEST_CLOCK="$real0 $((boundary - 6)) 1"
 A=$DAEMON_PID
 wait_until 10 "workers_alive 1" || bail_out "daemon a did not register"
+wait_until 10 "queues_waiting lh ls" || bail_out "daemon a's claims did not register as waiting"
 psql_q "SELECT pgjobd.schedule('every', '* * * * *', 'lh')" >/dev/null
 # Runs across the tick: its lease is extended every second meanwhile.
 l=$(psql_q "INSERT INTO pgjobd.jobs (queue) VALUES ('ls') RETURNING id")
