@@ -932,6 +932,7 @@ static void want_send(struct lease *l)
 		return;
 	if (gather(l)) {
 		if (!ev_is_active(&l->gather)) {
+			log_debug("msg=\"batch held for more outcomes\"");
 			ev_timer_set(&l->gather, LEASE_GATHER_S, 0.);
 			ev_timer_start(l->loop, &l->gather);
 		}
