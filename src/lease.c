@@ -154,6 +154,7 @@ struct lq {
 	const char **workers;
 	int nclaim;
 	bool backlog; /* its last claim found as many jobs as it asked for */
+	bool waiting; /* registered in pgjobd.waiting (see claim_done) */
 	long long *skip;
 	struct claim_params params;
 };
@@ -552,9 +553,14 @@ static void claim_done(struct lease *l, struct lq *q, PGresult *res)
 		}
 		adopt_job(l, q, &cj, q->claim_slots[w]);
 	}
-	/* A full claim: there may be more. */
+	/* A full claim: there may be more. One that left slots idle has
+	 * registered the session in pgjobd.waiting; right after it did, claim
+	 * once more (a producer's INSERT during that claim sent no wake-up;
+	 * see on_claimed in dispatch.c). */
 	q->backlog = rows == asked;
-	if (q->backlog)
+	bool recheck = !q->backlog && !q->waiting;
+	q->waiting = !q->backlog;
+	if (q->backlog || recheck)
 		q->want = true;
 	q->claim_conf = NULL;
 	queue_conf_unref(conf);
@@ -1035,6 +1041,7 @@ static void on_db_event(struct db_conn *c, enum db_event ev, void *arg)
 	for (size_t i = 0; i < l->nqueues; i++) {
 		l->queues[i]->orphans_ms = 0;
 		l->queues[i]->want = true;
+		l->queues[i]->waiting = false;
 	}
 	want_send(l);
 }

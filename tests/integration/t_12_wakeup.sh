@@ -3,7 +3,8 @@
 # faster than poll_interval). With poll_interval = 1h every start below comes
 # from a NOTIFY or from a slot that finished. Producers notify only queues
 # with a waiting claimer (pgjobd.waiting), so this also checks that a daemon
-# registers when it goes idle (after being busy) and leaves when it is busy.
+# registers when it goes idle (after being busy) and leaves when it is busy, and that a
+# job inserted while it registers is not left to the poll.
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
 
@@ -39,6 +40,27 @@ ok $? "after being busy, an idle daemon is woken by the next INSERT"
 
 n=$(psql_q "INSERT INTO pgjobd.jobs (queue) VALUES ('nobody') RETURNING id")
 is "$(job_field "$n" status)" queued "a job of a queue nobody serves waits"
+
+# A producer's INSERT while the claim that registers the daemon as waiting is in flight:
+# the trigger sees no registration (no NOTIFY), the claim does not see the job. The test
+# holds the claim at its registration with a lock on pgjobd.waiting (the claimer session
+# has no lock_timeout), inserts, then lets it go: the daemon claims once more right after
+# registering and finds the job, without the hour's poll.
+d=$(psql_q "INSERT INTO pgjobd.jobs (queue, data) VALUES ('w', '{\"wait\": \"go-d\"}') RETURNING id")
+wait_until 5 "[ \"\$(job_field $d status)\" = running ]"
+ok $? "a job holds the only slot (the daemon is not waiting)"
+is "$(waiting)" 0 "not registered while busy"
+psql -X -qAt -c "BEGIN; LOCK pgjobd.waiting IN SHARE MODE; SELECT pg_sleep(2); COMMIT" >/dev/null 2>&1 &
+locker=$!
+wait_until 5 "[ \"\$(psql_q \"SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation WHERE c.relname = 'waiting' AND l.mode = 'ShareLock' AND l.granted\")\" = 1 ]"
+ok $? "the test holds pgjobd.waiting"
+touch "$T/go-d"
+wait_until 5 "[ \"\$(psql_q \"SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgjobd w claimer' AND wait_event_type = 'Lock'\")\" = 1 ]"
+ok $? "the claim after the job waits to register"
+e=$(psql_q "INSERT INTO pgjobd.jobs (queue) VALUES ('w') RETURNING id")
+wait "$locker"
+wait_until 10 "[ \"\$(job_field $e status)\" = succeeded ]"
+ok $? "the job inserted meanwhile runs (the claim after the registration found it)"
 
 stop_daemon "$DAEMON_PID"
 is $? 0 "the daemon exits 0"
