@@ -54,6 +54,7 @@ struct db_conn {
 	/* the batch in flight: its pipeline items are statements and, before a
 	 * statement's first use in this session, its Prepare */
 	int item_stmt[DB_MAX_ITEMS]; /* statement index, or -1 - N for Prepare of pgjobd_N */
+	int item_sync[DB_MAX_ITEMS]; /* the transaction (Syncs sent before it) of each item */
 	int nitems;
 	db_result_fn *cb;
 	void *cb_arg;
@@ -282,6 +283,7 @@ static int prepare(struct db_conn *c, const struct db_stmt *st, char *name)
 	if (!PQsendPrepare(c->pg, name, st->sql, st->nparams, NULL))
 		return -2;
 	c->prepared[free_slot] = st->sql;
+	c->item_sync[c->nitems] = c->nsyncs - 1;
 	c->item_stmt[c->nitems++] = -1 - free_slot;
 	return free_slot;
 }
@@ -305,6 +307,7 @@ static int send_batch(struct db_conn *c, const struct db_stmt *stmts, int n, boo
 		}
 		if (!ok)
 			return -1;
+		c->item_sync[c->nitems] = c->nsyncs - 1;
 		c->item_stmt[c->nitems++] = i;
 		if (stmts[i].sync && i + 1 < n) {
 			if (!PQpipelineSync(c->pg))
@@ -435,6 +438,25 @@ static void drain_notifies(struct db_conn *c)
 	}
 }
 
+/* An error after the last result of a transaction's statements, before its
+ * Sync: its commit failed (a deferred trigger, say), and nothing of it was
+ * done. It becomes the result of the transaction's last statement, so that
+ * the owner sees the transaction fail. */
+static void commit_failed(struct db_conn *c, PGresult *r)
+{
+	for (int j = (c->cur < c->nitems ? c->cur : c->nitems) - 1; j >= 0; j--) {
+		if (c->item_sync[j] != c->syncs_seen)
+			break;
+		int stmt = c->item_stmt[j];
+		if (stmt >= 0) {
+			PQclear(c->res[stmt]);
+			c->res[stmt] = r;
+			return;
+		}
+	}
+	PQclear(r);
+}
+
 /* Read whatever complete results are available. */
 static void read_results(struct db_conn *c)
 {
@@ -468,6 +490,12 @@ static void read_results(struct db_conn *c)
 				serve_waiters(c);
 			}
 			return;
+		}
+		if (!c->cur_has && st == PGRES_FATAL_ERROR &&
+		    (c->cur >= c->nitems || c->item_sync[c->cur] != c->syncs_seen)) {
+			/* Every statement of the transaction has answered. */
+			commit_failed(c, r);
+			continue;
 		}
 		int item = c->cur < c->nitems && !c->cur_has ? c->item_stmt[c->cur] : INT_MIN;
 		c->cur_has = true;
