@@ -34,7 +34,10 @@ enum db_event { DB_UP, DB_DOWN };
 
 /* res[i] is the result of statement i (owned by db: cleared after the
  * callback returns), or NULL for the whole batch when the connection failed.
- * Use db_batch_ok() to check that every statement succeeded. */
+ * When a transaction fails at its commit (a deferred trigger), the error is
+ * the result of its last statement: the others of it report success but
+ * were undone with it. Use db_batch_ok() to check that every statement
+ * succeeded. */
 typedef void db_result_fn(struct db_conn *c, PGresult *const *res, int n, void *arg);
 typedef void db_event_fn(struct db_conn *c, enum db_event ev, void *arg);
 typedef void db_notify_fn(struct db_conn *c, const char *channel, const char *payload, void *arg);
