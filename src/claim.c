@@ -231,6 +231,15 @@ int claim_build_hold(struct db_stmt *st, struct hold_params *p, const struct cla
 	return 3;
 }
 
+bool claim_recheck(bool *waiting, int asked, int got)
+{
+	if (asked <= 0)
+		return false;
+	bool was = *waiting;
+	*waiting = got < asked;
+	return *waiting && !was;
+}
+
 void claim_job_free(struct claim_job *j)
 {
 	if (!j)

@@ -71,6 +71,18 @@ int claim_build(struct db_stmt *st, struct claim_params *p, const struct claim_r
 void claim_decode(PGresult *res, int row, struct claim_job *out, int *slot);
 void claim_job_free(struct claim_job *j);
 
+/* After a claim that asked for `asked` jobs and got `got`: the claimer's
+ * registration in pgjobd.waiting as claim_batch left it (*waiting: false
+ * for a new session, then kept by the caller), and whether to claim once
+ * more at once. A claim that leaves slots idle registers the claimer, for
+ * producers to wake; one that fills them all takes it off. A producer whose
+ * INSERT ran while the claim that registered it was in flight saw no
+ * registration and sent no wake-up, and the claim did not see its job
+ * either: claiming once more right after registering sees every such job
+ * committed by then (one committed later waits for the poll, sql/README).
+ * True only for the claim that registered it; asked == 0 changes nothing. */
+bool claim_recheck(bool *waiting, int asked, int got);
+
 /* The hold batch, a slot's own session: BEGIN; lock the group row (for an
  * ungrouped job a statement that returns nothing); lock the job row if it is
  * still the one claimed for this worker and fence, and its daemon is still

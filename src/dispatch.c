@@ -80,7 +80,7 @@ struct queue {
 	int nreserved, reserved_cap;
 	bool dispatching; /* on_claimed is handing a claim's jobs to its slots */
 	bool again;	  /* a wake-up came while a claim was in flight */
-	bool waiting;	  /* its claimer is registered in pgjobd.waiting (see on_claimed) */
+	bool waiting;	  /* its claimer is registered in pgjobd.waiting (claim_recheck) */
 	/* When jobs this daemon sent back to q (retries) are due again:
 	 * CLOCK_MONOTONIC ms, ascending, rounded up to WAKE_ROUND_MS so that
 	 * retries due together share one. The timer is set for the first. A
@@ -241,20 +241,8 @@ static void on_claimed(struct claimer *cl, struct claim_job *jobs, const int *sl
 	q->dispatching = false;
 	if (n < 0)
 		return; /* the claimer reconnects; its on_up kicks */
-	/* A claim that leaves slots idle registers the claimer in
-	 * pgjobd.waiting, for producers to wake; one that fills them all takes
-	 * it off. A producer whose INSERT ran while the claim that registered
-	 * it was in flight saw no registration and sent no wake-up, and the
-	 * claim did not see its job either: claim once more right after
-	 * registering, which sees every such job committed by then (one
-	 * committed later still waits for the poll, sql/README). */
-	bool recheck = false;
-	if (asked > 0 && n < asked) {
-		recheck = !q->waiting;
-		q->waiting = true;
-	} else if (asked > 0) {
-		q->waiting = false;
-	}
+	/* Just registered as waiting: once more (claim_recheck). */
+	bool recheck = claim_recheck(&q->waiting, asked, n);
 	/* A full batch: there may be more (slots that became idle meanwhile).
 	 * Or a kick was asked for meanwhile. */
 	if ((asked > 0 && n == asked) || q->again || recheck)

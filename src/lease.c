@@ -154,7 +154,7 @@ struct lq {
 	const char **workers;
 	int nclaim;
 	bool backlog; /* its last claim found as many jobs as it asked for */
-	bool waiting; /* registered in pgjobd.waiting (see claim_done) */
+	bool waiting; /* registered in pgjobd.waiting (claim_recheck) */
 	long long *skip;
 	struct claim_params params;
 };
@@ -553,14 +553,10 @@ static void claim_done(struct lease *l, struct lq *q, PGresult *res)
 		}
 		adopt_job(l, q, &cj, q->claim_slots[w]);
 	}
-	/* A full claim: there may be more. One that left slots idle has
-	 * registered the session in pgjobd.waiting; right after it did, claim
-	 * once more (a producer's INSERT during that claim sent no wake-up;
-	 * see on_claimed in dispatch.c). */
+	/* A full claim: there may be more. One that just registered the
+	 * session as waiting: once more (claim_recheck). */
 	q->backlog = rows == asked;
-	bool recheck = !q->backlog && !q->waiting;
-	q->waiting = !q->backlog;
-	if (q->backlog || recheck)
+	if (claim_recheck(&q->waiting, asked, rows) || q->backlog)
 		q->want = true;
 	q->claim_conf = NULL;
 	queue_conf_unref(conf);

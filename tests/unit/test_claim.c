@@ -162,9 +162,24 @@ static void test_text_array(void)
 	is_int(claim_parse_text_array("{\"a}", &v), -1, "unterminated quote: -1");
 }
 
+/* claim_recheck: once more only for the claim that registered the claimer. */
+static void test_recheck(void)
+{
+	bool w = false;
+	ok(claim_recheck(&w, 4, 1) && w, "a new session's claim that leaves slots idle: once more");
+	ok(!claim_recheck(&w, 4, 0) && w, "already registered: not again");
+	ok(!claim_recheck(&w, 4, 4) && !w, "a full claim takes the registration off");
+	ok(!claim_recheck(&w, 4, 4) && !w, "... and stays off while claims are full");
+	ok(claim_recheck(&w, 4, 3) && w, "idle again after full ones: once more");
+	ok(!claim_recheck(&w, 0, 0) && w, "a claim that asked for nothing changes nothing");
+	w = false;
+	ok(!claim_recheck(&w, 0, 0) && !w, "... also unregistered");
+}
+
 int main(void)
 {
 	test_finish();
+	test_recheck();
 	test_maintain();
 	test_lease();
 	test_text_array();
