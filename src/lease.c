@@ -369,10 +369,22 @@ static void retry_later(struct lease *l)
 	}
 }
 
+/* Every statement of the session returns rows. */
+static bool res_ok(const PGresult *res)
+{
+	return res && PQresultStatus(res) == PGRES_TUPLES_OK;
+}
+
+/* A statement's own error, as opposed to a success its transaction undid or
+ * a statement skipped after another one failed. */
+static bool res_failed(const PGresult *res)
+{
+	return !res || PQresultStatus(res) == PGRES_FATAL_ERROR;
+}
+
 static void finish_done(struct lease *l, PGresult *res)
 {
-	bool ok = res && PQresultStatus(res) == PGRES_TUPLES_OK;
-	if (!ok) {
+	if (!res_ok(res)) {
 		const char *err = res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : NULL;
 		for (size_t i = l->njobs; i-- > 0;) {
 			struct lj *j = l->jobs[i];
@@ -420,7 +432,7 @@ static void finish_done(struct lease *l, PGresult *res)
 
 static void extend_done(struct lease *l, PGresult *res)
 {
-	if (!res || PQresultStatus(res) != PGRES_TUPLES_OK) {
+	if (!res_ok(res)) {
 		log_warn("msg=\"cannot extend leases\" err=%s",
 			 log_value(res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY)
 				       : "no result"));
@@ -527,7 +539,7 @@ static void claim_done(struct lease *l, struct lq *q, PGresult *res)
 	int asked = q->nclaim;
 	q->nclaim = 0;
 	struct queue_conf *conf = q->claim_conf;
-	if (!res || PQresultStatus(res) != PGRES_TUPLES_OK) {
+	if (!res_ok(res)) {
 		if (res)
 			log_warn("msg=\"claim failed\" queue=%s err=%s", q->name,
 				 log_value(PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY)));
@@ -615,18 +627,6 @@ static void unwrite(struct lease *l)
 	for (size_t i = 0; i < l->njobs; i++)
 		if (l->jobs[i]->state == LJ_WRITING)
 			lj_step(l->jobs[i], LJ_ENDED);
-}
-
-static bool res_ok(const PGresult *res)
-{
-	return res && PQresultStatus(res) == PGRES_TUPLES_OK;
-}
-
-/* A statement's own error, as opposed to a success its transaction undid or
- * a statement skipped after another one failed. */
-static bool res_failed(const PGresult *res)
-{
-	return !res || PQresultStatus(res) == PGRES_FATAL_ERROR;
 }
 
 static void on_batch(struct db_conn *c, PGresult *const *res, int n, void *arg)
