@@ -42,7 +42,8 @@ BENCH_TOOLS := $(B)/bench/spawnbench $(B)/bench/pickup $(B)/bench/stamp
 
 UNITS := pgjobd.service pgjobd@.service
 MANPAGES := man/pgjobd.8 man/pgjobd.ini.5
-TEST_HELPERS := $(B)/tests/notify-sink $(B)/tests/chaos-proxy $(B)/tests/config-keys
+TEST_HELPERS := $(B)/tests/notify-sink $(B)/tests/chaos-proxy $(B)/tests/config-keys \
+	$(B)/tests/claim-sql
 # Integration test files run at once (tests/integration/run.sh): they mostly wait.
 TEST_JOBS ?= 8
 
@@ -101,8 +102,11 @@ check: check-unit check-integration
 $(B)/tests/%: tests/integration/%.c | $(B)
 	$(CC) $(CFLAGS) -std=c11 -D_GNU_SOURCE $(WARN) $(WERROR) $(LDFLAGS) -o $@ $<
 
-# ... except the one that prints the configuration's key table (as test_config links).
+# ... except the ones that print the configuration's key table (as test_config links)
+# and the claim statement (as test_claim links).
 $(B)/tests/config-keys: tests/integration/config-keys.c $(addprefix $(B)/,$(addsuffix .o,config parse util log)) | $(B)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(PKG_LIBS)
+$(B)/tests/claim-sql: tests/integration/claim-sql.c $(addprefix $(B)/,$(addsuffix .o,claim util log)) | $(B)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(PKG_LIBS)
 
 check-unit: $(UNIT_TESTS)
@@ -112,6 +116,7 @@ check-unit: $(UNIT_TESTS)
 check-integration: $(B)/pgjobd $(TEST_HELPERS)
 	PGJOBD=$(abspath $(B)/pgjobd) NOTIFY_SINK=$(abspath $(B)/tests/notify-sink) \
 		CHAOS_PROXY=$(abspath $(B)/tests/chaos-proxy) CONFIG_KEYS=$(abspath $(B)/tests/config-keys) \
+		CLAIM_SQL=$(abspath $(B)/tests/claim-sql) \
 		bash tests/integration/run.sh -j $(TEST_JOBS)
 
 # sql/schema.sql is the whole schema as the migrations leave a fresh database (a

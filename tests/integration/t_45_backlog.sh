@@ -23,6 +23,7 @@ ok $? "pgjobd migrate"
 psql_q "INSERT INTO pgjobd.jobs (queue, group_id) SELECT 'small', 'g' || (i % 100) FROM generate_series(1, 1000) i"
 psql_q "INSERT INTO pgjobd.jobs (queue, group_id) SELECT 'big', 'g' || (i % 30000) FROM generate_series(1, 300000) i"
 psql_q "INSERT INTO pgjobd.jobs (queue) SELECT 'bigfree' FROM generate_series(1, 300000) i"
+psql_q "INSERT INTO pgjobd.jobs (queue) SELECT 'smallfree' FROM generate_series(1, 1000) i"
 psql_q "VACUUM ANALYZE pgjobd.jobs" >/dev/null
 psql_q "VACUUM ANALYZE pgjobd.groups" >/dev/null
 is "$(count_jobs "queue = 'big' AND status = 'queued'")" 300000 "300,000 queued jobs in the big queue"
@@ -74,6 +75,40 @@ cmp_ok "${small:-0}" -gt 0 "the claim's buffers are measured"
 cmp_ok "${big:-999999}" -le $((small * 2 + 20)) "grouped: a claim with 300,000 queued costs about what it costs with 1,000"
 cmp_ok "${bigfree:-999999}" -le $((small * 2 + 20)) "ungrouped: a claim with 300,000 queued costs about what it costs with 1,000"
 
+# The same for the statement the daemon claims with (src/claim.c), whose quick
+# path claims ungrouped jobs without claim_batch and whose full path calls it: the
+# buffers the claim touches in pgjobd's tables and indexes, counted by the
+# transaction's statistics (pg_stat_get_xact_blocks_fetched) around the claim,
+# since EXPLAIN does not add up a statement's CTEs.
+SQL_BIN=${CLAIM_SQL:-$(dirname "$PGJOBD")/tests/claim-sql}
+[ -x "$SQL_BIN" ] || bail_out "claim-sql not found at $SQL_BIN (make build/tests/claim-sql, or set CLAIM_SQL)"
+stmt=$("$SQL_BIN") || bail_out "claim-sql failed"
+stmt_buffers() { # QUEUE -> median buffers of the last 9 of 12 claims
+	local fetched="(SELECT sum(pg_stat_get_xact_blocks_fetched(c.oid)) FROM pg_class c
+		WHERE c.relnamespace = 'pgjobd'::regnamespace)" sql i
+	sql="PREPARE qc(text, bigint, text[], int, bigint, bigint, int, boolean, bigint[], bigint) AS $stmt;
+"
+	for i in $(seq 12); do
+		sql+="BEGIN;
+SELECT $fetched AS n \\gset b_
+EXECUTE qc('$1', $W, '{test}', 5, 0, 1048576, 1000, false, '{}', NULL) \\g /dev/null
+SELECT $fetched - :b_n;
+COMMIT;
+UPDATE pgjobd.jobs SET status = 'succeeded', finished_at = now() WHERE worker = 'test' AND status = 'running';
+"
+	done
+	psql -X -qAt -v ON_ERROR_STOP=1 >"$T/stmt.$1" 2>&1 <<<"$sql"
+	tail -n 9 "$T/stmt.$1" | sort -n | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'
+}
+s_small=$(stmt_buffers small)
+s_big=$(stmt_buffers big)
+s_smallfree=$(stmt_buffers smallfree)
+s_bigfree=$(stmt_buffers bigfree)
+note "the claim statement's buffers: 1,000 queued in 100 groups: $s_small; 300,000 in 30,000 groups: $s_big; 1,000 ungrouped: $s_smallfree; 300,000 ungrouped: $s_bigfree"
+cmp_ok "${s_smallfree:-0}" -gt 0 "the claim statement's buffers are measured"
+cmp_ok "${s_big:-999999}" -le $((s_small * 2 + 20)) "the claim statement, grouped: 300,000 queued cost about what 1,000 cost"
+cmp_ok "${s_bigfree:-999999}" -le $((s_smallfree * 2 + 20)) "the claim statement, ungrouped: 300,000 queued cost about what 1,000 cost"
+
 # Group rows are made by claims (schema 5), so pgjobd.groups may be analyzed
 # while nearly empty (as here) and then grow by a row per claim until
 # autovacuum analyzes it again. A session's cached plans must not scan it
@@ -86,7 +121,7 @@ grown=$(claim_buffers big "INSERT INTO pgjobd.groups (queue, group_id)
 	SELECT 'filler', 'f' || i FROM generate_series(1, 100000) i")
 note "buffers per claim after pgjobd.groups grew by 100,000 rows: $grown"
 cmp_ok "${grown:-999999}" -le $((small * 2 + 20)) "a claim costs the same after pgjobd.groups grew under cached plans"
-is "$(count_jobs "worker = 'test' AND status = 'succeeded'")" 60 "each measured claim claimed a job"
+is "$(count_jobs "worker = 'test' AND status = 'succeeded'")" 108 "each measured claim claimed a job"
 is "$(count_jobs "status = 'running'")" 0 "and finished it"
 
 done_testing
