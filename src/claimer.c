@@ -117,7 +117,8 @@ struct claimer *claimer_new(struct ev_loop *loop, const char *conninfo, const ch
 	char app[96];
 	snprintf(app, sizeof(app), "pgjobd %s claimer", queue);
 	struct db_callbacks dcb = {.on_event = on_db_event, .arg = cl, .metrics = metrics};
-	cl->db = db_conn_new(loop, conninfo, app, NULL, &dcb);
+	static const char *const setup[] = {claim_sql_generic_plans, NULL};
+	cl->db = db_conn_new(loop, conninfo, app, setup, &dcb);
 	return cl;
 }
 

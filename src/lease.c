@@ -1070,7 +1070,8 @@ struct lease *lease_new(struct ev_loop *loop, const char *conninfo, const char *
 	l->ext_timer.data = l->retry_timer.data = l->give_up.data = l->gather.data = l;
 	l->starter.data = l->starter_idle.data = l;
 	struct db_callbacks dcb = {.on_event = on_db_event, .arg = l, .metrics = metrics};
-	static const char *const setup[] = {"SET lock_timeout = " LEASE_LOCK_TIMEOUT, NULL};
+	static const char *const setup[] = {"SET lock_timeout = " LEASE_LOCK_TIMEOUT,
+					    claim_sql_generic_plans, NULL};
 	l->db = db_conn_new(loop, conninfo, "pgjobd lease", setup, &dcb);
 	return l;
 }
