@@ -5,13 +5,14 @@
 # calls pgjobd.claim_batch, which does everything. Both must give the same
 # answer. Each case below sets a queue up, then claims twice on the same state,
 # each in a transaction that is rolled back: once with the daemon's statement
-# (as the helper claim-sql prints it, prepared as the daemon prepares it) and
-# once with claim_batch alone. The rows returned (the group row and the
-# fencing token only as present: they are new sequence values each time), the
-# jobs' rows, the group rows and the session's waiting row must be the same,
-# and the path taken must be the one the case expects (pg_stat_xact_user_functions counts the
-# transaction's calls of claim_batch). Then a daemon: an ungrouped queue's jobs
-# run without a call of claim_batch, a grouped one's with.
+# (as the helper claim-sql prints it, prepared and planned as the daemon's
+# sessions prepare and plan it) and once with claim_batch alone. The rows
+# returned (the group row and the fencing token only as present: they are new
+# sequence values each time), the jobs' rows, the group rows and the session's
+# waiting row must be the same, and the path taken must be the one the case
+# expects (pg_stat_xact_user_functions counts the transaction's calls of
+# claim_batch). Then a daemon: an ungrouped queue's jobs run without a call of
+# claim_batch, a grouped one's with.
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
 SQL_BIN=${CLAIM_SQL:-$(dirname "$PGJOBD")/tests/claim-sql}
@@ -29,6 +30,7 @@ psql_q "SELECT pgjobd.worker_gone($D)" >/dev/null
 claim_run() {
 	psql -X -qAt -v ON_ERROR_STOP=1 >"$1.log" 2>&1 <<EOF
 SET track_functions = 'pl';
+SET plan_cache_mode = force_generic_plan;
 PREPARE qc(text, bigint, text[], int, bigint, bigint, int, boolean, bigint[], bigint) AS $stmt;
 BEGIN;
 $2

@@ -79,19 +79,24 @@ cmp_ok "${bigfree:-999999}" -le $((small * 2 + 20)) "ungrouped: a claim with 300
 # path claims ungrouped jobs without claim_batch and whose full path calls it: the
 # buffers the claim touches in pgjobd's tables and indexes, counted by the
 # transaction's statistics (pg_stat_get_xact_blocks_fetched) around the claim,
-# since EXPLAIN does not add up a statement's CTEs.
+# since EXPLAIN does not add up a statement's CTEs. Planned as the daemon's
+# sessions plan it: generically.
 SQL_BIN=${CLAIM_SQL:-$(dirname "$PGJOBD")/tests/claim-sql}
 [ -x "$SQL_BIN" ] || bail_out "claim-sql not found at $SQL_BIN (make build/tests/claim-sql, or set CLAIM_SQL)"
 stmt=$("$SQL_BIN") || bail_out "claim-sql failed"
-stmt_buffers() { # QUEUE -> median buffers of the last 9 of 12 claims
+# stmt_buffers QUEUE [MAX_DATA BEFORE] -> median buffers of the last 9 of 12 claims,
+# each after BEFORE (SQL, not counted).
+stmt_buffers() {
 	local fetched="(SELECT sum(pg_stat_get_xact_blocks_fetched(c.oid)) FROM pg_class c
 		WHERE c.relnamespace = 'pgjobd'::regnamespace)" sql i
-	sql="PREPARE qc(text, bigint, text[], int, bigint, bigint, int, boolean, bigint[], bigint) AS $stmt;
+	sql="SET plan_cache_mode = force_generic_plan;
+PREPARE qc(text, bigint, text[], int, bigint, bigint, int, boolean, bigint[], bigint) AS $stmt;
 "
 	for i in $(seq 12); do
-		sql+="BEGIN;
+		sql+="${3:-}
+BEGIN;
 SELECT $fetched AS n \\gset b_
-EXECUTE qc('$1', $W, '{test}', 5, 0, 1048576, 1000, false, '{}', NULL) \\g /dev/null
+EXECUTE qc('$1', $W, '{test}', 5, 0, ${2:-1048576}, 1000, false, '{}', NULL) \\g /dev/null
 SELECT $fetched - :b_n;
 COMMIT;
 UPDATE pgjobd.jobs SET status = 'succeeded', finished_at = now() WHERE worker = 'test' AND status = 'running';
@@ -108,6 +113,13 @@ note "the claim statement's buffers: 1,000 queued in 100 groups: $s_small; 300,0
 cmp_ok "${s_smallfree:-0}" -gt 0 "the claim statement's buffers are measured"
 cmp_ok "${s_big:-999999}" -le $((s_small * 2 + 20)) "the claim statement, grouped: 300,000 queued cost about what 1,000 cost"
 cmp_ok "${s_bigfree:-999999}" -le $((s_smallfree * 2 + 20)) "the claim statement, ungrouped: 300,000 queued cost about what 1,000 cost"
+# A claim that fails a job for its size finds it by its id, whatever the id: here
+# the newest job, the last of 300,000 in jobs_pkey.
+s_large=$(stmt_buffers bigfree 100 "INSERT INTO pgjobd.jobs (queue, priority, data)
+	VALUES ('bigfree', -1, jsonb_build_object('x', repeat('x', 200)));")
+note "the claim statement's buffers when it fails the newest of 300,000 ungrouped jobs for its size: $s_large"
+cmp_ok "${s_large:-999999}" -le $((s_smallfree * 2 + 20)) "the claim statement, a job too large: about what any claim costs"
+is "$(count_jobs "queue = 'bigfree' AND error->>'reason' = 'data_too_large'")" 12 "... and each of those claims failed its job"
 
 # Group rows are made by claims (schema 5), so pgjobd.groups may be analyzed
 # while nearly empty (as here) and then grow by a row per claim until
