@@ -456,6 +456,7 @@ EOF
 		return
 	fi
 	pickup_started pickup "$stamps"
+	# The daemon's claim statement names claim_batch (its full path calls it).
 	claims=$(stats_calls '%pgjobd.claim_batch(%')
 	daemon_down
 	pickup_figs "$key" "$ins" "$stamps" "$lat" || return
@@ -480,7 +481,7 @@ pickup_figs() {
 # bench_floor: pickup latency with no daemon, the least it can be on this machine (figure
 # 8d): `pickup floor` waits for the same wake-up, marks the job running in one durable
 # autocommitted UPDATE and starts the same command with posix_spawn. What lock mode lease
-# adds to it (8c - 8d) is the daemon's claim (claim_batch, its checks and its lease) and
+# adds to it (8c - 8d) is the daemon's claim (its checks and its lease) and
 # its start of the command (slot, lease, supervisor, cgroup, output pipes).
 bench_floor() {
 	local key=lease.floor ins=$T/floor-ins.$REP stamps=$T/floor-stamps.$REP lat=$T/floor-lat.$REP
@@ -911,13 +912,13 @@ section "3. pickup latency: $N_PICKUP INSERTs to an idle daemon (poll 30s)"
 def pickup.p50 "3  p50 INSERT return -> command start" ms 2 "$TGT_PICKUP_P50"
 def pickup.p99 "3  p99" ms 2 "$TGT_PICKUP_P99"
 def pickup.max "3  max" ms 2 "$TGT_PICKUP_MAX"
-def pickup.claims "3  claim_batch() calls per job (idle daemon)" calls 2 ""
+def pickup.claims "3  claims per job (idle daemon)" calls 2 ""
 section "4. backlog: claim rate, $N_SMALL jobs/$G_SMALL groups vs $N_LARGE/$G_LARGE"
 def backlog.small "4  small backlog, drained" jobs/s 1 ""
 def backlog.large "4  large backlog, first $N_LARGE_STOP" jobs/s 1 ""
 def backlog.ratio "4  large / small" ratio 3 "$TGT_BACKLOG_RATIO"
-def backlog.claim_ms.small "4  claim_batch() execution, small backlog" ms/call 3 ""
-def backlog.claim_ms.large "4  claim_batch() execution, large backlog" ms/call 3 ""
+def backlog.claim_ms.small "4  claim execution, small backlog" ms/call 3 ""
+def backlog.claim_ms.large "4  claim execution, large backlog" ms/call 3 ""
 def backlog.wal.small "4  WAL per job, small backlog" bytes 0 ""
 def backlog.wal.large "4  WAL per job, large backlog" bytes 0 ""
 section "5. enqueue: pgbench -c $ENQ_CLIENTS -T $ENQ_SECS, one-row INSERT per transaction"
