@@ -63,11 +63,12 @@ struct claim_params {
 void claim_params_init(struct claim_params *p);
 void claim_params_fini(struct claim_params *p);
 
-/* The claim batch: one statement, its own transaction -> 1 statement in st. */
-/* Its SQL (claim.c explains its two paths); exposed for the tests. */
+/* The claim statement's SQL (claim.c explains its two paths); exposed for
+ * the tests. */
 extern const char claim_sql_claim[];
 /* The setting every session that claims runs at connect (generic plans). */
 extern const char claim_sql_generic_plans[];
+/* The claim batch: one statement, its own transaction -> 1 statement in st. */
 int claim_build(struct db_stmt *st, struct claim_params *p, const struct claim_req *r);
 /* Decode row `row` of a claim batch's result into *out and the slot index
  * (0-based, into the request's workers) into *slot. Arguments that cannot
