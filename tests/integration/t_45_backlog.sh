@@ -50,6 +50,7 @@ unlike "$p" "Sort" "group head probe does not sort"
 # the job's finish.
 # The claims are made for a registered daemon instance that stays alive for the test.
 W=$(psql_q "SELECT pgjobd.register_worker('test:1', 600000)")
+median() { sort -n | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; } # of numbers, a line each
 claim_buffers() { # QUEUE [SQL] -> median buffers (hit + read) of the last 9 claims
 	local round="EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF) SELECT * FROM pgjobd.claim_batch('$1', $W, '{test}', 5, 0, 1048576, 1000, false, '{}', '{}', '{}');
 UPDATE pgjobd.jobs SET status = 'succeeded', finished_at = now() WHERE worker = 'test' AND status = 'running';
@@ -65,7 +66,7 @@ UPDATE pgjobd.jobs SET status = 'succeeded', finished_at = now() WHERE worker = 
 	grep 'Buffers: shared' "$T/buffers.$1" | tail -n 9 |
 		sed 's/.*Buffers: shared//' |
 		awk '{n = 0; for (f = 1; f <= NF; f++) { split($f, kv, "="); if (kv[1] == "hit" || kv[1] == "read") n += kv[2] } print n}' |
-		sort -n | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'
+		median
 }
 small=$(claim_buffers small)
 big=$(claim_buffers big)
@@ -103,7 +104,7 @@ UPDATE pgjobd.jobs SET status = 'succeeded', finished_at = now() WHERE worker = 
 "
 	done
 	psql -X -qAt -v ON_ERROR_STOP=1 >"$T/stmt.$1" 2>&1 <<<"$sql"
-	tail -n 9 "$T/stmt.$1" | sort -n | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'
+	tail -n 9 "$T/stmt.$1" | median
 }
 s_small=$(stmt_buffers small)
 s_big=$(stmt_buffers big)
