@@ -42,7 +42,8 @@ struct db_conn {
 	int fd;		/* socket being watched, -1 when none */
 	bool fd_hooked; /* on_fd(opened) was called for fd */
 	ev_io io;
-	ev_timer timer; /* backoff in WAIT, timeout in CONNECT */
+	ev_timer timer;		  /* backoff in WAIT, timeout in CONNECT, reply timeout in BUSY */
+	int64_t reply_timeout_ms; /* db_set_reply_timeout; 0: none */
 	int64_t backoff_ms;
 	int64_t backoff_max_ms; /* BACKOFF_MAX_MS unless db_set_backoff_max */
 	char *conninfo;
@@ -406,10 +407,16 @@ static void on_timer(struct ev_loop *loop, ev_timer *w, int revents)
 	(void)loop;
 	(void)revents;
 	struct db_conn *c = w->data;
-	if (c->state == DB_WAIT)
+	if (c->state == DB_WAIT) {
 		db_start_connect(c);
-	else if (c->state == DB_CONNECT)
+	} else if (c->state == DB_CONNECT) {
 		fail(c, "connect timed out");
+	} else if (c->state == DB_BUSY) {
+		char why[64];
+		snprintf(why, sizeof(why), "no answer within %lld ms",
+			 (long long)c->reply_timeout_ms);
+		fail(c, why);
+	}
 }
 
 static void db_start_connect(struct db_conn *c)
@@ -485,6 +492,7 @@ static void read_results(struct db_conn *c)
 			if (c->state == DB_SETUP) {
 				finish_batch(c, false);
 			} else {
+				ev_timer_stop(c->loop, &c->timer);
 				set_state(c, DB_IDLE);
 				finish_batch(c, false);
 				serve_waiters(c);
@@ -600,7 +608,17 @@ int db_send(struct db_conn *c, const struct db_stmt *stmts, int n, db_result_fn 
 		fail(c, PQerrorMessage(c->pg));
 		return 0; /* the callback has been called with NULL */
 	}
+	if (c->reply_timeout_ms > 0) {
+		ev_timer_stop(c->loop, &c->timer);
+		ev_timer_set(&c->timer, (double)c->reply_timeout_ms / 1000.0, 0.);
+		ev_timer_start(c->loop, &c->timer);
+	}
 	return 0;
+}
+
+void db_set_reply_timeout(struct db_conn *c, int64_t ms)
+{
+	c->reply_timeout_ms = ms > 0 ? ms : 0;
 }
 
 void db_set_backoff_max(struct db_conn *c, int64_t ms)

@@ -94,6 +94,15 @@ void db_unwait(struct db_conn *c, struct db_waiter *w);
 /* Send a batch. Returns -1 (and sends nothing) unless db_is_ready(). */
 int db_send(struct db_conn *c, const struct db_stmt *stmts, int n, db_result_fn *cb, void *arg);
 
+/* A batch that has not been answered in full within ms (0, the default:
+ * no limit) counts as a lost connection: its callback gets NULL, then
+ * DB_DOWN, as when the socket fails. For sessions whose batches are all
+ * short, so that a connection the network stopped carrying without a word
+ * (a router or firewall that lost its state and drops the packets) is given
+ * up in time rather than when TCP gives up, minutes later. From the next
+ * db_send on. */
+void db_set_reply_timeout(struct db_conn *c, int64_t ms);
+
 /* Drop a BROKEN (or live) connection and connect again after the backoff. */
 void db_reconnect(struct db_conn *c);
 /* Reconnects back off to ms at the most (clamped to 100 ms .. 10 s, the

@@ -251,6 +251,11 @@ struct fence *fence_new(struct ev_loop *loop, const char *conninfo, const char *
 	ev_timer_start(loop, &f->forget);
 	struct db_callbacks cbs = {.on_event = on_db_event, .arg = f, .metrics = metrics};
 	f->db = db_conn_new(loop, conninfo, "pgjobd fence", NULL, &cbs);
+	/* A heartbeat unanswered for fence_timeout is of no use any more (the
+	 * deadline it could have moved has passed): the session counts as lost
+	 * and a new one registers again, rather than wait for TCP to give up on
+	 * a connection the network silently stopped carrying. */
+	db_set_reply_timeout(f->db, fence_ms);
 	return f;
 }
 

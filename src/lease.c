@@ -62,6 +62,11 @@
  * LEASE_LOCK_TIMEOUT, and a statement that fails is retried (an extension
  * at once with the next batch, outcomes and claims after LEASE_RETRY_S).
  *
+ * A batch unanswered for a third of the shortest lease counts as a lost
+ * session (reply_timeout_ms): a connection the network stopped carrying
+ * without closing it would otherwise hold every extension back until TCP
+ * gave up, and the leases would run out meanwhile.
+ *
  * A claim whose answer was lost with the session leaves jobs `running` for
  * our instance that we do not know: the first claim of each queue on the
  * next session asks for the orphan pass, which hands them back unstarted
@@ -114,6 +119,8 @@
 /* Under load (gather()), a batch of outcomes and claims waits at most this
  * long for more commands to end. */
 #define LEASE_GATHER_S 0.003
+/* The least time a batch may go unanswered (reply_timeout_ms). */
+#define LEASE_REPLY_MIN_MS 1000
 #define WORKER_MAX 256
 
 /* A lease-held job's states; lj_step() is the one place that moves them:
@@ -249,6 +256,35 @@ static void lj_step(struct lj *j, enum lj_state to)
 static int64_t early_ms(int64_t lease_ms)
 {
 	return lease_ms / 5 < LEASE_EARLY_MS ? lease_ms / 5 : LEASE_EARLY_MS;
+}
+
+/* The shortest lease of a running job or served queue; INT64_MAX: none. */
+static int64_t shortest_lease_ms(const struct lease *l)
+{
+	int64_t min = INT64_MAX;
+	for (size_t i = 0; i < l->njobs; i++)
+		if (l->jobs[i]->lease_ms < min)
+			min = l->jobs[i]->lease_ms;
+	for (size_t i = 0; i < l->nqueues; i++)
+		if (l->queues[i]->served && l->queues[i]->conf->lease_ms < min)
+			min = l->queues[i]->conf->lease_ms;
+	return min;
+}
+
+/* How long a batch may go unanswered before the session counts as lost
+ * (db_set_reply_timeout): the time between two extensions, a third of the
+ * shortest lease, at least LEASE_REPLY_MIN_MS. A batch stuck longer holds
+ * back the next extension; given up then, the session is back and the
+ * extension sent with a third of the lease left. No batch of the protocol
+ * takes that long (every wait is bounded by LEASE_LOCK_TIMEOUT), so what
+ * this catches is a connection that no longer carries anything, which TCP
+ * would report only minutes later. */
+static int64_t reply_timeout_ms(const struct lease *l)
+{
+	int64_t min = shortest_lease_ms(l);
+	if (min == INT64_MAX)
+		return 0;
+	return min / 3 > LEASE_REPLY_MIN_MS ? min / 3 : LEASE_REPLY_MIN_MS;
 }
 
 static struct lq *find_lq(const struct lease *l, const char *name)
@@ -857,6 +893,7 @@ static void send_batch(struct db_conn *c, void *arg)
 		l->stmt_joint = joint;
 	l->sent_boot = util_boot_ms();
 	l->sent_mono = metrics_now();
+	db_set_reply_timeout(c, reply_timeout_ms(l));
 	db_send(c, st, n, on_batch, l);
 }
 
@@ -1011,13 +1048,7 @@ static void maybe_stopped(struct lease *l)
  * LEASE_RECONNECT_PARTS: the reconnect backoff's ceiling. */
 static int64_t reconnect_max_ms(const struct lease *l)
 {
-	int64_t min = INT64_MAX;
-	for (size_t i = 0; i < l->njobs; i++)
-		if (l->jobs[i]->lease_ms < min)
-			min = l->jobs[i]->lease_ms;
-	for (size_t i = 0; i < l->nqueues; i++)
-		if (l->queues[i]->served && l->queues[i]->conf->lease_ms < min)
-			min = l->queues[i]->conf->lease_ms;
+	int64_t min = shortest_lease_ms(l);
 	return min == INT64_MAX ? INT64_MAX : min / LEASE_RECONNECT_PARTS;
 }
 

@@ -18,11 +18,18 @@
  *   - SIGUSR1: every relayed connection is cut at once, both sides with a
  *     reset (SO_LINGER 0, then close), as when a middlebox drops its state.
  *     The listening socket stays.
+ *   - SIGUSR2: every relayed connection becomes a black hole: nothing more
+ *     is passed on either way, for good, and nobody is told, as when a
+ *     middlebox drops its state and then the packets of the flows it no
+ *     longer knows. New connections are relayed as before. A black hole
+ *     ends when the client closes its side (both sockets are closed then);
+ *     a server side that ends meanwhile is closed alone.
  *   - SIGTERM: exit (the default action).
  *
  * Design: one thread, one ppoll(2) loop over the listening socket and both
- * sockets of every pair. SIGUSR1 is blocked except inside ppoll, so a cut
- * request is acted on by the loop, never lost between a check and the wait.
+ * sockets of every pair. SIGUSR1 and SIGUSR2 are blocked except inside
+ * ppoll, so a request is acted on by the loop, never lost between a check
+ * and the wait.
  * Each direction has a bounded buffer; a side is read only while its buffer
  * has room, so a slow reader slows the writer instead of growing memory.
  * An end of file on one side is passed on as shutdown(SHUT_WR) once its
@@ -62,6 +69,7 @@ struct pipe_buf {
 struct pair {
 	bool used;
 	bool connecting; /* the target connect is still in progress */
+	bool hole;	 /* black-holed (SIGUSR2): nothing is passed on any more */
 	int client;
 	int server;
 	struct pipe_buf up;   /* client -> server */
@@ -70,12 +78,15 @@ struct pair {
 
 static struct pair pairs[MAX_PAIRS];
 static volatile sig_atomic_t cut_requested;
+static volatile sig_atomic_t hole_requested;
 static int target_port;
 
-static void on_sigusr1(int sig)
+static void on_signal(int sig)
 {
-	(void)sig;
-	cut_requested = 1;
+	if (sig == SIGUSR1)
+		cut_requested = 1;
+	else
+		hole_requested = 1;
 }
 
 static void logmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -263,6 +274,18 @@ static void cut_all(void)
 	logmsg("cut %d connection(s)", n);
 }
 
+static void hole_all(void)
+{
+	int n = 0;
+	for (int i = 0; i < MAX_PAIRS; i++) {
+		if (pairs[i].used && !pairs[i].hole) {
+			pairs[i].hole = true;
+			n++;
+		}
+	}
+	logmsg("black-holed %d connection(s)", n);
+}
+
 static int write_portfile(const char *path, int port)
 {
 	char tmp[4096];
@@ -282,6 +305,8 @@ static int write_portfile(const char *path, int port)
 /* The poll events a pair's socket waits for. */
 static short want_client(const struct pair *p)
 {
+	if (p->hole)
+		return 0;
 	short ev = 0;
 	if (!p->up.eof && p->up.len < BUF_SIZE && !p->connecting)
 		ev |= POLLIN;
@@ -292,6 +317,8 @@ static short want_client(const struct pair *p)
 
 static short want_server(const struct pair *p)
 {
+	if (p->hole)
+		return 0;
 	if (p->connecting)
 		return POLLOUT;
 	short ev = 0;
@@ -305,6 +332,16 @@ static short want_server(const struct pair *p)
 /* Handles what poll reported for pair p. */
 static void pair_step(struct pair *p, short crev, short srev)
 {
+	if (p->hole) {
+		/* Only hang-ups and errors are reported (nothing is asked for). */
+		if (crev) {
+			pair_close(p, true);
+		} else if (srev && p->server >= 0) {
+			close(p->server);
+			p->server = -1; /* poll ignores it from now on */
+		}
+		return;
+	}
 	if ((crev | srev) & POLLERR) {
 		pair_close(p, true);
 		return;
@@ -371,12 +408,14 @@ int main(int argc, char **argv)
 	sigset_t block, waitmask;
 	sigemptyset(&block);
 	sigaddset(&block, SIGUSR1);
+	sigaddset(&block, SIGUSR2);
 	if (sigprocmask(SIG_BLOCK, &block, &waitmask) < 0)
 		die("sigprocmask");
 	sigdelset(&waitmask, SIGUSR1);
-	struct sigaction sa = {.sa_handler = on_sigusr1};
+	sigdelset(&waitmask, SIGUSR2);
+	struct sigaction sa = {.sa_handler = on_signal};
 	sigemptyset(&sa.sa_mask);
-	if (sigaction(SIGUSR1, &sa, NULL) < 0)
+	if (sigaction(SIGUSR1, &sa, NULL) < 0 || sigaction(SIGUSR2, &sa, NULL) < 0)
 		die("sigaction");
 
 	int port;
@@ -395,6 +434,10 @@ int main(int argc, char **argv)
 		if (cut_requested) {
 			cut_requested = 0;
 			cut_all();
+		}
+		if (hole_requested) {
+			hole_requested = 0;
+			hole_all();
 		}
 		nfds_t n = 0;
 		fds[n++] = (struct pollfd){.fd = lfd, .events = POLLIN};

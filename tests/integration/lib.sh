@@ -414,7 +414,8 @@ pg_start() {
 # pg_start_relayed: pg_start, with a server of the file's own that listens on TCP on the
 # loopback address as well, and a TCP relay to it (tests/chaos/proxy.c, $CHAOS_PROXY):
 # $RELAY is the relay's pid (SIGSTOP: a network partition, SIGCONT heals it, SIGUSR1 cuts
-# every connection), "host=127.0.0.1 port=$RELAY_PORT" reaches the server through it.
+# every connection, SIGUSR2 black-holes every connection it carries for good),
+# "host=127.0.0.1 port=$RELAY_PORT" reaches the server through it.
 pg_start_relayed() {
 	[ -x "${CHAOS_PROXY:-}" ] || bail_out "CHAOS_PROXY (build/tests/chaos-proxy) not found; run make"
 	own_cluster
