@@ -411,6 +411,22 @@ pg_start() {
 	fi
 }
 
+# lease_kept MARKS LOG STARTS: what a lease-mode fault must leave behind: every job of the
+# database in one attempt with one history entry, STARTS command starts in MARKS (see
+# make_mark_script), and no lease lost or outcome given up in the daemon's LOG.
+lease_kept() {
+	is "$(count_jobs "attempts <> 1")" 0 "every job in one attempt"
+	is "$(awk '$1 == "start"' "$1" | wc -l | tr -d ' ')" "$3" "each command started once"
+	is "$(psql_q "SELECT count(*) FROM pgjobd.jobs WHERE jsonb_array_length(history) <> 1")" 0 \
+		"one history entry each"
+	if grep -q "lease lost\|lease could not be extended\|giving up" "$2"; then
+		fail "no lease was lost, no outcome given up"
+		diag "$(grep "lease lost\|lease could not be extended\|giving up" "$2")"
+	else
+		pass "no lease was lost, no outcome given up"
+	fi
+}
+
 # pg_start_relayed: pg_start, with a server of the file's own that listens on TCP on the
 # loopback address as well, and a TCP relay to it (tests/chaos/proxy.c, $CHAOS_PROXY):
 # $RELAY is the relay's pid (SIGSTOP: a network partition, SIGCONT heals it, SIGUSR1 cuts

@@ -50,16 +50,7 @@ ok $? "a job queued after the black hole runs"
 touch "$T/gate.long"
 wait_until 20 "[ \"\$(job_field $long status)\" = succeeded ]"
 ok $? "the long job succeeds"
-is "$(count_jobs "attempts <> 1")" 0 "both in one attempt"
-is "$(awk '$1 == "start"' "$T/marks.log" | wc -l | tr -d ' ')" 2 "each command started once"
-is "$(psql_q "SELECT count(*) FROM pgjobd.jobs WHERE jsonb_array_length(history) <> 1")" 0 \
-	"one history entry each"
-if grep -q "lease lost\|lease could not be extended\|giving up" "$T/a.log"; then
-	fail "no lease was lost, no outcome given up"
-	diag "$(grep "lease lost\|lease could not be extended\|giving up" "$T/a.log")"
-else
-	pass "no lease was lost, no outcome given up"
-fi
+lease_kept "$T/marks.log" "$T/a.log" 2
 stop_daemon "$A"
 is "$?" 0 "the daemon exits 0"
 done_testing
