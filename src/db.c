@@ -44,6 +44,7 @@ struct db_conn {
 	ev_io io;
 	ev_timer timer;		  /* backoff in WAIT, timeout in CONNECT, reply timeout in BUSY */
 	int64_t reply_timeout_ms; /* db_set_reply_timeout; 0: none */
+	unsigned batch_seq;	  /* batches sent (db_send) */
 	int64_t backoff_ms;
 	int64_t backoff_max_ms; /* BACKOFF_MAX_MS unless db_set_backoff_max */
 	char *conninfo;
@@ -112,6 +113,8 @@ void db_unwait(struct db_conn *c, struct db_waiter *w)
 
 static void db_start_connect(struct db_conn *c);
 static void on_io(struct ev_loop *loop, ev_io *w, int revents);
+static void drain_notifies(struct db_conn *c);
+static void read_results(struct db_conn *c);
 
 /* The moves between states, from -> to. WAIT may follow any state: a
  * connection is closed and scheduled again from wherever it was. Any other
@@ -412,6 +415,18 @@ static void on_timer(struct ev_loop *loop, ev_timer *w, int revents)
 	} else if (c->state == DB_CONNECT) {
 		fail(c, "connect timed out");
 	} else if (c->state == DB_BUSY) {
+		/* The answer may be here, unread: after the daemon was stopped
+		 * (SIGSTOP), the loop runs this timer before the socket's event.
+		 * Read first; give up only on a batch still unanswered. */
+		unsigned batch = c->batch_seq;
+		if (!PQconsumeInput(c->pg)) {
+			fail(c, PQerrorMessage(c->pg));
+			return;
+		}
+		drain_notifies(c);
+		read_results(c);
+		if (c->state != DB_BUSY || c->batch_seq != batch)
+			return;
 		char why[64];
 		snprintf(why, sizeof(why), "no answer within %lld ms",
 			 (long long)c->reply_timeout_ms);
@@ -602,6 +617,7 @@ int db_send(struct db_conn *c, const struct db_stmt *stmts, int n, db_result_fn 
 	if (c->state != DB_IDLE || n < 1 || n > DB_MAX_STMTS)
 		return -1;
 	set_state(c, DB_BUSY);
+	c->batch_seq++;
 	c->cb = cb;
 	c->cb_arg = arg;
 	if (send_batch(c, stmts, n, true) < 0) {
