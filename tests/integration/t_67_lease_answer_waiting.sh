@@ -12,7 +12,7 @@ require_pgjobd
 pg_start_relayed
 
 write_conf "$T/a.ini" <<EOF2
-$(conf_header fence_timeout=10s "database=host=127.0.0.1 port=$RELAY_PORT dbname=$PGDATABASE user=postgres")
+$(conf_header fence_timeout=10s shutdown_grace=1s "database=host=127.0.0.1 port=$RELAY_PORT dbname=$PGDATABASE user=postgres")
 
 [queue.p]
 command = sleep 60
