@@ -113,8 +113,7 @@ void db_unwait(struct db_conn *c, struct db_waiter *w)
 
 static void db_start_connect(struct db_conn *c);
 static void on_io(struct ev_loop *loop, ev_io *w, int revents);
-static void drain_notifies(struct db_conn *c);
-static void read_results(struct db_conn *c);
+static void read_input(struct db_conn *c);
 
 /* The moves between states, from -> to. WAIT may follow any state: a
  * connection is closed and scheduled again from wherever it was. Any other
@@ -419,12 +418,7 @@ static void on_timer(struct ev_loop *loop, ev_timer *w, int revents)
 		 * (SIGSTOP), the loop runs this timer before the socket's event.
 		 * Read first; give up only on a batch still unanswered. */
 		unsigned batch = c->batch_seq;
-		if (!PQconsumeInput(c->pg)) {
-			fail(c, PQerrorMessage(c->pg));
-			return;
-		}
-		drain_notifies(c);
-		read_results(c);
+		read_input(c);
 		if (c->state != DB_BUSY || c->batch_seq != batch)
 			return;
 		char why[64];
@@ -534,6 +528,21 @@ static void read_results(struct db_conn *c)
 	}
 }
 
+/* Read what the socket holds: notifications, then the results complete so
+ * far. A connection found broken fails. */
+static void read_input(struct db_conn *c)
+{
+	if (!PQconsumeInput(c->pg)) {
+		fail(c, PQerrorMessage(c->pg));
+		return;
+	}
+	drain_notifies(c);
+	read_results(c);
+	if (c->pg && PQstatus(c->pg) == CONNECTION_BAD && c->state != DB_BROKEN &&
+	    c->state != DB_WAIT)
+		fail(c, PQerrorMessage(c->pg));
+}
+
 static void on_io(struct ev_loop *loop, ev_io *w, int revents)
 {
 	(void)loop;
@@ -553,17 +562,8 @@ static void on_io(struct ev_loop *loop, ev_io *w, int revents)
 		if (f == 0)
 			watch(c, c->fd, EV_READ);
 	}
-	if (revents & EV_READ) {
-		if (!PQconsumeInput(c->pg)) {
-			fail(c, PQerrorMessage(c->pg));
-			return;
-		}
-		drain_notifies(c);
-		read_results(c);
-		if (c->pg && PQstatus(c->pg) == CONNECTION_BAD && c->state != DB_BROKEN &&
-		    c->state != DB_WAIT)
-			fail(c, PQerrorMessage(c->pg));
-	}
+	if (revents & EV_READ)
+		read_input(c);
 }
 
 struct db_conn *db_conn_new(struct ev_loop *loop, const char *conninfo, const char *appname,
