@@ -525,6 +525,18 @@ require_pgjobd() {
 	[ -x "$PGJOBD" ] || bail_out "pgjobd binary not found at $PGJOBD (run make, or set PGJOBD)"
 }
 
+# claim_prepared: the SQL that sets a session up as the daemon's claiming sessions are and
+# prepares the daemon's claim statement as qc, printed by the program's own code
+# (tests/integration/claim-sql.c, $CLAIM_SQL). Fails (a message on stderr) without it.
+claim_prepared() {
+	local bin=${CLAIM_SQL:-$(dirname "$PGJOBD")/tests/claim-sql}
+	if [ ! -x "$bin" ]; then
+		echo "claim-sql not found at $bin (make build/tests/claim-sql, or set CLAIM_SQL)" >&2
+		return 1
+	fi
+	"$bin"
+}
+
 # conf_header [key=value...]: the [pgjobd] section for the throwaway server; arguments
 # override the defaults or add keys.
 conf_header() {

@@ -15,11 +15,9 @@
 # claim_batch, a grouped one's with.
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
-SQL_BIN=${CLAIM_SQL:-$(dirname "$PGJOBD")/tests/claim-sql}
-[ -x "$SQL_BIN" ] || bail_out "claim-sql not found at $SQL_BIN (make build/tests/claim-sql, or set CLAIM_SQL)"
+prep=$(claim_prepared) || bail_out "the claim statement is not available"
 
 pg_start
-stmt=$("$SQL_BIN") || bail_out "claim-sql failed"
 W=$(psql_q "SELECT pgjobd.register_worker('test:1', 600000)")
 D=$(psql_q "SELECT pgjobd.register_worker('test:2', 600000)")
 psql_q "SELECT pgjobd.worker_gone($D)" >/dev/null
@@ -30,8 +28,7 @@ psql_q "SELECT pgjobd.worker_gone($D)" >/dev/null
 claim_run() {
 	psql -X -qAt -v ON_ERROR_STOP=1 >"$1.log" 2>&1 <<EOF
 SET track_functions = 'pl';
-SET plan_cache_mode = force_generic_plan;
-PREPARE qc(text, bigint, text[], int, bigint, bigint, int, boolean, bigint[], bigint) AS $stmt;
+$prep
 BEGIN;
 $2
 $3 \g $1.rows

@@ -82,16 +82,13 @@ cmp_ok "${bigfree:-999999}" -le $((small * 2 + 20)) "ungrouped: a claim with 300
 # transaction's statistics (pg_stat_get_xact_blocks_fetched) around the claim,
 # since EXPLAIN does not add up a statement's CTEs. Planned as the daemon's
 # sessions plan it: generically.
-SQL_BIN=${CLAIM_SQL:-$(dirname "$PGJOBD")/tests/claim-sql}
-[ -x "$SQL_BIN" ] || bail_out "claim-sql not found at $SQL_BIN (make build/tests/claim-sql, or set CLAIM_SQL)"
-stmt=$("$SQL_BIN") || bail_out "claim-sql failed"
+prep=$(claim_prepared) || bail_out "the claim statement is not available"
 # stmt_buffers QUEUE [MAX_DATA BEFORE] -> median buffers of the last 9 of 12 claims,
 # each after BEFORE (SQL, not counted).
 stmt_buffers() {
 	local fetched="(SELECT sum(pg_stat_get_xact_blocks_fetched(c.oid)) FROM pg_class c
 		WHERE c.relnamespace = 'pgjobd'::regnamespace)" sql i
-	sql="SET plan_cache_mode = force_generic_plan;
-PREPARE qc(text, bigint, text[], int, bigint, bigint, int, boolean, bigint[], bigint) AS $stmt;
+	sql="$prep
 "
 	for i in $(seq 12); do
 		sql+="${3:-}
