@@ -189,7 +189,7 @@ daemon_run() {
 	c0=$(calls)
 	start_daemon "$1" "$T/d.ini"
 	wait_until 20 "grep -q 'msg=\"ready\"' '$T/$1.log'" || bail_out "daemon $1 not ready"
-	queues_waiting free grp lfree || bail_out "daemon $1: claimers not waiting"
+	wait_until 20 "queues_waiting free grp lfree" || bail_out "daemon $1: claimers not waiting"
 	if [ -n "${2:-}" ]; then
 		psql_q "$2" >/dev/null
 		wait_until 30 "$3"
