@@ -979,6 +979,7 @@ def mcpu.lease.ungrouped "8  the machine's CPU per job (all processes), 8a" ms 3
 def cpubound.lease.ungrouped "8  most 8a / ceiling the CPU allows (every core busy)" ratio 3 ""
 def busy.lease.grouped "8  share of the machine's cores busy, 8b" ratio 2 ""
 def mcpu.lease.grouped "8  the machine's CPU per job (all processes), 8b" ms 3 ""
+def cpubound.lease.grouped "8  most 8b / ceiling the CPU allows (every core busy)" ratio 3 ""
 
 # ---------------------------------------------------------------- the runs
 
@@ -1013,14 +1014,16 @@ derive ratio.ungrouped tput.ungrouped ceiling
 derive ratio.grouped tput.grouped ceiling
 derive ratio.lease.ungrouped tput.lease.ungrouped ceiling
 derive ratio.lease.grouped tput.lease.grouped ceiling
-# What CPU alone allows 8a: with every core busy, at most cores / mcpu.lease.ungrouped
+# What CPU alone allows 8a and 8b: with every core busy, at most cores / mcpu.lease.X
 # jobs/s; the ceiling was cores * busy.ceiling / mcpu.ceiling spawns/s. Their ratio is
-# mcpu.ceiling / (busy.ceiling * mcpu.lease.ungrouped).
+# mcpu.ceiling / (busy.ceiling * mcpu.lease.X).
 for r in $(seq 1 "$REPS"); do
-	v=$(awk -F'\t' -v r="$r" '$2 == r { f[$1] = $3 }
-		END { if (f["busy.ceiling"] > 0 && f["mcpu.lease.ungrouped"] > 0)
-			printf "%.6f", f["mcpu.ceiling"] / (f["busy.ceiling"] * f["mcpu.lease.ungrouped"]) }' "$W/figs")
-	[ -n "$v" ] && REP=$r fig cpubound.lease.ungrouped "$v" >/dev/null
+	for x in ungrouped grouped; do
+		v=$(awk -F'\t' -v r="$r" -v m="mcpu.lease.$x" '$2 == r { f[$1] = $3 }
+			END { if (f["busy.ceiling"] > 0 && f[m] > 0)
+				printf "%.6f", f["mcpu.ceiling"] / (f["busy.ceiling"] * f[m]) }' "$W/figs")
+		[ -n "$v" ] && REP=$r fig "cpubound.lease.$x" "$v" >/dev/null
+	done
 done
 derive backlog.ratio backlog.large backlog.small
 
