@@ -207,6 +207,14 @@ static void close_pg(struct db_conn *c)
 	memset(c->prepared, 0, sizeof(c->prepared)); /* they die with the session */
 }
 
+/* The connection's one timer, (re)started to fire once in ms. */
+static void arm_timer(struct db_conn *c, int64_t ms)
+{
+	ev_timer_stop(c->loop, &c->timer);
+	ev_timer_set(&c->timer, (double)ms / 1000.0, 0.);
+	ev_timer_start(c->loop, &c->timer);
+}
+
 static void schedule_connect(struct db_conn *c)
 {
 	close_pg(c);
@@ -216,9 +224,7 @@ static void schedule_connect(struct db_conn *c)
 	int64_t ms = c->backoff_ms / 2 + (int64_t)(random() % (c->backoff_ms / 2 + 1));
 	c->backoff_ms =
 	    c->backoff_ms * 2 > c->backoff_max_ms ? c->backoff_max_ms : c->backoff_ms * 2;
-	ev_timer_stop(c->loop, &c->timer);
-	ev_timer_set(&c->timer, (double)ms / 1000.0, 0.);
-	ev_timer_start(c->loop, &c->timer);
+	arm_timer(c, ms);
 }
 
 /* The batch in flight (or the setup batch) is over: hand results over. */
@@ -438,9 +444,7 @@ static void db_start_connect(struct db_conn *c)
 		fail(c, c->pg ? PQerrorMessage(c->pg) : "out of memory");
 		return;
 	}
-	ev_timer_stop(c->loop, &c->timer);
-	ev_timer_set(&c->timer, CONNECT_TIMEOUT_MS / 1000.0, 0.);
-	ev_timer_start(c->loop, &c->timer);
+	arm_timer(c, CONNECT_TIMEOUT_MS);
 	poll_connect(c);
 }
 
@@ -624,11 +628,8 @@ int db_send(struct db_conn *c, const struct db_stmt *stmts, int n, db_result_fn 
 		fail(c, PQerrorMessage(c->pg));
 		return 0; /* the callback has been called with NULL */
 	}
-	if (c->reply_timeout_ms > 0) {
-		ev_timer_stop(c->loop, &c->timer);
-		ev_timer_set(&c->timer, (double)c->reply_timeout_ms / 1000.0, 0.);
-		ev_timer_start(c->loop, &c->timer);
-	}
+	if (c->reply_timeout_ms > 0)
+		arm_timer(c, c->reply_timeout_ms);
 	return 0;
 }
 
