@@ -28,13 +28,6 @@
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
 
-skip_all() {
-	echo "1..0 # SKIP $*"
-	TAP_PLANNED=0
-	TAP_DONE=1
-	exit 0
-}
-
 mode=${T91_COMMAND_USER:-other}
 CMD_USER=nobody
 [ "$(id -u)" = 0 ] || skip_all "needs root to run the daemon as another user"
@@ -238,7 +231,7 @@ for a in "${attempts[@]}"; do
 	[ "$a" = own_environ ] && want="^$a: refused *$" # printenv: not set
 	like "$(grep "^$a: " <<<"$report")" "$want" "the command gets nothing from: $a"
 done
-[ "$PY" = 1 ] || pass "# SKIP python3 with os.pidfd_open not on the commands' PATH: no pidfd_getfd attempt"
+[ "$PY" = 1 ] || skip "python3 with os.pidfd_open not on the commands' PATH: no pidfd_getfd attempt"
 
 # The whole row (result, error and any column a later schema adds, such as a history).
 everything=$(psql_q "SELECT row_to_json(j) FROM pgjobd.jobs j WHERE id = $id")
@@ -263,7 +256,7 @@ if [ "$PY" = 1 ]; then
 	out3=$(as_same_uid python3 "$T/pidfd.py" "$d")
 	like "$?:$out3" "^1:Operation not permitted$" "... nor copy the daemon's sockets with pidfd_getfd"
 else
-	pass "# SKIP python3 with os.pidfd_open not available"
+	skip "python3 with os.pidfd_open not available"
 fi
 grep -qF -- "$ENV_SECRET" <<<"$out$out2$out3"
 isnt $? 0 "PGPASSWORD did not leak to a process of the daemon's uid"

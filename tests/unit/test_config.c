@@ -581,8 +581,7 @@ static void test_user(void)
 			exit(1);
 		}
 	} else {
-		ok(1, "# SKIP not root: cannot test user= as non-root by seteuid");
-		ok(1, "# SKIP not root");
+		tap_skip(2, "not root: cannot test user= as non-root by seteuid");
 	}
 
 	/* Without working_dir, a command run as another user starts in that
@@ -766,8 +765,7 @@ static void test_files(void)
 		free(out);
 		config_free(c);
 	} else {
-		for (int i = 0; i < 4; i++)
-			ok(1, "# SKIP conf/pgjobd.ini not found (run from the repo root)");
+		tap_skip(4, "conf/pgjobd.ini not found (run from the repo root)");
 	}
 }
 
