@@ -150,6 +150,13 @@ fig() { # KEY VALUE
 	fi
 }
 
+# void_target KEY REASON: every figure KEY.* of this repetition is suspect (e.g. pickups
+# that never happened): the table and the JSON mark their targets as not met, whatever
+# the medians say.
+void_target() {
+	printf '%s\t%s\t%s\n' "$1" "$REP" "$2" >>"$W/void"
+}
+
 # ---------------------------------------------------------------- daemon helpers
 
 DAEMON=
@@ -464,18 +471,42 @@ EOF
 }
 
 # pickup_figs KEY INS STAMPS LAT: the latencies (command start - INSERT return, in ms,
-# joined by id) into LAT, sorted, and figures KEY.p50, .p99, .max. Nanosecond
+# joined by id) into LAT, sorted, and figures KEY.missing, .p50, .p99, .max. Nanosecond
 # timestamps lose precision in awk's doubles (steps of 256 ns): irrelevant here.
+# KEY.missing is how many of the $N_PICKUP INSERTs did not reach a command within the
+# 30 s pickup_started waits (an INSERT that failed counts too). The percentiles are over
+# all $N_PICKUP, a missing pickup counting as longer than any measured: a percentile
+# whose rank falls on one is not measured (more than 30 s), never taken over the
+# measured ones only, which would look better the more were lost; the max is not
+# measured then. Any missing pickup makes every target of KEY not met (void_target).
 pickup_figs() {
-	awk 'NR == FNR { t[$1] = $2; next } ($1 in t) { printf "%.3f\n", ($2 - t[$1]) / 1e6 }' \
+	local got missing p v
+	awk 'NR == FNR { t[$1] = $2; next } ($1 in t) && !seen[$1]++ { printf "%.3f\n", ($2 - t[$1]) / 1e6 }' \
 		"$2" "$3" 2>/dev/null | sort -n >"$4"
-	[ "$(wc -l <"$4")" -gt 0 ] || {
+	got=$(wc -l <"$4")
+	missing=$((N_PICKUP > got ? N_PICKUP - got : 0))
+	fig "$1.missing" "$missing"
+	if [ "$missing" -gt 0 ]; then
+		problem "rep $REP: $1: $missing of $N_PICKUP INSERTs never reached a command within 30 s (counted as slower than any measured; targets of $1 not met)"
+		void_target "$1" "$missing of $N_PICKUP pickups missing"
+	fi
+	[ "$got" -gt 0 ] || {
 		problem "rep $REP: $1: no latencies"
 		return 1
 	}
-	fig "$1.p50" "$(percentile 0.50 "$4")"
-	fig "$1.p99" "$(percentile 0.99 "$4")"
-	fig "$1.max" "$(tail -n 1 "$4")"
+	for p in 50 99; do
+		v=$(percentile "0.$p" "$4" "$N_PICKUP")
+		if [ -n "$v" ]; then
+			fig "$1.p$p" "$v"
+		else
+			problem "rep $REP: $1.p$p not measured (its rank falls on a missing pickup: more than 30 s)"
+		fi
+	done
+	if [ "$missing" -gt 0 ]; then
+		problem "rep $REP: $1.max not measured (more than 30 s: $missing pickups missing)"
+	else
+		fig "$1.max" "$(tail -n 1 "$4")"
+	fi
 }
 
 # bench_floor: pickup latency with no daemon, the least it can be on this machine (figure
@@ -502,9 +533,11 @@ bench_floor() {
 	pickup_figs "$key" "$ins" "$stamps" "$lat"
 }
 
-# percentile P FILE: nearest-rank percentile (0 < P <= 1) of the sorted numbers in FILE.
+# percentile P FILE [N]: nearest-rank percentile (0 < P <= 1) of the sorted numbers in
+# FILE, of a sample of N (default: FILE's lines) whose values missing from FILE are larger
+# than any in it: nothing (not measured) when the rank falls on one of them.
 percentile() {
-	awk -v p="$1" '{ a[NR] = $1 } END { i = int(p * NR); if (i < p * NR) i++; if (i < 1) i = 1; print a[i] }' "$2"
+	awk -v p="$1" -v n="${3:-0}" '{ a[NR] = $1 } END { if (n < NR) n = NR; i = int(p * n); if (i < p * n) i++; if (i < 1) i = 1; if (i <= NR) print a[i] }' "$2"
 }
 
 # ---------------------------------------------------------------- 4. backlog scaling
@@ -833,6 +866,7 @@ W=$T/bench
 mkdir -p "$W"
 : >"$W/defs"
 : >"$W/figs"
+: >"$W/void"
 PGUSER=postgres sql "CREATE ROLE bench SUPERUSER LOGIN" >/dev/null
 [ -n "$PGSS_LIB" ] && PGUSER=postgres sql "CREATE EXTENSION pg_stat_statements" >/dev/null
 export PGUSER=bench
@@ -909,6 +943,7 @@ def ratio.ungrouped "2a ungrouped / ceiling" ratio 3 "$TGT_RATIO_CEILING"
 def tput.grouped "2b $N_GROUPS groups" jobs/s 1 ""
 def ratio.grouped "2b grouped / ceiling" ratio 3 "$TGT_RATIO_GROUPED"
 section "3. pickup latency: $N_PICKUP INSERTs to an idle daemon (poll 30s)"
+def pickup.missing "3  INSERTs not picked up within 30 s" jobs 0 "<= 0"
 def pickup.p50 "3  p50 INSERT return -> command start" ms 2 "$TGT_PICKUP_P50"
 def pickup.p99 "3  p99" ms 2 "$TGT_PICKUP_P99"
 def pickup.max "3  max" ms 2 "$TGT_PICKUP_MAX"
@@ -964,9 +999,11 @@ def ratio.lease.ungrouped "8a ungrouped / ceiling" ratio 3 "$TGT_LEASE_CEILING"
 def tput.lease.grouped "8b $N_GROUPS groups" jobs/s 1 ""
 def ratio.lease.grouped "8b grouped / ceiling" ratio 3 "$TGT_LEASE_CEILING"
 def sessions.lease.ungrouped "8  the daemon's sessions, concurrency $CONCURRENCY" sessions 0 "$TGT_LEASE_SESSIONS"
+def lease.pickup.missing "8c INSERTs not picked up within 30 s" jobs 0 "<= 0"
 def lease.pickup.p50 "8c p50 INSERT return -> command start" ms 2 "$TGT_LEASE_P50"
 def lease.pickup.p99 "8c p99" ms 2 "$TGT_PICKUP_P99"
 def lease.pickup.max "8c max" ms 2 ""
+def lease.floor.missing "8d INSERTs not picked up within 30 s" jobs 0 "<= 0"
 def lease.floor.p50 "8d p50, no daemon: the floor of 8c" ms 2 ""
 def lease.floor.p99 "8d p99" ms 2 ""
 def lease.floor.max "8d max" ms 2 ""
@@ -1056,7 +1093,9 @@ json_str() { # STRING -> a JSON string literal
 			lo = v[1]; hi = v[n]; cnt = n
 			return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
 		}
-		FILENAME == ARGV[1] { vals[$1] = vals[$1] " " $3; next }
+		function voided(k,    v) { for (v in void) if (index(k, v ".") == 1) return void[v]; return "" }
+		FILENAME == ARGV[1] { void[$1] = (void[$1] == "" ? "" : void[$1] "; ") "rep " $2 ": " $3; next }
+		FILENAME == ARGV[2] { vals[$1] = vals[$1] " " $3; next }
 		$1 == "section" { rows[++nr] = "S\t" $2; next }
 		{ rows[++nr] = $0 }
 		END {
@@ -1064,16 +1103,19 @@ json_str() { # STRING -> a JSON string literal
 			for (i = 1; i <= nr; i++) {
 				split(rows[i], f, "\t")
 				if (f[1] == "S") { printf "%s\n", f[2]; continue }
-				if (!(f[1] in vals)) { printf "%-50s %11s %11s %11s  %-10s  %-9s\n", f[2], "-", "-", "-", f[3], f[5]; continue }
+				vd = voided(f[1])
+				if (!(f[1] in vals)) { printf "%-50s %11s %11s %11s  %-10s  %-9s  %s\n", f[2], "-", "-", "-", f[3], f[5], (f[5] != "" && vd != "" ? "NO  (" vd ")" : ""); continue }
 				m = med(f[1]); fmt = "%11." f[4] "f"
 				meets = ""
 				if (f[5] != "") { split(f[5], tg, " "); meets = (tg[1] == "<=" ? m <= tg[2] : m >= tg[2]) ? "yes" : "NO" }
+				if (f[5] != "" && vd != "") meets = "NO  (" vd ")"
 				printf "%-50s " fmt " " fmt " " fmt "  %-10s  %-9s  %s%s\n", f[2], m, lo, hi, f[3], f[5], meets, (cnt < reps ? "  (" cnt " of " reps " reps)" : "")
 			}
-		}' "$W/figs" "$W/defs"
+		}' "$W/void" "$W/figs" "$W/defs"
 	if [ ${#PROBLEMS[@]} -gt 0 ]; then
 		echo
-		echo "problems (figures affected are left out or based on fewer repetitions):"
+		echo "problems (figures affected are left out or based on fewer repetitions; a target marked"
+		echo "NO (...) is not met whatever the median, e.g. because pickups were missing):"
 		printf '  - %s\n' "${PROBLEMS[@]}"
 	fi
 } | tee "$OUT/table.txt"
@@ -1094,7 +1136,9 @@ json_str() { # STRING -> a JSON string literal
 	awk -F'\t' '
 		BEGIN { CONVFMT = "%.10g"; OFMT = "%.10g" }
 		function jstr(s) { gsub(/\\/, "\\\\", s); gsub(/"/, "\\\"", s); return "\"" s "\"" }
-		FILENAME == ARGV[1] { vals[$1] = vals[$1] " " $3; next }
+		function voided(k,    v) { for (v in void) if (index(k, v ".") == 1) return void[v]; return "" }
+		FILENAME == ARGV[1] { void[$1] = (void[$1] == "" ? "" : void[$1] "; ") "rep " $2 ": " $3; next }
+		FILENAME == ARGV[2] { vals[$1] = vals[$1] " " $3; next }
 		$1 == "section" { next }
 		{
 			n = split(vals[$1], v, " ")
@@ -1107,11 +1151,13 @@ json_str() { # STRING -> a JSON string literal
 				split($5, tg, " ")
 				tgt = "{\"op\": " jstr(tg[1]) ", \"value\": " (tg[2] + 0) "}"
 				if (n > 0) meets = (tg[1] == "<=" ? m <= tg[2] : m >= tg[2]) ? "true" : "false"
+				if (voided($1) != "") meets = "false"
 			}
-			out[++no] = sprintf("    %s: {\"label\": %s, \"unit\": %s, \"median\": %s, \"min\": %s, \"max\": %s, \"values\": [%s], \"target\": %s, \"meets_target\": %s}",
-				jstr($1), jstr($2), jstr($3), m, lo, hi, list, tgt, meets)
+			vd = voided($1)
+			out[++no] = sprintf("    %s: {\"label\": %s, \"unit\": %s, \"median\": %s, \"min\": %s, \"max\": %s, \"values\": [%s], \"target\": %s, \"meets_target\": %s%s}",
+				jstr($1), jstr($2), jstr($3), m, lo, hi, list, tgt, meets, (vd != "" ? ", \"target_void\": " jstr(vd) : ""))
 		}
-		END { for (i = 1; i <= no; i++) print out[i] (i < no ? "," : "") }' "$W/figs" "$W/defs"
+		END { for (i = 1; i <= no; i++) print out[i] (i < no ? "," : "") }' "$W/void" "$W/figs" "$W/defs"
 	echo "  },"
 	printf '  "problems": ['
 	sep=
