@@ -128,8 +128,9 @@ schema: $(B)/pgjobd
 
 # Measurements, not tests: exits 0 whatever the figures (see tests/bench/README).
 # Results in $(B)/bench/results.json; BENCH_QUICK=1 for a 10x smaller run.
-bench: $(B)/pgjobd $(BENCH_TOOLS)
-	PGJOBD=$(abspath $(B)/pgjobd) BENCH_BIN=$(abspath $(B)/bench) bash tests/bench/run.sh
+bench: $(B)/pgjobd $(BENCH_TOOLS) $(B)/tests/notify-sink
+	PGJOBD=$(abspath $(B)/pgjobd) BENCH_BIN=$(abspath $(B)/bench) \
+		NOTIFY_SINK=$(abspath $(B)/tests/notify-sink) bash tests/bench/run.sh
 
 $(B)/bench:
 	mkdir -p $(B)/bench
