@@ -11,7 +11,11 @@
 #     the command ran once, one attempt, one history entry;
 #  2. the lock held 20 s, the lease 3 s: the outcome is given up once the lease lapsed
 #     (logged once), the job runs again as attempt 2, and its history has both runs:
-#     attempt 1 lost (lost_lock, its worker and start) and attempt 2 a success.
+#     attempt 1 lost (lost_lock, its worker and start) and attempt 2 a success;
+#  3. lock mode transaction, the trigger of 0 for 6 s: the slot writes the outcome again
+#     from new sessions, backing off, while its daemon's claims hold; one run, one
+#     attempt, one entry (it gave up after five tries within a second, and the job ran
+#     again as the same attempt).
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
 pg_start
@@ -29,6 +33,9 @@ lease = 20s
 command = '$T/mark.sh'
 lock_mode = lease
 lease = 3s
+
+[queue.tx]
+command = '$T/mark.sh'
 EOF2
 start_daemon a "$T/a.ini"
 A=$DAEMON_PID
@@ -100,6 +107,18 @@ is "$(job_field "$id2" "concat_ws(' ', history->0->>'attempt', history->0->>'rea
 	"short: attempt 1 recorded as lost, with its worker and start; attempt 2 a success"
 is "$(grep -c "job=$id2 .*giving up, its lease has lapsed\|giving up, its lease has lapsed.* job=$id2 " "$T/a.log")" 1 \
 	"short: the outcome given up once, after its lease lapsed"
+
+# ---- 3. lock mode transaction: the outcome refused for a while
+psql_q "UPDATE public.refuse SET until = clock_timestamp() + interval '6 s'" >/dev/null
+id3=$(psql_q "INSERT INTO pgjobd.jobs (queue) VALUES ('tx') RETURNING id")
+wait_until 30 "[ \"\$(job_field $id3 status)\" = succeeded ]"
+ok $? "tx: the job succeeded once the trigger let it through"
+is "$(job_field "$id3" "attempts || ' ' || jsonb_array_length(history) || ' ' || (history->0->>'reason')")" \
+	"1 1 none" "tx: one attempt, one history entry, a success"
+is "$(grep -c "^start [^ ]* $id3 " "$T/runs.log")" 1 "tx: the command ran once"
+n=$(grep -c "cannot record outcome; retrying with back-off.* job=$id3 " "$T/a.log")
+is "$n" 1 "tx: the failed writes are logged in summary"
+
 stop_daemon "$A"
 is $? 0 "the daemon exits 0"
 done_testing
