@@ -91,9 +91,9 @@ $(B)/tests/test_%: tests/unit/test_%.c $$(addprefix $(B)/,$$(addsuffix .o,$$(TES
 
 # test_slot drives slot.c with fakes of everything it calls (the connection, the
 # command, queue_conf references, fence, guard, metrics and the libpq result
-# accessors it reads): it links slot and claim, no libpq, and none of the modules
-# it fakes.
-$(B)/tests/test_slot: tests/unit/test_slot.c $(addprefix $(B)/,slot.o claim.o util.o log.o) | $(B)
+# accessors it reads): it links slot, claim and backoff, no libpq, and none of the
+# modules it fakes.
+$(B)/tests/test_slot: tests/unit/test_slot.c $(addprefix $(B)/,slot.o claim.o backoff.o util.o log.o) | $(B)
 	$(CC) $(ALL_CFLAGS) -Itests/unit $(LDFLAGS) -o $@ $^ -lev
 
 check: check-unit check-integration

@@ -47,6 +47,7 @@ struct db_conn {
 	unsigned batch_seq;	  /* batches sent (db_send) */
 	int64_t backoff_ms;
 	int64_t backoff_max_ms; /* BACKOFF_MAX_MS unless db_set_backoff_max */
+	int64_t up_ms;		/* util_boot_ms() when the session came up; 0: not up */
 	char *conninfo;
 	char *appname;
 	char **setup;
@@ -217,6 +218,14 @@ static void arm_timer(struct db_conn *c, int64_t ms)
 
 static void schedule_connect(struct db_conn *c)
 {
+	/* The backoff starts again after a batch went through, or a session
+	 * that lasted (one that only listens sends nothing), never merely
+	 * because a connect worked: an owner that reconnects after each failed
+	 * statement (a read-only server, a pooler's error) would otherwise
+	 * connect and fail ten times a second. */
+	if (c->up_ms && util_boot_ms() - c->up_ms >= BACKOFF_MAX_MS)
+		c->backoff_ms = BACKOFF_MIN_MS;
+	c->up_ms = 0;
 	close_pg(c);
 	metrics_db_reconnect(c->cbs.metrics);
 	set_state(c, DB_WAIT);
@@ -227,6 +236,8 @@ static void schedule_connect(struct db_conn *c)
 	arm_timer(c, ms);
 }
 
+static void setup_done(struct db_conn *c, PGresult *const *res, int n, void *arg);
+
 /* The batch in flight (or the setup batch) is over: hand results over. */
 static void finish_batch(struct db_conn *c, bool failed)
 {
@@ -236,6 +247,8 @@ static void finish_batch(struct db_conn *c, bool failed)
 	c->cb = NULL;
 	c->cb_arg = NULL;
 	c->nstmts = 0;
+	if (!failed && cb != setup_done && db_batch_ok(c->res, n))
+		c->backoff_ms = BACKOFF_MIN_MS;
 	if (cb)
 		cb(c, failed ? NULL : c->res, n, arg);
 	clear_results(c);
@@ -352,7 +365,7 @@ static void setup_done(struct db_conn *c, PGresult *const *res, int n, void *arg
 		schedule_connect(c);
 		return;
 	}
-	c->backoff_ms = BACKOFF_MIN_MS;
+	c->up_ms = util_boot_ms();
 	set_state(c, DB_IDLE);
 	log_debug("msg=\"database connected\" app=%s", log_value(c->appname));
 	if (c->cbs.on_event)

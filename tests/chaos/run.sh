@@ -27,6 +27,9 @@
 #   pg-immediate   pg_ctl restart -m immediate
 #   partition      SIGSTOP of a daemon's relay for 1-12 s, then SIGCONT
 #   cut            SIGUSR1 to a daemon's relay: every connection reset
+#   read-only      the server read-only for 1-12 s (ALTER SYSTEM SET
+#                  default_transaction_read_only = on and a reload, as a demoted primary
+#                  answers): writes fail with SQLSTATE 25006, the producer's too
 # Faults overlap in time: a daemon may be stopped while PostgreSQL restarts.
 #
 # Afterwards: faults stop, stopped processes continue, dead daemons are restarted, every job
@@ -67,12 +70,12 @@ CHAOS_BREAK=${CHAOS_BREAK:-}
 CHAOS_LOCK_MODE=${CHAOS_LOCK_MODE:-mixed}
 CHAOS_LEASE=${CHAOS_LEASE:-3s}
 PROXY=${CHAOS_PROXY:-$REPO_ROOT/build/tests/chaos-proxy}
-ALL_KINDS="kill9 kill9-group stop terminate pg-fast pg-immediate partition cut"
+ALL_KINDS="kill9 kill9-group stop terminate pg-fast pg-immediate partition cut read-only"
 CHAOS_FAULTS=${CHAOS_FAULTS:-$ALL_KINDS}
 [ "$CHAOS_FAULTS" = none ] && CHAOS_FAULTS=
 # A PostgreSQL restart ends every session at once, so it comes half as often as the others.
 declare -A FAULT_WEIGHT=([kill9]=2 [kill9-group]=2 [stop]=2 [terminate]=2 [pg-fast]=1
-	[pg-immediate]=1 [partition]=2 [cut]=2)
+	[pg-immediate]=1 [partition]=2 [cut]=2 [read-only]=1)
 # (not DAEMONS: lib.sh keeps the pids of its own start_daemons there)
 CHAOS_DAEMONS=(a b c)
 NGROUPS=15
@@ -306,6 +309,22 @@ end_partition() {
 	PSTOP_UNTIL[$n]=0
 }
 
+# set_read_only on|off: the server's default_transaction_read_only (the read-only fault).
+set_read_only() {
+	PGOPTIONS="-c default_transaction_read_only=off" psql -X -qAt -v ON_ERROR_STOP=1 \
+		-c "ALTER SYSTEM SET default_transaction_read_only = $1" \
+		-c "SELECT pg_reload_conf()" >/dev/null 2>&1
+}
+
+# end_read_only: the server takes writes again (tried again at the next tick when the
+# server cannot be reached now).
+end_read_only() {
+	[ "${RO_UNTIL:-0}" = 0 ] && return
+	set_read_only off || return
+	fault read-only - "$RO_FROM" "$(now_s)" "$(($(now_ms) - RO_START_MS))ms"
+	RO_UNTIL=0
+}
+
 # pick_daemon COND: a random daemon name for which COND (with $n set) holds, in $PICK.
 pick_daemon() {
 	local cond=$1 n cands=()
@@ -387,6 +406,14 @@ inject() {
 		[ -n "$app" ] || return 1
 		fault terminate - "$t0" "$t0" "$app"
 		;;
+	read-only)
+		[ "${RO_UNTIL:-0}" = 0 ] || return 1
+		set_read_only on || return 1
+		RO_FROM=$(now_s)
+		RO_START_MS=$(now_ms)
+		RO_UNTIL=$((RO_START_MS + $(rand_ms 1000 12000)))
+		say "read-only for $((RO_UNTIL - RO_START_MS)) ms"
+		;;
 	pg-fast | pg-immediate)
 		t0=$(now_s)
 		if pg_restart_mode "${kind#pg-}"; then
@@ -405,6 +432,9 @@ inject() {
 tick() {
 	local n now status
 	now=$(now_ms)
+	if [ "${RO_UNTIL:-0}" != 0 ] && [ "$now" -ge "$RO_UNTIL" ]; then
+		end_read_only
+	fi
 	for n in "${CHAOS_DAEMONS[@]}"; do
 		if [ "${STOP_UNTIL[$n]:-0}" != 0 ] && [ "$now" -ge "${STOP_UNTIL[$n]}" ]; then
 			end_stop "$n"
@@ -698,6 +728,7 @@ say "faults stop; the producer stops"
 touch "$T/producer.stop"
 wait_until 60 "! pid_alive $PRODUCER" || say "the producer does not stop"
 wait "$PRODUCER" 2>/dev/null
+end_read_only
 for n in "${CHAOS_DAEMONS[@]}"; do
 	end_stop "$n"
 	end_partition "$n"
