@@ -421,7 +421,7 @@ static bool res_failed(const PGresult *res)
 static void finish_done(struct lease *l, PGresult *res)
 {
 	if (!res_ok(res)) {
-		const char *err = res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : NULL;
+		const char *err = res ? db_result_error(res) : NULL;
 		for (size_t i = l->njobs; i-- > 0;) {
 			struct lj *j = l->jobs[i];
 			if (j->state != LJ_WRITING)
@@ -469,9 +469,7 @@ static void finish_done(struct lease *l, PGresult *res)
 static void extend_done(struct lease *l, PGresult *res)
 {
 	if (!res_ok(res)) {
-		log_warn("msg=\"cannot extend leases\" err=%s",
-			 log_value(res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY)
-				       : "no result"));
+		log_warn("msg=\"cannot extend leases\" err=%s", log_value(db_result_error(res)));
 		for (size_t i = 0; i < l->njobs; i++)
 			l->jobs[i]->in_ext = false;
 		retry_later(l);
@@ -578,7 +576,7 @@ static void claim_done(struct lease *l, struct lq *q, PGresult *res)
 	if (!res_ok(res)) {
 		if (res)
 			log_warn("msg=\"claim failed\" queue=%s err=%s", q->name,
-				 log_value(PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY)));
+				 log_value(db_result_error(res)));
 		q->want = true;
 		q->backlog = false;
 		retry_later(l);
