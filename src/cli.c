@@ -59,7 +59,10 @@ static const char help_migrate[] =
     "usage: pgjobd migrate [--grant] [-c FILE]\n"
     "Create schema pgjobd or upgrade it to this version, in one transaction.\n"
     "  --grant   also create the roles pgjobd_producer and pgjobd_worker where missing\n"
-    "            (needs CREATEROLE) and grant them their rights\n";
+    "            (needs CREATEROLE) and grant them their rights\n"
+    "Each lock waits 1 s at most, and the whole is tried again (about 5 minutes in all)\n"
+    "while a running job holds a table it changes. Exit status: 0 done; 1 an error;\n"
+    "2 a bad file; 4 the schema is newer than this pgjobd (upgrade it).\n";
 
 static const char help_enqueue[] =
     "usage: pgjobd enqueue QUEUE [--data JSON] [--group G] [--priority N] [--run-at TIME]\n"
@@ -521,9 +524,11 @@ int cli_migrate(const struct cli_args *a)
 	int rc = cli_session_open(&s, a, false);
 	if (rc)
 		return rc;
-	rc = 1;
-	if (migrate_apply(s.pg) == 0 && (!a->grant || migrate_setup_roles(s.pg) == 0))
-		rc = 0;
+	rc = migrate_apply(s.pg);
+	if (rc == 0 && a->grant && migrate_setup_roles(s.pg) < 0)
+		rc = 1;
+	else if (rc < 0)
+		rc = 1;
 	cli_session_close(&s);
 	return rc;
 }

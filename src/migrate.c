@@ -13,7 +13,13 @@
  * CREATE waits for the first one's transaction and then fails on the catalog's
  * unique index (the IF NOT EXISTS check came before the wait). Each CREATE
  * runs in a block that takes that failure for "it exists now", so the second
- * run goes on, takes the lock, and finds the first one's work. */
+ * run goes on, takes the lock, and finds the first one's work.
+ *
+ * No lock is waited for long (LOCK_TIMEOUT): a migration that waits for a
+ * table queues every later lock request on it, producers' INSERTs included,
+ * behind its own. A try that cannot have a lock rolls back and the whole
+ * upgrade is tried again after a back-off, LOCK_TRIES times at most. The
+ * commit notifies MIGRATE_CHANNEL; what was applied is printed after it. */
 #include "migrate.h"
 
 #include <errno.h>
@@ -99,9 +105,11 @@ int migrate_current(PGconn *pg)
 
 /* One try of the whole upgrade, in one transaction. Returns the number of
  * migrations applied (committed) with their indexes in done[], or -1 (the
- * transaction rolled back; last_state tells whether a lock was the cause). */
+ * transaction rolled back; last_state tells whether a lock was the cause),
+ * or -2 when the schema is newer than this binary. */
 static int apply_once(PGconn *pg, int *done)
 {
+	int rc = -1;
 	if (exec_ok(pg, "BEGIN") < 0)
 		return -1;
 	/* quiet "already exists" notices of IF NOT EXISTS */
@@ -123,6 +131,7 @@ static int apply_once(PGconn *pg, int *done)
 			"pgjobd: migrate: the database has schema version %d, newer than this "
 			"pgjobd (%d); upgrade pgjobd\n",
 			cur, migrate_latest());
+		rc = -2;
 		goto fail;
 	}
 	int applied = 0;
@@ -164,7 +173,7 @@ static int apply_once(PGconn *pg, int *done)
 	return applied;
 fail:
 	PQclear(PQexec(pg, "ROLLBACK"));
-	return -1;
+	return rc;
 }
 
 /* Who holds locks on pgjobd's tables in a transaction open for a while
@@ -244,7 +253,7 @@ int migrate_apply(PGconn *pg)
 	}
 	if (applied < 0) {
 		free(done);
-		return -1;
+		return applied == -2 ? MIGRATE_EXIT_NEWER : -1;
 	}
 	/* Only now, with the transaction committed: what was applied. */
 	for (int i = 0; i < applied; i++)

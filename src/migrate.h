@@ -31,8 +31,11 @@ int migrate_verdict(int have);
 #define MIGRATE_CHANNEL "pgjobd_schema"
 
 /* Create or upgrade schema pgjobd in one transaction, serialised against
- * concurrent runs by a lock on pgjobd.schema_version; idempotent. Prints what it did to
- * stdout. Returns 0, or -1 after printing PostgreSQL's error to stderr. */
+ * concurrent runs by a lock on pgjobd.schema_version; idempotent. Each lock
+ * waits a moment at most (lock_timeout), and the transaction is tried again
+ * with back-off while a lock is not had. Prints what it did to stdout, once
+ * committed. Returns 0; MIGRATE_EXIT_NEWER when the schema is newer than
+ * this binary; or -1 after printing PostgreSQL's error to stderr. */
 int migrate_apply(PGconn *pg);
 
 /* `pgjobd migrate --grant`: pgjobd.setup_roles(), which creates the NOLOGIN

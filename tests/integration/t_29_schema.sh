@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # A schema this pgjobd cannot use (pgjobd(8), UPGRADES and EXIT STATUS):
 #  - never migrated: the daemon exits 3 at once, says to run `pgjobd migrate`, logs the
-#    server's own error text, and terminates nothing; `pgjobd check` exits 3 too;
-#  - newer than this binary at start: exit 4, "upgrade pgjobd", not "run pgjobd migrate";
+#    server's own error text, and terminates nothing; `pgjobd check` exits 3 too; a
+#    `pgjobd migrate` that fails halfway prints no "applied" line;
+#  - newer than this binary at start: exit 4, "upgrade pgjobd", not "run pgjobd migrate"
+#    (check and migrate exit 4 too);
 #  - newer while it runs (another host migrated, then the listener's session reconnects):
 #    it stops claiming and lets its running commands finish, however long (a lease job
 #    keeps its lease, extended until done; a transaction-mode job keeps its session), writes
@@ -14,7 +16,7 @@ own_cluster # kills the listener's session (pg_terminate_backend)
 empty_database
 pg_start
 
-plan 24
+plan 27
 
 make_mark_script "$T/mark.sh" "$T/marks.log"
 conf() {
@@ -51,6 +53,15 @@ timeout 20 "$PGJOBD" check -c "$T/d.ini" >"$T/check.out" 2>&1
 is "$?" 3 "pgjobd check: exit 3"
 like "$(cat "$T/check.out")" "run 'pgjobd migrate -c $T/d.ini'" "... and says to run pgjobd migrate"
 
+# A migration that fails halfway (006 creates pgjobd.workers, which is in the way): no
+# "applied" line for what was rolled back.
+psql_q "CREATE SCHEMA pgjobd; CREATE TABLE pgjobd.workers (x int)" >/dev/null
+timeout 60 "$PGJOBD" migrate -c "$T/d.ini" >"$T/migrate1.out" 2>"$T/migrate1.err"
+is "$?:$(cat "$T/migrate1.out")" "1:" "a migration failing halfway: exit 1, nothing said to be applied" ||
+	diag "$(cat "$T/migrate1.err")"
+like "$(cat "$T/migrate1.err")" 'migration 006_fencing failed; nothing was changed' "... and what failed"
+psql_q "DROP SCHEMA pgjobd CASCADE" >/dev/null
+
 pgjobd_migrate "$T/d.ini" >"$T/migrate.log" 2>&1 || bail_out "pgjobd migrate failed"
 NEED=$(psql_q "SELECT max(version) FROM pgjobd.schema_version")
 
@@ -68,6 +79,8 @@ is "$(grep -c 'run pgjobd migrate\|terminating running commands' "$T/newer.log")
 timeout 20 "$PGJOBD" check -c "$T/d.ini" >"$T/check.out" 2>&1
 is "$?" 4 "pgjobd check: exit 4"
 like "$(cat "$T/check.out")" 'newer than this pgjobd .*: upgrade pgjobd on this host' "... and says upgrade"
+timeout 20 "$PGJOBD" migrate -c "$T/d.ini" >"$T/migrate2.out" 2>&1
+is "$?:$(grep -c 'upgrade pgjobd' "$T/migrate2.out")" "4:1" "pgjobd migrate: exit 4, says upgrade pgjobd"
 psql_q "DELETE FROM pgjobd.schema_version WHERE version > $NEED" >/dev/null
 
 # ---------------------------------------------------------------- newer while running
