@@ -60,7 +60,7 @@ timeout 60 "$PGJOBD" migrate -c "$T/d.ini" >"$T/migrate1.out" 2>"$T/migrate1.err
 is "$?:$(cat "$T/migrate1.out")" "1:" "a migration failing halfway: exit 1, nothing said to be applied" ||
 	diag "$(cat "$T/migrate1.err")"
 like "$(cat "$T/migrate1.err")" 'migration 006_fencing failed; nothing was changed' "... and what failed"
-psql_q "DROP SCHEMA pgjobd CASCADE" >/dev/null
+psql_q "SET client_min_messages = warning; DROP SCHEMA pgjobd CASCADE" >/dev/null
 
 pgjobd_migrate "$T/d.ini" >"$T/migrate.log" 2>&1 || bail_out "pgjobd migrate failed"
 NEED=$(psql_q "SELECT max(version) FROM pgjobd.schema_version")
