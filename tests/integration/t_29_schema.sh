@@ -16,7 +16,7 @@ own_cluster # kills the listener's session (pg_terminate_backend)
 empty_database
 pg_start
 
-plan 27
+plan 32
 
 make_mark_script "$T/mark.sh" "$T/marks.log"
 conf() {
@@ -122,3 +122,33 @@ is "$(grep -c 'terminating running commands\|shutdown_grace over' "$T/run.log")"
 	"no 'terminating running commands'"
 check_markers "$T/marks.log" >"$T/markers.out"
 ok $? "no overlap, no job run twice" || diag "$(cat "$T/markers.out")"
+
+# ---------------------------------------------------------------- a TERM during that drain
+
+# Newer again, this time seen through pgjobd migrate's NOTIFY; then a TERM: the running
+# command gets shutdown_grace (1 s here), as at any stop, and its job goes back to queued.
+psql_q "DELETE FROM pgjobd.schema_version WHERE version > $NEED; DELETE FROM pgjobd.jobs" >/dev/null
+write_conf "$T/g.ini" <<EOF2
+$(conf_header shutdown_grace=1s)
+
+[queue.tx]
+command = $T/mark.sh
+lock_mode = transaction
+EOF2
+start_daemon grace "$T/g.ini"
+d=$DAEMON_PID
+G=$(psql_q "INSERT INTO pgjobd.jobs (queue, data) VALUES ('tx', '{\"gate\": \"never\"}') RETURNING id")
+wait_until 20 "[ \"\$(job_field $G status)\" = running ]"
+psql_q "INSERT INTO pgjobd.schema_version (version, name) VALUES ($((NEED + 1)), 'future');
+        NOTIFY pgjobd_schema" >/dev/null
+wait_until 10 "grep -q 'schema is newer than this pgjobd' '$T/grace.log'"
+ok $? "a NOTIFY on pgjobd_schema makes the daemon look at once"
+holds_for 2 "pid_alive $d && [ \"\$(job_field $G status)\" = running ]"
+ok $? "its job runs on"
+kill -TERM "$d"
+wait_daemon_exit "$d" 20
+is "$DAEMON_STATUS" 4 "a TERM then: the daemon exits, still with status 4"
+grep -q 'msg="shutting down" running=1 shutdown_grace_ms=1000' "$T/grace.log"
+ok $? "the TERM gave the command shutdown_grace"
+is "$(job_field "$G" "status || '/' || attempts")" "queued/0" \
+	"its job went back to queued, the attempt not counted, as at any stop"
