@@ -69,6 +69,7 @@ struct db_conn {
 	PGresult *res[DB_MAX_STMTS + 1];
 	char err[256];
 	struct db_waiter *waiters; /* FIFO of parties waiting for a turn (db_wait) */
+	bool pooler_logged;	   /* pooler_check said it */
 };
 
 /* The connection is idle: give waiting parties their turns, in order,
@@ -477,6 +478,22 @@ static void commit_failed(struct db_conn *c, PGresult *r)
 	PQclear(r);
 }
 
+/* A Prepare of ours that finds its name taken (42P05) means another
+ * client's statements are in our server session: a pooler in transaction
+ * or statement mode is in between. The daemon refuses one at start
+ * (daemon.c); this says so, once per connection, if one comes later. */
+static void pooler_check(struct db_conn *c, const PGresult *r)
+{
+	const char *st = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+	if (c->pooler_logged || !st || strcmp(st, "42P05") != 0)
+		return;
+	c->pooler_logged = true;
+	log_error("msg=\"another client's prepared statement is in this session: the connection "
+		  "goes through a pooler in transaction or statement mode; pgjobd needs a session: "
+		  "connect directly or through a session-mode pooler\" app=%s",
+		  log_value(c->appname));
+}
+
 /* Read whatever complete results are available. */
 static void read_results(struct db_conn *c)
 {
@@ -533,6 +550,7 @@ static void read_results(struct db_conn *c)
 		 * it) created nothing: prepare again next time. */
 		if (item != INT_MIN && st != PGRES_COMMAND_OK) {
 			c->prepared[-1 - item] = NULL;
+			pooler_check(c, r);
 			/* The server's reason (a missing table, a clash of names)
 			 * becomes the result of the statement it was for, the next
 			 * item: that one is only skipped. */
