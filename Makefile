@@ -43,7 +43,7 @@ BENCH_TOOLS := $(B)/bench/spawnbench $(B)/bench/pickup $(B)/bench/stamp
 UNITS := pgjobd.service pgjobd@.service
 MANPAGES := man/pgjobd.8 man/pgjobd.ini.5
 TEST_HELPERS := $(B)/tests/notify-sink $(B)/tests/chaos-proxy $(B)/tests/config-keys \
-	$(B)/tests/claim-sql
+	$(B)/tests/claim-sql $(B)/tests/pgjobd-next
 # Integration test files run at once (tests/integration/run.sh): they mostly wait.
 TEST_JOBS ?= 8
 
@@ -109,6 +109,16 @@ $(B)/tests/config-keys: tests/integration/config-keys.c $(addprefix $(B)/,$(adds
 $(B)/tests/claim-sql: tests/integration/claim-sql.c $(addprefix $(B)/,$(addsuffix .o,claim util log)) | $(B)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(PKG_LIBS)
 
+# The "next version" of t_29_rolling_upgrade.sh: the same objects, with one migration
+# more (tests/integration/next/) embedded; nothing of it is in src/.
+NEXT_MIGRATIONS := $(MIGRATIONS) $(sort $(wildcard tests/integration/next/[0-9][0-9][0-9]_*.sql))
+$(B)/tests/sql_embed_next.c: $(NEXT_MIGRATIONS) src/embed-sql.sh | $(B)
+	sh src/embed-sql.sh $(NEXT_MIGRATIONS) > $@.tmp && mv $@.tmp $@
+$(B)/tests/sql_embed_next.o: $(B)/tests/sql_embed_next.c
+	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+$(B)/tests/pgjobd-next: $(B)/main.o $(filter-out $(B)/sql_embed.o,$(OBJS)) $(B)/tests/sql_embed_next.o
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(PKG_LIBS)
+
 check-unit: $(UNIT_TESTS)
 	prove $(UNIT_TESTS)
 
@@ -116,7 +126,7 @@ check-unit: $(UNIT_TESTS)
 check-integration: $(B)/pgjobd $(TEST_HELPERS)
 	PGJOBD=$(abspath $(B)/pgjobd) NOTIFY_SINK=$(abspath $(B)/tests/notify-sink) \
 		CHAOS_PROXY=$(abspath $(B)/tests/chaos-proxy) CONFIG_KEYS=$(abspath $(B)/tests/config-keys) \
-		CLAIM_SQL=$(abspath $(B)/tests/claim-sql) \
+		CLAIM_SQL=$(abspath $(B)/tests/claim-sql) PGJOBD_NEXT=$(abspath $(B)/tests/pgjobd-next) \
 		bash tests/integration/run.sh -j $(TEST_JOBS)
 
 # sql/schema.sql is the whole schema as the migrations leave a fresh database (a

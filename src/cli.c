@@ -50,13 +50,19 @@ static const char help_check[] =
     "Read and validate the whole file as the daemon does at startup, connect, and check\n"
     "the schema version. Warns (and still exits 0) about a queue whose command's program\n"
     "is not an executable on the command's PATH, and about queued jobs whose data is not\n"
-    "a JSON object although their queue's command uses $PGJOBD_ARG_ variables.\n";
+    "a JSON object although their queue's command uses $PGJOBD_ARG_ variables.\n"
+    "Exit status: 0 ok; 1 a run time error; 2 a bad file, or a connection through a\n"
+    "pooler in transaction or statement mode; 3 the schema is missing or older (run\n"
+    "pgjobd migrate); 4 the schema is newer than this pgjobd (upgrade it).\n";
 
 static const char help_migrate[] =
     "usage: pgjobd migrate [--grant] [-c FILE]\n"
     "Create schema pgjobd or upgrade it to this version, in one transaction.\n"
     "  --grant   also create the roles pgjobd_producer and pgjobd_worker where missing\n"
-    "            (needs CREATEROLE) and grant them their rights\n";
+    "            (needs CREATEROLE) and grant them their rights\n"
+    "Each lock waits 1 s at most, and the whole is tried again (about 5 minutes in all)\n"
+    "while a running job holds a table it changes. Exit status: 0 done; 1 an error;\n"
+    "2 a bad file; 4 the schema is newer than this pgjobd (upgrade it).\n";
 
 static const char help_enqueue[] =
     "usage: pgjobd enqueue QUEUE [--data JSON] [--group G] [--priority N] [--run-at TIME]\n"
@@ -412,21 +418,94 @@ static int warn_queued_data(struct cli_session *s)
 	return 0;
 }
 
+/* Does s's connection have a server session of its own, as the daemon
+ * needs? Through a pooler (the process id libpq was given at connect is not
+ * the server's), a second connection tells: a pooler in transaction or
+ * statement mode hands it the first one's idle server session (its process,
+ * and a setting made in it), one in session mode never does while the first
+ * one is connected. Returns 0 when it has (a note when a session-mode pooler
+ * is in between), 2 after saying what to do when it has not, 1 on another
+ * error (printed). */
+static int check_session(struct cli_session *s)
+{
+	char token[64];
+	snprintf(token, sizeof(token), "check:%d:%lx", (int)getpid(), (unsigned long)time(NULL));
+	const char *vals[] = {token};
+	PGresult *r = cli_session_query(
+	    s, "SELECT pg_backend_pid(), set_config('pgjobd.session_probe', $1, false)", 1, vals);
+	if (!r)
+		return 1;
+	int pid = atoi(PQgetvalue(r, 0, 0));
+	PQclear(r);
+	if (pid == PQbackendPID(s->pg))
+		return 0;
+	const char *keys[] = {"dbname", "fallback_application_name", NULL};
+	const char *cvals[] = {s->cfg->database, "pgjobd", NULL};
+	PGconn *p = PQconnectdbParams(keys, cvals, 1);
+	int rc = 1;
+	if (PQstatus(p) != CONNECTION_OK) {
+		fprintf(stderr, "pgjobd: check: cannot connect to the database: %s",
+			PQerrorMessage(p));
+		goto out;
+	}
+	r = PQexec(p, "SELECT pg_backend_pid(), "
+		      "coalesce(current_setting('pgjobd.session_probe', true), '')");
+	if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
+		fprintf(stderr, "pgjobd: check: %s", PQresultErrorMessage(r));
+		PQclear(r);
+		goto out;
+	}
+	bool shared = atoi(PQgetvalue(r, 0, 0)) == pid || strcmp(PQgetvalue(r, 0, 1), token) == 0;
+	PQclear(r);
+	if (shared) {
+		fprintf(
+		    stderr,
+		    "pgjobd: check: the database connection goes through a pooler in "
+		    "transaction or statement mode (a second connection was given the first "
+		    "one's server session); pgjobd needs a session: connect directly or through "
+		    "a session-mode pooler\n"
+		    "pgjobd: hint: set database in %s to the server itself, or use pool_mode = "
+		    "session in PgBouncer\n",
+		    s->a->config);
+		rc = 2;
+		goto out;
+	}
+	fprintf(stderr, "pgjobd: check: note: the connection goes through a pooler in session "
+			"mode (each connection has a server session of its own)\n");
+	rc = 0;
+out:
+	PQfinish(p);
+	return rc;
+}
+
 int cli_check(const struct cli_args *a)
 {
 	struct cli_session s;
 	int rc = cli_session_open(&s, a, true);
 	if (rc)
 		return rc;
+	rc = check_session(&s);
+	if (rc)
+		goto out;
 	rc = 1;
 	int v = migrate_current(s.pg);
 	if (v < 0)
 		goto out;
-	if (v != migrate_latest()) {
+	if (migrate_verdict(v) == MIGRATE_EXIT_NEWER) {
+		fprintf(
+		    stderr,
+		    "pgjobd: schema pgjobd is at version %d, newer than this pgjobd (%s, schema "
+		    "version %d): upgrade pgjobd on this host\n",
+		    v, PGJOBD_VERSION, migrate_latest());
+		rc = MIGRATE_EXIT_NEWER;
+		goto out;
+	}
+	if (migrate_verdict(v) == MIGRATE_EXIT_OLDER) {
 		fprintf(stderr,
 			"pgjobd: schema pgjobd is at version %d, this pgjobd needs %d: run "
 			"'pgjobd migrate -c %s'\n",
 			v, migrate_latest(), a->config);
+		rc = MIGRATE_EXIT_OLDER;
 		goto out;
 	}
 	config_warn_programs(s.cfg, stderr);
@@ -445,9 +524,11 @@ int cli_migrate(const struct cli_args *a)
 	int rc = cli_session_open(&s, a, false);
 	if (rc)
 		return rc;
-	rc = 1;
-	if (migrate_apply(s.pg) == 0 && (!a->grant || migrate_setup_roles(s.pg) == 0))
-		rc = 0;
+	rc = migrate_apply(s.pg);
+	if (rc == 0 && a->grant && migrate_setup_roles(s.pg) < 0)
+		rc = 1;
+	else if (rc < 0)
+		rc = 1;
 	cli_session_close(&s);
 	return rc;
 }

@@ -70,6 +70,7 @@ struct db_conn {
 	PGresult *res[DB_MAX_STMTS + 1];
 	char err[256];
 	struct db_waiter *waiters; /* FIFO of parties waiting for a turn (db_wait) */
+	bool pooler_logged;	   /* pooler_check said it */
 };
 
 /* The connection is idle: give waiting parties their turns, in order,
@@ -490,6 +491,22 @@ static void commit_failed(struct db_conn *c, PGresult *r)
 	PQclear(r);
 }
 
+/* A Prepare of ours that finds its name taken (42P05) means another
+ * client's statements are in our server session: a pooler in transaction
+ * or statement mode is in between. The daemon refuses one at start
+ * (daemon.c); this says so, once per connection, if one comes later. */
+static void pooler_check(struct db_conn *c, const PGresult *r)
+{
+	const char *st = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+	if (c->pooler_logged || !st || strcmp(st, "42P05") != 0)
+		return;
+	c->pooler_logged = true;
+	log_error("msg=\"another client's prepared statement is in this session: the connection "
+		  "goes through a pooler in transaction or statement mode; pgjobd needs a session: "
+		  "connect directly or through a session-mode pooler\" app=%s",
+		  log_value(c->appname));
+}
+
 /* Read whatever complete results are available. */
 static void read_results(struct db_conn *c)
 {
@@ -534,13 +551,28 @@ static void read_results(struct db_conn *c)
 		int item = c->cur < c->nitems && !c->cur_has ? c->item_stmt[c->cur] : INT_MIN;
 		c->cur_has = true;
 		if (item >= 0) {
-			c->res[item] = r;
+			/* Its Prepare failed (below): keep that error, not the
+			 * PGRES_PIPELINE_ABORTED the statement then gets. */
+			if (c->res[item])
+				PQclear(r);
+			else
+				c->res[item] = r;
 			continue;
 		}
 		/* A Prepare that failed or was skipped (the pipeline aborted before
 		 * it) created nothing: prepare again next time. */
-		if (item != INT_MIN && st != PGRES_COMMAND_OK)
+		if (item != INT_MIN && st != PGRES_COMMAND_OK) {
 			c->prepared[-1 - item] = NULL;
+			pooler_check(c, r);
+			/* The server's reason (a missing table, a clash of names)
+			 * becomes the result of the statement it was for, the next
+			 * item: that one is only skipped. */
+			int next = c->cur + 1 < c->nitems ? c->item_stmt[c->cur + 1] : -1;
+			if (st == PGRES_FATAL_ERROR && next >= 0 && !c->res[next]) {
+				c->res[next] = r;
+				continue;
+			}
+		}
 		PQclear(r);
 	}
 }
@@ -660,6 +692,11 @@ void db_set_backoff_max(struct db_conn *c, int64_t ms)
 		c->backoff_ms = c->backoff_max_ms;
 }
 
+int db_backend_pid(const struct db_conn *c)
+{
+	return c->pg ? PQbackendPID(c->pg) : 0;
+}
+
 void db_reconnect(struct db_conn *c)
 {
 	if (c->state == DB_WAIT || c->state == DB_CONNECT)
@@ -682,18 +719,39 @@ bool db_batch_ok(PGresult *const *res, int n)
 	return true;
 }
 
+const char *db_result_error(const PGresult *r)
+{
+	if (!r)
+		return "no result";
+	ExecStatusType st = PQresultStatus(r);
+	if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK)
+		return "no error";
+	if (st == PGRES_PIPELINE_ABORTED)
+		return "skipped: an earlier statement of its transaction failed";
+	/* the server's own text; else libpq's (a client-side failure) */
+	const char *m = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
+	if (m && *m)
+		return m;
+	m = PQresultErrorMessage(r);
+	return m && *m ? m : PQresStatus(st);
+}
+
 const char *db_batch_error(PGresult *const *res, int n)
 {
 	if (!res)
 		return "connection lost";
+	/* The statement that failed, rather than one skipped after it. */
+	const char *skipped = NULL;
 	for (int i = 0; i < n; i++) {
 		if (!res[i])
 			return "no result";
 		ExecStatusType st = PQresultStatus(res[i]);
-		if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
-			const char *m = PQresultErrorField(res[i], PG_DIAG_MESSAGE_PRIMARY);
-			return m ? m : PQresStatus(st);
-		}
+		if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK)
+			continue;
+		if (st != PGRES_PIPELINE_ABORTED)
+			return db_result_error(res[i]);
+		if (!skipped)
+			skipped = db_result_error(res[i]);
 	}
-	return "no error";
+	return skipped ? skipped : "no error";
 }

@@ -712,10 +712,10 @@ static void declare_gone(const struct guard_state *s)
 	const char *params[] = {id};
 	PGresult *r = PQexecParams(pg, s->exit_sql, 1, NULL, params, NULL, NULL, 0);
 	if (PQresultStatus(r) != PGRES_TUPLES_OK && PQresultStatus(r) != PGRES_COMMAND_OK)
-		log_warn("msg=\"guard could not release the daemon's jobs early\" err=\"%s\"",
-			 PQresultErrorField(r, PG_DIAG_SQLSTATE)
-			     ? PQresultErrorField(r, PG_DIAG_SQLSTATE)
-			     : "connection");
+		log_warn("msg=\"guard could not release the daemon's jobs early\" err=%s",
+			 log_value(PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY)
+				       ? PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY)
+				       : PQerrorMessage(pg)));
 	else
 		log_info("msg=\"guard: the daemon's jobs may be taken over now\" worker_id=%lld",
 			 s->worker_id);

@@ -465,7 +465,7 @@ static bool res_failed(const PGresult *res)
 static void finish_done(struct lease *l, PGresult *res)
 {
 	if (!res_ok(res)) {
-		const char *err = res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : NULL;
+		const char *err = res ? db_result_error(res) : NULL;
 		int64_t now = util_boot_ms();
 		size_t writing = 0;
 		for (size_t i = 0; i < l->njobs; i++)
@@ -531,8 +531,7 @@ static void extend_done(struct lease *l, PGresult *res)
 								  : cap;
 		int64_t again = util_boot_ms() +
 				backoff_fail(&l->ext_bo, LOG_WARN, "cannot extend leases", NULL,
-					     res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY)
-						 : "no result");
+					     res ? db_result_error(res) : "no result");
 		for (size_t i = 0; i < l->njobs; i++) {
 			struct lj *j = l->jobs[i];
 			if (!j->in_ext)
@@ -654,7 +653,7 @@ static void claim_done(struct lease *l, struct lq *q, PGresult *res)
 			snprintf(ctx, sizeof(ctx), "queue=%s", log_value(q->name));
 			retry_later(l,
 				    backoff_fail(&l->claim_bo, LOG_WARN, "claim failed", ctx,
-						 PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY)));
+						 db_result_error(res)));
 		} else {
 			retry_later(l, backoff_step_ms(&l->claim_bo));
 		}

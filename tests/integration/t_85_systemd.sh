@@ -126,7 +126,7 @@ like "$(last_status "$d")" '^stopping' "STATUS= says it is stopping"
 is "$(awk -v pid="$d" '$3 != pid' "$msgs" | wc -l)" 0 \
 	"every message came from the daemon's main pid (NotifyAccess=main)"
 
-# 6. Schema missing: the daemon exits 1 and never says READY=1.
+# 6. Schema missing: the daemon exits 3 (pgjobd(8), EXIT STATUS) and never says READY=1.
 psql_q "CREATE DATABASE noschema" >/dev/null
 write_conf "$T/noschema.ini" <<EOF
 $(conf_header database="host=$T/sock port=$PG_PORT dbname=noschema user=postgres")
@@ -137,7 +137,7 @@ EOF
 start_daemon noschema "$T/noschema.ini" NOTIFY_SOCKET="$sock"
 d2=$DAEMON_PID
 wait_daemon_exit "$d2" 20
-is "$DAEMON_STATUS" 1 "no schema: exit 1"
+is "$DAEMON_STATUS" 3 "no schema: exit 3"
 is "$(msg_count "$d2" READY=1)" 0 "no schema: no READY=1"
 grep -q 'run pgjobd migrate' "$T/noschema.log"
 ok $? "no schema: the log says to run pgjobd migrate"
