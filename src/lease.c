@@ -529,9 +529,9 @@ static void extend_done(struct lease *l, PGresult *res)
 		l->ext_bo.max_ms = cap < LEASE_EXT_RETRY_MIN_MS	  ? LEASE_EXT_RETRY_MIN_MS
 				   : cap > LEASE_EXT_RETRY_MAX_MS ? LEASE_EXT_RETRY_MAX_MS
 								  : cap;
-		int64_t again = util_boot_ms() +
-				backoff_fail(&l->ext_bo, LOG_WARN, "cannot extend leases", NULL,
-					     res ? db_result_error(res) : "no result");
+		int64_t again =
+		    util_boot_ms() + backoff_fail(&l->ext_bo, LOG_WARN, "cannot extend leases",
+						  NULL, res ? db_result_error(res) : "no result");
 		for (size_t i = 0; i < l->njobs; i++) {
 			struct lj *j = l->jobs[i];
 			if (!j->in_ext)
@@ -651,9 +651,8 @@ static void claim_done(struct lease *l, struct lq *q, PGresult *res)
 		if (res) {
 			char ctx[LOG_VALUE_MAX + 8];
 			snprintf(ctx, sizeof(ctx), "queue=%s", log_value(q->name));
-			retry_later(l,
-				    backoff_fail(&l->claim_bo, LOG_WARN, "claim failed", ctx,
-						 db_result_error(res)));
+			retry_later(l, backoff_fail(&l->claim_bo, LOG_WARN, "claim failed", ctx,
+						    db_result_error(res)));
 		} else {
 			retry_later(l, backoff_step_ms(&l->claim_bo));
 		}
