@@ -87,6 +87,7 @@ struct daemon {
 	struct run_env renv;   /* what every command needs (run.h) */
 	ev_signal sigterm, sigint, sighup;
 	ev_timer poll, grace, watchdog;
+	ev_timer log_dropped;  /* logs how many lines a stalled stderr reader lost */
 	struct reaper *reaper; /* every child is reaped by it (reap.h) */
 	bool terminating;      /* commands were told to stop */
 	int exit_code;
@@ -322,6 +323,34 @@ static void announce_queues(struct daemon *d, const struct config *cfg)
 	fence_set_queues(d->fence, names, (int)cfg->nqueues);
 	free(names);
 }
+/* Configuration diagnostics at run time go through the log, so that a
+ * stalled reader of stderr cannot block the loop on a reload (stdio's
+ * stderr would wait for it). fn writes them to the stream it is given. */
+static void *diag_to_log(void *(*fn)(void *arg, FILE *out), void *arg)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	if (!f)
+		return fn(arg, stderr); /* no memory: as before */
+	void *r = fn(arg, f);
+	if (fclose(f) == 0 && buf)
+		log_write_raw(buf, len);
+	free(buf);
+	return r;
+}
+
+static void *diag_warn_programs(void *arg, FILE *out)
+{
+	config_warn_programs(arg, out);
+	return NULL;
+}
+
+static void *diag_load(void *arg, FILE *out)
+{
+	return config_load(arg, true, out);
+}
+
 static void apply_config(struct daemon *d, struct config *nc)
 {
 	const char *key = config_restart_key(d->cfg, nc);
@@ -331,7 +360,7 @@ static void apply_config(struct daemon *d, struct config *nc)
 	log_set_level(nc->log_level);
 	report_configure(d->report, nc);
 	announce_queues(d, nc);
-	config_warn_programs(nc, stderr);
+	diag_to_log(diag_warn_programs, nc);
 	if (d->maint)
 		maint_configure(d->maint, nc);
 	if (nc->poll_interval_ms != d->cfg->poll_interval_ms && d->state == D_RUNNING) {
@@ -390,7 +419,7 @@ static void on_sighup(struct ev_loop *loop, ev_signal *w, int revents)
 		     (unsigned long long)ts.tv_nsec / 1000);
 	notify_send(msg);
 	log_info("msg=\"reloading configuration\" path=%s", log_value(d->config_path));
-	struct config *nc = config_load(d->config_path, true, stderr);
+	struct config *nc = diag_to_log(diag_load, (void *)d->config_path);
 	if (nc && check_users(nc) < 0) {
 		config_free(nc);
 		nc = NULL;
@@ -417,6 +446,14 @@ static void on_guard_exit(pid_t pid, int status, const struct rusage *ru, void *
 	log_error("msg=\"guard process died; stopping\" status=%d", status);
 	d->exit_code = 1;
 	begin_drain(d, true);
+}
+
+static void on_log_dropped(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	(void)loop;
+	(void)w;
+	(void)revents;
+	log_flush_dropped();
 }
 
 static void on_watchdog(struct ev_loop *loop, ev_timer *w, int revents)
@@ -464,6 +501,9 @@ int daemon_run(const char *config_path, struct config *cfg)
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGPIPE, &sa, NULL);
 
+	/* Before the guard, which inherits it: neither waits for a stalled
+	 * reader of stderr. */
+	log_nonblocking();
 	/* Before the guard, which inherits it: its kills keep their time too. */
 	int nice_raise = priv_raise_priority();
 
@@ -533,6 +573,10 @@ int daemon_run(const char *config_path, struct config *cfg)
 	ev_init(&d->grace, on_grace);
 	d->grace.data = d;
 	reaper_watch(d->reaper, guard_pid(d->guard), on_guard_exit, d);
+	ev_timer_init(&d->log_dropped, on_log_dropped, 1., 1.);
+	d->log_dropped.data = d;
+	ev_timer_start(d->loop, &d->log_dropped);
+	ev_unref(d->loop); /* it alone does not keep the loop running */
 	uint64_t wd = notify_watchdog_usec();
 	if (wd) {
 		double every = (double)wd / 2e6;
@@ -568,6 +612,8 @@ int daemon_run(const char *config_path, struct config *cfg)
 	ev_timer_stop(d->loop, &d->poll);
 	ev_timer_stop(d->loop, &d->grace);
 	ev_timer_stop(d->loop, &d->watchdog);
+	ev_ref(d->loop);
+	ev_timer_stop(d->loop, &d->log_dropped);
 	ev_signal_stop(d->loop, &d->sigterm);
 	ev_signal_stop(d->loop, &d->sigint);
 	ev_signal_stop(d->loop, &d->sighup);
