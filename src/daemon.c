@@ -42,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -87,7 +88,10 @@ struct daemon {
 	struct run_env renv;   /* what every command needs (run.h) */
 	ev_signal sigterm, sigint, sighup;
 	ev_timer poll, grace, watchdog;
-	ev_timer log_dropped;  /* logs how many lines a stalled stderr reader lost */
+	ev_timer log_dropped;
+	struct run_backoff backoff;
+	    /* the host refused to start commands (run.h) */ /* logs how many lines a stalled stderr
+								reader lost */
 	struct reaper *reaper; /* every child is reaped by it (reap.h) */
 	bool terminating;      /* commands were told to stop */
 	int exit_code;
@@ -478,6 +482,50 @@ static char *default_home(void)
 	return xstrdup(pw && pw->pw_dir ? pw->pw_dir : "/");
 }
 
+/* Warn at start-up when the process or open-file limit is below what the
+ * configured slots need: the host would then refuse starts (run.h, struct
+ * run_backoff), and jobs would wait for it. Every running command costs at
+ * least one process and three pipe ends in the daemon (six while it is
+ * being started); every slot of lock mode transaction a session, every
+ * such queue its claimer's, and the daemon three more (listener,
+ * maintenance, fence) plus the lease session when it has lease queues.
+ * The margin covers the loop, the supervisor's channel, cgroup
+ * directories and the like. */
+#define LIMITS_FD_MARGIN 32
+static void warn_limits(const struct config *cfg)
+{
+	long long slots = 0, sessions = 3;
+	bool lease = false;
+	for (size_t i = 0; i < cfg->nqueues; i++) {
+		const struct queue_conf *q = cfg->queues[i];
+		slots += q->concurrency;
+		if (q->lock_mode == LOCK_LEASE)
+			lease = true;
+		else
+			sessions += q->concurrency + 1;
+	}
+	sessions += lease;
+	struct rlimit rl;
+	long long need = sessions + 3 * slots + LIMITS_FD_MARGIN;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+	    (long long)rl.rlim_cur < need)
+		log_warn(
+		    "msg=\"RLIMIT_NOFILE is too low for the configured slots: commands will "
+		    "wait for file descriptors\" limit=%llu need=%lld sessions=%lld slots=%lld "
+		    "hint=\"raise LimitNOFILE= (ulimit -n) or lower concurrency\"",
+		    (unsigned long long)rl.rlim_cur, need, sessions, slots);
+	/* The daemon, its supervisor and one process per command, all of one
+	 * user when commands run as the daemon's (root is not limited, but a
+	 * command switched to another user is, at its execve). */
+	need = slots + 2;
+	if (getrlimit(RLIMIT_NPROC, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+	    (long long)rl.rlim_cur < need)
+		log_warn("msg=\"RLIMIT_NPROC is too low for the configured slots: commands will "
+			 "wait for processes\" limit=%llu need=%lld slots=%lld "
+			 "hint=\"raise LimitNPROC= (ulimit -u) or lower concurrency\"",
+			 (unsigned long long)rl.rlim_cur, need, slots);
+}
+
 int daemon_run(const char *config_path, struct config *cfg)
 {
 	/* First, before the supervisor is forked (it inherits both) and before
@@ -548,6 +596,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 	    .contain = d->contain,
 	    .metrics = d->metrics,
 	    .nice_raise = nice_raise,
+	    .backoff = &d->backoff,
 	};
 	struct dispatch_env denv = {
 	    .loop = d->loop,
@@ -587,6 +636,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 
 	log_info("msg=\"starting\" version=%s worker=%s queues=%zu", PGJOBD_VERSION,
 		 log_value(d->worker_prefix), cfg->nqueues);
+	warn_limits(cfg);
 	/* pgjobd: a queue may have new jobs (payload: the queue's wake-up
 	 * payload); pgjobd_cancel: pgjobd.cancel() was called for a running
 	 * job; pgjobd_schedule: a schedule was made or resumed (no payload:
