@@ -88,12 +88,10 @@ struct daemon {
 	struct run_env renv;   /* what every command needs (run.h) */
 	ev_signal sigterm, sigint, sighup;
 	ev_timer poll, grace, watchdog;
-	ev_timer log_dropped;
-	struct run_backoff backoff;
-	    /* the host refused to start commands (run.h) */ /* logs how many lines a stalled stderr
-								reader lost */
-	struct reaper *reaper; /* every child is reaped by it (reap.h) */
-	bool terminating;      /* commands were told to stop */
+	ev_timer log_dropped;	    /* logs how many lines a stalled stderr reader lost */
+	struct run_backoff backoff; /* the host refused to start commands (run.h) */
+	struct reaper *reaper;	    /* every child is reaped by it (reap.h) */
+	bool terminating;	    /* commands were told to stop */
 	int exit_code;
 };
 
