@@ -12,8 +12,10 @@
  * through again (or log_flush_dropped is called). The first few error and
  * warning lines that could not go are kept instead (LOG_HELD_MAX), and go
  * out, with their own time, before the count: the line that says the
- * supervisor killed a command at a deadline is the one an operator needs. How "at once" is had
- * depends on what stderr is; O_NONBLOCK is never set on stderr's own open
+ * supervisor killed a command at a deadline is the one an operator needs.
+ *
+ * How "at once" is had depends on what stderr is; O_NONBLOCK is never set
+ * on stderr's own open
  * file description, because that flag belongs to the description, which
  * other processes share (the shell or unit that started us, anything else
  * writing to the same pipe), and a writer that does not expect EAGAIN would

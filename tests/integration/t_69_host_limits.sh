@@ -81,8 +81,9 @@ EOF
 	is "$(count_jobs "queue = '$q' AND jsonb_array_length(history) <> 1")" 0 \
 		"A $mode: one history entry per job (a refused start leaves none)"
 	# 40 jobs need about 80 transactions and 80 start/finish lines; a busy loop makes
-	# thousands. Bounds an idle machine and a loaded one both stay far below.
-	cmp_ok "$((x1 - x0))" -le 2000 "A $mode: statements bounded"
+	# thousands. Refused starts cost at most one claim and one give-back per slot per pause
+	# (250 ms at least): under 100 transactions/s however slow the machine (about 40 here).
+	cmp_ok "$(((x1 - x0) * 1000 / ms))" -le 150 "A $mode: statements/s bounded"
 	cmp_ok "$((l1 - l0))" -le 200 "A $mode: log lines bounded"
 	cmp_ok "$(grep -c 'host refused' "$T/a.$mode.log")" -le 3 "A $mode: the refusals are told once per episode"
 	stop_daemon "$A" >/dev/null
