@@ -42,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -103,9 +104,11 @@ struct daemon {
 	struct db_conn *probe;		/* the pooler probe (start-up only) */
 	ev_timer probe_free;		/* frees it outside its own callback */
 	int listener_server_pid;	/* the server process the listener's batch ran in */
-	char probe_token[64];  /* set in the listener's session, looked for in the probe's */
-	struct reaper *reaper; /* every child is reaped by it (reap.h) */
-	bool terminating;      /* commands were told to stop */
+	char probe_token[64];	    /* set in the listener's session, looked for in the probe's */
+	ev_timer log_dropped;	    /* logs how many lines a stalled stderr reader lost */
+	struct run_backoff backoff; /* the host refused to start commands (run.h) */
+	struct reaper *reaper;	    /* every child is reaped by it (reap.h) */
+	bool terminating;	    /* commands were told to stop */
 	int exit_code;
 };
 
@@ -549,6 +552,34 @@ static void announce_queues(struct daemon *d, const struct config *cfg)
 	fence_set_queues(d->fence, names, (int)cfg->nqueues);
 	free(names);
 }
+/* Configuration diagnostics at run time go through the log, so that a
+ * stalled reader of stderr cannot block the loop on a reload (stdio's
+ * stderr would wait for it). fn writes them to the stream it is given. */
+static void *diag_to_log(void *(*fn)(void *arg, FILE *out), void *arg)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	if (!f)
+		return fn(arg, stderr); /* no memory: as before */
+	void *r = fn(arg, f);
+	if (fclose(f) == 0 && buf)
+		log_write_raw(buf, len);
+	free(buf);
+	return r;
+}
+
+static void *diag_warn_programs(void *arg, FILE *out)
+{
+	config_warn_programs(arg, out);
+	return NULL;
+}
+
+static void *diag_load(void *arg, FILE *out)
+{
+	return config_load(arg, true, out);
+}
+
 static void apply_config(struct daemon *d, struct config *nc)
 {
 	const char *key = config_restart_key(d->cfg, nc);
@@ -558,7 +589,7 @@ static void apply_config(struct daemon *d, struct config *nc)
 	log_set_level(nc->log_level);
 	report_configure(d->report, nc);
 	announce_queues(d, nc);
-	config_warn_programs(nc, stderr);
+	diag_to_log(diag_warn_programs, nc);
 	if (d->maint)
 		maint_configure(d->maint, nc);
 	if (nc->poll_interval_ms != d->cfg->poll_interval_ms && d->state == D_RUNNING) {
@@ -617,7 +648,7 @@ static void on_sighup(struct ev_loop *loop, ev_signal *w, int revents)
 		     (unsigned long long)ts.tv_nsec / 1000);
 	notify_send(msg);
 	log_info("msg=\"reloading configuration\" path=%s", log_value(d->config_path));
-	struct config *nc = config_load(d->config_path, true, stderr);
+	struct config *nc = diag_to_log(diag_load, (void *)d->config_path);
 	if (nc && check_users(nc) < 0) {
 		config_free(nc);
 		nc = NULL;
@@ -646,6 +677,14 @@ static void on_guard_exit(pid_t pid, int status, const struct rusage *ru, void *
 	begin_drain(d, DRAIN_NOW);
 }
 
+static void on_log_dropped(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	(void)loop;
+	(void)w;
+	(void)revents;
+	log_flush_dropped();
+}
+
 static void on_watchdog(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	(void)loop;
@@ -666,6 +705,50 @@ static char *default_home(void)
 		return xstrdup(h);
 	struct passwd *pw = getpwuid(getuid());
 	return xstrdup(pw && pw->pw_dir ? pw->pw_dir : "/");
+}
+
+/* Warn at start-up when the process or open-file limit is below what the
+ * configured slots need: the host would then refuse starts (run.h, struct
+ * run_backoff), and jobs would wait for it. Every running command costs at
+ * least one process and three pipe ends in the daemon (six while it is
+ * being started); every slot of lock mode transaction a session, every
+ * such queue its claimer's, and the daemon three more (listener,
+ * maintenance, fence) plus the lease session when it has lease queues.
+ * The margin covers the loop, the supervisor's channel, cgroup
+ * directories and the like. */
+#define LIMITS_FD_MARGIN 32
+static void warn_limits(const struct config *cfg)
+{
+	long long slots = 0, sessions = 3;
+	bool lease = false;
+	for (size_t i = 0; i < cfg->nqueues; i++) {
+		const struct queue_conf *q = cfg->queues[i];
+		slots += q->concurrency;
+		if (q->lock_mode == LOCK_LEASE)
+			lease = true;
+		else
+			sessions += q->concurrency + 1;
+	}
+	sessions += lease;
+	struct rlimit rl;
+	long long need = sessions + 3 * slots + LIMITS_FD_MARGIN;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+	    (long long)rl.rlim_cur < need)
+		log_warn(
+		    "msg=\"RLIMIT_NOFILE is too low for the configured slots: commands will "
+		    "wait for file descriptors\" limit=%llu need=%lld sessions=%lld slots=%lld "
+		    "hint=\"raise LimitNOFILE= (ulimit -n) or lower concurrency\"",
+		    (unsigned long long)rl.rlim_cur, need, sessions, slots);
+	/* The daemon, its supervisor and one process per command, all of one
+	 * user when commands run as the daemon's (root is not limited, but a
+	 * command switched to another user is, at its execve). */
+	need = slots + 2;
+	if (getrlimit(RLIMIT_NPROC, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+	    (long long)rl.rlim_cur < need)
+		log_warn("msg=\"RLIMIT_NPROC is too low for the configured slots: commands will "
+			 "wait for processes\" limit=%llu need=%lld slots=%lld "
+			 "hint=\"raise LimitNPROC= (ulimit -u) or lower concurrency\"",
+			 (unsigned long long)rl.rlim_cur, need, slots);
 }
 
 int daemon_run(const char *config_path, struct config *cfg)
@@ -691,6 +774,9 @@ int daemon_run(const char *config_path, struct config *cfg)
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGPIPE, &sa, NULL);
 
+	/* Before the guard, which inherits it: neither waits for a stalled
+	 * reader of stderr. */
+	log_nonblocking();
 	/* Before the guard, which inherits it: its kills keep their time too. */
 	int nice_raise = priv_raise_priority();
 
@@ -735,6 +821,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 	    .contain = d->contain,
 	    .metrics = d->metrics,
 	    .nice_raise = nice_raise,
+	    .backoff = &d->backoff,
 	};
 	struct dispatch_env denv = {
 	    .loop = d->loop,
@@ -767,6 +854,10 @@ int daemon_run(const char *config_path, struct config *cfg)
 	snprintf(d->probe_token, sizeof(d->probe_token), "%s:%lx", d->worker_prefix,
 		 (unsigned long)random());
 	reaper_watch(d->reaper, guard_pid(d->guard), on_guard_exit, d);
+	ev_timer_init(&d->log_dropped, on_log_dropped, 1., 1.);
+	d->log_dropped.data = d;
+	ev_timer_start(d->loop, &d->log_dropped);
+	ev_unref(d->loop); /* it alone does not keep the loop running */
 	uint64_t wd = notify_watchdog_usec();
 	if (wd) {
 		double every = (double)wd / 2e6;
@@ -777,6 +868,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 
 	log_info("msg=\"starting\" version=%s worker=%s queues=%zu", PGJOBD_VERSION,
 		 log_value(d->worker_prefix), cfg->nqueues);
+	warn_limits(cfg);
 	/* pgjobd: a queue may have new jobs (payload: the queue's wake-up
 	 * payload); pgjobd_cancel: pgjobd.cancel() was called for a running
 	 * job; pgjobd_schedule: a schedule was made or resumed (no payload:
@@ -807,6 +899,8 @@ int daemon_run(const char *config_path, struct config *cfg)
 	ev_timer_stop(d->loop, &d->schema_look);
 	ev_timer_stop(d->loop, &d->probe_free);
 	ev_timer_stop(d->loop, &d->watchdog);
+	ev_ref(d->loop);
+	ev_timer_stop(d->loop, &d->log_dropped);
 	ev_signal_stop(d->loop, &d->sigterm);
 	ev_signal_stop(d->loop, &d->sigint);
 	ev_signal_stop(d->loop, &d->sighup);

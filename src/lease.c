@@ -226,11 +226,12 @@ struct lease {
 	ev_check starter; /* one start each turn of the loop while start is not empty */
 	ev_idle starter_idle;
 	bool draining;
-	bool in_batch;	      /* on_batch runs: send nothing before it is done */
-	ev_timer ext_timer;   /* the next extension is due */
-	ev_timer retry_timer; /* a statement failed: outcomes and claims wait for it */
-	ev_timer give_up;     /* draining: stop waiting for the database */
-	ev_timer gather;      /* a batch is held for more outcomes (gather()) */
+	bool in_batch;		/* on_batch runs: send nothing before it is done */
+	ev_timer ext_timer;	/* the next extension is due */
+	ev_timer retry_timer;	/* a statement failed: outcomes and claims wait for it */
+	ev_timer give_up;	/* draining: stop waiting for the database */
+	ev_timer gather;	/* a batch is held for more outcomes (gather()) */
+	ev_timer backoff_timer; /* the host refused to start commands: claims wait for it */
 	/* The pace of retries after failures, and their summary in the log:
 	 * extensions, outcomes, claims (backoff.h). */
 	struct backoff ext_bo, finish_bo, claim_bo;
@@ -636,8 +637,9 @@ static void start_job(struct lj *j)
 			arm_expire(j);
 			return;
 		}
-		/* EMFILE and the like: the environment, not the job. */
-		j->run.kill_reason = RUN_KILL_SHUTDOWN;
+		/* EMFILE and the like: the environment, not the job (run.h,
+		 * struct run_backoff). */
+		j->run.kill_reason = RUN_KILL_UNSTARTED;
 	}
 	end_job(j, NULL);
 }
@@ -819,10 +821,22 @@ static void on_batch(struct db_conn *c, PGresult *const *res, int n, void *arg)
 
 /* Claims may be made: not draining, our instance registered and its claims
  * confirmed lately (a job started now could be killed at once otherwise;
- * the fence's FENCE_UP kicks the daemon again). */
-static bool may_claim(const struct lease *l)
+ * the fence's FENCE_UP kicks the daemon again), and the host not refusing
+ * to start commands (run.h, struct run_backoff): then the backoff timer
+ * asks again once the pause is over. */
+static bool may_claim(struct lease *l)
 {
-	return !l->draining && fence_may_claim(l->fence);
+	if (l->draining || !fence_may_claim(l->fence))
+		return false;
+	int64_t pause = run_backoff_ms(l->renv->backoff);
+	if (pause > 0) {
+		if (!ev_is_active(&l->backoff_timer)) {
+			ev_timer_set(&l->backoff_timer, (double)pause / 1000.0, 0.);
+			ev_timer_start(l->loop, &l->backoff_timer);
+		}
+		return false;
+	}
+	return true;
 }
 
 /* The free slots of q into its claim arrays; returns their count. */
@@ -987,7 +1001,7 @@ static void send_batch(struct db_conn *c, void *arg)
 }
 
 /* Anything for the next batch? */
-static bool has_work(const struct lease *l)
+static bool has_work(struct lease *l)
 {
 	int64_t now = util_boot_ms();
 	bool hold_off = ev_is_active(&l->retry_timer);
@@ -1186,6 +1200,8 @@ struct lease *lease_new(struct ev_loop *loop, const char *conninfo, const char *
 	backoff_init(&l->claim_bo, LEASE_RETRY_MIN_MS, LEASE_RETRY_MAX_MS);
 	ev_init(&l->ext_timer, on_ext_timer);
 	ev_init(&l->retry_timer, on_retry_timer);
+	ev_init(&l->backoff_timer, on_retry_timer);
+	l->backoff_timer.data = l;
 	ev_init(&l->give_up, on_give_up);
 	ev_init(&l->gather, on_gather);
 	ev_check_init(&l->starter, on_start);
@@ -1205,6 +1221,7 @@ void lease_free(struct lease *l)
 		return;
 	ev_timer_stop(l->loop, &l->ext_timer);
 	ev_timer_stop(l->loop, &l->retry_timer);
+	ev_timer_stop(l->loop, &l->backoff_timer);
 	ev_timer_stop(l->loop, &l->give_up);
 	ev_timer_stop(l->loop, &l->gather);
 	ev_check_stop(l->loop, &l->starter);

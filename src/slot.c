@@ -319,8 +319,9 @@ static void start_command(struct slot *s)
 {
 	if (run_exec(&s->run) < 0) {
 		/* EMFILE and the like: the environment, not the job. Give the
-		 * attempt back and let the job be claimed again later. */
-		s->run.kill_reason = RUN_KILL_SHUTDOWN;
+		 * attempt back and let the job be claimed again later (after
+		 * the daemon's pause, when the host refused: run.h). */
+		s->run.kill_reason = RUN_KILL_UNSTARTED;
 		write_outcome(s, NULL);
 	}
 }
