@@ -16,7 +16,7 @@
 #  - the log: a final failure at warn, a retry at info, exit_code/signal only when there is
 #    one, session names quoted, configuration errors with the journal's priority prefix;
 #  - log_output = journal: command lines as logfmt lines (bounded by max_output), and as
-#    native journal entries with JOB_ID/QUEUE under journald (in a mount namespace with a
+#    native journal entries with PGJOBD_JOB_ID/PGJOBD_QUEUE under journald (in a mount namespace with a
 #    stand-in journal socket, where the machine allows one).
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
@@ -399,8 +399,8 @@ EOF
 	ok $? "the command's lines arrive at the journal socket"
 	seq=$(awk '/ MESSAGE=to the journal$/ { print $2 }' "$T/journal.txt")
 	is "$(sed -n "s/^[^ ]* $seq [^ ]* //p" "$T/journal.txt" | sort | tr '\n' ' ')" \
-		"ATTEMPT=1 JOB_ID=$jo MESSAGE=to the journal PRIORITY=6 QUEUE=jout STREAM=stdout SYSLOG_IDENTIFIER=pgjobd " \
-		"one entry per line, with JOB_ID, QUEUE, PRIORITY, SYSLOG_IDENTIFIER and STREAM"
+		"MESSAGE=to the journal PGJOBD_ATTEMPT=1 PGJOBD_JOB_ID=$jo PGJOBD_QUEUE=jout PGJOBD_STREAM=stdout PRIORITY=6 SYSLOG_IDENTIFIER=pgjobd " \
+		"one entry per line, with PGJOBD_JOB_ID, PGJOBD_QUEUE, PRIORITY, SYSLOG_IDENTIFIER and PGJOBD_STREAM (JOB_ID is systemd's own)"
 	grep -q "PRIORITY=5" "$T/journal.txt"
 	ok $? "stderr's lines at priority 5 (notice)"
 	grep -q '^<6>level=info msg="job finished"' "$T/j.log"
