@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "daemon.h"
 #include "jobs_cli.h"
 #include "migrate.h"
 #include "parse.h"
@@ -51,6 +52,14 @@ static const char help_check[] =
     "the schema version. Warns (and still exits 0) about a queue whose command's program\n"
     "is not an executable on the command's PATH, and about queued jobs whose data is not\n"
     "a JSON object although their queue's command uses $PGJOBD_ARG_ variables.\n";
+
+static const char help_reload[] =
+    "usage: pgjobd reload --pid PID [-c FILE]\n"
+    "Read and validate the whole file as the daemon does at a reload (the users its\n"
+    "queues run commands as included), then send SIGHUP to the daemon PID. A file\n"
+    "with errors is reported and nothing is sent (exit 2): the daemon would keep its\n"
+    "current configuration. pgjobd.service's ExecReload=, so that `systemctl reload`\n"
+    "fails for a file the daemon would refuse.\n";
 
 static const char help_migrate[] =
     "usage: pgjobd migrate [--grant] [-c FILE]\n"
@@ -140,6 +149,8 @@ const struct cli_command cli_commands[] = {
     {"run", CLI_RUN, NULL, 0, 0, "run the worker daemon in the foreground", help_run, NULL},
     {"check", CLI_CHECK, NULL, 0, 0, "validate the file, connect, check the schema", help_check,
      cli_check},
+    {"reload", CLI_RELOAD, NULL, 0, 0, "validate FILE, then make the daemon reload it", help_reload,
+     cli_reload},
     {"migrate", CLI_MIGRATE, NULL, 0, 0, "create or upgrade schema pgjobd", help_migrate,
      cli_migrate},
     {"enqueue", CLI_ENQUEUE, "QUEUE", 1, 1, "insert a job and print its id", help_enqueue,
@@ -170,6 +181,8 @@ const struct cli_option cli_options[] = {
     {"--claim-warn", NULL, CLI_VALUE, F(claim_warn), CLI_STATUS},
     {"--config", "-c", CLI_VALUE, F(config), CLI_ALL},
     {"--data", NULL, CLI_VALUE, F(data), CLI_ENQUEUE},
+    {"--database", NULL, CLI_VALUE, F(database),
+     CLI_ALL & ~(CLI_RUN | CLI_HELP | CLI_VERSION | CLI_RELOAD)},
     {"--dedupe-key", "--dedupe", CLI_VALUE, F(dedupe_key), CLI_ENQUEUE},
     {"--expires-at", NULL, CLI_VALUE, F(expires_at), CLI_ENQUEUE},
     {"--expires-in", NULL, CLI_VALUE, F(expires_in), CLI_ENQUEUE},
@@ -178,6 +191,7 @@ const struct cli_option cli_options[] = {
     {"--json", NULL, CLI_FLAG, F(json), CLI_STATUS},
     {"--json-object", NULL, CLI_FLAG, F(json_object), CLI_STATUS},
     {"--max-attempts", NULL, CLI_VALUE, F(max_attempts), CLI_ENQUEUE},
+    {"--pid", NULL, CLI_VALUE, F(pid), CLI_RELOAD},
     {"--priority", NULL, CLI_VALUE, F(priority), CLI_ENQUEUE},
     {"--run-at", NULL, CLI_VALUE, F(run_at), CLI_ENQUEUE},
     {"--strict", NULL, CLI_FLAG, F(strict), CLI_ENQUEUE | CLI_PAUSE | CLI_RESUME},
@@ -216,7 +230,8 @@ int cli_print_help(const struct cli_command *cmd)
 	if (cmd) {
 		fputs(cmd->help, stdout);
 		printf("Every command takes -c FILE (default " CLI_DEFAULT_CONFIG
-		       ") before or after its name.\n");
+		       ") before or after its name,\nand every command but run --database "
+		       "CONNINFO (then FILE's database is not used).\n");
 		return CLI_OK;
 	}
 	printf("usage: pgjobd [COMMAND] [OPERAND...] [OPTION...] [-c FILE]\n\n");
@@ -234,7 +249,9 @@ int cli_print_help(const struct cli_command *cmd)
 		printf("      %s\n", cli_commands[i].summary);
 	}
 	printf("\nFILE defaults to " CLI_DEFAULT_CONFIG "; every command but run and check\n"
-	       "needs only its [pgjobd] section. 'pgjobd COMMAND --help' tells more.\n");
+	       "needs only its [pgjobd] section. --database CONNINFO names the database\n"
+	       "instead; without -c and a readable default FILE, PGDATABASE, PGHOST or\n"
+	       "PGSERVICE do. 'pgjobd COMMAND --help' tells more.\n");
 	return CLI_OK;
 }
 
@@ -303,21 +320,66 @@ void cli_session_close(struct cli_session *s)
 	s->cfg = NULL;
 }
 
+/* Does the environment name a database for libpq (psql's variables)? */
+static bool env_names_database(void)
+{
+	static const char *const names[] = {"PGDATABASE", "PGSERVICE", "PGHOST"};
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		const char *v = getenv(names[i]);
+		if (v && *v)
+			return true;
+	}
+	return false;
+}
+
+/* The configuration a control subcommand works with (cli_session_open). */
+static struct config *session_config(const struct cli_args *a, bool need_queues)
+{
+	bool default_file = strcmp(a->config, CLI_DEFAULT_CONFIG) == 0;
+	if (!need_queues && default_file && (a->database || env_names_database()) &&
+	    access(a->config, R_OK) < 0)
+		return config_defaults(a->config);
+	struct config *c = need_queues ? config_load(a->config, true, stderr)
+				       : config_load_control(a->config, stderr);
+	if (!c && access(a->config, R_OK) < 0 && (errno == EACCES || errno == ENOENT))
+		fprintf(stderr,
+			"pgjobd: hint: %s: run it as root or as a member of the file's group "
+			"(pgjobd), give -c FILE, or name the database with --database CONNINFO "
+			"or PGDATABASE/PGHOST/PGSERVICE (then the default file is not needed)\n",
+			a->cmd);
+	return c;
+}
+
+/* What a failed connection tried, when `database` left it to libpq's
+ * defaults: the user would otherwise not know where it went. */
+static void hint_defaults(const struct cli_session *s)
+{
+	if (s->a->database || *s->cfg->database)
+		return;
+	const char *host = PQhost(s->pg);
+	fprintf(stderr,
+		"pgjobd: hint: %s: `database` is not set in %s, so libpq's defaults were used "
+		"(PG* variables, else the local socket): dbname=%s user=%s host=%s; set "
+		"`database` in [pgjobd] or give --database CONNINFO\n",
+		s->a->cmd, s->a->config, PQdb(s->pg) ? PQdb(s->pg) : "?",
+		PQuser(s->pg) ? PQuser(s->pg) : "?", host && *host ? host : "(local socket)");
+}
+
 int cli_session_open(struct cli_session *s, const struct cli_args *a, bool need_queues)
 {
 	s->a = a;
 	s->pg = NULL;
 	s->sqlstate[0] = '\0';
-	s->cfg = need_queues ? config_load(a->config, true, stderr)
-			     : config_load_control(a->config, stderr);
+	s->cfg = session_config(a, need_queues);
 	if (!s->cfg)
 		return 2;
 	const char *keys[] = {"dbname", "fallback_application_name", NULL};
-	const char *vals[] = {s->cfg->database, "pgjobd", NULL};
+	const char *vals[] = {a->database ? a->database : s->cfg->database, "pgjobd", NULL};
 	s->pg = PQconnectdbParams(keys, vals, 1);
 	if (PQstatus(s->pg) != CONNECTION_OK) {
 		fprintf(stderr, "pgjobd: %s: cannot connect to the database: %s", a->cmd,
 			PQerrorMessage(s->pg));
+		hint_defaults(s);
 		cli_session_close(s);
 		return 1;
 	}
@@ -430,6 +492,14 @@ int cli_check(const struct cli_args *a)
 		goto out;
 	}
 	config_warn_programs(s.cfg, stderr);
+	if (daemon_check_users(s.cfg, false) < 0) {
+		fprintf(stderr,
+			"pgjobd: check: the daemon, run as this user with these capabilities, "
+			"would refuse %s\n",
+			a->config);
+		rc = 2;
+		goto out;
+	}
 	if (warn_queued_data(&s) < 0)
 		goto out;
 	printf("%s: ok (%zu queues, schema version %d)\n", a->config, s.cfg->nqueues, v);
@@ -437,6 +507,31 @@ int cli_check(const struct cli_args *a)
 out:
 	cli_session_close(&s);
 	return rc;
+}
+
+int cli_reload(const struct cli_args *a)
+{
+	long long pid;
+	if (!a->pid)
+		return bad_value(a, "give --pid PID (the daemon's; $MAINPID in a unit)");
+	if (parse_int(a->pid, 2, INT_MAX, &pid, NULL) < 0)
+		return bad_value(a, "bad --pid '%s': give the daemon's process id", a->pid);
+	struct config *c = config_load(a->config, true, stderr);
+	if (!c || daemon_check_users(c, false) < 0) {
+		fprintf(stderr,
+			"pgjobd: reload: %s has errors: the daemon was not asked to reload and "
+			"keeps its current configuration\n",
+			a->config);
+		config_free(c);
+		return CLI_USAGE;
+	}
+	config_free(c);
+	if (kill((pid_t)pid, SIGHUP) < 0) {
+		fprintf(stderr, "pgjobd: reload: cannot signal process %lld: %s\n", pid,
+			strerror(errno));
+		return CLI_FAILED;
+	}
+	return CLI_OK;
 }
 
 int cli_migrate(const struct cli_args *a)

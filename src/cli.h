@@ -30,6 +30,9 @@
 struct cli_args {
 	const char *cmd;    /* the subcommand's name, "run" when none was given */
 	const char *config; /* -c FILE, never NULL (main sets the default) */
+	/* --database CONNINFO: the database instead of FILE's `database`;
+	 * without -c no file is read then. */
+	const char *database;
 	/* Every operand after the subcommand's name, in order (as many as
 	 * its row in cli_commands allows); operand and operand2 are the
 	 * first two, NULL when absent. */
@@ -54,6 +57,7 @@ struct cli_args {
 	bool json;		/* --json: the queues as a JSON array */
 	bool json_object;	/* --json-object: everything as one JSON object */
 	bool grant;		/* migrate --grant */
+	const char *pid;	/* reload --pid PID */
 };
 
 /* One bit per subcommand, for the subcommands an option belongs to. */
@@ -72,7 +76,8 @@ enum {
 	CLI_VERSION = 1 << 11,
 	CLI_SCHEDULE = 1 << 12, /* parsed by sched_cli.c; listed here for help */
 	CLI_JOBS = 1 << 13,	/* jobs, show, retry: parsed by jobs_cli.c */
-	CLI_ALL = (1 << 14) - 1,
+	CLI_RELOAD = 1 << 14,
+	CLI_ALL = (1 << 15) - 1,
 };
 
 struct cli_command {
@@ -130,7 +135,11 @@ struct cli_session {
 	PGconn *pg;
 	char sqlstate[6]; /* of the last statement that failed, "" when none did */
 };
-/* Loads the file and connects. need_queues: the whole file must be valid,
+/* Loads the file and connects. The database is --database when given (a
+ * file is then read only when -c named one or need_queues), else FILE's
+ * `database`; without -c, when the default file cannot be opened and the
+ * environment names a database (PGDATABASE, PGSERVICE or PGHOST), libpq's
+ * defaults are used without a file. need_queues: the whole file must be valid,
  * with at least one queue (check); else only [pgjobd] must be, and a queue
  * section with errors is left out after a one-line warning. Returns 0, or
  * the exit status (2: configuration, 1: connection) after printing why; on
@@ -147,6 +156,7 @@ PGresult *cli_session_query(struct cli_session *s, const char *sql, int n, const
  * prefixed with "pgjobd: NAME: ", and returns the exit status (CLI_*). */
 int cli_check(const struct cli_args *a);
 int cli_migrate(const struct cli_args *a);
+int cli_reload(const struct cli_args *a);
 int cli_enqueue(const struct cli_args *a);
 int cli_status(const struct cli_args *a);
 int cli_cancel(const struct cli_args *a);

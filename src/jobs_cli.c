@@ -55,6 +55,7 @@ enum { CMD_JOBS = 1 << 0, CMD_SHOW = 1 << 1, CMD_RETRY = 1 << 2 };
 struct args {
 	const char *cmd;
 	const char *config;
+	const char *database;
 	const char *queue, *status, *group, *since, *limit;
 	bool json, failed;
 	char **operands; /* ids of show and retry; a slice of argv */
@@ -69,6 +70,7 @@ static const struct option {
 	unsigned cmds;
 } options[] = {
     {"--config", "-c", true, offsetof(struct args, config), CMD_JOBS | CMD_SHOW | CMD_RETRY},
+    {"--database", NULL, true, offsetof(struct args, database), CMD_JOBS | CMD_SHOW | CMD_RETRY},
     {"--failed", NULL, false, offsetof(struct args, failed), CMD_RETRY},
     {"--group", NULL, true, offsetof(struct args, group), CMD_JOBS},
     {"--json", NULL, false, offsetof(struct args, json), CMD_JOBS | CMD_SHOW},
@@ -235,7 +237,7 @@ struct session {
  * after printing why. */
 static int session_open(struct session *s, const struct args *a)
 {
-	s->ca = (struct cli_args){.cmd = a->cmd, .config = a->config};
+	s->ca = (struct cli_args){.cmd = a->cmd, .config = a->config, .database = a->database};
 	int rc = cli_session_open(&s->cs, &s->ca, false);
 	if (rc)
 		return rc;

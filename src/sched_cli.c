@@ -55,6 +55,7 @@ const char sched_cli_usage[] =
 /* The command line of one verb. Strings are borrowed from argv. */
 struct sargs {
 	const char *config;
+	const char *database;
 	const char *verb;
 	const char *operand[3];
 	int noperands;
@@ -70,6 +71,7 @@ static const struct sopt {
 	const char *verbs; /* the verbs that take it, space-separated */
 } sopts[] = {
     {"--data", true, offsetof(struct sargs, data), "add"},
+    {"--database", true, offsetof(struct sargs, database), "add list rm run-now pause resume"},
     {"--expires-in", true, offsetof(struct sargs, expires_in), "add"},
     {"--group", true, offsetof(struct sargs, group), "add"},
     {"--json", false, offsetof(struct sargs, json), "list"},
@@ -224,7 +226,7 @@ static int open_session(struct ssession *s, const struct sargs *a)
 {
 	s->a = a;
 	snprintf(s->cmd, sizeof(s->cmd), "schedule %s", a->verb);
-	s->ca = (struct cli_args){.cmd = s->cmd, .config = a->config};
+	s->ca = (struct cli_args){.cmd = s->cmd, .config = a->config, .database = a->database};
 	return cli_session_open(&s->cs, &s->ca, false);
 }
 
