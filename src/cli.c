@@ -103,10 +103,12 @@ static const char help_status[] =
     "  --watch [SECONDS]       show it again every SECONDS (default 2) until\n"
     "                          interrupted; on a terminal, in place\n";
 
-static const char help_cancel[] = "usage: pgjobd cancel ID [-c FILE]\n"
-				  "Cancel a queued job, or stop a running one (pgjobd.cancel).\n"
-				  "A job already cancelled is not an error; one that does not\n"
-				  "exist or finished otherwise is (exit 1).\n";
+static const char help_cancel[] =
+    "usage: pgjobd cancel ID... [-c FILE]\n"
+    "Cancel each queued job, or stop each running one (pgjobd.cancel).\n"
+    "A job already cancelled is not an error; one that does not\n"
+    "exist or finished otherwise is (exit 1, the others are still\n"
+    "cancelled).\n";
 
 static const char help_pause[] =
     "usage: pgjobd pause QUEUE [--strict] [-c FILE]\n"
@@ -157,7 +159,7 @@ const struct cli_command cli_commands[] = {
      cli_enqueue},
     {"status", CLI_STATUS, NULL, 0, 0, "jobs per queue, live daemons, the oldest claim",
      help_status, cli_status},
-    {"cancel", CLI_CANCEL, "ID", 1, 1, "cancel a queued job, or stop a running one", help_cancel,
+    {"cancel", CLI_CANCEL, "ID...", 1, -1, "cancel queued jobs, or stop running ones", help_cancel,
      cli_cancel},
     {"pause", CLI_PAUSE, "QUEUE", 1, 1, "start no more jobs of QUEUE", help_pause, cli_pause},
     {"resume", CLI_RESUME, "QUEUE", 1, 1, "start jobs of QUEUE again", help_resume, cli_resume},
@@ -589,31 +591,32 @@ static enum served queue_served(struct cli_session *s, const char *queue, const 
 	return v;
 }
 
-/* The check of enqueue, pause and resume: a queue that nothing serves is
- * almost always a typo, and its jobs would wait silently. A warning on
- * stderr, or with --strict an error. Returns 0 to go on, or the exit
- * status after printing why not. */
-static int check_served(struct cli_session *s)
+int cli_check_served(struct cli_session *s, const char *queue, bool strict)
 {
 	const struct cli_args *a = s->a;
 	const char *why;
-	enum served v = queue_served(s, a->operand, &why);
+	enum served v = queue_served(s, queue, &why);
 	if (v == SERVED_ERROR)
 		return CLI_FAILED;
-	if (v == SERVED_YES || (v == SERVED_UNKNOWN && !a->strict))
+	if (v == SERVED_YES || (v == SERVED_UNKNOWN && !strict))
 		return 0;
 	if (v == SERVED_UNKNOWN) {
 		fprintf(stderr,
 			"pgjobd: %s: cannot tell whether a daemon serves queue %s (%s); refused "
 			"(--strict)\n",
-			a->cmd, a->operand, why);
+			a->cmd, queue, why);
 		return CLI_FAILED;
 	}
 	fprintf(stderr,
 		"pgjobd: %s: %squeue %s is served by no live daemon and has no section in %s%s\n",
-		a->cmd, a->strict ? "" : "warning: ", a->operand, a->config,
-		a->strict ? "; refused (--strict)" : "; its jobs wait until a daemon serves it");
-	return a->strict ? CLI_FAILED : 0;
+		a->cmd, strict ? "" : "warning: ", queue, a->config,
+		strict ? "; refused (--strict)" : "; its jobs wait until a daemon serves it");
+	return strict ? CLI_FAILED : 0;
+}
+
+static int check_served(struct cli_session *s)
+{
+	return cli_check_served(s, s->a->operand, s->a->strict);
 }
 
 /* ---------------------------------------------------------------- enqueue */
@@ -1381,24 +1384,18 @@ static bool is_unfinished(const char *status)
 	return strcmp(status, "queued") == 0 || strcmp(status, "running") == 0;
 }
 
-int cli_cancel(const struct cli_args *a)
+/* One job of `cancel`: prints what happened. Returns 0 (done, or it was
+ * cancelled already), 1 (cannot be done) or -1 (a database error, printed). */
+static int cancel_one(struct cli_session *s, const char *id)
 {
-	char id[24], status[32];
+	char status[32];
 	bool ok = false;
-	int rc = int_arg(a, "ID", a->operand, LLONG_MIN, LLONG_MAX, id, sizeof(id));
-	if (rc)
-		return rc;
-	struct cli_session s;
-	rc = cli_session_open(&s, a, false);
-	if (rc)
-		return rc;
-	rc = 1;
 	/* cancel() is false for an unfinished job when the job moved between
 	 * its two statements (a failed attempt put a running job back to
 	 * queued after the queued-only UPDATE had passed it by): ask again. */
 	for (int tries = 0; tries < 3; tries++) {
-		if (cancel_once(&s, id, &ok, status, sizeof(status)) < 0)
-			goto out;
+		if (cancel_once(s, id, &ok, status, sizeof(status)) < 0)
+			return -1;
 		if (ok || !is_unfinished(status))
 			break;
 	}
@@ -1409,23 +1406,54 @@ int cli_cancel(const struct cli_args *a)
 			printf("cancelled job %s\n", id);
 		else
 			printf("cancel requested for running job %s\n", id);
-		rc = 0;
-	} else if (strcmp(status, "cancelled") == 0) {
+		return 0;
+	}
+	if (strcmp(status, "cancelled") == 0) {
 		/* What was asked for holds: not an error (like a pause of a
 		 * paused queue). */
 		printf("job %s was already cancelled\n", id);
-		rc = CLI_OK;
-	} else if (!*status) {
+		return 0;
+	}
+	if (!*status)
 		fprintf(stderr, "pgjobd: cancel: job %s does not exist\n", id);
-	} else if (is_unfinished(status)) {
+	else if (is_unfinished(status))
 		fprintf(stderr, "pgjobd: cancel: job %s kept changing state (now %s); try again\n",
 			id, status);
-	} else {
+	else
 		fprintf(stderr, "pgjobd: cancel: job %s has already finished (status %s)\n", id,
 			status);
+	return 1;
+}
+
+int cli_cancel(const struct cli_args *a)
+{
+	/* Every ID is checked before anything is cancelled. */
+	char(*ids)[24] = calloc((size_t)a->noperands, sizeof(*ids));
+	if (!ids)
+		return CLI_FAILED;
+	int rc = 0;
+	for (int i = 0; i < a->noperands && !rc; i++)
+		rc = int_arg(a, "ID", a->operands[i], LLONG_MIN, LLONG_MAX, ids[i], sizeof(ids[i]));
+	struct cli_session s;
+	if (!rc)
+		rc = cli_session_open(&s, a, false);
+	if (rc) {
+		free(ids);
+		return rc;
 	}
-out:
+	/* Each job on its own, as retry does: one that cannot be cancelled is
+	 * named and the others are still cancelled (exit 1 then). */
+	for (int i = 0; i < a->noperands; i++) {
+		int one = cancel_one(&s, ids[i]);
+		if (one < 0) {
+			rc = CLI_FAILED;
+			break;
+		}
+		if (one > 0)
+			rc = CLI_FAILED;
+	}
 	cli_session_close(&s);
+	free(ids);
 	return rc;
 }
 

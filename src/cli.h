@@ -151,6 +151,12 @@ void cli_session_close(struct cli_session *s);
  * migrate when the schema is missing or older) and keeping its SQLSTATE in
  * s->sqlstate. */
 PGresult *cli_session_query(struct cli_session *s, const char *sql, int n, const char *const *vals);
+/* The check of enqueue, pause, resume and schedule add: a queue that
+ * nothing serves (no section in FILE, no live daemon's list) is almost
+ * always a typo, and its jobs would wait silently. A warning on stderr, or
+ * with strict an error. Returns 0 to go on, or the exit status after
+ * printing why not. */
+int cli_check_served(struct cli_session *s, const char *queue, bool strict);
 
 /* Each subcommand prints its result on stdout and its errors on stderr,
  * prefixed with "pgjobd: NAME: ", and returns the exit status (CLI_*). */

@@ -41,6 +41,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "config.h"
 #include "parse.h"
 
 #define DEFAULT_CONFIG "/etc/pgjobd/pgjobd.ini"
@@ -324,7 +325,8 @@ static void fmt_age(char *buf, size_t size, long long ms)
 	"SELECT id, queue, coalesce(group_id, '-'), status, attempts, "                            \
 	"floor(extract(epoch FROM now() - created_at) * 1000)::bigint, coalesce(" worker           \
 	", '-'), "                                                                                 \
-	"coalesce(error->>'reason', '-') " JOBS_FROM
+	"coalesce(concat_ws(' ', error->>'reason', 'exit ' || (error->>'exit_code'), "             \
+	"'signal ' || (error->>'signal')), '-') " JOBS_FROM
 static const char *const jobs_sql[2] = {JOBS_SQL("NULL::text"), JOBS_SQL("worker")};
 
 #define JOBS_JSON_SQL(worker)                                                                      \
@@ -594,15 +596,37 @@ static bool is_true(const char *v)
 	return v && strcmp(v, "true") == 0;
 }
 
-static void print_job(const PGresult *r, const PGresult *h)
+/* A job's max_attempts or timeout when its own column is NULL: its queue's,
+ * as FILE says (the daemon serving it reads the same file, or should). */
+static const char *queue_value(const struct config *c, const char *queue, bool timeout, char *buf,
+			       size_t size)
 {
+	const struct queue_conf *q = c ? config_find_queue(c, queue) : NULL;
+	if (!q)
+		snprintf(buf, size, "the queue's (FILE has no [queue.%s])", queue);
+	else if (!timeout)
+		snprintf(buf, size, "%d (the queue's)", q->max_attempts);
+	else if (q->timeout_ms == 0)
+		snprintf(buf, size, "none (the queue's)");
+	else if (q->timeout_ms % 1000 == 0)
+		snprintf(buf, size, "%llds (the queue's)", (long long)q->timeout_ms / 1000);
+	else
+		snprintf(buf, size, "%lldms (the queue's)", (long long)q->timeout_ms);
+	return buf;
+}
+
+static void print_job(const PGresult *r, const PGresult *h, const struct config *c)
+{
+	char dflt[128];
 	printf("job %s\n", val(r, 0, S_ID));
 	put_line("queue", val(r, 0, S_QUEUE));
 	put_line("group", val(r, 0, S_GROUP));
 	put_line("status", val(r, 0, S_STATUS));
 	put_line("attempts", val(r, 0, S_ATTEMPTS));
 	put_line("max_attempts",
-		 val(r, 0, S_MAX_ATTEMPTS) ? val(r, 0, S_MAX_ATTEMPTS) : "the queue's");
+		 val(r, 0, S_MAX_ATTEMPTS)
+		     ? val(r, 0, S_MAX_ATTEMPTS)
+		     : queue_value(c, val(r, 0, S_QUEUE), false, dflt, sizeof(dflt)));
 	put_line("priority", val(r, 0, S_PRIORITY));
 	put_line("created_at", val(r, 0, S_CREATED_AT));
 	put_line("run_at", val(r, 0, S_RUN_AT));
@@ -610,7 +634,9 @@ static void print_job(const PGresult *r, const PGresult *h)
 	put_line("finished_at", val(r, 0, S_FINISHED_AT));
 	put_line("updated_at", val(r, 0, S_UPDATED_AT));
 	put_line("expires_at", val(r, 0, S_EXPIRES_AT));
-	put_line("timeout", val(r, 0, S_TIMEOUT) ? val(r, 0, S_TIMEOUT) : "the queue's");
+	put_line("timeout", val(r, 0, S_TIMEOUT)
+				? val(r, 0, S_TIMEOUT)
+				: queue_value(c, val(r, 0, S_QUEUE), true, dflt, sizeof(dflt)));
 	put_line("dedupe_key", val(r, 0, S_DEDUPE_KEY));
 	put_line("worker", val(r, 0, S_WORKER));
 	put_line("data", val(r, 0, S_DATA));
@@ -681,7 +707,7 @@ static int cmd_show(const struct args *a)
 	if (a->json)
 		printf("%s\n", PQgetvalue(r, 0, 0));
 	else
-		print_job(r, h);
+		print_job(r, h, s.cs.cfg);
 	rc = 0;
 out:
 	PQclear(h);

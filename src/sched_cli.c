@@ -332,6 +332,12 @@ static int verb_add(const struct sargs *a)
 		return rc;
 	}
 	PQclear(r);
+	/* A warning only, as for enqueue: a schedule is often made before
+	 * the daemon that will serve its queue. */
+	if ((rc = cli_check_served(&s.cs, queue, false))) {
+		close_session(&s);
+		return rc;
+	}
 	r = query(&s,
 		  "SELECT pgjobd.schedule(name => $1, cron => $2, queue => $3, data => $4::jsonb, "
 		  "time_zone => $5, group_id => $6, priority => $7::int, max_attempts => $8::int, "
