@@ -23,6 +23,7 @@
 #include <errno.h>
 #include <libpq-fe.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -30,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <termios.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -38,6 +40,7 @@
 #include "jobs_cli.h"
 #include "migrate.h"
 #include "parse.h"
+#include "util.h"
 
 /* ---------------------------------------------------------------- the tables */
 
@@ -100,8 +103,10 @@ static const char help_status[] =
     "  --json                  the queues as a JSON array\n"
     "  --json-object           everything as one JSON object\n"
     "  --claim-warn DURATION   warn about a claim open longer (default 10m; 0: never)\n"
-    "  --watch [SECONDS]       show it again every SECONDS (default 2) until\n"
-    "                          interrupted; on a terminal, in place\n";
+    "  --watch [SECONDS]       a live view: the report, the running jobs with their\n"
+    "                          age and the failures of the last hour, again every\n"
+    "                          SECONDS (default 2) until q (on a terminal) or\n"
+    "                          Ctrl-C; on a terminal, in place\n";
 
 static const char help_cancel[] =
     "usage: pgjobd cancel ID... [-c FILE]\n"
@@ -1286,11 +1291,119 @@ static int parse_watch(const char *s, double *out)
 	return 0;
 }
 
-/* --watch: the report again every interval until SIGINT or SIGTERM (then
- * exit 0). On a terminal each report replaces the last (the screen is
- * cleared with ANSI escapes, like watch(1)); otherwise they follow each
- * other, so a pipe or a file gets a plain log of them. A failed report is
- * printed, the connection reset, and the next one tried. */
+/* The running jobs, oldest start first, and how many there are. */
+static const char watch_running_sql[] =
+    "SELECT id, queue, coalesce(group_id, '-'), attempts, "
+    "floor(extract(epoch FROM now() - started_at) * 1000)::bigint, count(*) OVER () "
+    "FROM pgjobd.jobs WHERE status = 'running' ORDER BY started_at, id LIMIT 10";
+
+/* Failures of the last hour: jobs that failed for good, and failed attempts
+ * waiting for their retry (queued, with an error), newest first. */
+static const char watch_failed_sql[] =
+    "SELECT id, queue, status, " CLI_REASON_SQL ", "
+    "floor(extract(epoch FROM now() - coalesce(finished_at, updated_at)) * 1000)::bigint "
+    "FROM pgjobd.jobs WHERE (status = 'failed' AND finished_at > now() - interval '1 hour') "
+    "OR (status = 'queued' AND error IS NOT NULL AND updated_at > now() - interval '1 hour') "
+    "ORDER BY coalesce(finished_at, updated_at) DESC, id DESC LIMIT 10";
+
+/* The live view's part below the status report: the running jobs with
+ * their age, and the recent failures. What this role may not read is
+ * left out with one line saying so. */
+static void watch_jobs(struct cli_session *s)
+{
+	PGresult *r = NULL;
+	if (query_if_allowed(s, watch_running_sql, &r) < 0)
+		return;
+	if (!r) {
+		printf("\nrunning jobs: not shown (this role may not read pgjobd.jobs)\n");
+		return;
+	}
+	int n = PQntuples(r);
+	printf("\nrunning jobs: %s\n", n ? PQgetvalue(r, 0, 5) : "none");
+	if (n)
+		printf("  %-10s %-24s %-16s %-8s %s\n", "JOB", "QUEUE", "GROUP", "ATTEMPT",
+		       "RUNNING FOR");
+	for (int i = 0; i < n; i++) {
+		char age[64];
+		fmt_age(age, sizeof(age), atoll(PQgetvalue(r, i, 4)));
+		printf("  %-10s %-24.24s %-16.16s %-8s %s\n", PQgetvalue(r, i, 0),
+		       PQgetvalue(r, i, 1), PQgetvalue(r, i, 2), PQgetvalue(r, i, 3), age);
+	}
+	if (n && atoll(PQgetvalue(r, 0, 5)) > n)
+		printf("  ... and %lld more\n", atoll(PQgetvalue(r, 0, 5)) - n);
+	PQclear(r);
+	r = NULL;
+	if (query_if_allowed(s, watch_failed_sql, &r) < 0 || !r)
+		return;
+	n = PQntuples(r);
+	printf("\nfailures in the last hour:%s\n", n ? "" : " none");
+	if (n)
+		printf("  %-10s %-24s %-8s %-20s %s\n", "JOB", "QUEUE", "NOW", "REASON", "AGO");
+	for (int i = 0; i < n; i++) {
+		char age[64];
+		fmt_age(age, sizeof(age), atoll(PQgetvalue(r, i, 4)));
+		printf("  %-10s %-24.24s %-8s %-20.20s %s\n", PQgetvalue(r, i, 0),
+		       PQgetvalue(r, i, 1),
+		       strcmp(PQgetvalue(r, i, 2), "queued") == 0 ? "retry" : PQgetvalue(r, i, 2),
+		       PQgetvalue(r, i, 3), age);
+	}
+	PQclear(r);
+}
+
+/* The terminal's settings before --watch took keys one at a time. */
+struct watch_keys {
+	bool raw;
+	struct termios saved;
+};
+
+/* On a terminal, keys arrive one at a time and unechoed, so that q quits
+ * without Enter (Ctrl-C still sends SIGINT). */
+static void watch_keys_start(struct watch_keys *k)
+{
+	k->raw = false;
+	if (!isatty(STDIN_FILENO) || tcgetattr(STDIN_FILENO, &k->saved) < 0)
+		return;
+	struct termios t = k->saved;
+	t.c_lflag &= ~(tcflag_t)(ICANON | ECHO);
+	t.c_cc[VMIN] = 1;
+	t.c_cc[VTIME] = 0;
+	k->raw = tcsetattr(STDIN_FILENO, TCSANOW, &t) == 0;
+}
+
+static void watch_keys_stop(struct watch_keys *k)
+{
+	if (k->raw)
+		tcsetattr(STDIN_FILENO, TCSANOW, &k->saved);
+}
+
+/* Waits up to ms for a key on a terminal's stdin (without one, only
+ * sleeps). Returns true when q or Q was pressed. */
+static bool watch_wait(const struct watch_keys *k, int64_t ms)
+{
+	int64_t end = util_now_ms() + ms;
+	for (int64_t left = ms; !watch_stop && left > 0; left = end - util_now_ms()) {
+		struct pollfd p = {.fd = STDIN_FILENO, .events = POLLIN};
+		int n = poll(&p, k->raw ? 1 : 0, (int)(left > INT_MAX ? INT_MAX : left));
+		if (n > 0) {
+			char c;
+			ssize_t got = read(STDIN_FILENO, &c, 1);
+			if (got == 1 && (c == 'q' || c == 'Q'))
+				return true;
+			if (got == 0) /* stdin closed: only the timer is left */
+				return watch_wait(&(struct watch_keys){.raw = false},
+						  end - util_now_ms());
+		}
+	}
+	return false;
+}
+
+/* --watch: the report again every interval until q (on a terminal),
+ * SIGINT or SIGTERM (then exit 0). On a terminal each frame replaces the
+ * last (the screen is cleared with ANSI escapes, like watch(1)); otherwise
+ * the frames follow each other, so a pipe or a file gets a plain log of
+ * them. Below the report, each frame shows the running jobs with their age
+ * and the failures of the last hour (not with --json). A failed report is printed, the connection
+ * reset, and the next one tried. */
 static int status_watch(struct cli_session *s, double interval, long long warn_ms, const char *warn)
 {
 	bool tty = isatty(STDOUT_FILENO);
@@ -1299,6 +1412,12 @@ static int status_watch(struct cli_session *s, double interval, long long warn_m
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
+	struct watch_keys keys;
+	if (tty)
+		watch_keys_start(&keys);
+	else
+		keys.raw = false;
+	int rc = CLI_OK;
 	for (int n = 0; !watch_stop; n++) {
 		if (tty)
 			fputs("\033[H\033[2J", stdout);
@@ -1310,18 +1429,24 @@ static int status_watch(struct cli_session *s, double interval, long long warn_m
 			struct tm tm;
 			localtime_r(&now, &tm);
 			strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", &tm);
-			printf("Every %gs: pgjobd status    %s\n\n", interval, when);
+			printf("Every %gs: pgjobd status    %s%s\n\n", interval, when,
+			       keys.raw ? "    (q quits)" : "");
 		}
-		if (status_once(s, warn_ms, warn) != 0 && PQstatus(s->pg) != CONNECTION_OK)
-			PQreset(s->pg);
-		if (fflush(stdout) != 0)
-			return CLI_FAILED; /* the reader is gone */
-		struct timespec ts = {(time_t)interval,
-				      (long)((interval - (double)(time_t)interval) * 1e9)};
-		while (!watch_stop && nanosleep(&ts, &ts) < 0 && errno == EINTR)
-			;
+		if (status_once(s, warn_ms, warn) != 0) {
+			if (PQstatus(s->pg) != CONNECTION_OK)
+				PQreset(s->pg);
+		} else if (!json) {
+			watch_jobs(s);
+		}
+		if (fflush(stdout) != 0) {
+			rc = CLI_FAILED; /* the reader is gone */
+			break;
+		}
+		if (watch_wait(&keys, (int64_t)(interval * 1000.0)))
+			break;
 	}
-	return CLI_OK;
+	watch_keys_stop(&keys);
+	return rc;
 }
 
 int cli_status(const struct cli_args *a)

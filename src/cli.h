@@ -19,6 +19,14 @@
 
 #define CLI_DEFAULT_CONFIG "/etc/pgjobd/pgjobd.ini"
 
+/* A job's last failure in a few words, from its error column: "exit 3",
+ * "signal 9", "timeout (signal 15)", "-" when it has none. */
+#define CLI_REASON_SQL                                                                             \
+	"coalesce(CASE error->>'reason' WHEN 'exit' THEN concat_ws(' ', 'exit', "                  \
+	"error->>'exit_code') WHEN 'signal' THEN concat_ws(' ', 'signal', error->>'signal') "      \
+	"ELSE (error->>'reason') || coalesce(' (exit ' || (error->>'exit_code') || ')', '') || "   \
+	"coalesce(' (signal ' || (error->>'signal') || ')', '') END, '-')"
+
 /* Exit statuses of every subcommand. */
 #define CLI_OK 0
 #define CLI_FAILED 1	   /* a run time error, or what was asked cannot be done */

@@ -324,9 +324,7 @@ static void fmt_age(char *buf, size_t size, long long ms)
 #define JOBS_SQL(worker)                                                                           \
 	"SELECT id, queue, coalesce(group_id, '-'), status, attempts, "                            \
 	"floor(extract(epoch FROM now() - created_at) * 1000)::bigint, coalesce(" worker           \
-	", '-'), "                                                                                 \
-	"coalesce(concat_ws(' ', error->>'reason', 'exit ' || (error->>'exit_code'), "             \
-	"'signal ' || (error->>'signal')), '-') " JOBS_FROM
+	", '-'), " CLI_REASON_SQL " " JOBS_FROM
 static const char *const jobs_sql[2] = {JOBS_SQL("NULL::text"), JOBS_SQL("worker")};
 
 #define JOBS_JSON_SQL(worker)                                                                      \
