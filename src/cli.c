@@ -1,5 +1,6 @@
-/* cli.c - the short-lived subcommands: check, migrate, enqueue, status,
- * cancel, pause, resume, grant-queue and revoke-queue.
+/* cli.c - the short-lived subcommands: check, reload, migrate, enqueue,
+ * status (and its live view, --watch), cancel, pause, resume, grant-queue
+ * and revoke-queue.
  *
  * Each one loads the file, opens one blocking libpq connection (a struct
  * session), runs a few parameterised statements and exits; none of this
