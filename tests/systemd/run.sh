@@ -208,8 +208,9 @@ ct systemctl reload pgjobd.service >"$T/reload.log" 2>&1
 rc=$?
 [ $rc -ne 0 ] && [ "$(prop ActiveState)" = active ] && [ "$(prop MainPID)" = "$pid_before" ]
 ok $? "a bad file makes systemctl reload fail (exit $rc); the daemon runs on"
-ct journalctl -u pgjobd --no-pager -o cat | grep -q "concurency"
-ok $? "the journal names the bad key"
+ct journalctl -u pgjobd --no-pager -o cat >"$T/journal.txt"
+grep -q "concurency" "$T/journal.txt" && grep -q "has errors: the daemon was not asked to reload" "$T/journal.txt"
+ok $? "the journal names the bad key, and that ExecReload (pgjobd reload) refused the file"
 ct systemctl kill -s HUP --kill-whom=main pgjobd.service
 wait_for 10 eval '[[ "$(prop StatusText)" == *"reload failed: /etc/pgjobd/pgjobd.ini:"*concurency* ]]'
 ok $? "a SIGHUP the daemon refuses shows in STATUS=: '$(prop StatusText)'"
