@@ -48,7 +48,7 @@ TEST_HELPERS := $(B)/tests/notify-sink $(B)/tests/chaos-proxy $(B)/tests/config-
 TEST_JOBS ?= 8
 
 .PHONY: all check check-unit check-integration check-asan asan install uninstall clean format format-check bench \
-	chaos deb schema
+	chaos deb schema check-systemd
 
 all: $(B)/pgjobd
 
@@ -190,8 +190,14 @@ install: $(B)/pgjobd
 	done
 	install -D -m 0644 systemd/pgjobd.sysusers $(DESTDIR)$(SYSUSERSDIR)/pgjobd.conf
 	install -D -m 0644 systemd/pgjobd.tmpfiles $(DESTDIR)$(TMPFILESDIR)/pgjobd.conf
-	install -D -m 0644 man/pgjobd.8 $(DESTDIR)$(MANDIR)/man8/pgjobd.8
-	install -D -m 0644 man/pgjobd.ini.5 $(DESTDIR)$(MANDIR)/man5/pgjobd.ini.5
+	for m in 8/pgjobd.8 5/pgjobd.ini.5; do \
+		install -d -m 0755 $(DESTDIR)$(MANDIR)/man$${m%%/*} && \
+		sed -e 's|/usr/local/lib/sysusers\.d|$(SYSUSERSDIR)|g' \
+		    -e 's|/usr/local/lib/tmpfiles\.d|$(TMPFILESDIR)|g' \
+		    -e 's|/usr/local/lib/systemd/system|$(UNITDIR)|g' man/$${m#*/} \
+		    > $(DESTDIR)$(MANDIR)/man$$m && \
+		chmod 0644 $(DESTDIR)$(MANDIR)/man$$m || exit 1; \
+	done
 	@if [ -e $(DESTDIR)$(SYSCONFDIR)/pgjobd/pgjobd.ini ]; then \
 		echo "keeping the existing $(DESTDIR)$(SYSCONFDIR)/pgjobd/pgjobd.ini"; \
 	else \
@@ -232,6 +238,9 @@ deb: $(B)/pgjobd
 	strip --strip-unneeded --remove-section=.comment --remove-section=.note $(DEB_ROOT)/usr/bin/pgjobd
 	gzip -9n $(DEB_ROOT)/usr/share/man/man8/pgjobd.8 $(DEB_ROOT)/usr/share/man/man5/pgjobd.ini.5
 	install -D -m 0644 systemd/debian/copyright $(DEB_ROOT)/usr/share/doc/pgjobd/copyright
+	sed -e "s/@VERSION@/$(DEB_VERSION)/" -e "s/@DATE@/$$(date -R -u -d @$$(git log -1 --format=%ct 2>/dev/null || date +%s))/" \
+		systemd/debian/changelog.in | gzip -9n >$(DEB_ROOT)/usr/share/doc/pgjobd/changelog.Debian.gz
+	install -D -m 0644 systemd/debian/pgjobd.preset $(DEB_ROOT)/usr/lib/systemd/system-preset/90-pgjobd.preset
 	install -m 0755 systemd/debian/postinst systemd/debian/prerm systemd/debian/postrm \
 		$(DEB_ROOT)/DEBIAN/
 	echo /etc/pgjobd/pgjobd.ini >$(DEB_ROOT)/DEBIAN/conffiles
@@ -248,6 +257,12 @@ deb: $(B)/pgjobd
 	    -e "s/@DEPENDS@/$${deps:-$(DEB_DEPENDS_FALLBACK)}/" systemd/debian/control.in \
 		>$(DEB_ROOT)/DEBIAN/control
 	dpkg-deb --root-owner-group -Zxz --build $(DEB_ROOT) $(DEB_FILE)
+
+# The package under a real systemd: a Debian 12 root booted with systemd-nspawn
+# (tests/systemd/run.sh; the root is cached in $(B)/nspawn). Skipped where the
+# machine cannot (not root, no systemd-nspawn or debootstrap).
+check-systemd: deb
+	B=$(abspath $(B)) DEB=$(abspath $(DEB_FILE)) prove -v --exec bash tests/systemd/run.sh
 
 clean:
 	rm -rf build build-asan

@@ -10,7 +10,7 @@
 -- their grants and row-level security policies show), normalised by
 -- tests/schema-dump.sh: no owners, no SET preamble, no pg_dump comments.
 --
--- Schema version 21 (021_lost_runs), dumped by pg_dump 15.
+-- Schema version 23 (023_my_jobs), dumped by pg_dump 15.
 
 CREATE SCHEMA pgjobd;
 
@@ -1762,6 +1762,31 @@ CREATE TABLE pgjobd.maintenance_lock (
     CONSTRAINT "maintenance_lock has one row" CHECK (one)
 );
 
+CREATE VIEW pgjobd.my_jobs WITH (security_invoker='true') AS
+ SELECT jobs.id,
+    jobs.queue,
+    jobs.group_id,
+    jobs.data,
+    jobs.priority,
+    jobs.run_at,
+    jobs.expires_at,
+    jobs.max_attempts,
+    jobs.timeout,
+    jobs.dedupe_key,
+    jobs.status,
+    jobs.attempts,
+    jobs.result,
+    jobs.error,
+    jobs.created_at,
+    jobs.started_at,
+    jobs.finished_at,
+    jobs.updated_at,
+    jobs.created_by,
+    jobs.history
+   FROM pgjobd.jobs;
+
+COMMENT ON VIEW pgjobd.my_jobs IS 'The jobs of pgjobd.jobs its reader may read, with the columns a producer may read: SELECT * FROM pgjobd.my_jobs works for producers, SELECT * FROM pgjobd.jobs does not.';
+
 CREATE TABLE pgjobd.paused_queues (
     queue text NOT NULL,
     paused_at timestamp with time zone DEFAULT now() NOT NULL,
@@ -2130,6 +2155,8 @@ GRANT SELECT(created_by) ON TABLE pgjobd.jobs TO pgjobd_producer;
 GRANT SELECT(history) ON TABLE pgjobd.jobs TO pgjobd_producer;
 
 GRANT SELECT,UPDATE ON TABLE pgjobd.maintenance_lock TO pgjobd_worker;
+
+GRANT SELECT ON TABLE pgjobd.my_jobs TO PUBLIC;
 
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE pgjobd.paused_queues TO pgjobd_worker;
 

@@ -575,11 +575,6 @@ static void *diag_warn_programs(void *arg, FILE *out)
 	return NULL;
 }
 
-static void *diag_load(void *arg, FILE *out)
-{
-	return config_load(arg, true, out);
-}
-
 static void apply_config(struct daemon *d, struct config *nc)
 {
 	const char *key = config_restart_key(d->cfg, nc);
@@ -612,17 +607,19 @@ static void apply_config(struct daemon *d, struct config *nc)
  * job at setuid. A queue whose commands run as the daemon's own user is
  * allowed but warned about: its commands can read the daemon's credentials
  * (~/.pgpass, the configuration file) and rewrite them. */
-static int check_users(const struct config *c)
+int daemon_check_users(const struct config *c, bool warn_own_user)
 {
 	int rc = 0;
 	for (size_t i = 0; i < c->nqueues; i++) {
 		const struct queue_conf *q = c->queues[i];
 		char missing[64];
 		if (!q->has_user || (q->uid == geteuid() && q->gid == getegid())) {
-			log_warn("msg=\"commands run as the daemon's own user and can read its "
-				 "database credentials\" queue=%s uid=%d hint=\"set user, see "
-				 "pgjobd(8), SECURITY MODEL\"",
-				 q->name, (int)geteuid());
+			if (warn_own_user)
+				log_warn(
+				    "msg=\"commands run as the daemon's own user and can read its "
+				    "database credentials\" queue=%s uid=%d hint=\"set user, see "
+				    "pgjobd(8), SECURITY MODEL\"",
+				    q->name, (int)geteuid());
 		} else if (!priv_has_switch_caps(missing, sizeof(missing))) {
 			log_error(
 			    "msg=\"cannot run commands as another user: the daemon needs root "
@@ -648,8 +645,17 @@ static void on_sighup(struct ev_loop *loop, ev_signal *w, int revents)
 		     (unsigned long long)ts.tv_nsec / 1000);
 	notify_send(msg);
 	log_info("msg=\"reloading configuration\" path=%s", log_value(d->config_path));
-	struct config *nc = diag_to_log(diag_load, (void *)d->config_path);
-	if (nc && check_users(nc) < 0) {
+	/* The diagnostics go through the log, as diag_to_log's do (a stalled
+	 * reader of stderr must not block the loop); the first error also goes
+	 * to STATUS=, so that `systemctl status` shows the reload failed. */
+	char *diag = NULL;
+	size_t diag_len = 0;
+	FILE *mem = open_memstream(&diag, &diag_len);
+	struct config *nc = config_load(d->config_path, true, mem ? mem : stderr);
+	if (mem && fclose(mem) == 0 && diag)
+		log_write_raw(diag, diag_len);
+	bool users_ok = !nc || daemon_check_users(nc, true) == 0;
+	if (!users_ok) {
 		config_free(nc);
 		nc = NULL;
 	}
@@ -657,13 +663,34 @@ static void on_sighup(struct ev_loop *loop, ev_signal *w, int revents)
 		log_error("msg=\"configuration not reloaded: the file has errors; keeping the "
 			  "current one\" path=%s",
 			  log_value(d->config_path));
+		char why[256];
+		const char *err = diag ? strstr(diag, ": error: ") : NULL;
+		if (!users_ok)
+			snprintf(
+			    why, sizeof(why),
+			    "reload failed: cannot run commands as another user (see the log)");
+		else if (err) {
+			const char *start = err;
+			while (start > diag && start[-1] != '\n')
+				start--;
+			/* without the journal's priority prefix */
+			if (start[0] == '<' && start[1] && start[2] == '>')
+				start += 3;
+			snprintf(why, sizeof(why), "reload failed: %.*s", (int)strcspn(start, "\n"),
+				 start);
+		} else
+			snprintf(why, sizeof(why), "reload failed: %s cannot be read (see the log)",
+				 d->config_path);
+		report_reload(d->report, why);
 	} else if (d->state != D_DRAINING) {
 		apply_config(d, nc);
+		report_reload(d->report, NULL);
 		log_info("msg=\"configuration reloaded\" queues=%zu",
 			 dispatch_nqueues(d->dispatch));
 	} else {
 		config_free(nc);
 	}
+	free(diag);
 	notify_send("READY=1");
 }
 
@@ -759,7 +786,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 		config_free(cfg);
 		return 1;
 	}
-	if (check_users(cfg) < 0) {
+	if (daemon_check_users(cfg, true) < 0) {
 		config_free(cfg);
 		return 2;
 	}

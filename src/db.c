@@ -34,6 +34,9 @@ static const char *const state_names[] = {"wait", "connect", "setup", "idle", "b
 #define DB_MAX_ITEMS (2 * DB_MAX_STMTS)
 #define BACKOFF_MAX_MS 10000
 #define CONNECT_TIMEOUT_MS 15000
+/* While a connection cannot be made, the same reason is logged again only
+ * this often (the attempts in between at debug level, counted). */
+#define CONNECT_WARN_EVERY_MS 30000
 
 struct db_conn {
 	struct ev_loop *loop;
@@ -69,6 +72,11 @@ struct db_conn {
 	bool cur_has; /* a result for `cur` was seen */
 	PGresult *res[DB_MAX_STMTS + 1];
 	char err[256];
+	/* failed connection attempts since the last success, and the reason and
+	 * time of the last one logged as a warning */
+	long connect_fails;
+	char warned_err[256];
+	int64_t warned_ms;
 	struct db_waiter *waiters; /* FIFO of parties waiting for a turn (db_wait) */
 	bool pooler_logged;	   /* pooler_check said it */
 };
@@ -264,8 +272,21 @@ static void fail(struct db_conn *c, const char *why)
 		ev_io_stop(c->loop, &c->io);
 	ev_timer_stop(c->loop, &c->timer);
 	if (was == DB_CONNECT || was == DB_WAIT) {
-		log_warn("msg=\"cannot connect to database\" app=%s err=%s", log_value(c->appname),
-			 log_value(c->err));
+		int64_t now = util_now_ms();
+		c->connect_fails++;
+		if (c->connect_fails == 1 || strcmp(c->err, c->warned_err) != 0 ||
+		    now - c->warned_ms >= CONNECT_WARN_EVERY_MS) {
+			log_warn("msg=\"cannot connect to database\" app=%s attempts=%ld err=%s%s",
+				 log_value(c->appname), c->connect_fails, log_value(c->err),
+				 c->connect_fails == 1 ? " next=\"retrying with backoff; the same "
+							 "reason is logged again every 30s\""
+						       : "");
+			snprintf(c->warned_err, sizeof(c->warned_err), "%s", c->err);
+			c->warned_ms = now;
+		} else {
+			log_debug("msg=\"cannot connect to database\" app=%s attempts=%ld err=%s",
+				  log_value(c->appname), c->connect_fails, log_value(c->err));
+		}
 		schedule_connect(c);
 		return;
 	}
@@ -368,7 +389,13 @@ static void setup_done(struct db_conn *c, PGresult *const *res, int n, void *arg
 	}
 	c->up_ms = util_boot_ms();
 	set_state(c, DB_IDLE);
-	log_debug("msg=\"database connected\" app=%s", log_value(c->appname));
+	if (c->connect_fails > 0)
+		log_info("msg=\"database connected\" app=%s failed_attempts=%ld",
+			 log_value(c->appname), c->connect_fails);
+	else
+		log_debug("msg=\"database connected\" app=%s", log_value(c->appname));
+	c->connect_fails = 0;
+	c->warned_err[0] = '\0';
 	if (c->cbs.on_event)
 		c->cbs.on_event(c, DB_UP, c->cbs.arg);
 	serve_waiters(c);

@@ -280,10 +280,26 @@ int migrate_setup_roles(PGconn *pg)
 		PQclear(r);
 		return -1;
 	}
-	if (exec_ok(pg, "SELECT pgjobd.setup_roles()") < 0) {
+	PGresult *setup = PQexec(pg, "SELECT pgjobd.setup_roles()");
+	if (PQresultStatus(setup) != PGRES_TUPLES_OK) {
+		const char *state = PQresultErrorField(setup, PG_DIAG_SQLSTATE);
+		const char *primary = PQresultErrorField(setup, PG_DIAG_MESSAGE_PRIMARY);
+		if (state && strcmp(state, "42501") == 0 && primary)
+			/* PL/pgSQL's CONTEXT lines would only hide what to do. */
+			fprintf(stderr,
+				"pgjobd: migrate: --grant: %s (role %s)\n"
+				"pgjobd: hint: run it as a role with CREATEROLE that owns schema "
+				"pgjobd or is a superuser, e.g. 'sudo -u postgres pgjobd migrate "
+				"--grant -c /etc/pgjobd/admin.ini'; or in psql, as such a role: "
+				"SELECT pgjobd.setup_roles();\n",
+				primary, PQuser(pg));
+		else
+			fprintf(stderr, "pgjobd: migrate: %s", PQerrorMessage(pg));
+		PQclear(setup);
 		PQclear(r);
 		return -1;
 	}
+	PQclear(setup);
 	for (int i = 0; i < PQntuples(r); i++)
 		printf("created role %s\n", PQgetvalue(r, i, 0));
 	PQclear(r);

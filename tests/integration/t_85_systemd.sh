@@ -3,7 +3,8 @@
 # (tests/integration/notify-sink.c stands in for systemd): READY=1 only once the daemon
 # has connected, checked the schema and is listening; WATCHDOG=1 every WATCHDOG_USEC/2,
 # also while it waits for the database; STATUS= with running and queued counts;
-# RELOADING=1 + MONOTONIC_USEC then READY=1 on SIGHUP; STOPPING=1 on SIGTERM; no READY
+# RELOADING=1 + MONOTONIC_USEC then READY=1 on SIGHUP, and a refused reload in STATUS=
+# until a good one; STOPPING=1 on SIGTERM; no READY
 # when the schema is missing; no WATCHDOG when WATCHDOG_PID names another process; every
 # message from the main pid (NotifyAccess=main). Also: log lines carry the journal's <N>
 # prefix when JOURNAL_STREAM names stderr.
@@ -111,6 +112,18 @@ rl_time=$(msg_field "$d" RELOADING=1 1)
 is "$mono_seq" "$rl_seq" "MONOTONIC_USEC= in the same datagram as RELOADING=1"
 mono_ok=$(awk -v m="${mono#MONOTONIC_USEC=}" -v t="$rl_time" 'BEGIN { d = t - m / 1e6; print (d >= 0 && d < 2) ? 0 : 1 }')
 ok "$mono_ok" "MONOTONIC_USEC is CLOCK_MONOTONIC at the reload ($mono, received at $rl_time)"
+
+# 4b. A reload the daemon refuses shows in STATUS= (the first error), until one succeeds.
+cp "$conf" "$T/sd.ini.good"
+printf 'concurency = 2\n' >>"$conf"
+bad_line=$(wc -l <"$conf")
+kill -HUP "$d"
+wait_until 10 "[[ \"\$(last_status $d)\" == *'; reload failed: $conf:$bad_line: error: unknown key '* ]]"
+ok $? "a refused reload: STATUS= says so, with file, line and error (got '$(last_status "$d")')"
+cp "$T/sd.ini.good" "$conf"
+kill -HUP "$d"
+wait_until 10 "[[ \"\$(last_status $d)\" != *'reload failed'* ]]"
+ok $? "the next good reload clears it (got '$(last_status "$d")')"
 
 # 5. SIGTERM: STOPPING=1, then exit 0.
 touch "$T/go"

@@ -176,14 +176,16 @@ else
 	dpkg-deb -c "$deb" | awk '$1 !~ /^d/ { print $1, $2, $6 }' | sort -k3 >"$T/deb-files.txt"
 	is "$(cat "$T/deb-files.txt")" "-rw-r----- root/root ./etc/pgjobd/pgjobd.ini
 -rwxr-xr-x root/root ./usr/bin/pgjobd
+-rw-r--r-- root/root ./usr/lib/systemd/system-preset/90-pgjobd.preset
 -rw-r--r-- root/root ./usr/lib/systemd/system/pgjobd.service
 -rw-r--r-- root/root ./usr/lib/systemd/system/pgjobd@.service
 -rw-r--r-- root/root ./usr/lib/sysusers.d/pgjobd.conf
 -rw-r--r-- root/root ./usr/lib/tmpfiles.d/pgjobd.conf
+-rw-r--r-- root/root ./usr/share/doc/pgjobd/changelog.Debian.gz
 -rw-r--r-- root/root ./usr/share/doc/pgjobd/copyright
 -rw-r--r-- root/root ./usr/share/man/man5/pgjobd.ini.5.gz
 -rw-r--r-- root/root ./usr/share/man/man8/pgjobd.8.gz" \
-		"dpkg-deb -c: the binary, units, sysusers/tmpfiles, man pages, example configuration"
+		"dpkg-deb -c: the binary, units, preset, sysusers/tmpfiles, man pages, changelog, example configuration"
 	is "$(dpkg-deb -f "$deb" Package Architecture Section | tr '\n' ' ')" \
 		"Package: pgjobd Architecture: $(dpkg --print-architecture) Section: admin " "dpkg-deb -I: the fields"
 	deps=$(dpkg-deb -f "$deb" Depends)

@@ -24,7 +24,8 @@
 # fails, which shows what it detects.
 #
 # Needs root (to start the daemon as another user) and setpriv with ambient capabilities
-# (util-linux >= 2.31, Linux >= 4.3); skipped, never failed, without them.
+# (util-linux >= 2.31, Linux >= 4.3); skipped, never failed, without them. `check` and
+# `reload` run without the capabilities refuse the file as the daemon does.
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
 
@@ -193,6 +194,22 @@ if [ "$mode" != daemon ]; then
 	grep -q 'cannot run commands as another user.*queue=steal user=nobody missing="CAP_SETUID CAP_SETGID CAP_KILL"' \
 		"$T/nocaps.log"
 	ok $? "... and says which capabilities are missing" || diag "$(cat "$T/nocaps.log")"
+	# check and reload, run the same way, refuse the file as the daemon does.
+	(cd "$DHOME" && HOME=$DHOME PGPASSWORD=$ENV_SECRET timeout 20 "${as_daemon_plain[@]}" \
+		"$REAL_PGJOBD" check -c "$T/d.ini") >"$T/nocaps-check.log" 2>&1
+	is "$?" 2 "check as the daemon's user without the capabilities: exit 2, as the daemon"
+	grep -q 'cannot run commands as another user.*missing="CAP_SETUID CAP_SETGID CAP_KILL"' \
+		"$T/nocaps-check.log" && grep -q "would refuse $T/d.ini" "$T/nocaps-check.log"
+	ok $? "... naming the missing capabilities" || diag "$(cat "$T/nocaps-check.log")"
+	sleep 300 &
+	target=$!
+	(cd "$DHOME" && timeout 20 "${as_daemon_plain[@]}" "$REAL_PGJOBD" reload --pid "$target" \
+		-c "$T/d.ini") >"$T/nocaps-reload.log" 2>&1
+	is "$?:$(ps -o stat= -p "$target" | cut -c1)" "2:S" \
+		"reload without the capabilities: exit 2, nothing signalled" ||
+		diag "$(cat "$T/nocaps-reload.log")"
+	kill "$target" 2>/dev/null
+	wait "$target" 2>/dev/null
 fi
 
 # 2. The daemon as the shipped unit runs it.
