@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `pgjobd migrate` while another session holds pgjobd.jobs (as a running transaction-mode
-# job does) for 9 s: the migration takes its locks with lock_timeout and retries, so a
+# job does) until the test ends it: the migration takes its locks with lock_timeout and retries, so a
 # producer's INSERT meanwhile waits about a second at most (without it: until the holder
 # ends); after 5 s it says on stderr that it waits, naming the session that holds the
 # table; once the holder ends it commits, and only then prints "applied".
@@ -19,13 +19,14 @@ $(conf_header)
 EOF
 J=$(psql_q "INSERT INTO pgjobd.jobs (queue) VALUES ('q') RETURNING id")
 
-# The holder: a transaction holding job $J's row (and so the table) for 9 s, as a slot
-# does while its command runs.
+# The holder: a transaction holding job $J's row (and so the table), as a slot does
+# while its command runs, until the test cancels its sleep (the checks below must see
+# it still held however slowly a busy machine runs them).
 PGAPPNAME=lock-holder psql -X -qAt -v ON_ERROR_STOP=1 >"$T/holder.out" 2>&1 <<SQL &
 BEGIN;
 SELECT 'held ' || id FROM pgjobd.jobs WHERE id = $J FOR UPDATE;
 SELECT 'pid ' || pg_backend_pid();
-SELECT pg_sleep(9);
+SELECT pg_sleep(120);
 COMMIT;
 SQL
 echo $! >"$T/holder.pid"
@@ -56,7 +57,8 @@ like "$(cat "$T/migrate.err")" "held by pid $HOLDER \\(application_name 'lock-ho
 	"... naming the session that holds pgjobd's tables"
 is "$(cat "$T/migrate.out")" "" "nothing is said to be applied while it waits"
 
-# The holder ends (after 9 s): the migration goes through.
+# The holder ends (its transaction rolled back): the migration goes through.
+psql_q "SELECT pg_cancel_backend($HOLDER)" >/dev/null
 wait_until 30 "! pid_alive $mig"
 wait "$mig"
 is "$?:$(cat "$T/migrate.out")" "0:applied 999_next
