@@ -1,7 +1,7 @@
 /* exec.c - running one job's command (pgjobd(8), "How a command runs").
  *
  * Owns: one struct exec_proc per started command, with its child process
- * (/bin/sh -c COMMAND, leader of its own process group), the parent ends of
+ * (/bin/sh -c COMMAND, leader of its own session and process group), the parent ends of
  * its three pipes, two bounded captures (stdout head and tail, stderr tail),
  * the libev watchers that drive them: ev_io for stdin/stdout/stderr, a drain
  * timer, a kill-escalation timer and a zero-delay timer that reports a spawn
@@ -11,7 +11,7 @@
  *   exec_start -> spawn: a clone that shares our memory and suspends us
  *   until it has exec'd (as vfork does, and as posix_spawn does inside
  *   glibc), so a spawn costs no copy of the daemon's page tables. The new
- *   process leads its own group, runs the caller's in_child hook (which
+ *   process leads its own session and group, runs the caller's in_child hook (which
  *   registers the group with the supervisor and enters the command's
  *   cgroup, so a SIGKILL of the daemon at any moment after the command
  *   could run leaves nothing unkilled), switches user if asked, then
@@ -341,7 +341,7 @@ static int make_pipe(int fds[2])
 
 /* The steps of the new process before its exec, named in a spawn failure. */
 enum spawn_stage {
-	STAGE_SETPGID,
+	STAGE_SETSID,
 	STAGE_REGISTER,
 	STAGE_DUP2,
 	STAGE_SETGROUPS,
@@ -355,7 +355,7 @@ enum spawn_stage {
 	STAGE_N /* none failed: the process exec'd */
 };
 static const char *const stage_names[STAGE_N] = {
-    [STAGE_SETPGID] = "setpgid",     [STAGE_REGISTER] = "register", [STAGE_DUP2] = "dup2",
+    [STAGE_SETSID] = "setsid",       [STAGE_REGISTER] = "register", [STAGE_DUP2] = "dup2",
     [STAGE_SETGROUPS] = "setgroups", [STAGE_SETGID] = "setgid",	    [STAGE_SETUID] = "setuid",
     [STAGE_CAPS] = "capabilities",   [STAGE_CHDIR] = "chdir",	    [STAGE_CLOSE] = "close_range",
     [STAGE_NICE] = "setpriority",    [STAGE_EXECVE] = "execve",
@@ -394,8 +394,13 @@ static EXEC_IN_CHILD int spawn_child(void *arg)
 	for (int sig = 1; sig < NSIG; sig++)
 		sigaction(sig, &sa, NULL);
 	pid_t self = (pid_t)syscall(SYS_getpid);
-	if (setpgid(0, 0) < 0) {
-		stage = STAGE_SETPGID;
+	/* A session of its own, which it leads, and so a process group of its
+	 * own whose id is its pid: no controlling terminal (no /dev/tty to
+	 * type into the operator's shell with TIOCSTI), and no process of it
+	 * can join another job's group, since setpgid only moves a process
+	 * into a group of its own session. */
+	if (setsid() < 0) {
+		stage = STAGE_SETSID;
 		goto fail;
 	}
 	errno = 0; /* shared with the daemon: whatever it last held */

@@ -1,5 +1,5 @@
-/* exec.h - running one job's command: /bin/sh -c COMMAND in its own process
- * group, data on stdin, stdout/stderr captured (bounded) through the event
+/* exec.h - running one job's command: /bin/sh -c COMMAND in its own session
+ * and process group, data on stdin, stdout/stderr captured (bounded) through the event
  * loop, kill escalation. exec knows nothing of SQL or jobs' rows. */
 #ifndef PGJOBD_EXEC_H
 #define PGJOBD_EXEC_H

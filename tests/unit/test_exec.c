@@ -920,7 +920,7 @@ static void on_sigpipe(int sig)
 /* in_child: the group exists and the command has not run yet. */
 struct gate_probe {
 	pid_t pgid;
-	bool group_ok, not_yet, refuse;
+	bool group_ok, session_ok, not_yet, refuse;
 	char marker[300];
 };
 
@@ -929,6 +929,7 @@ EXEC_IN_CHILD static int probe_in_child(pid_t pgid, void *arg)
 	struct gate_probe *g = arg;
 	g->pgid = pgid;
 	g->group_ok = getpgid(pgid) == pgid;
+	g->session_ok = getsid(0) == pgid;
 	g->not_yet = access(g->marker, F_OK) != 0;
 	return g->refuse ? -1 : 0;
 }
@@ -945,6 +946,7 @@ static void test_gate(char **env)
 	s.in_child_arg = &g;
 	run(&s, &r);
 	ok(g.pgid > 0 && g.group_ok, "in_child: the child leads its own group already");
+	ok(g.session_ok, "in_child: ... and its own session (session id == group id)");
 	ok(g.not_yet, "in_child: nothing of the command has run yet");
 	is_str(r.out, "ran\n", "with in_child = 0 the command runs");
 	res_fini(&r);
