@@ -355,7 +355,7 @@ enum spawn_stage {
 	STAGE_N /* none failed: the process exec'd */
 };
 static const char *const stage_names[STAGE_N] = {
-    [STAGE_SETSID] = "setsid",       [STAGE_REGISTER] = "register", [STAGE_DUP2] = "dup2",
+    [STAGE_SETSID] = "setsid",	     [STAGE_REGISTER] = "register", [STAGE_DUP2] = "dup2",
     [STAGE_SETGROUPS] = "setgroups", [STAGE_SETGID] = "setgid",	    [STAGE_SETUID] = "setuid",
     [STAGE_CAPS] = "capabilities",   [STAGE_CHDIR] = "chdir",	    [STAGE_CLOSE] = "close_range",
     [STAGE_NICE] = "setpriority",    [STAGE_EXECVE] = "execve",
