@@ -10,12 +10,13 @@
 -- their grants and row-level security policies show), normalised by
 -- tests/schema-dump.sh: no owners, no SET preamble, no pg_dump comments.
 --
--- Schema version 19 (019_plans), dumped by pg_dump 15.
+-- Schema version 20 (020_isolation), dumped by pg_dump 15.
 
 CREATE SCHEMA pgjobd;
 
 CREATE FUNCTION pgjobd.cancel(p_id bigint) RETURNS boolean
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE
     s text;
@@ -228,6 +229,7 @@ $$;
 
 CREATE FUNCTION pgjobd.check_queue_name(p_queue text) RETURNS void
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $_$
 BEGIN
     IF p_queue IS NULL OR p_queue !~ '^[A-Za-z0-9_.-]{1,63}$' THEN
@@ -262,6 +264,7 @@ $_$;
 
 CREATE FUNCTION pgjobd.claim_batch(p_queue text, p_worker_id bigint, p_workers text[], p_max_attempts integer, p_timeout_ms bigint, p_max_data bigint, p_scan integer, p_orphans boolean, p_release_jobs bigint[], p_release_groups bigint[], p_skip bigint[]) RETURNS TABLE(slot integer, job_id bigint, group_row bigint, group_id text, attempts integer, max_attempts integer, timeout_ms bigint, fence bigint, data text, arg_keys text[], arg_vals text[], schedule text, scheduled_for text)
     LANGUAGE sql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
     SELECT * FROM pgjobd.claim_batch(p_queue, p_worker_id, p_workers, p_max_attempts,
                                      p_timeout_ms, p_max_data, p_scan, p_orphans,
@@ -271,6 +274,7 @@ $$;
 CREATE FUNCTION pgjobd.claim_batch(p_queue text, p_worker_id bigint, p_workers text[], p_max_attempts integer, p_timeout_ms bigint, p_max_data bigint, p_scan integer, p_orphans boolean, p_release_jobs bigint[], p_release_groups bigint[], p_skip bigint[], p_lease_ms bigint) RETURNS TABLE(slot integer, job_id bigint, group_row bigint, group_id text, attempts integer, max_attempts integer, timeout_ms bigint, fence bigint, data text, arg_keys text[], arg_vals text[], schedule text, scheduled_for text)
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE
     want int := coalesce(array_length(p_workers, 1), 0);
@@ -644,6 +648,7 @@ $$;
 CREATE FUNCTION pgjobd.extend_leases(p_worker_id bigint, p_ids bigint[], p_fences bigint[]) RETURNS SETOF bigint
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
     RETURN QUERY
@@ -661,6 +666,7 @@ $$;
 
 CREATE FUNCTION pgjobd.fence_margin(p_fence_ms integer) RETURNS interval
     LANGUAGE sql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
     SELECT greatest(1000, p_fence_ms / 5) * interval '1 millisecond'
 $$;
@@ -668,6 +674,7 @@ $$;
 CREATE FUNCTION pgjobd.finish_leases(p_outcomes jsonb) RETURNS SETOF bigint
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
     RETURN QUERY
@@ -704,6 +711,7 @@ $$;
 
 CREATE FUNCTION pgjobd.forget_workers() RETURNS integer
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE
     n integer;
@@ -719,6 +727,7 @@ $$;
 
 CREATE FUNCTION pgjobd.grant_fencing() RETURNS void
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_worker') THEN
@@ -739,6 +748,7 @@ $$;
 
 CREATE FUNCTION pgjobd.grant_history() RETURNS void
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_producer') THEN
@@ -754,6 +764,7 @@ $$;
 
 CREATE FUNCTION pgjobd.grant_lease() RETURNS void
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_worker') THEN
@@ -768,6 +779,7 @@ $$;
 
 CREATE FUNCTION pgjobd.grant_locks() RETURNS void
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_worker') THEN
@@ -778,6 +790,7 @@ $$;
 
 CREATE FUNCTION pgjobd.grant_ops() RETURNS void
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_worker') THEN
@@ -810,6 +823,7 @@ $$;
 
 CREATE FUNCTION pgjobd.grant_roles() RETURNS void
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_producer') THEN
@@ -867,6 +881,7 @@ $$;
 
 CREATE FUNCTION pgjobd.grant_schedules() RETURNS void
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_worker') THEN
@@ -886,6 +901,7 @@ $$;
 
 CREATE FUNCTION pgjobd.grant_security() RETURNS void
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_producer') THEN
@@ -928,6 +944,7 @@ $$;
 
 CREATE FUNCTION pgjobd.heartbeat(p_id bigint) RETURNS boolean
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
     UPDATE pgjobd.workers w
@@ -940,6 +957,7 @@ $$;
 
 CREATE FUNCTION pgjobd.history_add(p_history jsonb, p_entry jsonb) RETURNS jsonb
     LANGUAGE plpgsql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE
     h jsonb := CASE WHEN jsonb_typeof(p_history) = 'array' THEN p_history ELSE '[]' END;
@@ -962,6 +980,7 @@ $$;
 
 CREATE FUNCTION pgjobd.hold_group(q text, g text, p_head bigint, p_until timestamp with time zone, p_limit integer) RETURNS integer
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE
     n int;
@@ -992,6 +1011,7 @@ $$;
 
 CREATE FUNCTION pgjobd.jobs_attempt_ended() RETURNS trigger
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE
     e jsonb;
@@ -1021,6 +1041,7 @@ $$;
 
 CREATE FUNCTION pgjobd.jobs_cancelled() RETURNS trigger
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
     IF OLD.status IN ('succeeded', 'failed') THEN
@@ -1041,6 +1062,7 @@ $$;
 
 CREATE FUNCTION pgjobd.jobs_check_grant() RETURNS trigger
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
     PERFORM pgjobd.check_queue_grant(NEW.queue);
@@ -1131,6 +1153,7 @@ $$;
 
 CREATE FUNCTION pgjobd.jobs_head_changed() RETURNS trigger
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
     IF current_setting('transaction_isolation') = 'read committed' THEN
@@ -1166,6 +1189,7 @@ $$;
 
 CREATE FUNCTION pgjobd.jobs_unheld() RETURNS trigger
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
     NEW.held_until := NULL;
@@ -1175,6 +1199,7 @@ $$;
 
 CREATE FUNCTION pgjobd.lease_margin(p_lease_ms bigint) RETURNS interval
     LANGUAGE sql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
     SELECT greatest(1000, coalesce(p_lease_ms, 0) / 5) * interval '1 millisecond'
 $$;
@@ -1199,6 +1224,7 @@ $$;
 
 CREATE FUNCTION pgjobd.maintain(p_queues text[], p_retention_ms bigint[], p_limit integer, OUT locked boolean, OUT expired integer, OUT deleted integer, OUT more boolean) RETURNS record
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE
     i int;
@@ -1267,6 +1293,7 @@ $$;
 
 CREATE FUNCTION pgjobd.pause(p_queue text) RETURNS boolean
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
     PERFORM pgjobd.check_queue_name(p_queue);
@@ -1288,6 +1315,7 @@ $$;
 
 CREATE FUNCTION pgjobd.register_worker(p_name text, p_fence_ms integer) RETURNS bigint
     LANGUAGE sql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
     INSERT INTO pgjobd.workers (name, fence_ms, alive_until)
     VALUES (p_name, p_fence_ms, clock_timestamp() + p_fence_ms * interval '1 millisecond'
@@ -1297,6 +1325,7 @@ $$;
 
 CREATE FUNCTION pgjobd.register_worker(p_name text, p_fence_ms integer, p_queues text[]) RETURNS bigint
     LANGUAGE sql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
     INSERT INTO pgjobd.workers (name, fence_ms, alive_until, queues)
     VALUES (p_name, p_fence_ms, clock_timestamp() + p_fence_ms * interval '1 millisecond'
@@ -1306,6 +1335,7 @@ $$;
 
 CREATE FUNCTION pgjobd.release_claim(p_id bigint, p_fence bigint, p_started boolean, p_error jsonb, p_max_attempts integer, p_retry_ms bigint) RETURNS text
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE
     a int;
@@ -1346,6 +1376,7 @@ $$;
 
 CREATE FUNCTION pgjobd.release_claim(p_id bigint, p_fence bigint, p_started boolean, p_error jsonb, p_max_attempts integer, p_retry_ms bigint, p_entry jsonb) RETURNS text
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE
     a int;
@@ -1397,6 +1428,7 @@ $$;
 
 CREATE FUNCTION pgjobd.release_worker(p_worker text) RETURNS integer
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE
     n integer;
@@ -1414,6 +1446,7 @@ $$;
 
 CREATE FUNCTION pgjobd.resume(p_queue text) RETURNS boolean
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
     PERFORM pgjobd.check_queue_name(p_queue);
@@ -1443,6 +1476,7 @@ $$;
 
 CREATE FUNCTION pgjobd.retry(p_id bigint) RETURNS boolean
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE
     j record;
@@ -1572,6 +1606,7 @@ $$;
 
 CREATE FUNCTION pgjobd.setup_roles() RETURNS void
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_producer') THEN
@@ -1587,6 +1622,7 @@ $$;
 CREATE FUNCTION pgjobd.try_group_head(q text, g text, jid bigint) RETURNS bigint
     LANGUAGE plpgsql
     SET enable_seqscan TO 'off'
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE
     gid bigint;
@@ -1655,6 +1691,7 @@ $$;
 
 CREATE FUNCTION pgjobd.worker_gone(p_id bigint) RETURNS void
     LANGUAGE sql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
     UPDATE pgjobd.workers SET alive_until = '-infinity' WHERE id = p_id;
     UPDATE pgjobd.jobs j SET lease_until = '-infinity'

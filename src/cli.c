@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "db.h"
 #include "jobs_cli.h"
 #include "migrate.h"
 #include "parse.h"
@@ -321,6 +322,18 @@ int cli_session_open(struct cli_session *s, const struct cli_args *a, bool need_
 		cli_session_close(s);
 		return 1;
 	}
+	/* Before any other statement: an operator's session often has rights
+	 * (superuser) that another role's object on the search path must
+	 * never get to run with. */
+	PGresult *r = PQexec(s->pg, DB_PIN_SEARCH_PATH);
+	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+		fprintf(stderr, "pgjobd: %s: cannot set the search path: %s", a->cmd,
+			PQerrorMessage(s->pg));
+		PQclear(r);
+		cli_session_close(s);
+		return 1;
+	}
+	PQclear(r);
 	return 0;
 }
 

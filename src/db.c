@@ -13,6 +13,7 @@
  * PQisBusy() says they are complete. */
 #include "db.h"
 
+#include <assert.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -376,10 +377,6 @@ static void start_setup(struct db_conn *c)
 	int n = c->nsetup < DB_MAX_STMTS ? c->nsetup : DB_MAX_STMTS;
 	for (int i = 0; i < n; i++)
 		st[i].sql = c->setup[i];
-	if (n == 0) {
-		st[0].sql = "SELECT 1";
-		n = 1;
-	}
 	c->cb = setup_done;
 	c->cb_arg = NULL;
 	if (send_batch(c, st, n, false) < 0)
@@ -578,13 +575,17 @@ struct db_conn *db_conn_new(struct ev_loop *loop, const char *conninfo, const ch
 	c->fd = -1;
 	c->conninfo = xstrdup(conninfo ? conninfo : "");
 	c->appname = xstrdup(appname);
-	for (c->nsetup = 0; setup && setup[c->nsetup]; c->nsetup++)
-		;
-	if (c->nsetup > DB_MAX_STMTS)
-		c->nsetup = DB_MAX_STMTS;
+	int n = 0;
+	while (setup && setup[n])
+		n++;
+	assert(n < DB_MAX_STMTS);
+	/* The search path first: every later statement, the setup's included,
+	 * resolves its names with it. */
+	c->nsetup = n + 1;
 	c->setup = xcalloc((size_t)c->nsetup + 1, sizeof(char *));
-	for (int i = 0; i < c->nsetup; i++)
-		c->setup[i] = xstrdup(setup[i]);
+	c->setup[0] = xstrdup(DB_PIN_SEARCH_PATH);
+	for (int i = 0; i < n; i++)
+		c->setup[i + 1] = xstrdup(setup[i]);
 	c->cbs = *cbs;
 	c->backoff_ms = BACKOFF_MIN_MS;
 	c->backoff_max_ms = BACKOFF_MAX_MS;

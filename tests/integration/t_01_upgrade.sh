@@ -113,7 +113,8 @@ wait_until 30 "! pid_alive $mig"
 wait "$mig"
 is "$?:$(cat "$T/migrate.log")" "0:applied 018_names
 applied 019_plans
-schema pgjobd is at version 19" "then pgjobd migrate applies 018 (and the versions after it) and exits 0"
+applied 020_isolation
+schema pgjobd is at version 20" "then pgjobd migrate applies 018 (and the versions after it) and exits 0"
 is "$(psql_q "SELECT (to_regprocedure('pgjobd.try_group_head_v2(text, text, bigint)') IS NULL)
                      || ' ' || (to_regprocedure('pgjobd.try_group_head(text, text, bigint)') IS NOT NULL)")" \
 	"true true" "try_group_head_v2 is try_group_head now"
