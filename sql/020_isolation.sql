@@ -15,6 +15,37 @@
 -- creates must say SET search_path = pg_catalog, pg_temp itself.
 
 
+-- Bounded keys. group_id and dedupe_key had no size: a 200 KB group_id
+-- reached the command's environment and failed its spawn (E2BIG), and
+-- either key is held in indexes. 1 KiB, in bytes, refused at INSERT (and
+-- UPDATE) with SQLSTATE 23514 naming the constraint. NOT VALID, then
+-- VALIDATE: the check of the rows already there takes no lock that stops
+-- producers or daemons; a database that holds a longer key keeps it (and
+-- the constraint stays NOT VALID, with a warning) rather than failing the
+-- upgrade: new rows are checked either way.
+ALTER TABLE pgjobd.jobs
+      ADD CONSTRAINT jobs_group_id_max_1kib CHECK (octet_length(group_id) <= 1024) NOT VALID,
+      ADD CONSTRAINT jobs_dedupe_key_max_1kib CHECK (octet_length(dedupe_key) <= 1024) NOT VALID;
+ALTER TABLE pgjobd.schedules
+      ADD CONSTRAINT schedules_group_id_max_1kib CHECK (octet_length(group_id) <= 1024) NOT VALID;
+DO $$
+DECLARE
+    c record;
+BEGIN
+    FOR c IN SELECT * FROM (VALUES ('pgjobd.jobs', 'jobs_group_id_max_1kib'),
+                                   ('pgjobd.jobs', 'jobs_dedupe_key_max_1kib'),
+                                   ('pgjobd.schedules', 'schedules_group_id_max_1kib')) v(t, n)
+    LOOP
+        BEGIN
+            EXECUTE pg_catalog.format('ALTER TABLE %s VALIDATE CONSTRAINT %I', c.t, c.n);
+        EXCEPTION WHEN check_violation THEN
+            RAISE WARNING '% holds a key over 1 KiB: constraint % left NOT VALID (new rows are checked)',
+                c.t, c.n;
+        END;
+    END LOOP;
+END
+$$;
+
 -- Last: every function of the schema, including any created above.
 DO $$
 DECLARE

@@ -1765,6 +1765,8 @@ CREATE TABLE pgjobd.jobs (
     history jsonb DEFAULT '[]'::jsonb NOT NULL,
     lease_until timestamp with time zone,
     lease_ms bigint,
+    CONSTRAINT jobs_dedupe_key_max_1kib CHECK ((octet_length(dedupe_key) <= 1024)),
+    CONSTRAINT jobs_group_id_max_1kib CHECK ((octet_length(group_id) <= 1024)),
     CONSTRAINT "max_attempts must be at least 1" CHECK ((max_attempts >= 1)),
     CONSTRAINT "queue must be 1 to 63 characters of A-Z a-z 0-9 _ . -" CHECK ((queue ~ '^[A-Za-z0-9_.-]{1,63}$'::text)),
     CONSTRAINT "status must be queued, running, succeeded, failed or cancelled" CHECK ((status = ANY (ARRAY['queued'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text]))),
@@ -1853,6 +1855,7 @@ CREATE TABLE pgjobd.schedules (
     CONSTRAINT "overlap must be allow or skip" CHECK ((overlap = ANY (ARRAY['allow'::text, 'skip'::text]))),
     CONSTRAINT "queue must be 1 to 63 characters of A-Z a-z 0-9 _ . -" CHECK ((queue ~ '^[A-Za-z0-9_.-]{1,63}$'::text)),
     CONSTRAINT "schedule name must be 1 to 63 characters of A-Z a-z 0-9 _ . -" CHECK ((name ~ '^[A-Za-z0-9_.-]{1,63}$'::text)),
+    CONSTRAINT schedules_group_id_max_1kib CHECK ((octet_length(group_id) <= 1024)),
     CONSTRAINT "timeout must be positive" CHECK ((timeout > '00:00:00'::interval))
 );
 

@@ -36,7 +36,7 @@
  * cast that pgjobd's SQL names. A round trip rather than the startup packet's
  * `options`, which a session-mode pooler such as PgBouncer refuses.
  * pgjobd's functions pin the same path for themselves (sql/README). */
-#define DB_PIN_SEARCH_PATH                                                              \
+#define DB_PIN_SEARCH_PATH                                                                         \
 	"SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', false)"
 
 struct db_conn;

@@ -790,6 +790,23 @@ static void log_skips(const struct exec_env_in *in, const struct skips *sk)
 		 sk->count[SKIP_TOO_LARGE], sk->count[SKIP_OVER_LIMIT], o ? tail : "");
 }
 
+/* NAME=VALUE for a value that comes from the database (a group id, a
+ * schedule's name): the same size rule as the data's keys, so that no job
+ * fails to start with E2BIG. One that does not fit is left out, with a
+ * warning that names it and its size, never the value. */
+static void env_add_value(struct env_list *e, const struct exec_env_in *in, const char *name,
+			  const char *value)
+{
+	size_t len = strlen(value);
+	if (strlen(name) + 1 + len + 1 > EXEC_ARG_MAX) {
+		log_warn("msg=\"value too large for the environment; not exported\" job=%lld "
+			 "queue=%s name=%s bytes=%zu",
+			 in->job_id, log_value(in->queue), name, len);
+		return;
+	}
+	env_add(e, xasprintf("%s=%s", name, value));
+}
+
 char **exec_env_build(const struct exec_env_in *in)
 {
 	struct env_list e = {0};
@@ -811,15 +828,15 @@ char **exec_env_build(const struct exec_env_in *in)
 		env_add(&e, xstrdup(*q));
 	}
 	env_add(&e, xasprintf("PGJOBD_JOB_ID=%lld", in->job_id));
-	env_add(&e, xasprintf("PGJOBD_QUEUE=%s", in->queue ? in->queue : ""));
-	env_add(&e, xasprintf("PGJOBD_GROUP_ID=%s", in->group_id ? in->group_id : ""));
+	env_add_value(&e, in, "PGJOBD_QUEUE", in->queue ? in->queue : "");
+	env_add_value(&e, in, "PGJOBD_GROUP_ID", in->group_id ? in->group_id : "");
 	env_add(&e, xasprintf("PGJOBD_ATTEMPT=%d", in->attempt));
 	env_add(&e, xasprintf("PGJOBD_MAX_ATTEMPTS=%d", in->max_attempts));
 	env_add(&e, xasprintf("PGJOBD_FENCE=%lld", in->fence));
 	if (in->schedule) {
-		env_add(&e, xasprintf("PGJOBD_SCHEDULE=%s", in->schedule));
-		env_add(&e, xasprintf("PGJOBD_SCHEDULED_FOR=%s",
-				      in->scheduled_for ? in->scheduled_for : ""));
+		env_add_value(&e, in, "PGJOBD_SCHEDULE", in->schedule);
+		env_add_value(&e, in, "PGJOBD_SCHEDULED_FOR",
+			      in->scheduled_for ? in->scheduled_for : "");
 	}
 
 	/* The data's keys in key order, a key given twice once (its last
