@@ -60,6 +60,10 @@
 
 #define WAKES_MAX 64
 #define WAKE_ROUND_MS 10
+/* After a claim of a queue found nothing, NOTIFYs for it within this many ms
+ * make one claim, at its end: a NOTIFY is a hint that anyone can send, and
+ * replayed non-stop it would otherwise make a claim per round trip. */
+#define WAKE_QUIET_MS 50
 
 struct queue {
 	struct dispatch *x;
@@ -89,6 +93,12 @@ struct queue {
 	int nwakes;
 	ev_timer wake;
 	char wake_payload[SHA256_HEX_LEN + 1]; /* of NOTIFY pgjobd; "" while unknown */
+	/* NOTIFYs coalesce (notify_wake): until quiet_until (CLOCK_MONOTONIC
+	 * ms) they only arm the quiet timer, which claims once at its end;
+	 * while a claim is in flight they only set notify_again. */
+	int64_t quiet_until;
+	bool notify_again;
+	ev_timer quiet;
 };
 
 struct dispatch {
@@ -205,6 +215,44 @@ static void kick_queue(struct queue *q)
 	}
 }
 
+static void on_quiet(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	kick_queue(w->data);
+}
+
+/* A NOTIFY for q (a hint: a stranger may replay it at any rate). Costs no
+ * round trip when q has no idle slot (kick_queue reserves none), while a
+ * claim of q is in flight (one more claim once it is back, however many
+ * came), or within WAKE_QUIET_MS of a claim that found nothing (one claim at
+ * the end of that time). So NOTIFYs alone make at most one claim per
+ * WAKE_QUIET_MS per queue, plus one after each claim that found jobs. */
+static void notify_wake(struct queue *q)
+{
+	struct ev_loop *loop = q->x->env.loop;
+	int64_t now = util_now_ms();
+	if (now < q->quiet_until) {
+		if (!ev_is_active(&q->quiet)) {
+			ev_timer_set(&q->quiet, (double)(q->quiet_until - now) / 1000.0, 0.);
+			ev_timer_start(loop, &q->quiet);
+		}
+		return;
+	}
+	if (q->lease) {
+		/* The lease session claims for every lease-mode queue in one
+		 * statement and says nothing per queue: a plain interval. */
+		q->quiet_until = now + WAKE_QUIET_MS;
+		kick_queue(q);
+		return;
+	}
+	if (q->dispatching || (q->cl && !claimer_is_ready(q->cl))) {
+		q->notify_again = true;
+		return;
+	}
+	kick_queue(q);
+}
+
 static void on_claimed(struct claimer *cl, struct claim_job *jobs, const int *slots, int n,
 		       void *arg)
 {
@@ -241,12 +289,19 @@ static void on_claimed(struct claimer *cl, struct claim_job *jobs, const int *sl
 	q->dispatching = false;
 	if (n < 0)
 		return; /* the claimer reconnects; its on_up kicks */
+	/* Nothing to claim: the NOTIFYs of the next WAKE_QUIET_MS coalesce. */
+	if (asked > 0 && n == 0)
+		q->quiet_until = util_now_ms() + WAKE_QUIET_MS;
+	bool notified = q->notify_again;
+	q->notify_again = false;
 	/* Just registered as waiting: once more (claim_recheck). */
 	bool recheck = claim_recheck(&q->waiting, asked, n);
 	/* A full batch: there may be more (slots that became idle meanwhile).
 	 * Or a kick was asked for meanwhile. */
 	if ((asked > 0 && n == asked) || q->again || recheck)
 		kick_queue(q);
+	else if (notified)
+		notify_wake(q);
 }
 
 static void on_claimer_up(struct claimer *cl, void *arg)
@@ -414,6 +469,8 @@ static struct queue *queue_new(struct dispatch *x, struct queue_conf *conf)
 	q->x = x;
 	ev_init(&q->wake, on_wake);
 	q->wake.data = q;
+	ev_init(&q->quiet, on_quiet);
+	q->quiet.data = q;
 	queue_serve(q, conf);
 	return q;
 }
@@ -423,6 +480,7 @@ static struct queue *queue_new(struct dispatch *x, struct queue_conf *conf)
 static void queue_stop(struct queue *q)
 {
 	ev_timer_stop(q->x->env.loop, &q->wake);
+	ev_timer_stop(q->x->env.loop, &q->quiet);
 	q->nwakes = 0;
 	if (q->lease && q->x->lease)
 		lease_drop_queue(q->x->lease, q->conf->name);
@@ -740,8 +798,12 @@ void dispatch_set_wake_secret(struct dispatch *x, const char *secret)
 void dispatch_wake(struct dispatch *x, const char *payload)
 {
 	for (size_t i = 0; i < x->nqueues; i++) {
+		if (!payload) {
+			notify_wake(x->queues[i]);
+			continue;
+		}
 		if (strcmp(x->queues[i]->wake_payload, payload) == 0) {
-			kick_queue(x->queues[i]);
+			notify_wake(x->queues[i]);
 			return;
 		}
 	}
