@@ -93,6 +93,12 @@ struct queue {
 	int nwakes;
 	ev_timer wake;
 	char wake_payload[SHA256_HEX_LEN + 1]; /* of NOTIFY pgjobd; "" while unknown */
+	/* Its sessions' application_name carries this, not the queue's name,
+	 * which pg_stat_activity would show every role: the first 16 hex
+	 * digits of sha256(name), which `pgjobd status` matches against the
+	 * queues its role may see (a role can confirm a name it guessed, not
+	 * read one). */
+	char tag[17];
 	/* NOTIFYs coalesce (notify_wake): until quiet_until (CLOCK_MONOTONIC
 	 * ms) they only arm the quiet timer, which claims once at its end;
 	 * while a claim is in flight they only set notify_again. */
@@ -399,7 +405,7 @@ static struct lease *need_lease(struct dispatch *x)
 static void add_slot(struct queue *q)
 {
 	q->slots = xrealloc(q->slots, sizeof(*q->slots) * (size_t)(q->nslots + 1));
-	q->slots[q->nslots++] = slot_new(&q->x->senv, q->conf, q->next_index++, q);
+	q->slots[q->nslots++] = slot_new(&q->x->senv, q->conf, q->tag, q->next_index++, q);
 }
 
 /* Remove the slot at index i of q->slots without freeing it. */
@@ -424,8 +430,8 @@ static void retire(struct queue *q, struct slot *j)
 static void start_transaction_mode(struct queue *q)
 {
 	struct claimer_callbacks cbs = {.on_result = on_claimed, .on_up = on_claimer_up, .arg = q};
-	q->cl =
-	    claimer_new(q->x->env.loop, q->x->env.conninfo, q->conf->name, q->x->env.metrics, &cbs);
+	q->cl = claimer_new(q->x->env.loop, q->x->env.conninfo, q->conf->name, q->tag,
+			    q->x->env.metrics, &cbs);
 	for (int i = 0; i < q->conf->concurrency; i++)
 		add_slot(q);
 }
@@ -450,6 +456,10 @@ static void queue_serve(struct queue *q, struct queue_conf *conf)
 	struct queue_conf *old = q->conf;
 	q->conf = queue_conf_ref(conf);
 	queue_conf_unref(old);
+	char hex[SHA256_HEX_LEN + 1];
+	sha256_hex2("", conf->name, hex);
+	memcpy(q->tag, hex, sizeof(q->tag) - 1);
+	q->tag[sizeof(q->tag) - 1] = '\0';
 	q->removed = false;
 	q->next_index = 0;
 	q->again = false;

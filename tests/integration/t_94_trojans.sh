@@ -125,10 +125,20 @@ max_attempts = 1
 command = sleep 0.2
 lock_mode = lease
 max_attempts = 1
+
+[queue.payroll_secret]
+command = true
+concurrency = 2
 EOF
 start_daemon d "$T/d.ini"
 wait_until 20 "workers_alive 1"
 ok $? "the daemon runs as wrk"
+# pg_stat_activity shows every role every session's application_name.
+slots() { psql -X -qAt -U app1 -c "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'pgjobd%'"; }
+wait_until 20 "[ \"\$(slots)\" -ge 6 ]"
+is "$(psql -X -qAt -U app1 -c "SELECT count(*) FROM pg_stat_activity
+        WHERE application_name ~ '(payroll|^pgjobd q[ .]|^pgjobd l[ .])'")" 0 \
+	"no session's application_name shows a queue name to another role"
 psql_q "INSERT INTO pgjobd.jobs (queue, group_id) VALUES ('q', 'g'), ('q', 'g'), ('l', NULL)" >/dev/null
 wait_until 30 "[ \$(count_jobs \"status = 'succeeded'\") -ge 4 ]"
 ok $? "the daemon ran the jobs (grouped, ungrouped, lease mode)"
