@@ -640,9 +640,18 @@ CREATE FUNCTION pgjobd.dedupe_lock_done() RETURNS trigger
     AS $$
 BEGIN
     DELETE FROM pgjobd.dedupe_locks d
-     WHERE d.queue = NEW.queue AND d.dedupe_key = NEW.dedupe_key;
+     WHERE d.queue = NEW.queue AND d.dedupe_key = NEW.dedupe_key AND d.scope = NEW.scope;
     RETURN NULL;
 END
+$$;
+
+CREATE FUNCTION pgjobd.dedupe_scope(p_queue text, p_role text) RETURNS text
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT CASE WHEN EXISTS (SELECT 1 FROM pgjobd.queue_policies p
+                              WHERE p.queue = p_queue AND p.shared)
+                THEN '' ELSE coalesce(p_role, '') END
 $$;
 
 CREATE FUNCTION pgjobd.extend_leases(p_worker_id bigint, p_ids bigint[], p_fences bigint[]) RETURNS SETOF bigint
@@ -1131,19 +1140,13 @@ CREATE FUNCTION pgjobd.jobs_dedupe() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
+DECLARE
+    s text := pgjobd.dedupe_scope(NEW.queue, NEW.created_by);
 BEGIN
-    LOOP
-        INSERT INTO pgjobd.dedupe_locks (queue, dedupe_key)
-        VALUES (NEW.queue, NEW.dedupe_key)
-        ON CONFLICT DO NOTHING;
-        EXIT WHEN FOUND;
-        PERFORM 1 FROM pgjobd.dedupe_locks d
-         WHERE d.queue = NEW.queue AND d.dedupe_key = NEW.dedupe_key
-         FOR UPDATE;
-        EXIT WHEN FOUND;
-    END LOOP;
+    PERFORM pgjobd.lock_dedupe_key(NEW.queue, NEW.dedupe_key, s);
     IF EXISTS (SELECT 1 FROM pgjobd.jobs j
                 WHERE j.queue = NEW.queue AND j.dedupe_key = NEW.dedupe_key
+                  AND (s = '' OR j.created_by = NEW.created_by)
                   AND j.status IN ('queued', 'running')) THEN
         RETURN NULL; -- an unfinished job has this key: insert nothing
     END IF;
@@ -1187,6 +1190,59 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION pgjobd.jobs_quota() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    r record;
+    n bigint;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pgjobd.quotas) THEN
+        RETURN NULL;
+    END IF;
+    FOR r IN
+        SELECT d.created_by, d.queue, q.role, q.queue AS qq, q.max_queued
+          FROM (SELECT DISTINCT n.created_by, n.queue FROM new_jobs n
+                 WHERE n.status = 'queued') d
+          JOIN LATERAL (SELECT * FROM pgjobd.quotas q
+                         WHERE q.queue IN (d.queue, '*')
+                           AND q.role = to_regrole(d.created_by)
+                         ORDER BY q.queue = '*' LIMIT 1) q ON true
+         ORDER BY d.created_by, d.queue
+    LOOP
+        PERFORM 1 FROM pgjobd.quotas q WHERE q.role = r.role AND q.queue = r.qq FOR UPDATE;
+        SELECT count(*) INTO n FROM pgjobd.jobs j
+         WHERE j.queue = r.queue AND j.status = 'queued' AND j.created_by = r.created_by;
+        IF n > r.max_queued THEN
+            RAISE EXCEPTION 'role % may have at most % jobs queued in queue %, this INSERT makes %',
+                quote_ident(r.created_by), r.max_queued, r.queue, n
+                USING ERRCODE = 'program_limit_exceeded',
+                      HINT = 'Wait for jobs to start, or ask the owner to raise the quota (pgjobd.set_quota).';
+        END IF;
+    END LOOP;
+    RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION pgjobd.jobs_run_at_bound() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF row_security_active('pgjobd.jobs')
+       AND NOT EXISTS (SELECT 1 FROM pg_roles r
+                        WHERE r.rolname = 'pgjobd_worker'
+                          AND pg_has_role(current_user, r.oid, 'MEMBER')) THEN
+        PERFORM pgjobd.check_queue_grant(NEW.queue);
+        RAISE EXCEPTION 'run_at % is more than 1 year ahead', NEW.run_at
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'jobs_run_at_max_1_year',
+                  HINT = 'A producer role may delay a job by at most 1 year (pgjobd(8), SECURITY MODEL).';
+    END IF;
+    RETURN NEW;
+END
+$$;
+
 CREATE FUNCTION pgjobd.jobs_unheld() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1216,6 +1272,24 @@ BEGIN
         EXIT WHEN FOUND;
         PERFORM 1 FROM pgjobd.dedupe_locks d
          WHERE d.queue = p_queue AND d.dedupe_key = p_key
+         FOR UPDATE;
+        EXIT WHEN FOUND;
+    END LOOP;
+END
+$$;
+
+CREATE FUNCTION pgjobd.lock_dedupe_key(p_queue text, p_key text, p_scope text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    LOOP
+        INSERT INTO pgjobd.dedupe_locks (queue, dedupe_key, scope)
+        VALUES (p_queue, p_key, p_scope)
+        ON CONFLICT DO NOTHING;
+        EXIT WHEN FOUND;
+        PERFORM 1 FROM pgjobd.dedupe_locks d
+         WHERE d.queue = p_queue AND d.dedupe_key = p_key AND d.scope = p_scope
          FOR UPDATE;
         EXIT WHEN FOUND;
     END LOOP;
@@ -1475,22 +1549,25 @@ END
 $$;
 
 CREATE FUNCTION pgjobd.retry(p_id bigint) RETURNS boolean
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE
     j record;
+    s text;
 BEGIN
-    SELECT r.queue, r.dedupe_key INTO j FROM pgjobd.jobs r
+    SELECT r.queue, r.dedupe_key, r.created_by INTO j FROM pgjobd.jobs r
      WHERE r.id = p_id AND r.status IN ('succeeded', 'failed', 'cancelled')
      FOR UPDATE;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
     IF j.dedupe_key IS NOT NULL THEN
-        PERFORM pgjobd.lock_dedupe_key(j.queue, j.dedupe_key);
+        s := pgjobd.dedupe_scope(j.queue, j.created_by);
+        PERFORM pgjobd.lock_dedupe_key(j.queue, j.dedupe_key, s);
         IF EXISTS (SELECT 1 FROM pgjobd.jobs o
                     WHERE o.queue = j.queue AND o.dedupe_key = j.dedupe_key
+                      AND (s = '' OR o.created_by = j.created_by)
                       AND o.status IN ('queued', 'running') AND o.id <> p_id) THEN
             RETURN false;
         END IF;
@@ -1604,6 +1681,33 @@ CREATE FUNCTION pgjobd.schedule_clock(p_real0 double precision, p_fake0 double p
            END
 $$;
 
+CREATE FUNCTION pgjobd.set_quota(p_role name, p_queue text, p_max_queued integer) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    rid oid;
+BEGIN
+    SELECT r.oid INTO rid FROM pg_roles r WHERE r.rolname = p_role;
+    IF rid IS NULL THEN
+        RAISE EXCEPTION 'role % does not exist', coalesce(quote_ident(p_role), 'NULL')
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    IF p_queue IS DISTINCT FROM '*' THEN
+        PERFORM pgjobd.check_queue_name(p_queue);
+    END IF;
+    IF p_max_queued IS NULL THEN
+        DELETE FROM pgjobd.quotas q WHERE q.role = rid::regrole AND q.queue = p_queue;
+        RETURN FOUND;
+    END IF;
+    INSERT INTO pgjobd.quotas AS q (role, queue, max_queued)
+    VALUES (rid::regrole, p_queue, p_max_queued)
+    ON CONFLICT (role, queue) DO UPDATE SET max_queued = EXCLUDED.max_queued
+    WHERE q.max_queued IS DISTINCT FROM EXCLUDED.max_queued;
+    RETURN FOUND;
+END
+$$;
+
 CREATE FUNCTION pgjobd.setup_roles() RETURNS void
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1616,6 +1720,25 @@ BEGIN
         CREATE ROLE pgjobd_worker NOLOGIN;
     END IF;
     PERFORM pgjobd.grant_roles();
+END
+$$;
+
+CREATE FUNCTION pgjobd.share_queue(p_queue text, p_shared boolean DEFAULT true) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    was boolean;
+BEGIN
+    PERFORM pgjobd.check_queue_name(p_queue);
+    SELECT p.shared INTO was FROM pgjobd.queue_policies p WHERE p.queue = p_queue FOR UPDATE;
+    IF coalesce(was, false) = coalesce(p_shared, false) THEN
+        RETURN false;
+    END IF;
+    INSERT INTO pgjobd.queue_policies AS p (queue, shared) VALUES (p_queue, coalesce(p_shared, false))
+    ON CONFLICT (queue) DO UPDATE SET shared = EXCLUDED.shared, changed_at = now(),
+                                      changed_by = session_user;
+    RETURN true;
 END
 $$;
 
@@ -1709,7 +1832,8 @@ CREATE TABLE pgjobd.cancel_requests (
 
 CREATE UNLOGGED TABLE pgjobd.dedupe_locks (
     queue text NOT NULL,
-    dedupe_key text NOT NULL
+    dedupe_key text NOT NULL,
+    scope text DEFAULT ''::text NOT NULL
 );
 
 CREATE SEQUENCE pgjobd.fence_seq
@@ -1802,6 +1926,14 @@ CREATE TABLE pgjobd.queue_grants (
     CONSTRAINT "queue must be * or 1 to 63 characters of A-Z a-z 0-9 _ . -" CHECK (((queue = '*'::text) OR (queue ~ '^[A-Za-z0-9_.-]{1,63}$'::text)))
 );
 
+CREATE TABLE pgjobd.queue_policies (
+    queue text NOT NULL,
+    shared boolean DEFAULT false NOT NULL,
+    changed_at timestamp with time zone DEFAULT now() NOT NULL,
+    changed_by name DEFAULT SESSION_USER NOT NULL,
+    CONSTRAINT "queue must be * or 1 to 63 characters of A-Z a-z 0-9 _ . -" CHECK ((queue ~ '^[A-Za-z0-9_.-]{1,63}$'::text))
+);
+
 CREATE VIEW pgjobd.queue_stats WITH (security_invoker='true') AS
  WITH s AS (
          SELECT jobs.queue,
@@ -1826,6 +1958,14 @@ CREATE VIEW pgjobd.queue_stats WITH (security_invoker='true') AS
     COALESCE(s.failed_last_hour, (0)::bigint) AS failed_last_hour
    FROM (s
      FULL JOIN pgjobd.paused_queues p ON ((p.queue = s.queue)));
+
+CREATE TABLE pgjobd.quotas (
+    role regrole NOT NULL,
+    queue text NOT NULL,
+    max_queued integer NOT NULL,
+    CONSTRAINT "queue must be * or 1 to 63 characters of A-Z a-z 0-9 _ . -" CHECK (((queue = '*'::text) OR (queue ~ '^[A-Za-z0-9_.-]{1,63}$'::text))),
+    CONSTRAINT quotas_max_queued_check CHECK ((max_queued >= 0))
+);
 
 CREATE TABLE pgjobd.schedules (
     name text NOT NULL,
@@ -1898,7 +2038,7 @@ ALTER TABLE ONLY pgjobd.cancel_requests
     ADD CONSTRAINT cancel_requests_pkey PRIMARY KEY (job_id);
 
 ALTER TABLE ONLY pgjobd.dedupe_locks
-    ADD CONSTRAINT dedupe_locks_pkey PRIMARY KEY (queue, dedupe_key);
+    ADD CONSTRAINT dedupe_locks_pkey PRIMARY KEY (queue, dedupe_key, scope);
 
 ALTER TABLE ONLY pgjobd.groups
     ADD CONSTRAINT groups_pkey PRIMARY KEY (id);
@@ -1918,6 +2058,12 @@ ALTER TABLE ONLY pgjobd.paused_queues
 ALTER TABLE ONLY pgjobd.queue_grants
     ADD CONSTRAINT queue_grants_pkey PRIMARY KEY (queue, role);
 
+ALTER TABLE ONLY pgjobd.queue_policies
+    ADD CONSTRAINT queue_policies_pkey PRIMARY KEY (queue);
+
+ALTER TABLE ONLY pgjobd.quotas
+    ADD CONSTRAINT quotas_pkey PRIMARY KEY (role, queue);
+
 ALTER TABLE ONLY pgjobd.schedules
     ADD CONSTRAINT schedules_pkey PRIMARY KEY (name);
 
@@ -1930,7 +2076,7 @@ ALTER TABLE ONLY pgjobd.waiting
 ALTER TABLE ONLY pgjobd.workers
     ADD CONSTRAINT workers_pkey PRIMARY KEY (id);
 
-CREATE UNIQUE INDEX jobs_dedupe ON pgjobd.jobs USING btree (queue, dedupe_key) WHERE ((dedupe_key IS NOT NULL) AND (status = ANY (ARRAY['queued'::text, 'running'::text])));
+CREATE UNIQUE INDEX jobs_dedupe ON pgjobd.jobs USING btree (queue, dedupe_key, created_by) WHERE ((dedupe_key IS NOT NULL) AND (status = ANY (ARRAY['queued'::text, 'running'::text])));
 
 CREATE INDEX jobs_expiry ON pgjobd.jobs USING btree (expires_at) WHERE ((status = 'queued'::text) AND (expires_at IS NOT NULL));
 
@@ -1976,6 +2122,10 @@ CREATE TRIGGER jobs_head_changed AFTER DELETE OR UPDATE OF status, run_at, queue
 
 CREATE TRIGGER jobs_inserted AFTER INSERT ON pgjobd.jobs REFERENCING NEW TABLE AS new_jobs FOR EACH STATEMENT EXECUTE FUNCTION pgjobd.jobs_inserted();
 
+CREATE TRIGGER jobs_quota AFTER INSERT ON pgjobd.jobs REFERENCING NEW TABLE AS new_jobs FOR EACH STATEMENT EXECUTE FUNCTION pgjobd.jobs_quota();
+
+CREATE TRIGGER jobs_run_at_bound BEFORE INSERT ON pgjobd.jobs FOR EACH ROW WHEN ((new.run_at > (now() + '1 year'::interval))) EXECUTE FUNCTION pgjobd.jobs_run_at_bound();
+
 CREATE TRIGGER jobs_unheld BEFORE UPDATE OF status, run_at, queue, group_id ON pgjobd.jobs FOR EACH ROW WHEN (((old.held_until IS NOT NULL) AND ((new.status <> 'queued'::text) OR (new.run_at IS DISTINCT FROM old.run_at) OR (new.queue <> old.queue) OR (new.group_id IS DISTINCT FROM old.group_id)))) EXECUTE FUNCTION pgjobd.jobs_unheld();
 
 ALTER TABLE pgjobd.jobs ENABLE ROW LEVEL SECURITY;
@@ -2011,6 +2161,8 @@ GRANT ALL ON FUNCTION pgjobd.claim_batch(p_queue text, p_worker_id bigint, p_wor
 
 REVOKE ALL ON FUNCTION pgjobd.claim_batch(p_queue text, p_worker_id bigint, p_workers text[], p_max_attempts integer, p_timeout_ms bigint, p_max_data bigint, p_scan integer, p_orphans boolean, p_release_jobs bigint[], p_release_groups bigint[], p_skip bigint[], p_lease_ms bigint) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.claim_batch(p_queue text, p_worker_id bigint, p_workers text[], p_max_attempts integer, p_timeout_ms bigint, p_max_data bigint, p_scan integer, p_orphans boolean, p_release_jobs bigint[], p_release_groups bigint[], p_skip bigint[], p_lease_ms bigint) TO pgjobd_worker;
+
+REVOKE ALL ON FUNCTION pgjobd.dedupe_scope(p_queue text, p_role text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgjobd.extend_leases(p_worker_id bigint, p_ids bigint[], p_fences bigint[]) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.extend_leases(p_worker_id bigint, p_ids bigint[], p_fences bigint[]) TO pgjobd_worker;
@@ -2049,6 +2201,8 @@ REVOKE ALL ON FUNCTION pgjobd.jobs_commit_order() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgjobd.lock_dedupe_key(p_queue text, p_key text) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.lock_dedupe_key(p_queue text, p_key text) TO pgjobd_worker;
+
+REVOKE ALL ON FUNCTION pgjobd.lock_dedupe_key(p_queue text, p_key text, p_scope text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgjobd.maintain(p_queues text[], p_retention_ms bigint[], p_limit integer, OUT locked boolean, OUT expired integer, OUT deleted integer, OUT more boolean) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.maintain(p_queues text[], p_retention_ms bigint[], p_limit integer, OUT locked boolean, OUT expired integer, OUT deleted integer, OUT more boolean) TO pgjobd_worker;
@@ -2094,7 +2248,11 @@ GRANT ALL ON FUNCTION pgjobd.schedule(name text, cron text, queue text, data jso
 REVOKE ALL ON FUNCTION pgjobd.schedule_clock(p_real0 double precision, p_fake0 double precision, p_rate double precision) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.schedule_clock(p_real0 double precision, p_fake0 double precision, p_rate double precision) TO pgjobd_worker;
 
+REVOKE ALL ON FUNCTION pgjobd.set_quota(p_role name, p_queue text, p_max_queued integer) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION pgjobd.setup_roles() FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION pgjobd.share_queue(p_queue text, p_shared boolean) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgjobd.try_group_head(q text, g text, jid bigint) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.try_group_head(q text, g text, jid bigint) TO pgjobd_worker;

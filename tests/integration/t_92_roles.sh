@@ -95,8 +95,14 @@ is "$(as app "SELECT count(*) FROM pgjobd.jobs WHERE id = ${o2:-0}")" 0 "the fir
 is "$(as app2 "SELECT status FROM pgjobd.jobs WHERE id = ${o2:-0}")" queued "a producer reads its own job's status"
 refused app "INSERT INTO pgjobd.jobs (queue, created_by) VALUES ('nobody', 'app2')" \
 	"producer: INSERT setting created_by (posing as another producer) is refused"
+# Dedupe keys are each producer's own unless the queue is declared shared
+# (t_94_producers.sh has the attacks).
 d3=$(as app2 "INSERT INTO pgjobd.jobs (queue, dedupe_key) VALUES ('nobody', 'dk') RETURNING id")
-is "$?:$d3" "0:" "dedupe holds across producers (another producer's unfinished job has the key)"
+like "$d3" '^[0-9]+$' "dedupe keys are the producer's own: another producer's unfinished job with the key does not swallow the INSERT"
+psql_q "DELETE FROM pgjobd.jobs WHERE id = ${d3:-0}; SELECT pgjobd.share_queue('nobody')" >/dev/null
+d3=$(as app2 "INSERT INTO pgjobd.jobs (queue, dedupe_key) VALUES ('nobody', 'dk') RETURNING id")
+is "$?:$d3" "0:" "in a queue declared shared, dedupe holds across producers (another producer's unfinished job has the key)"
+psql_q "SELECT pgjobd.share_queue('nobody', false)" >/dev/null
 psql_q "DELETE FROM pgjobd.jobs WHERE id = ${o2:-0}" >/dev/null
 
 njobs=$(count_jobs true)
