@@ -336,7 +336,7 @@ BEGIN
          WHERE w.queue = p_queue
            AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = w.pid);
         -- [lease E2] also the claim's fence and lease
-        FOR r IN SELECT j.id, j.group_id, j.attempts, j.max_attempts, j.worker_id, j.fence,
+        FOR r IN SELECT j.id, coalesce(j.group_key, j.group_id) AS group_id, j.attempts, j.max_attempts, j.worker_id, j.fence,
                         j.lease_until, j.lease_ms
                    FROM pgjobd.jobs j
                   WHERE j.queue = p_queue AND j.status = 'running'
@@ -442,7 +442,7 @@ BEGIN
     -- there are enough of those, bounded by p_scan (see version 2). Jobs
     -- marked held are not in jobs_ready_grouped, and not candidates.
     IF coalesce(array_length(ids, 1), 0) < want THEN
-        FOR r IN SELECT j.id, j.group_id, j.priority, j.run_at FROM pgjobd.jobs j
+        FOR r IN SELECT j.id, coalesce(j.group_key, j.group_id) AS group_id, j.priority, j.run_at FROM pgjobd.jobs j
                   WHERE j.queue = p_queue AND j.status = 'queued' AND j.group_id IS NOT NULL
                     AND j.held_until IS NULL AND j.run_at <= statement_timestamp()
                     AND (j.expires_at IS NULL OR j.expires_at > statement_timestamp())
@@ -474,7 +474,7 @@ BEGIN
             -- on to try_group_head, which locks the group row and checks
             -- the head again under that lock.
             SELECT j.id, j.status, j.run_at, j.expires_at INTO head FROM pgjobd.jobs j
-             WHERE j.queue = p_queue AND j.group_id = r.group_id
+             WHERE j.queue = p_queue AND coalesce(j.group_key, j.group_id) = r.group_id
                AND j.status IN ('queued', 'running')
              ORDER BY coalesce(j.commit_seq, j.id) LIMIT 1;
             IF head.id IS DISTINCT FROM r.id THEN
@@ -518,20 +518,20 @@ BEGIN
     -- are tried, so only groups that may start have their row locked.
     IF scan_cut AND coalesce(array_length(ids, 1), 0) < want THEN
         FOR r IN WITH RECURSIVE heads AS (
-                     (SELECT j.group_id, j.id, j.status, j.run_at, j.expires_at, j.held_until
+                     (SELECT coalesce(j.group_key, j.group_id) AS group_id, j.id, j.status, j.run_at, j.expires_at, j.held_until
                         FROM pgjobd.jobs j
-                       WHERE j.queue = p_queue AND j.group_id IS NOT NULL
+                       WHERE j.queue = p_queue AND coalesce(j.group_key, j.group_id) IS NOT NULL
                          AND j.status IN ('queued', 'running')
-                       ORDER BY j.group_id, coalesce(j.commit_seq, j.id) LIMIT 1)
+                       ORDER BY coalesce(j.group_key, j.group_id), coalesce(j.commit_seq, j.id) LIMIT 1)
                      UNION ALL
                      SELECT nx.group_id, nx.id, nx.status, nx.run_at, nx.expires_at,
                             nx.held_until FROM heads h,
-                       LATERAL (SELECT j.group_id, j.id, j.status, j.run_at, j.expires_at,
+                       LATERAL (SELECT coalesce(j.group_key, j.group_id) AS group_id, j.id, j.status, j.run_at, j.expires_at,
                                        j.held_until
                                   FROM pgjobd.jobs j
-                                 WHERE j.queue = p_queue AND j.group_id > h.group_id
+                                 WHERE j.queue = p_queue AND coalesce(j.group_key, j.group_id) > h.group_id
                                    AND j.status IN ('queued', 'running')
-                                 ORDER BY j.group_id, coalesce(j.commit_seq, j.id) LIMIT 1) nx)
+                                 ORDER BY coalesce(j.group_key, j.group_id), coalesce(j.commit_seq, j.id) LIMIT 1) nx)
                  SELECT h.group_id, h.id, h.run_at, h.held_until FROM heads h
                   WHERE h.status = 'queued'
                     AND (h.expires_at IS NULL OR h.expires_at > statement_timestamp())
@@ -951,6 +951,26 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION pgjobd.group_key(p_queue text, p_role text, p_group_id text) RETURNS text
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT CASE WHEN p_group_id IS NULL THEN NULL
+                WHEN NOT coalesce((SELECT CASE WHEN r.rolsuper OR r.rolbypassrls
+                                                    OR r.oid = (SELECT c.relowner FROM pg_class c
+                                                                 WHERE c.oid = 'pgjobd.jobs'::regclass)
+                                                    OR to_regrole('pgjobd_producer') IS NULL
+                                               THEN false
+                                               WHEN to_regrole('pgjobd_worker') IS NOT NULL
+                                                    AND pg_has_role(r.oid, 'pgjobd_worker', 'MEMBER')
+                                               THEN false
+                                               ELSE pg_has_role(r.oid, 'pgjobd_producer', 'MEMBER') END
+                                     FROM pg_roles r WHERE r.rolname = p_role), false)
+                THEN NULL
+                WHEN pgjobd.dedupe_scope(p_queue, p_role) = '' THEN NULL
+                ELSE E'\x01' || p_role || E'\x01' || p_group_id END
+$$;
+
 CREATE FUNCTION pgjobd.heartbeat(p_id bigint) RETURNS boolean
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -996,7 +1016,7 @@ DECLARE
     head_key bigint;
 BEGIN
     SELECT coalesce(j.commit_seq, j.id) INTO head_key FROM pgjobd.jobs j
-     WHERE j.id = p_head AND j.queue = q AND j.group_id = g AND j.status = 'queued'
+     WHERE j.id = p_head AND j.queue = q AND coalesce(j.group_key, j.group_id) = g AND j.status = 'queued'
        AND j.run_at = p_until AND j.run_at > statement_timestamp()
        AND (j.expires_at IS NULL OR j.expires_at > statement_timestamp())
      FOR UPDATE SKIP LOCKED;
@@ -1007,7 +1027,7 @@ BEGIN
     -- is not in the scan's range; when it is, a claim marks it if need be.
     UPDATE pgjobd.jobs j SET held_until = p_until
      WHERE j.id IN (SELECT s.id FROM pgjobd.jobs s
-                     WHERE s.queue = q AND s.group_id = g
+                     WHERE s.queue = q AND coalesce(s.group_key, s.group_id) = g
                        AND coalesce(s.commit_seq, s.id) >= head_key
                        AND s.status = 'queued' AND s.held_until IS NULL
                        AND (s.id = p_head OR s.run_at <= statement_timestamp())
@@ -1093,7 +1113,7 @@ BEGIN
     -- the transaction's snapshot, not what was committed since: renumber.
     IF current_setting('transaction_isolation') = 'read committed' THEN
         SELECT o.commit_seq, o.enqueued_xact INTO r FROM pgjobd.jobs o
-         WHERE o.queue = NEW.queue AND o.group_id = NEW.group_id
+         WHERE o.queue = NEW.queue AND coalesce(o.group_key, o.group_id) = coalesce(NEW.group_key, NEW.group_id)
            AND o.status IN ('queued', 'running') AND o.id <> NEW.id
            AND coalesce(o.commit_seq, o.id) > k
          ORDER BY coalesce(o.commit_seq, o.id) LIMIT 1;
@@ -1105,14 +1125,14 @@ BEGIN
         IF own_above AND current_setting('pgjobd.renumbered', true) = 'on' THEN
             -- A renumbered job of this group would be its last.
             SELECT o.commit_seq, o.enqueued_xact INTO r FROM pgjobd.jobs o
-             WHERE o.queue = NEW.queue AND o.group_id = NEW.group_id
+             WHERE o.queue = NEW.queue AND coalesce(o.group_key, o.group_id) = coalesce(NEW.group_key, NEW.group_id)
                AND o.status IN ('queued', 'running')
              ORDER BY coalesce(o.commit_seq, o.id) DESC LIMIT 1;
             own_above := r.commit_seq IS NULL AND r.enqueued_xact = me;
         END IF;
         IF own_above THEN
             SELECT o.commit_seq, o.enqueued_xact INTO r FROM pgjobd.jobs o
-             WHERE o.queue = NEW.queue AND o.group_id = NEW.group_id
+             WHERE o.queue = NEW.queue AND coalesce(o.group_key, o.group_id) = coalesce(NEW.group_key, NEW.group_id)
                AND o.status IN ('queued', 'running')
                AND coalesce(o.commit_seq, o.id) < k
              ORDER BY coalesce(o.commit_seq, o.id) DESC LIMIT 1;
@@ -1120,7 +1140,7 @@ BEGIN
                 RETURN NULL; -- placed with the transaction's job just below
             END IF;
             IF NOT EXISTS (SELECT 1 FROM pgjobd.jobs o
-                            WHERE o.queue = NEW.queue AND o.group_id = NEW.group_id
+                            WHERE o.queue = NEW.queue AND coalesce(o.group_key, o.group_id) = coalesce(NEW.group_key, NEW.group_id)
                               AND o.status IN ('queued', 'running') AND o.id <> NEW.id
                               AND coalesce(o.commit_seq, o.id) > k
                               AND (o.commit_seq IS NOT NULL
@@ -1154,6 +1174,16 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION pgjobd.jobs_group_key() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    NEW.group_key := pgjobd.group_key(NEW.queue, NEW.created_by, NEW.group_id);
+    RETURN NEW;
+END
+$$;
+
 CREATE FUNCTION pgjobd.jobs_head_changed() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1161,13 +1191,13 @@ CREATE FUNCTION pgjobd.jobs_head_changed() RETURNS trigger
 BEGIN
     IF current_setting('transaction_isolation') = 'read committed' THEN
         UPDATE pgjobd.jobs j SET held_until = NULL
-         WHERE j.queue = OLD.queue AND j.group_id = OLD.group_id
+         WHERE j.queue = OLD.queue AND coalesce(j.group_key, j.group_id) = coalesce(OLD.group_key, OLD.group_id)
            AND coalesce(j.commit_seq, j.id) > coalesce(OLD.commit_seq, OLD.id)
            AND j.status = 'queued'
            AND j.held_until IS NOT NULL;
     ELSE
         UPDATE pgjobd.jobs j SET held_until = NULL
-         WHERE j.queue = OLD.queue AND j.group_id = OLD.group_id
+         WHERE j.queue = OLD.queue AND coalesce(j.group_key, j.group_id) = coalesce(OLD.group_key, OLD.group_id)
            AND coalesce(j.commit_seq, j.id) > coalesce(OLD.commit_seq, OLD.id)
            AND j.status = 'queued';
     END IF;
@@ -1343,7 +1373,7 @@ BEGIN
                                AND f.finished_at < statement_timestamp()
                                    - p_retention_ms[i] * interval '1 millisecond'
                              ORDER BY f.finished_at LIMIT p_limit FOR UPDATE SKIP LOCKED)
-            RETURNING j.queue, j.group_id),
+            RETURNING j.queue, coalesce(j.group_key, j.group_id) AS group_id),
         gone AS (
             -- A group with nothing left to run needs no lock row; a job
             -- enqueued into it later gets a new one (its first claim).
@@ -1354,7 +1384,7 @@ BEGIN
                                      WHERE d.group_id IS NOT NULL)
                                AND NOT EXISTS (
                                    SELECT 1 FROM pgjobd.jobs u
-                                    WHERE u.queue = gr.queue AND u.group_id = gr.group_id
+                                    WHERE u.queue = gr.queue AND coalesce(u.group_key, u.group_id) = gr.group_id
                                       AND u.status IN ('queued', 'running'))
                              FOR UPDATE SKIP LOCKED)
             RETURNING 1)
@@ -1764,7 +1794,7 @@ BEGIN
         END IF;
     END IF;
     SELECT j.id, j.status, j.run_at, j.expires_at INTO head FROM pgjobd.jobs j
-     WHERE j.queue = q AND j.group_id = g AND j.status IN ('queued', 'running')
+     WHERE j.queue = q AND coalesce(j.group_key, j.group_id) = g AND j.status IN ('queued', 'running')
      ORDER BY coalesce(j.commit_seq, j.id) LIMIT 1;
     IF head.id IS DISTINCT FROM jid THEN
         -- Only a ready, queued head can start (later in the caller's scan);
@@ -1780,7 +1810,7 @@ BEGIN
     -- claim started before jid became visible (or queued again), whose slot
     -- does not hold the group row yet, or whose daemon died.
     IF EXISTS (SELECT 1 FROM pgjobd.jobs j
-                WHERE j.queue = q AND j.group_id = g AND j.status = 'running') THEN
+                WHERE j.queue = q AND coalesce(j.group_key, j.group_id) = g AND j.status = 'running') THEN
         RETURN 0;
     END IF;
     PERFORM 1 FROM pgjobd.jobs j
@@ -1889,6 +1919,7 @@ CREATE TABLE pgjobd.jobs (
     history jsonb DEFAULT '[]'::jsonb NOT NULL,
     lease_until timestamp with time zone,
     lease_ms bigint,
+    group_key text,
     CONSTRAINT jobs_dedupe_key_max_1kib CHECK ((octet_length(dedupe_key) <= 1024)),
     CONSTRAINT jobs_group_id_max_1kib CHECK ((octet_length(group_id) <= 1024)),
     CONSTRAINT "max_attempts must be at least 1" CHECK ((max_attempts >= 1)),
@@ -2082,9 +2113,9 @@ CREATE INDEX jobs_expiry ON pgjobd.jobs USING btree (expires_at) WHERE ((status 
 
 CREATE INDEX jobs_finished ON pgjobd.jobs USING btree (queue, finished_at) WHERE (status = ANY (ARRAY['succeeded'::text, 'failed'::text, 'cancelled'::text]));
 
-CREATE INDEX jobs_group_head ON pgjobd.jobs USING btree (queue, group_id, COALESCE(commit_seq, id)) WHERE ((status = ANY (ARRAY['queued'::text, 'running'::text])) AND (group_id IS NOT NULL));
+CREATE INDEX jobs_group_head ON pgjobd.jobs USING btree (queue, COALESCE(group_key, group_id), COALESCE(commit_seq, id)) WHERE ((status = ANY (ARRAY['queued'::text, 'running'::text])) AND (COALESCE(group_key, group_id) IS NOT NULL));
 
-CREATE INDEX jobs_group_running ON pgjobd.jobs USING btree (queue, group_id) WHERE ((status = 'running'::text) AND (group_id IS NOT NULL));
+CREATE INDEX jobs_group_running ON pgjobd.jobs USING btree (queue, COALESCE(group_key, group_id)) WHERE ((status = 'running'::text) AND (COALESCE(group_key, group_id) IS NOT NULL));
 
 CREATE INDEX jobs_held ON pgjobd.jobs USING btree (queue, held_until) WHERE ((status = 'queued'::text) AND (held_until IS NOT NULL));
 
@@ -2117,6 +2148,8 @@ CREATE CONSTRAINT TRIGGER jobs_commit_order AFTER INSERT ON pgjobd.jobs DEFERRAB
 CREATE CONSTRAINT TRIGGER jobs_commit_order_requeued AFTER UPDATE OF status, queue, group_id ON pgjobd.jobs DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (((new.group_id IS NOT NULL) AND (new.status = 'queued'::text) AND ((old.status = ANY (ARRAY['succeeded'::text, 'failed'::text, 'cancelled'::text])) OR (new.queue <> old.queue) OR (new.group_id IS DISTINCT FROM old.group_id)))) EXECUTE FUNCTION pgjobd.jobs_commit_order();
 
 CREATE TRIGGER jobs_dedupe BEFORE INSERT ON pgjobd.jobs FOR EACH ROW WHEN ((new.dedupe_key IS NOT NULL)) EXECUTE FUNCTION pgjobd.jobs_dedupe();
+
+CREATE TRIGGER jobs_group_key BEFORE INSERT OR UPDATE OF queue, group_id, created_by ON pgjobd.jobs FOR EACH ROW WHEN (((new.group_id IS NOT NULL) OR (new.group_key IS NOT NULL))) EXECUTE FUNCTION pgjobd.jobs_group_key();
 
 CREATE TRIGGER jobs_head_changed AFTER DELETE OR UPDATE OF status, run_at, queue, group_id ON pgjobd.jobs FOR EACH ROW WHEN (((old.status = 'queued'::text) AND (old.group_id IS NOT NULL) AND (old.run_at > now()))) EXECUTE FUNCTION pgjobd.jobs_head_changed();
 
@@ -2190,6 +2223,8 @@ REVOKE ALL ON FUNCTION pgjobd.grant_roles() FROM PUBLIC;
 REVOKE ALL ON FUNCTION pgjobd.grant_schedules() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgjobd.grant_security() FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION pgjobd.group_key(p_queue text, p_role text, p_group_id text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgjobd.heartbeat(p_id bigint) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.heartbeat(p_id bigint) TO pgjobd_worker;

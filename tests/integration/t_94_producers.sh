@@ -9,6 +9,11 @@
 #              key invoice-7 does not swallow app2's INSERT of that key (which inserts, and
 #              so learns nothing), while app1's own second INSERT still inserts nothing.
 #              pgjobd.share_queue(queue) declares a queue shared: keys are shared again.
+#   groups     group ids are scoped to the inserting producer too: app1's job in group
+#              customer-42 that waits 300 days does not hold back app2's jobs of
+#              customer-42, which run (and see PGJOBD_GROUP_ID=customer-42), while app1's
+#              own later job of the group waits behind it, as before. In a queue declared
+#              shared, app1's job holds app2's back again.
 #   quota      pgjobd.set_quota(role, queue, max_queued) refuses the INSERT that would put
 #              more jobs than that in the queue for that role (54000, a message naming the
 #              role, the queue and the bound); other roles are not bound by it.
@@ -20,7 +25,7 @@ pg_start
 psql_q "SELECT pgjobd.setup_roles()" >/dev/null || bail_out "setup_roles failed"
 psql_q "CREATE ROLE app1 LOGIN IN ROLE pgjobd_producer;
         CREATE ROLE app2 LOGIN IN ROLE pgjobd_producer" || bail_out "cannot create the roles"
-for q in pay pay2 flood; do
+for q in pay pay2 flood grp grpshared; do
 	for r in app1 app2; do psql_q "SELECT pgjobd.grant_queue('$r', '$q')" >/dev/null; done
 done
 
@@ -63,6 +68,40 @@ is "$(as app2 "INSERT INTO pgjobd.jobs (queue, dedupe_key) VALUES ('pay2', 'k') 
 is "$(psql_q "SELECT pgjobd.share_queue('pay2', false)")" t "pay2 is isolated again"
 like "$(as app2 "INSERT INTO pgjobd.jobs (queue, dedupe_key) VALUES ('pay2', 'k') RETURNING id")" '^[0-9]+$' \
 	"... and app2's INSERT of k inserts"
+
+# ---------------------------------------------------------------- groups
+
+write_conf "$T/d.ini" <<EOF
+$(conf_header)
+
+[queue.grp]
+command = printf '%s' "\$PGJOBD_GROUP_ID"
+concurrency = 2
+
+[queue.grpshared]
+command = printf '%s' "\$PGJOBD_GROUP_ID"
+concurrency = 2
+EOF
+start_daemon d "$T/d.ini"
+psql_q "SELECT pgjobd.share_queue('grpshared')" >/dev/null
+h1=$(as app1 "INSERT INTO pgjobd.jobs (queue, group_id, run_at) VALUES ('grp', 'customer-42', now() + interval '300 days') RETURNING id")
+like "$h1" '^[0-9]+$' "app1 puts a job that waits 300 days at the head of customer-42" || diag "$h1"
+a1=$(as app2 "INSERT INTO pgjobd.jobs (queue, group_id) VALUES ('grp', 'customer-42') RETURNING id")
+a2=$(as app2 "INSERT INTO pgjobd.jobs (queue, group_id) VALUES ('grp', 'customer-42') RETURNING id")
+o1=$(as app1 "INSERT INTO pgjobd.jobs (queue, group_id) VALUES ('grp', 'customer-42') RETURNING id")
+wait_until 30 "[ \"\$(job_field ${a2:-0} status)\" = succeeded ] && [ \"\$(job_field ${a1:-0} status)\" = succeeded ]"
+ok $? "app2's jobs of customer-42 run all the same"
+is "$(job_field "${a1:-0}" "result->>'stdout'")" customer-42 "... and their command sees PGJOBD_GROUP_ID=customer-42"
+is "$(as app2 "SELECT group_id FROM pgjobd.jobs WHERE id = ${a1:-0}")" customer-42 "... as app2 reads its group_id"
+is "$(psql_q "SELECT b.started_at >= a.finished_at FROM pgjobd.jobs a, pgjobd.jobs b
+              WHERE a.id = ${a1:-0} AND b.id = ${a2:-0}")" t "... one after the other, in order"
+holds_for 1 "[ \"\$(job_field ${o1:-0} status)\" = queued ]"
+ok $? "app1's own later job of customer-42 waits behind app1's head, as before"
+s1=$(as app1 "INSERT INTO pgjobd.jobs (queue, group_id, run_at) VALUES ('grpshared', 'customer-42', now() + interval '300 days') RETURNING id")
+s2=$(as app2 "INSERT INTO pgjobd.jobs (queue, group_id) VALUES ('grpshared', 'customer-42') RETURNING id")
+holds_for 2 "[ \"\$(job_field ${s2:-0} status)\" = queued ]"
+ok $? "in a queue declared shared, app1's head holds app2's job of customer-42 back"
+stop_daemon "$DAEMON_PID" >/dev/null
 
 # ---------------------------------------------------------------- quota
 
