@@ -76,7 +76,7 @@ struct db_callbacks {
 
 /* Create and start connecting. conninfo is the `database` setting (URI or
  * key=value), expanded by libpq; application_name is set to `appname`.
- * setup: NULL-terminated statements (at most DB_MAX_STMTS - 1) run (one
+ * setup: NULL-terminated statements (at most DB_MAX_STMTS) run (one
  * batch, after DB_PIN_SEARCH_PATH) after every connect, before DB_UP (e.g.
  * LISTEN). All strings are copied. Owned by the caller. */
 struct db_conn *db_conn_new(struct ev_loop *loop, const char *conninfo, const char *appname,
