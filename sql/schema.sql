@@ -10,12 +10,13 @@
 -- their grants and row-level security policies show), normalised by
 -- tests/schema-dump.sh: no owners, no SET preamble, no pg_dump comments.
 --
--- Schema version 23 (023_my_jobs), dumped by pg_dump 15.
+-- Schema version 24 (024_lost_runs_scoped), dumped by pg_dump 15.
 
 CREATE SCHEMA pgjobd;
 
 CREATE FUNCTION pgjobd.cancel(p_id bigint) RETURNS boolean
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE
     s text;
@@ -228,6 +229,7 @@ $$;
 
 CREATE FUNCTION pgjobd.check_queue_name(p_queue text) RETURNS void
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $_$
 BEGIN
     IF p_queue IS NULL OR p_queue !~ '^[A-Za-z0-9_.-]{1,63}$' THEN
@@ -262,6 +264,7 @@ $_$;
 
 CREATE FUNCTION pgjobd.claim_batch(p_queue text, p_worker_id bigint, p_workers text[], p_max_attempts integer, p_timeout_ms bigint, p_max_data bigint, p_scan integer, p_orphans boolean, p_release_jobs bigint[], p_release_groups bigint[], p_skip bigint[]) RETURNS TABLE(slot integer, job_id bigint, group_row bigint, group_id text, attempts integer, max_attempts integer, timeout_ms bigint, fence bigint, data text, arg_keys text[], arg_vals text[], schedule text, scheduled_for text)
     LANGUAGE sql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
     SELECT * FROM pgjobd.claim_batch(p_queue, p_worker_id, p_workers, p_max_attempts,
                                      p_timeout_ms, p_max_data, p_scan, p_orphans,
@@ -271,6 +274,7 @@ $$;
 CREATE FUNCTION pgjobd.claim_batch(p_queue text, p_worker_id bigint, p_workers text[], p_max_attempts integer, p_timeout_ms bigint, p_max_data bigint, p_scan integer, p_orphans boolean, p_release_jobs bigint[], p_release_groups bigint[], p_skip bigint[], p_lease_ms bigint) RETURNS TABLE(slot integer, job_id bigint, group_row bigint, group_id text, attempts integer, max_attempts integer, timeout_ms bigint, fence bigint, data text, arg_keys text[], arg_vals text[], schedule text, scheduled_for text)
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE
     want int := coalesce(array_length(p_workers, 1), 0);
@@ -332,7 +336,7 @@ BEGIN
          WHERE w.queue = p_queue
            AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = w.pid);
         -- [lease E2] also the claim's fence and lease
-        FOR r IN SELECT j.id, j.group_id, j.attempts, j.max_attempts, j.worker_id, j.fence,
+        FOR r IN SELECT j.id, coalesce(j.group_key, j.group_id) AS group_id, j.attempts, j.max_attempts, j.worker_id, j.fence,
                         j.lease_until, j.lease_ms
                    FROM pgjobd.jobs j
                   WHERE j.queue = p_queue AND j.status = 'running'
@@ -450,7 +454,7 @@ BEGIN
     -- there are enough of those, bounded by p_scan (see version 2). Jobs
     -- marked held are not in jobs_ready_grouped, and not candidates.
     IF coalesce(array_length(ids, 1), 0) < want THEN
-        FOR r IN SELECT j.id, j.group_id, j.priority, j.run_at FROM pgjobd.jobs j
+        FOR r IN SELECT j.id, coalesce(j.group_key, j.group_id) AS group_id, j.priority, j.run_at FROM pgjobd.jobs j
                   WHERE j.queue = p_queue AND j.status = 'queued' AND j.group_id IS NOT NULL
                     AND j.held_until IS NULL AND j.run_at <= statement_timestamp()
                     AND (j.expires_at IS NULL OR j.expires_at > statement_timestamp())
@@ -482,7 +486,7 @@ BEGIN
             -- on to try_group_head, which locks the group row and checks
             -- the head again under that lock.
             SELECT j.id, j.status, j.run_at, j.expires_at INTO head FROM pgjobd.jobs j
-             WHERE j.queue = p_queue AND j.group_id = r.group_id
+             WHERE j.queue = p_queue AND coalesce(j.group_key, j.group_id) = r.group_id
                AND j.status IN ('queued', 'running')
              ORDER BY coalesce(j.commit_seq, j.id) LIMIT 1;
             IF head.id IS DISTINCT FROM r.id THEN
@@ -526,20 +530,20 @@ BEGIN
     -- are tried, so only groups that may start have their row locked.
     IF scan_cut AND coalesce(array_length(ids, 1), 0) < want THEN
         FOR r IN WITH RECURSIVE heads AS (
-                     (SELECT j.group_id, j.id, j.status, j.run_at, j.expires_at, j.held_until
+                     (SELECT coalesce(j.group_key, j.group_id) AS group_id, j.id, j.status, j.run_at, j.expires_at, j.held_until
                         FROM pgjobd.jobs j
-                       WHERE j.queue = p_queue AND j.group_id IS NOT NULL
+                       WHERE j.queue = p_queue AND coalesce(j.group_key, j.group_id) IS NOT NULL
                          AND j.status IN ('queued', 'running')
-                       ORDER BY j.group_id, coalesce(j.commit_seq, j.id) LIMIT 1)
+                       ORDER BY coalesce(j.group_key, j.group_id), coalesce(j.commit_seq, j.id) LIMIT 1)
                      UNION ALL
                      SELECT nx.group_id, nx.id, nx.status, nx.run_at, nx.expires_at,
                             nx.held_until FROM heads h,
-                       LATERAL (SELECT j.group_id, j.id, j.status, j.run_at, j.expires_at,
+                       LATERAL (SELECT coalesce(j.group_key, j.group_id) AS group_id, j.id, j.status, j.run_at, j.expires_at,
                                        j.held_until
                                   FROM pgjobd.jobs j
-                                 WHERE j.queue = p_queue AND j.group_id > h.group_id
+                                 WHERE j.queue = p_queue AND coalesce(j.group_key, j.group_id) > h.group_id
                                    AND j.status IN ('queued', 'running')
-                                 ORDER BY j.group_id, coalesce(j.commit_seq, j.id) LIMIT 1) nx)
+                                 ORDER BY coalesce(j.group_key, j.group_id), coalesce(j.commit_seq, j.id) LIMIT 1) nx)
                  SELECT h.group_id, h.id, h.run_at, h.held_until FROM heads h
                   WHERE h.status = 'queued'
                     AND (h.expires_at IS NULL OR h.expires_at > statement_timestamp())
@@ -648,14 +652,24 @@ CREATE FUNCTION pgjobd.dedupe_lock_done() RETURNS trigger
     AS $$
 BEGIN
     DELETE FROM pgjobd.dedupe_locks d
-     WHERE d.queue = NEW.queue AND d.dedupe_key = NEW.dedupe_key;
+     WHERE d.queue = NEW.queue AND d.dedupe_key = NEW.dedupe_key AND d.scope = NEW.scope;
     RETURN NULL;
 END
+$$;
+
+CREATE FUNCTION pgjobd.dedupe_scope(p_queue text, p_role text) RETURNS text
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT CASE WHEN EXISTS (SELECT 1 FROM pgjobd.queue_policies p
+                              WHERE p.queue = p_queue AND p.shared)
+                THEN '' ELSE coalesce(p_role, '') END
 $$;
 
 CREATE FUNCTION pgjobd.extend_leases(p_worker_id bigint, p_ids bigint[], p_fences bigint[]) RETURNS SETOF bigint
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
     RETURN QUERY
@@ -673,6 +687,7 @@ $$;
 
 CREATE FUNCTION pgjobd.fence_margin(p_fence_ms integer) RETURNS interval
     LANGUAGE sql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
     SELECT greatest(1000, p_fence_ms / 5) * interval '1 millisecond'
 $$;
@@ -680,6 +695,7 @@ $$;
 CREATE FUNCTION pgjobd.finish_leases(p_outcomes jsonb) RETURNS SETOF bigint
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
     RETURN QUERY
@@ -716,6 +732,7 @@ $$;
 
 CREATE FUNCTION pgjobd.forget_workers() RETURNS integer
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE
     n integer;
@@ -731,6 +748,7 @@ $$;
 
 CREATE FUNCTION pgjobd.grant_fencing() RETURNS void
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_worker') THEN
@@ -751,6 +769,7 @@ $$;
 
 CREATE FUNCTION pgjobd.grant_history() RETURNS void
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_producer') THEN
@@ -766,6 +785,7 @@ $$;
 
 CREATE FUNCTION pgjobd.grant_lease() RETURNS void
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_worker') THEN
@@ -780,6 +800,7 @@ $$;
 
 CREATE FUNCTION pgjobd.grant_locks() RETURNS void
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_worker') THEN
@@ -790,6 +811,7 @@ $$;
 
 CREATE FUNCTION pgjobd.grant_ops() RETURNS void
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_worker') THEN
@@ -822,6 +844,7 @@ $$;
 
 CREATE FUNCTION pgjobd.grant_roles() RETURNS void
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_producer') THEN
@@ -879,6 +902,7 @@ $$;
 
 CREATE FUNCTION pgjobd.grant_schedules() RETURNS void
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_worker') THEN
@@ -898,6 +922,7 @@ $$;
 
 CREATE FUNCTION pgjobd.grant_security() RETURNS void
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_producer') THEN
@@ -938,8 +963,29 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION pgjobd.group_key(p_queue text, p_role text, p_group_id text) RETURNS text
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT CASE WHEN p_group_id IS NULL THEN NULL
+                WHEN NOT coalesce((SELECT CASE WHEN r.rolsuper OR r.rolbypassrls
+                                                    OR r.oid = (SELECT c.relowner FROM pg_class c
+                                                                 WHERE c.oid = 'pgjobd.jobs'::regclass)
+                                                    OR to_regrole('pgjobd_producer') IS NULL
+                                               THEN false
+                                               WHEN to_regrole('pgjobd_worker') IS NOT NULL
+                                                    AND pg_has_role(r.oid, 'pgjobd_worker', 'MEMBER')
+                                               THEN false
+                                               ELSE pg_has_role(r.oid, 'pgjobd_producer', 'MEMBER') END
+                                     FROM pg_roles r WHERE r.rolname = p_role), false)
+                THEN NULL
+                WHEN pgjobd.dedupe_scope(p_queue, p_role) = '' THEN NULL
+                ELSE E'\x01' || p_role || E'\x01' || p_group_id END
+$$;
+
 CREATE FUNCTION pgjobd.heartbeat(p_id bigint) RETURNS boolean
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
     UPDATE pgjobd.workers w
@@ -952,6 +998,7 @@ $$;
 
 CREATE FUNCTION pgjobd.history_add(p_history jsonb, p_entry jsonb) RETURNS jsonb
     LANGUAGE plpgsql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE
     h jsonb := CASE WHEN jsonb_typeof(p_history) = 'array' THEN p_history ELSE '[]' END;
@@ -974,13 +1021,14 @@ $$;
 
 CREATE FUNCTION pgjobd.hold_group(q text, g text, p_head bigint, p_until timestamp with time zone, p_limit integer) RETURNS integer
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE
     n int;
     head_key bigint;
 BEGIN
     SELECT coalesce(j.commit_seq, j.id) INTO head_key FROM pgjobd.jobs j
-     WHERE j.id = p_head AND j.queue = q AND j.group_id = g AND j.status = 'queued'
+     WHERE j.id = p_head AND j.queue = q AND coalesce(j.group_key, j.group_id) = g AND j.status = 'queued'
        AND j.run_at = p_until AND j.run_at > statement_timestamp()
        AND (j.expires_at IS NULL OR j.expires_at > statement_timestamp())
      FOR UPDATE SKIP LOCKED;
@@ -991,7 +1039,7 @@ BEGIN
     -- is not in the scan's range; when it is, a claim marks it if need be.
     UPDATE pgjobd.jobs j SET held_until = p_until
      WHERE j.id IN (SELECT s.id FROM pgjobd.jobs s
-                     WHERE s.queue = q AND s.group_id = g
+                     WHERE s.queue = q AND coalesce(s.group_key, s.group_id) = g
                        AND coalesce(s.commit_seq, s.id) >= head_key
                        AND s.status = 'queued' AND s.held_until IS NULL
                        AND (s.id = p_head OR s.run_at <= statement_timestamp())
@@ -1004,6 +1052,7 @@ $$;
 
 CREATE FUNCTION pgjobd.jobs_attempt_ended() RETURNS trigger
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE
     e jsonb;
@@ -1034,6 +1083,7 @@ $$;
 
 CREATE FUNCTION pgjobd.jobs_cancelled() RETURNS trigger
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
     IF OLD.status IN ('succeeded', 'failed') THEN
@@ -1054,6 +1104,7 @@ $$;
 
 CREATE FUNCTION pgjobd.jobs_check_grant() RETURNS trigger
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
     PERFORM pgjobd.check_queue_grant(NEW.queue);
@@ -1075,7 +1126,7 @@ BEGIN
     -- the transaction's snapshot, not what was committed since: renumber.
     IF current_setting('transaction_isolation') = 'read committed' THEN
         SELECT o.commit_seq, o.enqueued_xact INTO r FROM pgjobd.jobs o
-         WHERE o.queue = NEW.queue AND o.group_id = NEW.group_id
+         WHERE o.queue = NEW.queue AND coalesce(o.group_key, o.group_id) = coalesce(NEW.group_key, NEW.group_id)
            AND o.status IN ('queued', 'running') AND o.id <> NEW.id
            AND coalesce(o.commit_seq, o.id) > k
          ORDER BY coalesce(o.commit_seq, o.id) LIMIT 1;
@@ -1087,14 +1138,14 @@ BEGIN
         IF own_above AND current_setting('pgjobd.renumbered', true) = 'on' THEN
             -- A renumbered job of this group would be its last.
             SELECT o.commit_seq, o.enqueued_xact INTO r FROM pgjobd.jobs o
-             WHERE o.queue = NEW.queue AND o.group_id = NEW.group_id
+             WHERE o.queue = NEW.queue AND coalesce(o.group_key, o.group_id) = coalesce(NEW.group_key, NEW.group_id)
                AND o.status IN ('queued', 'running')
              ORDER BY coalesce(o.commit_seq, o.id) DESC LIMIT 1;
             own_above := r.commit_seq IS NULL AND r.enqueued_xact = me;
         END IF;
         IF own_above THEN
             SELECT o.commit_seq, o.enqueued_xact INTO r FROM pgjobd.jobs o
-             WHERE o.queue = NEW.queue AND o.group_id = NEW.group_id
+             WHERE o.queue = NEW.queue AND coalesce(o.group_key, o.group_id) = coalesce(NEW.group_key, NEW.group_id)
                AND o.status IN ('queued', 'running')
                AND coalesce(o.commit_seq, o.id) < k
              ORDER BY coalesce(o.commit_seq, o.id) DESC LIMIT 1;
@@ -1102,7 +1153,7 @@ BEGIN
                 RETURN NULL; -- placed with the transaction's job just below
             END IF;
             IF NOT EXISTS (SELECT 1 FROM pgjobd.jobs o
-                            WHERE o.queue = NEW.queue AND o.group_id = NEW.group_id
+                            WHERE o.queue = NEW.queue AND coalesce(o.group_key, o.group_id) = coalesce(NEW.group_key, NEW.group_id)
                               AND o.status IN ('queued', 'running') AND o.id <> NEW.id
                               AND coalesce(o.commit_seq, o.id) > k
                               AND (o.commit_seq IS NOT NULL
@@ -1122,19 +1173,13 @@ CREATE FUNCTION pgjobd.jobs_dedupe() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
+DECLARE
+    s text := pgjobd.dedupe_scope(NEW.queue, NEW.created_by);
 BEGIN
-    LOOP
-        INSERT INTO pgjobd.dedupe_locks (queue, dedupe_key)
-        VALUES (NEW.queue, NEW.dedupe_key)
-        ON CONFLICT DO NOTHING;
-        EXIT WHEN FOUND;
-        PERFORM 1 FROM pgjobd.dedupe_locks d
-         WHERE d.queue = NEW.queue AND d.dedupe_key = NEW.dedupe_key
-         FOR UPDATE;
-        EXIT WHEN FOUND;
-    END LOOP;
+    PERFORM pgjobd.lock_dedupe_key(NEW.queue, NEW.dedupe_key, s);
     IF EXISTS (SELECT 1 FROM pgjobd.jobs j
                 WHERE j.queue = NEW.queue AND j.dedupe_key = NEW.dedupe_key
+                  AND (s = '' OR j.created_by = NEW.created_by)
                   AND j.status IN ('queued', 'running')) THEN
         RETURN NULL; -- an unfinished job has this key: insert nothing
     END IF;
@@ -1142,19 +1187,30 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION pgjobd.jobs_group_key() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    NEW.group_key := pgjobd.group_key(NEW.queue, NEW.created_by, NEW.group_id);
+    RETURN NEW;
+END
+$$;
+
 CREATE FUNCTION pgjobd.jobs_head_changed() RETURNS trigger
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
     IF current_setting('transaction_isolation') = 'read committed' THEN
         UPDATE pgjobd.jobs j SET held_until = NULL
-         WHERE j.queue = OLD.queue AND j.group_id = OLD.group_id
+         WHERE j.queue = OLD.queue AND coalesce(j.group_key, j.group_id) = coalesce(OLD.group_key, OLD.group_id)
            AND coalesce(j.commit_seq, j.id) > coalesce(OLD.commit_seq, OLD.id)
            AND j.status = 'queued'
            AND j.held_until IS NOT NULL;
     ELSE
         UPDATE pgjobd.jobs j SET held_until = NULL
-         WHERE j.queue = OLD.queue AND j.group_id = OLD.group_id
+         WHERE j.queue = OLD.queue AND coalesce(j.group_key, j.group_id) = coalesce(OLD.group_key, OLD.group_id)
            AND coalesce(j.commit_seq, j.id) > coalesce(OLD.commit_seq, OLD.id)
            AND j.status = 'queued';
     END IF;
@@ -1177,8 +1233,62 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION pgjobd.jobs_quota() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    r record;
+    n bigint;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pgjobd.quotas) THEN
+        RETURN NULL;
+    END IF;
+    FOR r IN
+        SELECT d.created_by, d.queue, q.role, q.queue AS qq, q.max_queued
+          FROM (SELECT DISTINCT n.created_by, n.queue FROM new_jobs n
+                 WHERE n.status = 'queued') d
+          JOIN LATERAL (SELECT * FROM pgjobd.quotas q
+                         WHERE q.queue IN (d.queue, '*')
+                           AND q.role = to_regrole(d.created_by)
+                         ORDER BY q.queue = '*' LIMIT 1) q ON true
+         ORDER BY d.created_by, d.queue
+    LOOP
+        PERFORM 1 FROM pgjobd.quotas q WHERE q.role = r.role AND q.queue = r.qq FOR UPDATE;
+        SELECT count(*) INTO n FROM pgjobd.jobs j
+         WHERE j.queue = r.queue AND j.status = 'queued' AND j.created_by = r.created_by;
+        IF n > r.max_queued THEN
+            RAISE EXCEPTION 'role % may have at most % jobs queued in queue %, this INSERT makes %',
+                quote_ident(r.created_by), r.max_queued, r.queue, n
+                USING ERRCODE = 'program_limit_exceeded',
+                      HINT = 'Wait for jobs to start, or ask the owner to raise the quota (pgjobd.set_quota).';
+        END IF;
+    END LOOP;
+    RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION pgjobd.jobs_run_at_bound() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF row_security_active('pgjobd.jobs')
+       AND NOT EXISTS (SELECT 1 FROM pg_roles r
+                        WHERE r.rolname = 'pgjobd_worker'
+                          AND pg_has_role(current_user, r.oid, 'MEMBER')) THEN
+        PERFORM pgjobd.check_queue_grant(NEW.queue);
+        RAISE EXCEPTION 'run_at % is more than 1 year ahead', NEW.run_at
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'jobs_run_at_max_1_year',
+                  HINT = 'A producer role may delay a job by at most 1 year (pgjobd(8), SECURITY MODEL).';
+    END IF;
+    RETURN NEW;
+END
+$$;
+
 CREATE FUNCTION pgjobd.jobs_unheld() RETURNS trigger
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
     NEW.held_until := NULL;
@@ -1188,6 +1298,7 @@ $$;
 
 CREATE FUNCTION pgjobd.lease_margin(p_lease_ms bigint) RETURNS interval
     LANGUAGE sql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
     SELECT greatest(1000, coalesce(p_lease_ms, 0) / 5) * interval '1 millisecond'
 $$;
@@ -1210,8 +1321,27 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION pgjobd.lock_dedupe_key(p_queue text, p_key text, p_scope text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    LOOP
+        INSERT INTO pgjobd.dedupe_locks (queue, dedupe_key, scope)
+        VALUES (p_queue, p_key, p_scope)
+        ON CONFLICT DO NOTHING;
+        EXIT WHEN FOUND;
+        PERFORM 1 FROM pgjobd.dedupe_locks d
+         WHERE d.queue = p_queue AND d.dedupe_key = p_key AND d.scope = p_scope
+         FOR UPDATE;
+        EXIT WHEN FOUND;
+    END LOOP;
+END
+$$;
+
 CREATE FUNCTION pgjobd.maintain(p_queues text[], p_retention_ms bigint[], p_limit integer, OUT locked boolean, OUT expired integer, OUT deleted integer, OUT more boolean) RETURNS record
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE
     i int;
@@ -1256,7 +1386,7 @@ BEGIN
                                AND f.finished_at < statement_timestamp()
                                    - p_retention_ms[i] * interval '1 millisecond'
                              ORDER BY f.finished_at LIMIT p_limit FOR UPDATE SKIP LOCKED)
-            RETURNING j.queue, j.group_id),
+            RETURNING j.queue, coalesce(j.group_key, j.group_id) AS group_id),
         gone AS (
             -- A group with nothing left to run needs no lock row; a job
             -- enqueued into it later gets a new one (its first claim).
@@ -1267,7 +1397,7 @@ BEGIN
                                      WHERE d.group_id IS NOT NULL)
                                AND NOT EXISTS (
                                    SELECT 1 FROM pgjobd.jobs u
-                                    WHERE u.queue = gr.queue AND u.group_id = gr.group_id
+                                    WHERE u.queue = gr.queue AND coalesce(u.group_key, u.group_id) = gr.group_id
                                       AND u.status IN ('queued', 'running'))
                              FOR UPDATE SKIP LOCKED)
             RETURNING 1)
@@ -1280,6 +1410,7 @@ $$;
 
 CREATE FUNCTION pgjobd.pause(p_queue text) RETURNS boolean
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
     PERFORM pgjobd.check_queue_name(p_queue);
@@ -1301,6 +1432,7 @@ $$;
 
 CREATE FUNCTION pgjobd.register_worker(p_name text, p_fence_ms integer) RETURNS bigint
     LANGUAGE sql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
     INSERT INTO pgjobd.workers (name, fence_ms, alive_until)
     VALUES (p_name, p_fence_ms, clock_timestamp() + p_fence_ms * interval '1 millisecond'
@@ -1310,6 +1442,7 @@ $$;
 
 CREATE FUNCTION pgjobd.register_worker(p_name text, p_fence_ms integer, p_queues text[]) RETURNS bigint
     LANGUAGE sql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
     INSERT INTO pgjobd.workers (name, fence_ms, alive_until, queues)
     VALUES (p_name, p_fence_ms, clock_timestamp() + p_fence_ms * interval '1 millisecond'
@@ -1319,6 +1452,7 @@ $$;
 
 CREATE FUNCTION pgjobd.release_claim(p_id bigint, p_fence bigint, p_started boolean, p_error jsonb, p_max_attempts integer, p_retry_ms bigint) RETURNS text
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE
     a int;
@@ -1359,6 +1493,7 @@ $$;
 
 CREATE FUNCTION pgjobd.release_claim(p_id bigint, p_fence bigint, p_started boolean, p_error jsonb, p_max_attempts integer, p_retry_ms bigint, p_entry jsonb) RETURNS text
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE
     a int;
@@ -1410,6 +1545,7 @@ $$;
 
 CREATE FUNCTION pgjobd.release_worker(p_worker text) RETURNS integer
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE
     n integer;
@@ -1427,6 +1563,7 @@ $$;
 
 CREATE FUNCTION pgjobd.resume(p_queue text) RETURNS boolean
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
     PERFORM pgjobd.check_queue_name(p_queue);
@@ -1455,21 +1592,25 @@ END
 $$;
 
 CREATE FUNCTION pgjobd.retry(p_id bigint) RETURNS boolean
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE
     j record;
+    s text;
 BEGIN
-    SELECT r.queue, r.dedupe_key INTO j FROM pgjobd.jobs r
+    SELECT r.queue, r.dedupe_key, r.created_by INTO j FROM pgjobd.jobs r
      WHERE r.id = p_id AND r.status IN ('succeeded', 'failed', 'cancelled')
      FOR UPDATE;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
     IF j.dedupe_key IS NOT NULL THEN
-        PERFORM pgjobd.lock_dedupe_key(j.queue, j.dedupe_key);
+        s := pgjobd.dedupe_scope(j.queue, j.created_by);
+        PERFORM pgjobd.lock_dedupe_key(j.queue, j.dedupe_key, s);
         IF EXISTS (SELECT 1 FROM pgjobd.jobs o
                     WHERE o.queue = j.queue AND o.dedupe_key = j.dedupe_key
+                      AND (s = '' OR o.created_by = j.created_by)
                       AND o.status IN ('queued', 'running') AND o.id <> p_id) THEN
             RETURN false;
         END IF;
@@ -1583,8 +1724,36 @@ CREATE FUNCTION pgjobd.schedule_clock(p_real0 double precision, p_fake0 double p
            END
 $$;
 
+CREATE FUNCTION pgjobd.set_quota(p_role name, p_queue text, p_max_queued integer) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    rid oid;
+BEGIN
+    SELECT r.oid INTO rid FROM pg_roles r WHERE r.rolname = p_role;
+    IF rid IS NULL THEN
+        RAISE EXCEPTION 'role % does not exist', coalesce(quote_ident(p_role), 'NULL')
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    IF p_queue IS DISTINCT FROM '*' THEN
+        PERFORM pgjobd.check_queue_name(p_queue);
+    END IF;
+    IF p_max_queued IS NULL THEN
+        DELETE FROM pgjobd.quotas q WHERE q.role = rid::regrole AND q.queue = p_queue;
+        RETURN FOUND;
+    END IF;
+    INSERT INTO pgjobd.quotas AS q (role, queue, max_queued)
+    VALUES (rid::regrole, p_queue, p_max_queued)
+    ON CONFLICT (role, queue) DO UPDATE SET max_queued = EXCLUDED.max_queued
+    WHERE q.max_queued IS DISTINCT FROM EXCLUDED.max_queued;
+    RETURN FOUND;
+END
+$$;
+
 CREATE FUNCTION pgjobd.setup_roles() RETURNS void
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_producer') THEN
@@ -1597,9 +1766,29 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION pgjobd.share_queue(p_queue text, p_shared boolean DEFAULT true) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    was boolean;
+BEGIN
+    PERFORM pgjobd.check_queue_name(p_queue);
+    SELECT p.shared INTO was FROM pgjobd.queue_policies p WHERE p.queue = p_queue FOR UPDATE;
+    IF coalesce(was, false) = coalesce(p_shared, false) THEN
+        RETURN false;
+    END IF;
+    INSERT INTO pgjobd.queue_policies AS p (queue, shared) VALUES (p_queue, coalesce(p_shared, false))
+    ON CONFLICT (queue) DO UPDATE SET shared = EXCLUDED.shared, changed_at = now(),
+                                      changed_by = session_user;
+    RETURN true;
+END
+$$;
+
 CREATE FUNCTION pgjobd.try_group_head(q text, g text, jid bigint) RETURNS bigint
     LANGUAGE plpgsql
     SET enable_seqscan TO 'off'
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE
     gid bigint;
@@ -1618,7 +1807,7 @@ BEGIN
         END IF;
     END IF;
     SELECT j.id, j.status, j.run_at, j.expires_at INTO head FROM pgjobd.jobs j
-     WHERE j.queue = q AND j.group_id = g AND j.status IN ('queued', 'running')
+     WHERE j.queue = q AND coalesce(j.group_key, j.group_id) = g AND j.status IN ('queued', 'running')
      ORDER BY coalesce(j.commit_seq, j.id) LIMIT 1;
     IF head.id IS DISTINCT FROM jid THEN
         -- Only a ready, queued head can start (later in the caller's scan);
@@ -1634,7 +1823,7 @@ BEGIN
     -- claim started before jid became visible (or queued again), whose slot
     -- does not hold the group row yet, or whose daemon died.
     IF EXISTS (SELECT 1 FROM pgjobd.jobs j
-                WHERE j.queue = q AND j.group_id = g AND j.status = 'running') THEN
+                WHERE j.queue = q AND coalesce(j.group_key, j.group_id) = g AND j.status = 'running') THEN
         RETURN 0;
     END IF;
     PERFORM 1 FROM pgjobd.jobs j
@@ -1668,6 +1857,7 @@ $$;
 
 CREATE FUNCTION pgjobd.worker_gone(p_id bigint) RETURNS void
     LANGUAGE sql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
     UPDATE pgjobd.workers SET alive_until = '-infinity' WHERE id = p_id;
     UPDATE pgjobd.jobs j SET lease_until = '-infinity'
@@ -1685,7 +1875,8 @@ CREATE TABLE pgjobd.cancel_requests (
 
 CREATE UNLOGGED TABLE pgjobd.dedupe_locks (
     queue text NOT NULL,
-    dedupe_key text NOT NULL
+    dedupe_key text NOT NULL,
+    scope text DEFAULT ''::text NOT NULL
 );
 
 CREATE SEQUENCE pgjobd.fence_seq
@@ -1741,6 +1932,9 @@ CREATE TABLE pgjobd.jobs (
     history jsonb DEFAULT '[]'::jsonb NOT NULL,
     lease_until timestamp with time zone,
     lease_ms bigint,
+    group_key text,
+    CONSTRAINT jobs_dedupe_key_max_1kib CHECK ((octet_length(dedupe_key) <= 1024)),
+    CONSTRAINT jobs_group_id_max_1kib CHECK ((octet_length(group_id) <= 1024)),
     CONSTRAINT "max_attempts must be at least 1" CHECK ((max_attempts >= 1)),
     CONSTRAINT "queue must be 1 to 63 characters of A-Z a-z 0-9 _ . -" CHECK ((queue ~ '^[A-Za-z0-9_.-]{1,63}$'::text)),
     CONSTRAINT "status must be queued, running, succeeded, failed or cancelled" CHECK ((status = ANY (ARRAY['queued'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text]))),
@@ -1801,6 +1995,14 @@ CREATE TABLE pgjobd.queue_grants (
     CONSTRAINT "queue must be * or 1 to 63 characters of A-Z a-z 0-9 _ . -" CHECK (((queue = '*'::text) OR (queue ~ '^[A-Za-z0-9_.-]{1,63}$'::text)))
 );
 
+CREATE TABLE pgjobd.queue_policies (
+    queue text NOT NULL,
+    shared boolean DEFAULT false NOT NULL,
+    changed_at timestamp with time zone DEFAULT now() NOT NULL,
+    changed_by name DEFAULT SESSION_USER NOT NULL,
+    CONSTRAINT "queue must be * or 1 to 63 characters of A-Z a-z 0-9 _ . -" CHECK ((queue ~ '^[A-Za-z0-9_.-]{1,63}$'::text))
+);
+
 CREATE VIEW pgjobd.queue_stats WITH (security_invoker='true') AS
  WITH s AS (
          SELECT jobs.queue,
@@ -1825,6 +2027,14 @@ CREATE VIEW pgjobd.queue_stats WITH (security_invoker='true') AS
     COALESCE(s.failed_last_hour, (0)::bigint) AS failed_last_hour
    FROM (s
      FULL JOIN pgjobd.paused_queues p ON ((p.queue = s.queue)));
+
+CREATE TABLE pgjobd.quotas (
+    role regrole NOT NULL,
+    queue text NOT NULL,
+    max_queued integer NOT NULL,
+    CONSTRAINT "queue must be * or 1 to 63 characters of A-Z a-z 0-9 _ . -" CHECK (((queue = '*'::text) OR (queue ~ '^[A-Za-z0-9_.-]{1,63}$'::text))),
+    CONSTRAINT quotas_max_queued_check CHECK ((max_queued >= 0))
+);
 
 CREATE TABLE pgjobd.schedules (
     name text NOT NULL,
@@ -1854,6 +2064,7 @@ CREATE TABLE pgjobd.schedules (
     CONSTRAINT "overlap must be allow or skip" CHECK ((overlap = ANY (ARRAY['allow'::text, 'skip'::text]))),
     CONSTRAINT "queue must be 1 to 63 characters of A-Z a-z 0-9 _ . -" CHECK ((queue ~ '^[A-Za-z0-9_.-]{1,63}$'::text)),
     CONSTRAINT "schedule name must be 1 to 63 characters of A-Z a-z 0-9 _ . -" CHECK ((name ~ '^[A-Za-z0-9_.-]{1,63}$'::text)),
+    CONSTRAINT schedules_group_id_max_1kib CHECK ((octet_length(group_id) <= 1024)),
     CONSTRAINT "timeout must be positive" CHECK ((timeout > '00:00:00'::interval))
 );
 
@@ -1896,7 +2107,7 @@ ALTER TABLE ONLY pgjobd.cancel_requests
     ADD CONSTRAINT cancel_requests_pkey PRIMARY KEY (job_id);
 
 ALTER TABLE ONLY pgjobd.dedupe_locks
-    ADD CONSTRAINT dedupe_locks_pkey PRIMARY KEY (queue, dedupe_key);
+    ADD CONSTRAINT dedupe_locks_pkey PRIMARY KEY (queue, dedupe_key, scope);
 
 ALTER TABLE ONLY pgjobd.groups
     ADD CONSTRAINT groups_pkey PRIMARY KEY (id);
@@ -1916,6 +2127,12 @@ ALTER TABLE ONLY pgjobd.paused_queues
 ALTER TABLE ONLY pgjobd.queue_grants
     ADD CONSTRAINT queue_grants_pkey PRIMARY KEY (queue, role);
 
+ALTER TABLE ONLY pgjobd.queue_policies
+    ADD CONSTRAINT queue_policies_pkey PRIMARY KEY (queue);
+
+ALTER TABLE ONLY pgjobd.quotas
+    ADD CONSTRAINT quotas_pkey PRIMARY KEY (role, queue);
+
 ALTER TABLE ONLY pgjobd.schedules
     ADD CONSTRAINT schedules_pkey PRIMARY KEY (name);
 
@@ -1928,15 +2145,15 @@ ALTER TABLE ONLY pgjobd.waiting
 ALTER TABLE ONLY pgjobd.workers
     ADD CONSTRAINT workers_pkey PRIMARY KEY (id);
 
-CREATE UNIQUE INDEX jobs_dedupe ON pgjobd.jobs USING btree (queue, dedupe_key) WHERE ((dedupe_key IS NOT NULL) AND (status = ANY (ARRAY['queued'::text, 'running'::text])));
+CREATE UNIQUE INDEX jobs_dedupe ON pgjobd.jobs USING btree (queue, dedupe_key, created_by) WHERE ((dedupe_key IS NOT NULL) AND (status = ANY (ARRAY['queued'::text, 'running'::text])));
 
 CREATE INDEX jobs_expiry ON pgjobd.jobs USING btree (expires_at) WHERE ((status = 'queued'::text) AND (expires_at IS NOT NULL));
 
 CREATE INDEX jobs_finished ON pgjobd.jobs USING btree (queue, finished_at) WHERE (status = ANY (ARRAY['succeeded'::text, 'failed'::text, 'cancelled'::text]));
 
-CREATE INDEX jobs_group_head ON pgjobd.jobs USING btree (queue, group_id, COALESCE(commit_seq, id)) WHERE ((status = ANY (ARRAY['queued'::text, 'running'::text])) AND (group_id IS NOT NULL));
+CREATE INDEX jobs_group_head ON pgjobd.jobs USING btree (queue, COALESCE(group_key, group_id), COALESCE(commit_seq, id)) WHERE ((status = ANY (ARRAY['queued'::text, 'running'::text])) AND (COALESCE(group_key, group_id) IS NOT NULL));
 
-CREATE INDEX jobs_group_running ON pgjobd.jobs USING btree (queue, group_id) WHERE ((status = 'running'::text) AND (group_id IS NOT NULL));
+CREATE INDEX jobs_group_running ON pgjobd.jobs USING btree (queue, COALESCE(group_key, group_id)) WHERE ((status = 'running'::text) AND (COALESCE(group_key, group_id) IS NOT NULL));
 
 CREATE INDEX jobs_held ON pgjobd.jobs USING btree (queue, held_until) WHERE ((status = 'queued'::text) AND (held_until IS NOT NULL));
 
@@ -1970,9 +2187,15 @@ CREATE CONSTRAINT TRIGGER jobs_commit_order_requeued AFTER UPDATE OF status, que
 
 CREATE TRIGGER jobs_dedupe BEFORE INSERT ON pgjobd.jobs FOR EACH ROW WHEN ((new.dedupe_key IS NOT NULL)) EXECUTE FUNCTION pgjobd.jobs_dedupe();
 
+CREATE TRIGGER jobs_group_key BEFORE INSERT OR UPDATE OF queue, group_id, created_by ON pgjobd.jobs FOR EACH ROW WHEN (((new.group_id IS NOT NULL) OR (new.group_key IS NOT NULL))) EXECUTE FUNCTION pgjobd.jobs_group_key();
+
 CREATE TRIGGER jobs_head_changed AFTER DELETE OR UPDATE OF status, run_at, queue, group_id ON pgjobd.jobs FOR EACH ROW WHEN (((old.status = 'queued'::text) AND (old.group_id IS NOT NULL) AND (old.run_at > now()))) EXECUTE FUNCTION pgjobd.jobs_head_changed();
 
 CREATE TRIGGER jobs_inserted AFTER INSERT ON pgjobd.jobs REFERENCING NEW TABLE AS new_jobs FOR EACH STATEMENT EXECUTE FUNCTION pgjobd.jobs_inserted();
+
+CREATE TRIGGER jobs_quota AFTER INSERT ON pgjobd.jobs REFERENCING NEW TABLE AS new_jobs FOR EACH STATEMENT EXECUTE FUNCTION pgjobd.jobs_quota();
+
+CREATE TRIGGER jobs_run_at_bound BEFORE INSERT ON pgjobd.jobs FOR EACH ROW WHEN ((new.run_at > (now() + '1 year'::interval))) EXECUTE FUNCTION pgjobd.jobs_run_at_bound();
 
 CREATE TRIGGER jobs_unheld BEFORE UPDATE OF status, run_at, queue, group_id ON pgjobd.jobs FOR EACH ROW WHEN (((old.held_until IS NOT NULL) AND ((new.status <> 'queued'::text) OR (new.run_at IS DISTINCT FROM old.run_at) OR (new.queue <> old.queue) OR (new.group_id IS DISTINCT FROM old.group_id)))) EXECUTE FUNCTION pgjobd.jobs_unheld();
 
@@ -2010,6 +2233,8 @@ GRANT ALL ON FUNCTION pgjobd.claim_batch(p_queue text, p_worker_id bigint, p_wor
 REVOKE ALL ON FUNCTION pgjobd.claim_batch(p_queue text, p_worker_id bigint, p_workers text[], p_max_attempts integer, p_timeout_ms bigint, p_max_data bigint, p_scan integer, p_orphans boolean, p_release_jobs bigint[], p_release_groups bigint[], p_skip bigint[], p_lease_ms bigint) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.claim_batch(p_queue text, p_worker_id bigint, p_workers text[], p_max_attempts integer, p_timeout_ms bigint, p_max_data bigint, p_scan integer, p_orphans boolean, p_release_jobs bigint[], p_release_groups bigint[], p_skip bigint[], p_lease_ms bigint) TO pgjobd_worker;
 
+REVOKE ALL ON FUNCTION pgjobd.dedupe_scope(p_queue text, p_role text) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION pgjobd.extend_leases(p_worker_id bigint, p_ids bigint[], p_fences bigint[]) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.extend_leases(p_worker_id bigint, p_ids bigint[], p_fences bigint[]) TO pgjobd_worker;
 
@@ -2037,6 +2262,8 @@ REVOKE ALL ON FUNCTION pgjobd.grant_schedules() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgjobd.grant_security() FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION pgjobd.group_key(p_queue text, p_role text, p_group_id text) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION pgjobd.heartbeat(p_id bigint) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.heartbeat(p_id bigint) TO pgjobd_worker;
 
@@ -2047,6 +2274,8 @@ REVOKE ALL ON FUNCTION pgjobd.jobs_commit_order() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgjobd.lock_dedupe_key(p_queue text, p_key text) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.lock_dedupe_key(p_queue text, p_key text) TO pgjobd_worker;
+
+REVOKE ALL ON FUNCTION pgjobd.lock_dedupe_key(p_queue text, p_key text, p_scope text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgjobd.maintain(p_queues text[], p_retention_ms bigint[], p_limit integer, OUT locked boolean, OUT expired integer, OUT deleted integer, OUT more boolean) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.maintain(p_queues text[], p_retention_ms bigint[], p_limit integer, OUT locked boolean, OUT expired integer, OUT deleted integer, OUT more boolean) TO pgjobd_worker;
@@ -2092,7 +2321,11 @@ GRANT ALL ON FUNCTION pgjobd.schedule(name text, cron text, queue text, data jso
 REVOKE ALL ON FUNCTION pgjobd.schedule_clock(p_real0 double precision, p_fake0 double precision, p_rate double precision) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.schedule_clock(p_real0 double precision, p_fake0 double precision, p_rate double precision) TO pgjobd_worker;
 
+REVOKE ALL ON FUNCTION pgjobd.set_quota(p_role name, p_queue text, p_max_queued integer) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION pgjobd.setup_roles() FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION pgjobd.share_queue(p_queue text, p_shared boolean) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgjobd.try_group_head(q text, g text, jid bigint) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.try_group_head(q text, g text, jid bigint) TO pgjobd_worker;

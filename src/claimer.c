@@ -119,7 +119,8 @@ static void on_claimed(struct db_conn *c, PGresult *const *res, int n, void *arg
 }
 
 struct claimer *claimer_new(struct ev_loop *loop, const char *conninfo, const char *queue,
-			    struct metrics *metrics, const struct claimer_callbacks *cbs)
+			    const char *tag, struct metrics *metrics,
+			    const struct claimer_callbacks *cbs)
 {
 	struct claimer *cl = xcalloc(1, sizeof(*cl));
 	cl->queue = xstrdup(queue);
@@ -127,7 +128,7 @@ struct claimer *claimer_new(struct ev_loop *loop, const char *conninfo, const ch
 	backoff_init(&cl->fails, 1, 1);
 	claim_params_init(&cl->params);
 	char app[96];
-	snprintf(app, sizeof(app), "pgjobd %s claimer", queue);
+	snprintf(app, sizeof(app), "pgjobd claimer %s", tag);
 	struct db_callbacks dcb = {.on_event = on_db_event, .arg = cl, .metrics = metrics};
 	static const char *const setup[] = {claim_sql_generic_plans, NULL};
 	cl->db = db_conn_new(loop, conninfo, app, setup, &dcb);

@@ -35,11 +35,13 @@ struct claimer_callbacks {
 
 struct metrics;
 
-/* Connects at once; application_name "pgjobd <queue> claimer". metrics
+/* Connects at once; application_name "pgjobd claimer TAG" (tag: the
+ * queue's session tag, dispatch.c; borrowed). metrics
  * (may be NULL) counts the session's round trips and reconnects. Owned by
  * the dispatcher (dispatch.h): claimer_free. */
 struct claimer *claimer_new(struct ev_loop *loop, const char *conninfo, const char *queue,
-			    struct metrics *metrics, const struct claimer_callbacks *cbs);
+			    const char *tag, struct metrics *metrics,
+			    const struct claimer_callbacks *cbs);
 /* Closes the session; pending callbacks are not called. */
 void claimer_free(struct claimer *cl);
 

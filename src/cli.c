@@ -38,6 +38,7 @@
 
 #include "config.h"
 #include "daemon.h"
+#include "db.h"
 #include "jobs_cli.h"
 #include "migrate.h"
 #include "parse.h"
@@ -397,6 +398,18 @@ int cli_session_open(struct cli_session *s, const struct cli_args *a, bool need_
 		cli_session_close(s);
 		return 1;
 	}
+	/* Before any other statement: an operator's session often has rights
+	 * (superuser) that another role's object on the search path must
+	 * never get to run with. */
+	PGresult *r = PQexec(s->pg, DB_PIN_SEARCH_PATH);
+	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+		fprintf(stderr, "pgjobd: %s: cannot set the search path: %s", a->cmd,
+			PQerrorMessage(s->pg));
+		PQclear(r);
+		cli_session_close(s);
+		return 1;
+	}
+	PQclear(r);
 	return 0;
 }
 
@@ -510,7 +523,7 @@ static int check_session(struct cli_session *s)
 	if (pid == PQbackendPID(s->pg))
 		return 0;
 	const char *keys[] = {"dbname", "fallback_application_name", NULL};
-	const char *cvals[] = {s->cfg->database, "pgjobd", NULL};
+	const char *cvals[] = {s->a->database ? s->a->database : s->cfg->database, "pgjobd", NULL};
 	PGconn *p = PQconnectdbParams(keys, cvals, 1);
 	int rc = 1;
 	if (PQstatus(p) != CONNECTION_OK) {
@@ -518,6 +531,14 @@ static int check_session(struct cli_session *s)
 			PQerrorMessage(p));
 		goto out;
 	}
+	/* As every session pgjobd opens (cli_session_open). */
+	r = PQexec(p, DB_PIN_SEARCH_PATH);
+	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+		fprintf(stderr, "pgjobd: check: cannot set the search path: %s", PQerrorMessage(p));
+		PQclear(r);
+		goto out;
+	}
+	PQclear(r);
 	r = PQexec(p, "SELECT pg_backend_pid(), "
 		      "coalesce(current_setting('pgjobd.session_probe', true), '')");
 	if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
@@ -980,13 +1001,12 @@ static void print_table(const PGresult *r)
  * transaction of a slot session, and as long as it is open PostgreSQL keeps
  * every row version it might still see, in every table of the database
  * (the VACUUM horizon). Slot sessions are the daemon's sessions named
- * "pgjobd QUEUE.N" (slot.c); its other sessions are named "pgjobd WORD" or
- * "pgjobd QUEUE claimer", and ours "pgjobd". A slot's name that was cut to
- * 63 bytes (a queue name of more than about 50) has lost its ".N": any
- * 63-byte "pgjobd " name without a space counts too, its queue shown cut
- * (a long queue's claimer may count as well, for the moment its short
- * transactions are open). Any open transaction counts, not only 'idle in
- * transaction': the slot is 'active' while it writes the outcome.
+ * "pgjobd slot TAG.N" (slot.c), TAG the first 16 hex digits of the sha256
+ * of the queue's name (pg_stat_activity shows application_name to every
+ * role, so the name itself is not there): a queue this role can see in
+ * queue_stats is matched by its tag, any other shown as the tag. Any open
+ * transaction counts, not only 'idle in transaction': the slot is 'active'
+ * while it writes the outcome.
  *
  * pg_stat_activity shows every role the application_name, pid, backend_xid
  * and backend_xmin of every session, but state, xact_start and query only of
@@ -1002,12 +1022,15 @@ static void print_table(const PGresult *r)
  * xid age: transactions since the older of the session's xid and xmin
  * (age()); a slot has an xid once it has locked its job's rows. */
 static const char claims_sql[] =
-    "WITH s AS (SELECT pid, regexp_replace(substr(application_name, 8), '\\.[0-9]+$', '') AS q, "
-    "query IS NOT DISTINCT FROM '<insufficient privilege>' AS hidden, now() - xact_start AS age, "
-    "greatest(age(backend_xid), age(backend_xmin)) AS xid_age "
-    "FROM pg_stat_activity WHERE datname = current_database() "
-    "AND (application_name ~ '^pgjobd [A-Za-z0-9_.-]+\\.[0-9]+$' "
-    "OR (octet_length(application_name) = 63 AND application_name ~ '^pgjobd [A-Za-z0-9_.-]+$'))) "
+    "WITH n AS (SELECT DISTINCT queue AS q, "
+    "left(encode(sha256(convert_to(queue, 'UTF8')), 'hex'), 16) AS tag FROM pgjobd.queue_stats), "
+    "s AS (SELECT a.pid, coalesce(n.q, substr(a.application_name, 13, 16)) AS q, "
+    "a.query IS NOT DISTINCT FROM '<insufficient privilege>' AS hidden, "
+    "now() - a.xact_start AS age, "
+    "greatest(age(a.backend_xid), age(a.backend_xmin)) AS xid_age "
+    "FROM pg_stat_activity a LEFT JOIN n ON n.tag = substr(a.application_name, 13, 16) "
+    "WHERE a.datname = current_database() "
+    "AND a.application_name ~ '^pgjobd slot [0-9a-f]{16}\\.[0-9]+$') "
     "SELECT (SELECT count(*) FROM s WHERE hidden), "
     "o.pid, o.q, to_json(o.q), floor(extract(epoch FROM o.age) * 1000)::bigint, o.xid_age, "
     "x.pid, x.q, to_json(x.q), x.xid_age "

@@ -467,11 +467,8 @@ static void on_notify(struct db_conn *c, const char *channel, const char *payloa
 			maint_schedules_look(d->maint);
 		return;
 	}
-	if (!d->wake_secret) {
-		dispatch_kick_all(d->dispatch);
-		return;
-	}
-	dispatch_wake(d->dispatch, payload);
+	/* Without the secret, any payload may be ours: every queue. */
+	dispatch_wake(d->dispatch, d->wake_secret ? payload : NULL);
 }
 
 static void on_grace(struct ev_loop *loop, ev_timer *w, int revents)

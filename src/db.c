@@ -13,6 +13,7 @@
  * PQisBusy() says they are complete. */
 #include "db.h"
 
+#include <assert.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,7 +32,9 @@ static const char *const state_names[] = {"wait", "connect", "setup", "idle", "b
  * the server parses and plans them once, not on every job. A statement is
  * known by its SQL text's address: callers pass static strings. */
 #define DB_MAX_PREPARED 16
-#define DB_MAX_ITEMS (2 * DB_MAX_STMTS)
+/* The setup batch: the search path, then up to DB_MAX_STMTS of the owner's. */
+#define DB_MAX_SETUP (DB_MAX_STMTS + 1)
+#define DB_MAX_ITEMS (2 * DB_MAX_SETUP)
 #define BACKOFF_MAX_MS 10000
 #define CONNECT_TIMEOUT_MS 15000
 /* While a connection cannot be made, the same reason is logged again only
@@ -70,7 +73,7 @@ struct db_conn {
 	int nulls;    /* consecutive NULLs from PQgetResult */
 	int cur;      /* index of the item whose results are being read */
 	bool cur_has; /* a result for `cur` was seen */
-	PGresult *res[DB_MAX_STMTS + 1];
+	PGresult *res[DB_MAX_SETUP + 1];
 	char err[256];
 	/* failed connection attempts since the last success, and the reason and
 	 * time of the last one logged as a warning */
@@ -195,7 +198,7 @@ static void watch(struct db_conn *c, int fd, int events)
 
 static void clear_results(struct db_conn *c)
 {
-	for (int i = 0; i <= DB_MAX_STMTS; i++) {
+	for (int i = 0; i <= DB_MAX_SETUP; i++) {
 		if (c->res[i])
 			PQclear(c->res[i]);
 		c->res[i] = NULL;
@@ -412,15 +415,11 @@ static void start_setup(struct db_conn *c)
 		c->fd_hooked = true;
 	}
 	set_state(c, DB_SETUP);
-	struct db_stmt st[DB_MAX_STMTS];
+	struct db_stmt st[DB_MAX_SETUP];
 	memset(st, 0, sizeof(st));
-	int n = c->nsetup < DB_MAX_STMTS ? c->nsetup : DB_MAX_STMTS;
+	int n = c->nsetup < DB_MAX_SETUP ? c->nsetup : DB_MAX_SETUP;
 	for (int i = 0; i < n; i++)
 		st[i].sql = c->setup[i];
-	if (n == 0) {
-		st[0].sql = "SELECT 1";
-		n = 1;
-	}
 	c->cb = setup_done;
 	c->cb_arg = NULL;
 	if (send_batch(c, st, n, false) < 0)
@@ -650,13 +649,17 @@ struct db_conn *db_conn_new(struct ev_loop *loop, const char *conninfo, const ch
 	c->fd = -1;
 	c->conninfo = xstrdup(conninfo ? conninfo : "");
 	c->appname = xstrdup(appname);
-	for (c->nsetup = 0; setup && setup[c->nsetup]; c->nsetup++)
-		;
-	if (c->nsetup > DB_MAX_STMTS)
-		c->nsetup = DB_MAX_STMTS;
+	int n = 0;
+	while (setup && setup[n])
+		n++;
+	assert(n <= DB_MAX_STMTS);
+	/* The search path first: every later statement, the setup's included,
+	 * resolves its names with it. */
+	c->nsetup = n + 1;
 	c->setup = xcalloc((size_t)c->nsetup + 1, sizeof(char *));
-	for (int i = 0; i < c->nsetup; i++)
-		c->setup[i] = xstrdup(setup[i]);
+	c->setup[0] = xstrdup(DB_PIN_SEARCH_PATH);
+	for (int i = 0; i < n; i++)
+		c->setup[i + 1] = xstrdup(setup[i]);
 	c->cbs = *cbs;
 	c->backoff_ms = BACKOFF_MIN_MS;
 	c->backoff_max_ms = BACKOFF_MAX_MS;

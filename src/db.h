@@ -28,6 +28,17 @@
 #define DB_MAX_STMTS 4
 #define DB_MAX_PARAMS 12
 
+/* The first statement of every session pgjobd opens (the daemon's, the
+ * supervisor's, the command line's), before any other: names resolve in
+ * pg_catalog only (pg_temp is never searched for functions or operators),
+ * so that no object another role created - in public, say, which a
+ * database owner may write - is picked for an operator, function, type or
+ * cast that pgjobd's SQL names. A round trip rather than the startup packet's
+ * `options`, which a session-mode pooler such as PgBouncer refuses.
+ * pgjobd's functions pin the same path for themselves (sql/README). */
+#define DB_PIN_SEARCH_PATH                                                                         \
+	"SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', false)"
+
 struct db_conn;
 
 enum db_event { DB_UP, DB_DOWN };
@@ -65,8 +76,9 @@ struct db_callbacks {
 
 /* Create and start connecting. conninfo is the `database` setting (URI or
  * key=value), expanded by libpq; application_name is set to `appname`.
- * setup: NULL-terminated statements run (one batch) after every connect,
- * before DB_UP (e.g. LISTEN). All strings are copied. Owned by the caller. */
+ * setup: NULL-terminated statements (at most DB_MAX_STMTS) run (one
+ * batch, after DB_PIN_SEARCH_PATH) after every connect, before DB_UP (e.g.
+ * LISTEN). All strings are copied. Owned by the caller. */
 struct db_conn *db_conn_new(struct ev_loop *loop, const char *conninfo, const char *appname,
 			    const char *const *setup, const struct db_callbacks *cbs);
 /* Close (hook on_fd first) and free; pending callbacks are not called. */

@@ -61,6 +61,10 @@
 
 #define WAKES_MAX 64
 #define WAKE_ROUND_MS 10
+/* After a claim of a queue found nothing, NOTIFYs for it within this many ms
+ * make one claim, at its end: a NOTIFY is a hint that anyone can send, and
+ * replayed non-stop it would otherwise make a claim per round trip. */
+#define WAKE_QUIET_MS 50
 
 struct queue {
 	struct dispatch *x;
@@ -90,6 +94,18 @@ struct queue {
 	int nwakes;
 	ev_timer wake;
 	char wake_payload[SHA256_HEX_LEN + 1]; /* of NOTIFY pgjobd; "" while unknown */
+	/* Its sessions' application_name carries this, not the queue's name,
+	 * which pg_stat_activity would show every role: the first 16 hex
+	 * digits of sha256(name), which `pgjobd status` matches against the
+	 * queues its role may see (a role can confirm a name it guessed, not
+	 * read one). */
+	char tag[17];
+	/* NOTIFYs coalesce (notify_wake): until quiet_until (CLOCK_MONOTONIC
+	 * ms) they only arm the quiet timer, which claims once at its end;
+	 * while a claim is in flight they only set notify_again. */
+	int64_t quiet_until;
+	bool notify_again;
+	ev_timer quiet;
 };
 
 struct dispatch {
@@ -218,6 +234,44 @@ static void kick_queue(struct queue *q)
 	}
 }
 
+static void on_quiet(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	kick_queue(w->data);
+}
+
+/* A NOTIFY for q (a hint: a stranger may replay it at any rate). Costs no
+ * round trip when q has no idle slot (kick_queue reserves none), while a
+ * claim of q is in flight (one more claim once it is back, however many
+ * came), or within WAKE_QUIET_MS of a claim that found nothing (one claim at
+ * the end of that time). So NOTIFYs alone make at most one claim per
+ * WAKE_QUIET_MS per queue, plus one after each claim that found jobs. */
+static void notify_wake(struct queue *q)
+{
+	struct ev_loop *loop = q->x->env.loop;
+	int64_t now = util_now_ms();
+	if (now < q->quiet_until) {
+		if (!ev_is_active(&q->quiet)) {
+			ev_timer_set(&q->quiet, (double)(q->quiet_until - now) / 1000.0, 0.);
+			ev_timer_start(loop, &q->quiet);
+		}
+		return;
+	}
+	if (q->lease) {
+		/* The lease session claims for every lease-mode queue in one
+		 * statement and says nothing per queue: a plain interval. */
+		q->quiet_until = now + WAKE_QUIET_MS;
+		kick_queue(q);
+		return;
+	}
+	if (q->dispatching || (q->cl && !claimer_is_ready(q->cl))) {
+		q->notify_again = true;
+		return;
+	}
+	kick_queue(q);
+}
+
 static void on_claimed(struct claimer *cl, struct claim_job *jobs, const int *slots, int n,
 		       void *arg)
 {
@@ -254,12 +308,19 @@ static void on_claimed(struct claimer *cl, struct claim_job *jobs, const int *sl
 	q->dispatching = false;
 	if (n < 0)
 		return; /* the claimer reconnects; its on_up kicks */
+	/* Nothing to claim: the NOTIFYs of the next WAKE_QUIET_MS coalesce. */
+	if (asked > 0 && n == 0)
+		q->quiet_until = util_now_ms() + WAKE_QUIET_MS;
+	bool notified = q->notify_again;
+	q->notify_again = false;
 	/* Just registered as waiting: once more (claim_recheck). */
 	bool recheck = claim_recheck(&q->waiting, asked, n);
 	/* A full batch: there may be more (slots that became idle meanwhile).
 	 * Or a kick was asked for meanwhile. */
 	if ((asked > 0 && n == asked) || q->again || recheck)
 		kick_queue(q);
+	else if (notified)
+		notify_wake(q);
 }
 
 static void on_claimer_up(struct claimer *cl, void *arg)
@@ -357,7 +418,7 @@ static struct lease *need_lease(struct dispatch *x)
 static void add_slot(struct queue *q)
 {
 	q->slots = xrealloc(q->slots, sizeof(*q->slots) * (size_t)(q->nslots + 1));
-	q->slots[q->nslots++] = slot_new(&q->x->senv, q->conf, q->next_index++, q);
+	q->slots[q->nslots++] = slot_new(&q->x->senv, q->conf, q->tag, q->next_index++, q);
 }
 
 /* Remove the slot at index i of q->slots without freeing it. */
@@ -382,8 +443,8 @@ static void retire(struct queue *q, struct slot *j)
 static void start_transaction_mode(struct queue *q)
 {
 	struct claimer_callbacks cbs = {.on_result = on_claimed, .on_up = on_claimer_up, .arg = q};
-	q->cl =
-	    claimer_new(q->x->env.loop, q->x->env.conninfo, q->conf->name, q->x->env.metrics, &cbs);
+	q->cl = claimer_new(q->x->env.loop, q->x->env.conninfo, q->conf->name, q->tag,
+			    q->x->env.metrics, &cbs);
 	for (int i = 0; i < q->conf->concurrency; i++)
 		add_slot(q);
 }
@@ -408,6 +469,10 @@ static void queue_serve(struct queue *q, struct queue_conf *conf)
 	struct queue_conf *old = q->conf;
 	q->conf = queue_conf_ref(conf);
 	queue_conf_unref(old);
+	char hex[SHA256_HEX_LEN + 1];
+	sha256_hex2("", conf->name, hex);
+	memcpy(q->tag, hex, sizeof(q->tag) - 1);
+	q->tag[sizeof(q->tag) - 1] = '\0';
 	q->removed = false;
 	q->next_index = 0;
 	q->again = false;
@@ -427,6 +492,8 @@ static struct queue *queue_new(struct dispatch *x, struct queue_conf *conf)
 	q->x = x;
 	ev_init(&q->wake, on_wake);
 	q->wake.data = q;
+	ev_init(&q->quiet, on_quiet);
+	q->quiet.data = q;
 	queue_serve(q, conf);
 	return q;
 }
@@ -436,6 +503,7 @@ static struct queue *queue_new(struct dispatch *x, struct queue_conf *conf)
 static void queue_stop(struct queue *q)
 {
 	ev_timer_stop(q->x->env.loop, &q->wake);
+	ev_timer_stop(q->x->env.loop, &q->quiet);
 	q->nwakes = 0;
 	if (q->lease && q->x->lease)
 		lease_drop_queue(q->x->lease, q->conf->name);
@@ -763,8 +831,12 @@ void dispatch_set_wake_secret(struct dispatch *x, const char *secret)
 void dispatch_wake(struct dispatch *x, const char *payload)
 {
 	for (size_t i = 0; i < x->nqueues; i++) {
+		if (!payload) {
+			notify_wake(x->queues[i]);
+			continue;
+		}
 		if (strcmp(x->queues[i]->wake_payload, payload) == 0) {
-			kick_queue(x->queues[i]);
+			notify_wake(x->queues[i]);
 			return;
 		}
 	}

@@ -65,7 +65,10 @@ size_t dispatch_nqueues(const struct dispatch *x);
  * later. Borrowed: the caller keeps it unchanged until the next call or
  * dispatch_free. */
 void dispatch_set_wake_secret(struct dispatch *x, const char *secret);
-/* A NOTIFY pgjobd with this payload: kick the queue it belongs to, if any. */
+/* A NOTIFY pgjobd with this payload: wake the queue it belongs to, if any
+ * (NULL: every queue, when the payloads are unknown). NOTIFYs coalesce: a
+ * flood of them makes at most one claim per queue every 50 ms beyond the
+ * claims that found jobs (pgjobd(8), SECURITY MODEL). */
 void dispatch_wake(struct dispatch *x, const char *payload);
 /* Kick every queue (a poll, the fence coming up, the listener back, a
  * secret that cannot be read). */

@@ -1,7 +1,7 @@
 /* exec.c - running one job's command (pgjobd(8), "How a command runs").
  *
  * Owns: one struct exec_proc per started command, with its child process
- * (/bin/sh -c COMMAND, leader of its own process group), the parent ends of
+ * (/bin/sh -c COMMAND, leader of its own session and process group), the parent ends of
  * its three pipes, two bounded captures (stdout head and tail, stderr tail),
  * the libev watchers that drive them: ev_io for stdin/stdout/stderr, a drain
  * timer, a kill-escalation timer and a zero-delay timer that reports a spawn
@@ -11,7 +11,7 @@
  *   exec_start -> spawn: a clone that shares our memory and suspends us
  *   until it has exec'd (as vfork does, and as posix_spawn does inside
  *   glibc), so a spawn costs no copy of the daemon's page tables. The new
- *   process leads its own group, runs the caller's in_child hook (which
+ *   process leads its own session and group, runs the caller's in_child hook (which
  *   registers the group with the supervisor and enters the command's
  *   cgroup, so a SIGKILL of the daemon at any moment after the command
  *   could run leaves nothing unkilled), switches user if asked, then
@@ -341,7 +341,7 @@ static int make_pipe(int fds[2])
 
 /* The steps of the new process before its exec, named in a spawn failure. */
 enum spawn_stage {
-	STAGE_SETPGID,
+	STAGE_SETSID,
 	STAGE_REGISTER,
 	STAGE_DUP2,
 	STAGE_SETGROUPS,
@@ -355,7 +355,7 @@ enum spawn_stage {
 	STAGE_N /* none failed: the process exec'd */
 };
 static const char *const stage_names[STAGE_N] = {
-    [STAGE_SETPGID] = "setpgid",     [STAGE_REGISTER] = "register", [STAGE_DUP2] = "dup2",
+    [STAGE_SETSID] = "setsid",	     [STAGE_REGISTER] = "register", [STAGE_DUP2] = "dup2",
     [STAGE_SETGROUPS] = "setgroups", [STAGE_SETGID] = "setgid",	    [STAGE_SETUID] = "setuid",
     [STAGE_CAPS] = "capabilities",   [STAGE_CHDIR] = "chdir",	    [STAGE_CLOSE] = "close_range",
     [STAGE_NICE] = "setpriority",    [STAGE_EXECVE] = "execve",
@@ -394,8 +394,13 @@ static EXEC_IN_CHILD int spawn_child(void *arg)
 	for (int sig = 1; sig < NSIG; sig++)
 		sigaction(sig, &sa, NULL);
 	pid_t self = (pid_t)syscall(SYS_getpid);
-	if (setpgid(0, 0) < 0) {
-		stage = STAGE_SETPGID;
+	/* A session of its own, which it leads, and so a process group of its
+	 * own whose id is its pid: no controlling terminal (no /dev/tty to
+	 * type into the operator's shell with TIOCSTI), and no process of it
+	 * can join another job's group, since setpgid only moves a process
+	 * into a group of its own session. */
+	if (setsid() < 0) {
+		stage = STAGE_SETSID;
 		goto fail;
 	}
 	errno = 0; /* shared with the daemon: whatever it last held */
@@ -785,6 +790,23 @@ static void log_skips(const struct exec_env_in *in, const struct skips *sk)
 		 sk->count[SKIP_TOO_LARGE], sk->count[SKIP_OVER_LIMIT], o ? tail : "");
 }
 
+/* NAME=VALUE for a value that comes from the database (a group id, a
+ * schedule's name): the same size rule as the data's keys, so that no job
+ * fails to start with E2BIG. One that does not fit is left out, with a
+ * warning that names it and its size, never the value. */
+static void env_add_value(struct env_list *e, const struct exec_env_in *in, const char *name,
+			  const char *value)
+{
+	size_t len = strlen(value);
+	if (strlen(name) + 1 + len + 1 > EXEC_ARG_MAX) {
+		log_warn("msg=\"value too large for the environment; not exported\" job=%lld "
+			 "queue=%s name=%s bytes=%zu",
+			 in->job_id, log_value(in->queue), name, len);
+		return;
+	}
+	env_add(e, xasprintf("%s=%s", name, value));
+}
+
 char **exec_env_build(const struct exec_env_in *in)
 {
 	struct env_list e = {0};
@@ -806,15 +828,15 @@ char **exec_env_build(const struct exec_env_in *in)
 		env_add(&e, xstrdup(*q));
 	}
 	env_add(&e, xasprintf("PGJOBD_JOB_ID=%lld", in->job_id));
-	env_add(&e, xasprintf("PGJOBD_QUEUE=%s", in->queue ? in->queue : ""));
-	env_add(&e, xasprintf("PGJOBD_GROUP_ID=%s", in->group_id ? in->group_id : ""));
+	env_add_value(&e, in, "PGJOBD_QUEUE", in->queue ? in->queue : "");
+	env_add_value(&e, in, "PGJOBD_GROUP_ID", in->group_id ? in->group_id : "");
 	env_add(&e, xasprintf("PGJOBD_ATTEMPT=%d", in->attempt));
 	env_add(&e, xasprintf("PGJOBD_MAX_ATTEMPTS=%d", in->max_attempts));
 	env_add(&e, xasprintf("PGJOBD_FENCE=%lld", in->fence));
 	if (in->schedule) {
-		env_add(&e, xasprintf("PGJOBD_SCHEDULE=%s", in->schedule));
-		env_add(&e, xasprintf("PGJOBD_SCHEDULED_FOR=%s",
-				      in->scheduled_for ? in->scheduled_for : ""));
+		env_add_value(&e, in, "PGJOBD_SCHEDULE", in->schedule);
+		env_add_value(&e, in, "PGJOBD_SCHEDULED_FOR",
+			      in->scheduled_for ? in->scheduled_for : "");
 	}
 
 	/* The data's keys in key order, a key given twice once (its last

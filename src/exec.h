@@ -1,5 +1,5 @@
-/* exec.h - running one job's command: /bin/sh -c COMMAND in its own process
- * group, data on stdin, stdout/stderr captured (bounded) through the event
+/* exec.h - running one job's command: /bin/sh -c COMMAND in its own session
+ * and process group, data on stdin, stdout/stderr captured (bounded) through the event
  * loop, kill escalation. exec knows nothing of SQL or jobs' rows. */
 #ifndef PGJOBD_EXEC_H
 #define PGJOBD_EXEC_H
@@ -127,7 +127,9 @@ struct exec_env_in {
 /* Builds PATH=/usr/local/bin:/usr/bin:/bin, HOME, LANG (if set), then the
  * queue env (which may override those three), then PGJOBD_JOB_ID, _QUEUE,
  * _GROUP_ID, _ATTEMPT, _MAX_ATTEMPTS, _FENCE, for a scheduled job _SCHEDULE and
- * _SCHEDULED_FOR, then PGJOBD_ARG_<key> for the args, in
+ * _SCHEDULED_FOR (a value of these from the database whose NAME=VALUE is
+ * over EXEC_ARG_MAX is left out, with a warning naming it), then
+ * PGJOBD_ARG_<key> for the args, in
  * byte order of their keys (a key given twice: its last value). A NULL value
  * is not exported. An arg is skipped when its key does not match
  * [A-Za-z_][A-Za-z0-9_]* (invalid_name), when its whole "PGJOBD_ARG_key=value"

@@ -95,6 +95,7 @@
 
 #include <libpq-fe.h>
 
+#include "db.h"
 #include "log.h"
 #include "procfs.h"
 #include "util.h"
@@ -717,7 +718,17 @@ static void declare_gone(const struct guard_state *s)
 	char id[24];
 	snprintf(id, sizeof(id), "%lld", s->worker_id);
 	const char *params[] = {id};
-	PGresult *r = PQexecParams(pg, s->exit_sql, 1, NULL, params, NULL, NULL, 0);
+	/* As every session of pgjobd's: the search path first (db.h). */
+	PGresult *r = PQexec(pg, DB_PIN_SEARCH_PATH);
+	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+		log_warn("msg=\"guard cannot set the search path; the daemon's jobs are taken "
+			 "over after the fence deadline\"");
+		PQclear(r);
+		PQfinish(pg);
+		return;
+	}
+	PQclear(r);
+	r = PQexecParams(pg, s->exit_sql, 1, NULL, params, NULL, NULL, 0);
 	if (PQresultStatus(r) != PGRES_TUPLES_OK && PQresultStatus(r) != PGRES_COMMAND_OK)
 		log_warn("msg=\"guard could not release the daemon's jobs early\" err=%s",
 			 log_value(PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY)

@@ -573,7 +573,8 @@ static void on_guard_fd(int fd, bool opened, void *arg)
 		guard_del_fd(s->env->guard, fd);
 }
 
-struct slot *slot_new(const struct slot_env *env, struct queue_conf *q, int index, void *arg)
+struct slot *slot_new(const struct slot_env *env, struct queue_conf *q, const char *tag, int index,
+		      void *arg)
 {
 	struct slot *s = xcalloc(1, sizeof(*s));
 	s->env = env;
@@ -587,7 +588,7 @@ struct slot *slot_new(const struct slot_env *env, struct queue_conf *q, int inde
 	ev_init(&s->release_again, on_release_again);
 	s->release_again.data = s;
 	char app[64];
-	snprintf(app, sizeof(app), "pgjobd %s.%d", q->name, index);
+	snprintf(app, sizeof(app), "pgjobd slot %s.%d", tag, index);
 	static const char *const setup[] = {
 	    /* the claim transaction is idle while the command runs */
 	    "SET idle_in_transaction_session_timeout = 0",

@@ -41,10 +41,12 @@ struct slot_env {
 };
 
 /* New slot number `index` of queue q (takes a reference on q); starts
- * connecting at once. Its events go to env->on_event with arg (the owner's
- * handle for this slot, e.g. its queue). Owned by the daemon's dispatcher
- * (dispatch.h): slot_free. */
-struct slot *slot_new(const struct slot_env *env, struct queue_conf *q, int index, void *arg);
+ * connecting at once, with application_name "pgjobd slot TAG.INDEX" (tag:
+ * the queue's session tag, dispatch.c; borrowed). Its events go to env->on_event with arg (the
+ * owner's handle for this slot, e.g. its queue). Owned by the daemon's dispatcher (dispatch.h):
+ * slot_free. */
+struct slot *slot_new(const struct slot_env *env, struct queue_conf *q, const char *tag, int index,
+		      void *arg);
 /* Stops watchers, kills a running command (SIGKILL), closes the session. */
 void slot_free(struct slot *j);
 

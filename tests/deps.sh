@@ -13,6 +13,7 @@ packages=(
 	procps    # pgrep/pkill
 	psmisc
 	util-linux # flock, runuser
+	bsdutils  # script (t_90_session: a daemon with a controlling terminal)
 	clang-format # make format-check
 	groff-base man-db # t_87_install: groff -ww and man -l on man/
 	systemd   # t_87_install: systemd-analyze verify and security on the units

@@ -55,7 +55,7 @@ locker=$!
 wait_until 5 "[ \"\$(psql_q \"SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation WHERE c.relname = 'waiting' AND l.mode = 'ShareLock' AND l.granted\")\" = 1 ]"
 ok $? "the test holds pgjobd.waiting"
 touch "$T/go-d"
-wait_until 5 "[ \"\$(psql_q \"SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgjobd w claimer' AND wait_event_type = 'Lock'\")\" = 1 ]"
+wait_until 5 "[ \"\$(psql_q \"SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'pgjobd claimer %' AND wait_event_type = 'Lock'\")\" = 1 ]"
 ok $? "the claim after the job waits to register"
 e=$(psql_q "INSERT INTO pgjobd.jobs (queue) VALUES ('w') RETURNING id")
 wait "$locker"

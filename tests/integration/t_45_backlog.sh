@@ -38,8 +38,10 @@ p=$(psql_q "EXPLAIN SELECT j.id, j.group_id FROM pgjobd.jobs j
 like "$p" "Index Scan using jobs_ready_grouped" "ready scan uses the jobs_ready_grouped index"
 unlike "$p" "Sort|Seq Scan" "ready scan neither sorts nor scans the table"
 # The group head probe: a group's unfinished jobs in start order (commit order: the key
-# coalesce(commit_seq, id), see sql/015_commit_order.sql).
-p=$(psql_q "EXPLAIN SELECT j.id FROM pgjobd.jobs j WHERE j.queue = 'big' AND j.group_id = 'g7'
+# coalesce(commit_seq, id), see sql/015_commit_order.sql). A group is known by
+# coalesce(group_key, group_id) (sql/020_isolation.sql).
+p=$(psql_q "EXPLAIN SELECT j.id FROM pgjobd.jobs j WHERE j.queue = 'big'
+	AND coalesce(j.group_key, j.group_id) = 'g7'
 	AND j.status IN ('queued', 'running') ORDER BY coalesce(j.commit_seq, j.id) LIMIT 1")
 like "$p" "Index (Only )?Scan using jobs_group_head" "group head probe uses jobs_group_head"
 unlike "$p" "Sort" "group head probe does not sort"

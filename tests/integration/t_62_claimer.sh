@@ -29,7 +29,7 @@ finished() { [ "$(count_jobs "status IN ('succeeded', 'failed')")" = 250 ]; }
 for _ in $(seq 40); do
 	finished && break
 	k=$(psql_q "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-		WHERE datname = current_database() AND application_name = 'pgjobd c claimer'")
+		WHERE datname = current_database() AND application_name LIKE 'pgjobd claimer %'")
 	kills=$((kills + k))
 	sleep 0.$((RANDOM % 3 + 1))
 done

@@ -55,11 +55,11 @@ start_daemon d "$T/d.ini"
 d=$DAEMON_PID
 
 slot_sessions() {
-	psql_q "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name LIKE 'pgjobd q.%'"
+	psql_q "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name LIKE 'pgjobd slot %'"
 }
 claimer_waits() {
 	[ "$(psql_q "SELECT count(*) FROM pg_stat_activity
-		WHERE datname = current_database() AND application_name = 'pgjobd q claimer' AND wait_event_type = 'Lock'")" = 1 ]
+		WHERE datname = current_database() AND application_name LIKE 'pgjobd claimer %' AND wait_event_type = 'Lock'")" = 1 ]
 }
 started() { grep -c "^start $1 " "$T/runs.log"; }
 # succeeded ID...: all of them
@@ -112,7 +112,7 @@ ids=$(psql_q "INSERT INTO pgjobd.jobs (queue, run_at)
 
 # Its first slot loses its session (and connects again).
 reserved=$(psql_q "SELECT application_name FROM pg_stat_activity
-	WHERE datname = current_database() AND application_name LIKE 'pgjobd q.%' AND state = 'idle'
+	WHERE datname = current_database() AND application_name LIKE 'pgjobd slot %' AND state = 'idle'
 	ORDER BY substring(application_name FROM '[0-9]+$')::int")
 is "$(echo "$reserved" | wc -l)" 2 "two slots are reserved for it: $(echo $reserved)"
 first=$(echo "$reserved" | head -n 1)
@@ -173,7 +173,7 @@ ok $? "a claim is in flight"
 ids=$(psql_q "INSERT INTO pgjobd.jobs (queue, run_at)
 	SELECT 'q', now() - interval '1 hour' FROM generate_series(1, 2) RETURNING id" | tr '\n' ' ')
 first=$(psql_q "SELECT application_name FROM pg_stat_activity
-	WHERE datname = current_database() AND application_name LIKE 'pgjobd q.%' AND state = 'idle'
+	WHERE datname = current_database() AND application_name LIKE 'pgjobd slot %' AND state = 'idle'
 	ORDER BY substring(application_name FROM '[0-9]+$')::int LIMIT 1")
 kill -TERM "$e"
 wait_until 20 "grep -q 'msg=\"shutting down\"' '$T/e.log'"

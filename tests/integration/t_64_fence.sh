@@ -132,9 +132,9 @@ psql -X -qAt -c "BEGIN; LOCK pgjobd.waiting IN SHARE MODE; SELECT pg_sleep(4); C
 locker=$!
 sleep 0.5
 id=$(psql_q "INSERT INTO pgjobd.jobs (queue, max_attempts) VALUES ('f', 1) RETURNING id")
-wait_until 10 "[ \"\$(psql_q \"SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'pgjobd f claimer' AND wait_event_type = 'Lock'\")\" -ge 1 ]" ||
+wait_until 10 "[ \"\$(psql_q \"SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'pgjobd claimer ' || left(encode(sha256('f'::bytea), 'hex'), 16) AND wait_event_type = 'Lock'\")\" -ge 1 ]" ||
 	fail "D: the claim waits for the lock"
-n=$(psql_q "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'pgjobd f.0'")
+n=$(psql_q "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'pgjobd slot ' || left(encode(sha256('f'::bytea), 'hex'), 16) || '.0'")
 is "$n" 1 "D: the slot's session was ended while the claim was in flight"
 wait "$locker"
 wait_until 20 "[ \"\$(job_field $id status)\" = succeeded ]" || fail "D: the job ran"
@@ -154,9 +154,9 @@ psql_q "CREATE FUNCTION pgjobd.t64_slow_finish() RETURNS trigger LANGUAGE plpgsq
             FOR EACH ROW EXECUTE FUNCTION pgjobd.t64_slow_finish()" >/dev/null
 id=$(psql_q "INSERT INTO pgjobd.jobs (queue, group_id, data) VALUES ('f', 'gf', '{\"t64_slow\": 1}') RETURNING id")
 wait_until 15 "grep -q '^end gf $id 1 ' '$T/marks.log'" || fail "F: the command ran"
-wait_until 10 "[ \"\$(psql_q \"SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'pgjobd f.0' AND query LIKE 'UPDATE pgjobd.jobs SET status%' AND state = 'active'\")\" = 1 ]" ||
+wait_until 10 "[ \"\$(psql_q \"SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'pgjobd slot ' || left(encode(sha256('f'::bytea), 'hex'), 16) || '.0' AND query LIKE 'UPDATE pgjobd.jobs SET status%' AND state = 'active'\")\" = 1 ]" ||
 	fail "F: the outcome UPDATE is under way"
-n=$(psql_q "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'pgjobd f.0'")
+n=$(psql_q "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'pgjobd slot ' || left(encode(sha256('f'::bytea), 'hex'), 16) || '.0'")
 is "$n" 1 "F: the slot's session was ended while it wrote the outcome"
 psql_q "DROP TRIGGER t64_slow_finish ON pgjobd.jobs" >/dev/null
 wait_until 20 "[ \"\$(job_field $id status)\" = succeeded ]" || fail "F: the job succeeded"

@@ -62,7 +62,7 @@ ok $? "two new daemons are ready"
 # Each claims once at startup (the poll is an hour): wait until both claimers' sessions
 # have finished a claim.
 wait_until 10 "[ \"\$(psql_q \"SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
-	AND application_name = 'pgjobd pq claimer' AND state = 'idle' AND query LIKE '/* pgjobd claim */%'\")\" = 2 ]"
+	AND application_name = 'pgjobd claimer ' || left(encode(sha256('pq'::bytea), 'hex'), 16) AND state = 'idle' AND query LIKE '/* pgjobd claim */%'\")\" = 2 ]"
 ok $? "... and their claimers have claimed"
 is "$(count_jobs "queue = 'pq' AND status = 'queued'")" 6 "a daemon started while pq is paused starts nothing of it"
 

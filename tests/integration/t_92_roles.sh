@@ -107,8 +107,14 @@ is "$(as app "SELECT count(*) FROM pgjobd.jobs WHERE id = ${o2:-0}")" 0 "the fir
 is "$(as app2 "SELECT status FROM pgjobd.jobs WHERE id = ${o2:-0}")" queued "a producer reads its own job's status"
 refused app "INSERT INTO pgjobd.jobs (queue, created_by) VALUES ('nobody', 'app2')" \
 	"producer: INSERT setting created_by (posing as another producer) is refused"
+# Dedupe keys are each producer's own unless the queue is declared shared
+# (t_94_producers.sh has the attacks).
 d3=$(as app2 "INSERT INTO pgjobd.jobs (queue, dedupe_key) VALUES ('nobody', 'dk') RETURNING id")
-is "$?:$d3" "0:" "dedupe holds across producers (another producer's unfinished job has the key)"
+like "$d3" '^[0-9]+$' "dedupe keys are the producer's own: another producer's unfinished job with the key does not swallow the INSERT"
+psql_q "DELETE FROM pgjobd.jobs WHERE id = ${d3:-0}; SELECT pgjobd.share_queue('nobody')" >/dev/null
+d3=$(as app2 "INSERT INTO pgjobd.jobs (queue, dedupe_key) VALUES ('nobody', 'dk') RETURNING id")
+is "$?:$d3" "0:" "in a queue declared shared, dedupe holds across producers (another producer's unfinished job has the key)"
+psql_q "SELECT pgjobd.share_queue('nobody', false)" >/dev/null
 psql_q "DELETE FROM pgjobd.jobs WHERE id = ${o2:-0}" >/dev/null
 
 njobs=$(count_jobs true)
@@ -149,7 +155,7 @@ is "$(psql_q "SELECT (SELECT count(*) FROM pgjobd.paused_queues) || ' ' ||
 # Nothing in a row can name a command: the table's columns are exactly these.
 is "$(psql_q "SELECT string_agg(column_name, ' ' ORDER BY ordinal_position) FROM information_schema.columns
                WHERE table_schema = 'pgjobd' AND table_name = 'jobs'")" \
-	"id queue group_id data priority run_at expires_at max_attempts timeout dedupe_key status attempts result error worker created_at started_at finished_at updated_at created_by worker_id fence held_until schedule scheduled_for commit_seq enqueued_xact history lease_until lease_ms" \
+	"id queue group_id data priority run_at expires_at max_attempts timeout dedupe_key status attempts result error worker created_at started_at finished_at updated_at created_by worker_id fence held_until schedule scheduled_for commit_seq enqueued_xact history lease_until lease_ms group_key" \
 	"pgjobd.jobs has exactly the documented columns (none names a command or environment)"
 # The columns a producer may write are exactly the documented input columns.
 is "$(psql_q "SELECT string_agg(column_name, ' ' ORDER BY column_name) FROM information_schema.column_privileges

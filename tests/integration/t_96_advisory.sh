@@ -47,6 +47,10 @@ psql_q "CREATE ROLE app1 LOGIN IN ROLE pgjobd_producer;
         CREATE ROLE stranger LOGIN" || bail_out "cannot create the roles"
 for q in dd free grp; do psql_q "SELECT pgjobd.grant_queue('app1', '$q')" >/dev/null; done
 for q in dd dd2 free grp; do psql_q "SELECT pgjobd.grant_queue('app2', '$q')" >/dev/null; done
+# The races below are between producers over one key and one group: in queues declared
+# shared, where producers share keys and groups (by default each has its own, see
+# t_94_producers.sh).
+for q in dd dd2 grp; do psql_q "SELECT pgjobd.share_queue('$q')" >/dev/null; done
 
 # as USER SQL: SQL as USER; prints the output (errors with their SQLSTATE).
 as() {

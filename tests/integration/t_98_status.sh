@@ -77,7 +77,7 @@ cli enqueue long -c "$conf"
 id=$out
 wait_until 20 "[ \"\$(job_field $id status)\" = running ]"
 ok $? "the long job is running"
-slot_pid=$(psql_q "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name LIKE 'pgjobd long.%'
+slot_pid=$(psql_q "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name LIKE 'pgjobd slot %'
                    AND xact_start IS NOT NULL")
 like "$slot_pid" '^[0-9]+$' "its slot session (pid $slot_pid) has an open transaction"
 

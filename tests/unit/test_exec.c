@@ -374,6 +374,53 @@ static size_t count_args(char **e, const char **first, const char **last)
 	return n;
 }
 
+/* PGJOBD_* values from the database follow the size rule of the data's
+ * keys: a 200 KB group id is left out, not an E2BIG at spawn. */
+static void test_env_value_limits(void)
+{
+	size_t n = 200 * 1024;
+	char *big = xmalloc(n + 1);
+	memset(big, 'g', n);
+	big[n] = '\0';
+	struct exec_env_in in = {0};
+	in.home = "/h";
+	in.job_id = 78;
+	in.queue = "q";
+	in.group_id = big;
+	in.attempt = 1;
+	in.max_attempts = 1;
+	in.schedule = big;
+	in.scheduled_for = "2030-01-01T00:00:00Z";
+	int saved, fd = stderr_capture(&saved);
+	char **e = exec_env_build(&in);
+	char *log = fd >= 0 ? stderr_release(fd, saved) : xstrdup("");
+	bool group = false, sched = false, queue = false, when = false;
+	for (char **p = e; *p; p++) {
+		group |= strncmp(*p, "PGJOBD_GROUP_ID=", 16) == 0;
+		sched |= strncmp(*p, "PGJOBD_SCHEDULE=", 16) == 0;
+		queue |= strcmp(*p, "PGJOBD_QUEUE=q") == 0;
+		when |= strcmp(*p, "PGJOBD_SCHEDULED_FOR=2030-01-01T00:00:00Z") == 0;
+	}
+	ok(!group && !sched, "a 200 KB group id or schedule name is not exported");
+	ok(queue && when, "... the other PGJOBD_* variables are");
+	is_int(count_lines(log), 2, "one warning for each value left out");
+	ok(strstr(log, "name=PGJOBD_GROUP_ID bytes=204800") && strstr(log, "job=78"),
+	   "it names the variable and its size: %s", first_line(log));
+	ok(!strstr(log, "ggggg"), "no value is logged");
+	util_strv_free(e);
+	free(log);
+
+	/* 1 KiB, the schema's bound: exported. */
+	big[1024] = '\0';
+	e = exec_env_build(&in);
+	group = false;
+	for (char **p = e; *p; p++)
+		group |= strncmp(*p, "PGJOBD_GROUP_ID=", 16) == 0 && strlen(*p) == 16 + 1024;
+	ok(group, "a 1 KiB group id is exported whole");
+	util_strv_free(e);
+	free(big);
+}
+
 static void test_env_limits(void)
 {
 	char **keys, **vals, *log;
@@ -920,7 +967,7 @@ static void on_sigpipe(int sig)
 /* in_child: the group exists and the command has not run yet. */
 struct gate_probe {
 	pid_t pgid;
-	bool group_ok, not_yet, refuse;
+	bool group_ok, session_ok, not_yet, refuse;
 	char marker[300];
 };
 
@@ -929,6 +976,7 @@ EXEC_IN_CHILD static int probe_in_child(pid_t pgid, void *arg)
 	struct gate_probe *g = arg;
 	g->pgid = pgid;
 	g->group_ok = getpgid(pgid) == pgid;
+	g->session_ok = getsid(0) == pgid;
 	g->not_yet = access(g->marker, F_OK) != 0;
 	return g->refuse ? -1 : 0;
 }
@@ -945,6 +993,7 @@ static void test_gate(char **env)
 	s.in_child_arg = &g;
 	run(&s, &r);
 	ok(g.pgid > 0 && g.group_ok, "in_child: the child leads its own group already");
+	ok(g.session_ok, "in_child: ... and its own session (session id == group id)");
 	ok(g.not_yet, "in_child: nothing of the command has run yet");
 	is_str(r.out, "ran\n", "with in_child = 0 the command runs");
 	res_fini(&r);
@@ -1070,6 +1119,7 @@ int main(void)
 
 	test_env_build();
 	test_env_limits();
+	test_env_value_limits();
 	char **env = default_env();
 	test_basic(env);
 	test_stdin(env);

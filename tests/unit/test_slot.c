@@ -631,7 +631,7 @@ static struct claim_job job(long long id)
 static struct slot *idle_slot(void)
 {
 	rec_reset();
-	struct slot *s = slot_new(&senv, &q1, 0, NULL);
+	struct slot *s = slot_new(&senv, &q1, "t", 0, NULL);
 	db_up();
 	events();
 	return s;
@@ -656,7 +656,7 @@ static void test_happy_path(void)
 {
 	rec_reset();
 	int from = 0;
-	struct slot *s = slot_new(&senv, &q1, 0, NULL);
+	struct slot *s = slot_new(&senv, &q1, "t", 0, NULL);
 	is_str(slot_state_name(s), "connecting", "happy: a new slot connects");
 	is_str(slot_worker(s), "host:1:q.0", "happy: its worker name");
 	is_int(q1.refs, 2, "happy: the slot holds a reference on its queue_conf");
