@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "db.h"
 #include "jobs_cli.h"
 #include "migrate.h"
 #include "parse.h"
@@ -320,6 +321,15 @@ int cli_session_open(struct cli_session *s, const struct cli_args *a, bool need_
 			PQerrorMessage(s->pg));
 		cli_session_close(s);
 		return 1;
+	}
+	/* Before any statement: on an older server, what follows would fail
+	 * half way (migrate) or say something misleading (check). The file
+	 * names the wrong server: a configuration error. */
+	char msg[128];
+	if (db_check_server(s->pg, msg, sizeof(msg)) < 0) {
+		fprintf(stderr, "pgjobd: %s: %s\n", a->cmd, msg);
+		cli_session_close(s);
+		return CLI_USAGE;
 	}
 	return 0;
 }

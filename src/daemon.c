@@ -241,6 +241,20 @@ static void on_listener_event(struct db_conn *c, enum db_event ev, void *arg)
 	db_send(c, st, LISTENER_STMTS, on_version, d);
 }
 
+/* The listener reached a server older than pgjobd supports (db.c logged
+ * it): the `database` setting names the wrong server, a configuration
+ * error, so the exit status is 2, which the unit does not restart. */
+static void on_listener_refused(struct db_conn *c, const char *msg, void *arg)
+{
+	(void)c;
+	(void)msg;
+	struct daemon *d = arg;
+	if (d->state == D_DRAINING)
+		return;
+	d->exit_code = 2;
+	begin_drain(d, d->state == D_STARTING);
+}
+
 static void on_notify(struct db_conn *c, const char *channel, const char *payload, void *arg)
 {
 	(void)c;
@@ -549,8 +563,11 @@ int daemon_run(const char *config_path, struct config *cfg)
 	 * see the top). */
 	static const char *const setup[] = {"LISTEN pgjobd", "LISTEN pgjobd_cancel",
 					    "LISTEN pgjobd_schedule", NULL};
-	struct db_callbacks cbs = {
-	    .on_event = on_listener_event, .on_notify = on_notify, .on_fd = NULL, .arg = d};
+	struct db_callbacks cbs = {.on_event = on_listener_event,
+				   .on_notify = on_notify,
+				   .on_fd = NULL,
+				   .on_refused = on_listener_refused,
+				   .arg = d};
 	cbs.metrics = d->metrics;
 	d->listener = db_conn_new(d->loop, d->conninfo, "pgjobd listener", setup, &cbs);
 	d->report = report_new(d->loop, d->metrics, d->listener, cfg);
