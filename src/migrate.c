@@ -108,11 +108,14 @@ int migrate_apply(PGconn *pg)
 			goto fail;
 		}
 		PQclear(r);
-		printf("applied %s\n", m->name);
 		applied++;
 	}
 	if (exec_ok(pg, "COMMIT") < 0)
 		return -1;
+	/* Only now: until the commit, none of them was applied. They are the
+	 * last `applied` ones (every version above cur, in order). */
+	for (int i = migrations_count - applied; i < migrations_count; i++)
+		printf("applied %s\n", migrations[i].name);
 	if (!applied)
 		printf("schema pgjobd is up to date (version %d)\n", migrate_latest());
 	else
