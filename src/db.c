@@ -363,7 +363,9 @@ static void setup_done(struct db_conn *c, PGresult *const *res, int n, void *arg
 int db_check_server(const PGconn *pg, char *msg, size_t size)
 {
 	int v = PQserverVersion(pg);
-	if (v >= DB_MIN_SERVER_VERSION)
+	/* 0: the server (or a pooler in front of it) did not say; what it
+	 * cannot do then shows in the first statement that needs it */
+	if (v >= DB_MIN_SERVER_VERSION || v == 0)
 		return 0;
 	/* As the server names itself ("14.23", or "14.23 (Debian ...)"). */
 	const char *name = PQparameterStatus(pg, "server_version");

@@ -73,7 +73,8 @@ struct db_callbacks {
 #define DB_MIN_SERVER_VERSION 150000
 
 /* Whether the server of pg (connected) is one pgjobd supports: 0, or -1
- * with "pgjobd needs PostgreSQL 15 or later; this server is 14.23" in msg.
+ * with "pgjobd needs PostgreSQL 15 or later; this server is 14.23" in msg
+ * (0 too when the server did not report its version).
  * Every session checks it first: the daemon's (db.c) and the commands'
  * (cli.c). */
 int db_check_server(const PGconn *pg, char *msg, size_t size);
