@@ -140,5 +140,5 @@ for v in "${versions[@]}"; do
 	summary+=("PostgreSQL $v: ${#files[@]} files $result in ${secs} s")
 	echo "pg-versions.sh: ${summary[-1]}"
 done
-printf 'pg-versions.sh: %s\n' "${summary[@]}"
+[ ${#summary[@]} -gt 1 ] && printf 'pg-versions.sh: %s\n' "${summary[@]}"
 exit $status
