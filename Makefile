@@ -43,12 +43,12 @@ BENCH_TOOLS := $(B)/bench/spawnbench $(B)/bench/pickup $(B)/bench/stamp
 UNITS := pgjobd.service pgjobd@.service
 MANPAGES := man/pgjobd.8 man/pgjobd.ini.5
 TEST_HELPERS := $(B)/tests/notify-sink $(B)/tests/chaos-proxy $(B)/tests/config-keys \
-	$(B)/tests/claim-sql
+	$(B)/tests/claim-sql $(B)/tests/pgjobd-next
 # Integration test files run at once (tests/integration/run.sh): they mostly wait.
 TEST_JOBS ?= 8
 
-.PHONY: all check check-unit check-integration check-pg-versions check-asan asan install uninstall clean format format-check bench \
-	chaos deb schema
+.PHONY: all check check-unit check-integration check-pg-versions check-asan asan install uninstall clean \
+	format format-check bench chaos deb schema check-systemd
 
 all: $(B)/pgjobd
 
@@ -91,9 +91,9 @@ $(B)/tests/test_%: tests/unit/test_%.c $$(addprefix $(B)/,$$(addsuffix .o,$$(TES
 
 # test_slot drives slot.c with fakes of everything it calls (the connection, the
 # command, queue_conf references, fence, guard, metrics and the libpq result
-# accessors it reads): it links slot and claim, no libpq, and none of the modules
-# it fakes.
-$(B)/tests/test_slot: tests/unit/test_slot.c $(addprefix $(B)/,slot.o claim.o util.o log.o) | $(B)
+# accessors it reads): it links slot, claim and backoff, no libpq, and none of the
+# modules it fakes.
+$(B)/tests/test_slot: tests/unit/test_slot.c $(addprefix $(B)/,slot.o claim.o backoff.o util.o log.o) | $(B)
 	$(CC) $(ALL_CFLAGS) -Itests/unit $(LDFLAGS) -o $@ $^ -lev
 
 check: check-unit check-integration
@@ -109,6 +109,16 @@ $(B)/tests/config-keys: tests/integration/config-keys.c $(addprefix $(B)/,$(adds
 $(B)/tests/claim-sql: tests/integration/claim-sql.c $(addprefix $(B)/,$(addsuffix .o,claim util log)) | $(B)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(PKG_LIBS)
 
+# The "next version" of t_29_rolling_upgrade.sh: the same objects, with one migration
+# more (tests/integration/next/) embedded; nothing of it is in src/.
+NEXT_MIGRATIONS := $(MIGRATIONS) $(sort $(wildcard tests/integration/next/[0-9][0-9][0-9]_*.sql))
+$(B)/tests/sql_embed_next.c: $(NEXT_MIGRATIONS) src/embed-sql.sh | $(B)
+	sh src/embed-sql.sh $(NEXT_MIGRATIONS) > $@.tmp && mv $@.tmp $@
+$(B)/tests/sql_embed_next.o: $(B)/tests/sql_embed_next.c
+	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+$(B)/tests/pgjobd-next: $(B)/main.o $(filter-out $(B)/sql_embed.o,$(OBJS)) $(B)/tests/sql_embed_next.o
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(PKG_LIBS)
+
 check-unit: $(UNIT_TESTS)
 	prove $(UNIT_TESTS)
 
@@ -116,7 +126,7 @@ check-unit: $(UNIT_TESTS)
 check-integration: $(B)/pgjobd $(TEST_HELPERS)
 	PGJOBD=$(abspath $(B)/pgjobd) NOTIFY_SINK=$(abspath $(B)/tests/notify-sink) \
 		CHAOS_PROXY=$(abspath $(B)/tests/chaos-proxy) CONFIG_KEYS=$(abspath $(B)/tests/config-keys) \
-		CLAIM_SQL=$(abspath $(B)/tests/claim-sql) \
+		CLAIM_SQL=$(abspath $(B)/tests/claim-sql) PGJOBD_NEXT=$(abspath $(B)/tests/pgjobd-next) \
 		bash tests/integration/run.sh -j $(TEST_JOBS)
 
 # The integration tests against each supported major version of PostgreSQL
@@ -129,8 +139,8 @@ PG_TESTS ?=
 check-pg-versions: $(B)/pgjobd $(TEST_HELPERS)
 	PGJOBD=$(abspath $(B)/pgjobd) NOTIFY_SINK=$(abspath $(B)/tests/notify-sink) \
 		CHAOS_PROXY=$(abspath $(B)/tests/chaos-proxy) CONFIG_KEYS=$(abspath $(B)/tests/config-keys) \
-		CLAIM_SQL=$(abspath $(B)/tests/claim-sql) TEST_JOBS=$(TEST_JOBS) \
-		bash tests/pg-versions.sh $(PG_VERSIONS) $(if $(PG_TESTS),-- $(PG_TESTS))
+		CLAIM_SQL=$(abspath $(B)/tests/claim-sql) PGJOBD_NEXT=$(abspath $(B)/tests/pgjobd-next) \
+		TEST_JOBS=$(TEST_JOBS) bash tests/pg-versions.sh $(PG_VERSIONS) $(if $(PG_TESTS),-- $(PG_TESTS))
 
 # sql/schema.sql is the whole schema as the migrations leave a fresh database (a
 # normalised pg_dump, see sql/README). After adding or changing a migration, run
@@ -141,8 +151,9 @@ schema: $(B)/pgjobd
 
 # Measurements, not tests: exits 0 whatever the figures (see tests/bench/README).
 # Results in $(B)/bench/results.json; BENCH_QUICK=1 for a 10x smaller run.
-bench: $(B)/pgjobd $(BENCH_TOOLS)
-	PGJOBD=$(abspath $(B)/pgjobd) BENCH_BIN=$(abspath $(B)/bench) bash tests/bench/run.sh
+bench: $(B)/pgjobd $(BENCH_TOOLS) $(B)/tests/notify-sink
+	PGJOBD=$(abspath $(B)/pgjobd) BENCH_BIN=$(abspath $(B)/bench) \
+		NOTIFY_SINK=$(abspath $(B)/tests/notify-sink) bash tests/bench/run.sh
 
 $(B)/bench:
 	mkdir -p $(B)/bench
@@ -192,8 +203,14 @@ install: $(B)/pgjobd
 	done
 	install -D -m 0644 systemd/pgjobd.sysusers $(DESTDIR)$(SYSUSERSDIR)/pgjobd.conf
 	install -D -m 0644 systemd/pgjobd.tmpfiles $(DESTDIR)$(TMPFILESDIR)/pgjobd.conf
-	install -D -m 0644 man/pgjobd.8 $(DESTDIR)$(MANDIR)/man8/pgjobd.8
-	install -D -m 0644 man/pgjobd.ini.5 $(DESTDIR)$(MANDIR)/man5/pgjobd.ini.5
+	for m in 8/pgjobd.8 5/pgjobd.ini.5; do \
+		install -d -m 0755 $(DESTDIR)$(MANDIR)/man$${m%%/*} && \
+		sed -e 's|/usr/local/lib/sysusers\.d|$(SYSUSERSDIR)|g' \
+		    -e 's|/usr/local/lib/tmpfiles\.d|$(TMPFILESDIR)|g' \
+		    -e 's|/usr/local/lib/systemd/system|$(UNITDIR)|g' man/$${m#*/} \
+		    > $(DESTDIR)$(MANDIR)/man$$m && \
+		chmod 0644 $(DESTDIR)$(MANDIR)/man$$m || exit 1; \
+	done
 	@if [ -e $(DESTDIR)$(SYSCONFDIR)/pgjobd/pgjobd.ini ]; then \
 		echo "keeping the existing $(DESTDIR)$(SYSCONFDIR)/pgjobd/pgjobd.ini"; \
 	else \
@@ -234,6 +251,9 @@ deb: $(B)/pgjobd
 	strip --strip-unneeded --remove-section=.comment --remove-section=.note $(DEB_ROOT)/usr/bin/pgjobd
 	gzip -9n $(DEB_ROOT)/usr/share/man/man8/pgjobd.8 $(DEB_ROOT)/usr/share/man/man5/pgjobd.ini.5
 	install -D -m 0644 systemd/debian/copyright $(DEB_ROOT)/usr/share/doc/pgjobd/copyright
+	sed -e "s/@VERSION@/$(DEB_VERSION)/" -e "s/@DATE@/$$(date -R -u -d @$$(git log -1 --format=%ct 2>/dev/null || date +%s))/" \
+		systemd/debian/changelog.in | gzip -9n >$(DEB_ROOT)/usr/share/doc/pgjobd/changelog.Debian.gz
+	install -D -m 0644 systemd/debian/pgjobd.preset $(DEB_ROOT)/usr/lib/systemd/system-preset/90-pgjobd.preset
 	install -m 0755 systemd/debian/postinst systemd/debian/prerm systemd/debian/postrm \
 		$(DEB_ROOT)/DEBIAN/
 	echo /etc/pgjobd/pgjobd.ini >$(DEB_ROOT)/DEBIAN/conffiles
@@ -250,6 +270,12 @@ deb: $(B)/pgjobd
 	    -e "s/@DEPENDS@/$${deps:-$(DEB_DEPENDS_FALLBACK)}/" systemd/debian/control.in \
 		>$(DEB_ROOT)/DEBIAN/control
 	dpkg-deb --root-owner-group -Zxz --build $(DEB_ROOT) $(DEB_FILE)
+
+# The package under a real systemd: a Debian 12 root booted with systemd-nspawn
+# (tests/systemd/run.sh; the root is cached in $(B)/nspawn). Skipped where the
+# machine cannot (not root, no systemd-nspawn or debootstrap).
+check-systemd: deb
+	B=$(abspath $(B)) DEB=$(abspath $(DEB_FILE)) prove -v --exec bash tests/systemd/run.sh
 
 clean:
 	rm -rf build build-asan

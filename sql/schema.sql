@@ -10,7 +10,7 @@
 -- their grants and row-level security policies show), normalised by
 -- tests/schema-dump.sh: no owners, no SET preamble, no pg_dump comments.
 --
--- Schema version 19 (019_plans), dumped by pg_dump 15.
+-- Schema version 23 (023_my_jobs), dumped by pg_dump 15.
 
 CREATE SCHEMA pgjobd;
 
@@ -341,6 +341,18 @@ BEGIN
             EXIT WHEN array_length(ids, 1) >= want;
             CONTINUE WHEN r.id = ANY(p_skip);
             own := r.worker_id IS NOT DISTINCT FROM p_worker_id;
+            -- [021] Our own lease-held job whose lease has run out, not in
+            -- p_skip: its command ran (a claim whose answer was lost is
+            -- handed back by the first claim of the next session, long
+            -- before its lease runs out), and its daemon gave up writing
+            -- its outcome. It is taken over as another daemon's would be,
+            -- once the margin has passed too: a new attempt, and the
+            -- trigger jobs_attempt_ended records the lost run. Given back,
+            -- it would run again under the same attempt, its first run in
+            -- no history entry.
+            IF own AND r.lease_until IS NOT NULL AND r.lease_until <= clock_timestamp() THEN
+                own := false;
+            END IF;
             -- Another daemon's job: only once that daemon's claim lapsed.
             -- [lease E3] A lease-held job: once its lease and the margin have
             -- passed, whatever its daemon's alive_until says; a job held by
@@ -1002,7 +1014,8 @@ BEGIN
     IF NEW.fence IS DISTINCT FROM OLD.fence THEN
         e := jsonb_build_object('reason', 'lost_lock', 'exit_code', NULL, 'signal', NULL,
                                 'stderr', NULL,
-                                'message', 'the daemon running it was gone; taken over');
+                                'message', 'its outcome was never recorded (its daemon died, '
+                                           || 'was cut off, or could not write it); taken over');
     ELSIF NEW.status = 'succeeded' THEN
         e := jsonb_build_object('reason', 'none', 'exit_code', 0, 'signal', NULL, 'stderr', NULL);
     ELSE
@@ -1749,6 +1762,31 @@ CREATE TABLE pgjobd.maintenance_lock (
     CONSTRAINT "maintenance_lock has one row" CHECK (one)
 );
 
+CREATE VIEW pgjobd.my_jobs WITH (security_invoker='true') AS
+ SELECT jobs.id,
+    jobs.queue,
+    jobs.group_id,
+    jobs.data,
+    jobs.priority,
+    jobs.run_at,
+    jobs.expires_at,
+    jobs.max_attempts,
+    jobs.timeout,
+    jobs.dedupe_key,
+    jobs.status,
+    jobs.attempts,
+    jobs.result,
+    jobs.error,
+    jobs.created_at,
+    jobs.started_at,
+    jobs.finished_at,
+    jobs.updated_at,
+    jobs.created_by,
+    jobs.history
+   FROM pgjobd.jobs;
+
+COMMENT ON VIEW pgjobd.my_jobs IS 'The jobs of pgjobd.jobs its reader may read, with the columns a producer may read: SELECT * FROM pgjobd.my_jobs works for producers, SELECT * FROM pgjobd.jobs does not.';
+
 CREATE TABLE pgjobd.paused_queues (
     queue text NOT NULL,
     paused_at timestamp with time zone DEFAULT now() NOT NULL,
@@ -2117,6 +2155,8 @@ GRANT SELECT(created_by) ON TABLE pgjobd.jobs TO pgjobd_producer;
 GRANT SELECT(history) ON TABLE pgjobd.jobs TO pgjobd_producer;
 
 GRANT SELECT,UPDATE ON TABLE pgjobd.maintenance_lock TO pgjobd_worker;
+
+GRANT SELECT ON TABLE pgjobd.my_jobs TO PUBLIC;
 
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE pgjobd.paused_queues TO pgjobd_worker;
 

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backoff.h"
 #include "db.h"
 #include "log.h"
 #include "util.h"
@@ -35,6 +36,9 @@ struct claimer {
 	int nworkers;	    /* of the call in flight */
 	struct claim_params params;
 	long long *skip; /* scratch for building a call */
+	/* Failed claims, for their summary in the log; their pace is db.c's
+	 * reconnect backoff, which only a claim that succeeds starts again. */
+	struct backoff fails;
 };
 
 static void forget_all(struct claimer *cl)
@@ -76,12 +80,19 @@ static void on_claimed(struct db_conn *c, PGresult *const *res, int n, void *arg
 		return;
 	}
 	if (!db_batch_ok(res, 1)) {
-		log_warn("msg=\"claim failed; reconnecting\" queue=%s err=%s", cl->queue,
-			 log_value(db_batch_error(res, 1)));
+		char ctx[LOG_VALUE_MAX + 8];
+		snprintf(ctx, sizeof(ctx), "queue=%s", log_value(cl->queue));
+		backoff_fail(&cl->fails, LOG_WARN, "claim failed; reconnecting", ctx,
+			     db_batch_error(res, 1));
 		forget_all(cl);
 		db_reconnect(cl->db);
 		cl->cbs.on_result(cl, NULL, NULL, -1, cl->cbs.arg);
 		return;
+	}
+	if (backoff_failures(&cl->fails) > 0) {
+		char ctx[LOG_VALUE_MAX + 8];
+		snprintf(ctx, sizeof(ctx), "queue=%s", log_value(cl->queue));
+		backoff_ok(&cl->fails, "claiming again", ctx);
 	}
 	int rows = PQntuples(res[0]);
 	struct claim_job *jobs = xcalloc((size_t)rows + 1, sizeof(*jobs));
@@ -113,6 +124,7 @@ struct claimer *claimer_new(struct ev_loop *loop, const char *conninfo, const ch
 	struct claimer *cl = xcalloc(1, sizeof(*cl));
 	cl->queue = xstrdup(queue);
 	cl->cbs = *cbs;
+	backoff_init(&cl->fails, 1, 1);
 	claim_params_init(&cl->params);
 	char app[96];
 	snprintf(app, sizeof(app), "pgjobd %s claimer", queue);

@@ -1,5 +1,6 @@
-/* cli.c - the short-lived subcommands: check, migrate, enqueue, status,
- * cancel, pause, resume, grant-queue and revoke-queue.
+/* cli.c - the short-lived subcommands: check, reload, migrate, enqueue,
+ * status (and its live view, --watch), cancel, pause, resume, grant-queue
+ * and revoke-queue.
  *
  * Each one loads the file, opens one blocking libpq connection (a struct
  * session), runs a few parameterised statements and exits; none of this
@@ -23,6 +24,7 @@
 #include <errno.h>
 #include <libpq-fe.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -30,14 +32,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <termios.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "config.h"
+#include "daemon.h"
 #include "db.h"
 #include "jobs_cli.h"
 #include "migrate.h"
 #include "parse.h"
+#include "util.h"
 
 /* ---------------------------------------------------------------- the tables */
 
@@ -51,13 +56,27 @@ static const char help_check[] =
     "Read and validate the whole file as the daemon does at startup, connect, and check\n"
     "the schema version. Warns (and still exits 0) about a queue whose command's program\n"
     "is not an executable on the command's PATH, and about queued jobs whose data is not\n"
-    "a JSON object although their queue's command uses $PGJOBD_ARG_ variables.\n";
+    "a JSON object although their queue's command uses $PGJOBD_ARG_ variables.\n"
+    "Exit status: 0 ok; 1 a run time error; 2 a bad file, or a connection through a\n"
+    "pooler in transaction or statement mode; 3 the schema is missing or older (run\n"
+    "pgjobd migrate); 4 the schema is newer than this pgjobd (upgrade it).\n";
+
+static const char help_reload[] =
+    "usage: pgjobd reload --pid PID [-c FILE]\n"
+    "Read and validate the whole file as the daemon does at a reload (the users its\n"
+    "queues run commands as included), then send SIGHUP to the daemon PID. A file\n"
+    "with errors is reported and nothing is sent (exit 2): the daemon would keep its\n"
+    "current configuration. pgjobd.service's ExecReload=, so that `systemctl reload`\n"
+    "fails for a file the daemon would refuse.\n";
 
 static const char help_migrate[] =
     "usage: pgjobd migrate [--grant] [-c FILE]\n"
     "Create schema pgjobd or upgrade it to this version, in one transaction.\n"
     "  --grant   also create the roles pgjobd_producer and pgjobd_worker where missing\n"
-    "            (needs CREATEROLE) and grant them their rights\n";
+    "            (needs CREATEROLE) and grant them their rights\n"
+    "Each lock waits 1 s at most, and the whole is tried again (about 5 minutes in all)\n"
+    "while a running job holds a table it changes. Exit status: 0 done; 1 an error;\n"
+    "2 a bad file; 4 the schema is newer than this pgjobd (upgrade it).\n";
 
 static const char help_enqueue[] =
     "usage: pgjobd enqueue QUEUE [--data JSON] [--group G] [--priority N] [--run-at TIME]\n"
@@ -92,13 +111,17 @@ static const char help_status[] =
     "  --json                  the queues as a JSON array\n"
     "  --json-object           everything as one JSON object\n"
     "  --claim-warn DURATION   warn about a claim open longer (default 10m; 0: never)\n"
-    "  --watch [SECONDS]       show it again every SECONDS (default 2) until\n"
-    "                          interrupted; on a terminal, in place\n";
+    "  --watch [SECONDS]       a live view: the report, the running jobs with their\n"
+    "                          age and the failures of the last hour, again every\n"
+    "                          SECONDS (default 2) until q (on a terminal) or\n"
+    "                          Ctrl-C; on a terminal, in place\n";
 
-static const char help_cancel[] = "usage: pgjobd cancel ID [-c FILE]\n"
-				  "Cancel a queued job, or stop a running one (pgjobd.cancel).\n"
-				  "A job already cancelled is not an error; one that does not\n"
-				  "exist or finished otherwise is (exit 1).\n";
+static const char help_cancel[] =
+    "usage: pgjobd cancel ID... [-c FILE]\n"
+    "Cancel each queued job, or stop each running one (pgjobd.cancel).\n"
+    "A job already cancelled is not an error; one that does not\n"
+    "exist or finished otherwise is (exit 1, the others are still\n"
+    "cancelled).\n";
 
 static const char help_pause[] =
     "usage: pgjobd pause QUEUE [--strict] [-c FILE]\n"
@@ -141,13 +164,15 @@ const struct cli_command cli_commands[] = {
     {"run", CLI_RUN, NULL, 0, 0, "run the worker daemon in the foreground", help_run, NULL},
     {"check", CLI_CHECK, NULL, 0, 0, "validate the file, connect, check the schema", help_check,
      cli_check},
+    {"reload", CLI_RELOAD, NULL, 0, 0, "validate FILE, then make the daemon reload it", help_reload,
+     cli_reload},
     {"migrate", CLI_MIGRATE, NULL, 0, 0, "create or upgrade schema pgjobd", help_migrate,
      cli_migrate},
     {"enqueue", CLI_ENQUEUE, "QUEUE", 1, 1, "insert a job and print its id", help_enqueue,
      cli_enqueue},
     {"status", CLI_STATUS, NULL, 0, 0, "jobs per queue, live daemons, the oldest claim",
      help_status, cli_status},
-    {"cancel", CLI_CANCEL, "ID", 1, 1, "cancel a queued job, or stop a running one", help_cancel,
+    {"cancel", CLI_CANCEL, "ID...", 1, -1, "cancel queued jobs, or stop running ones", help_cancel,
      cli_cancel},
     {"pause", CLI_PAUSE, "QUEUE", 1, 1, "start no more jobs of QUEUE", help_pause, cli_pause},
     {"resume", CLI_RESUME, "QUEUE", 1, 1, "start jobs of QUEUE again", help_resume, cli_resume},
@@ -171,6 +196,8 @@ const struct cli_option cli_options[] = {
     {"--claim-warn", NULL, CLI_VALUE, F(claim_warn), CLI_STATUS},
     {"--config", "-c", CLI_VALUE, F(config), CLI_ALL},
     {"--data", NULL, CLI_VALUE, F(data), CLI_ENQUEUE},
+    {"--database", NULL, CLI_VALUE, F(database),
+     CLI_ALL & ~(CLI_RUN | CLI_HELP | CLI_VERSION | CLI_RELOAD)},
     {"--dedupe-key", "--dedupe", CLI_VALUE, F(dedupe_key), CLI_ENQUEUE},
     {"--expires-at", NULL, CLI_VALUE, F(expires_at), CLI_ENQUEUE},
     {"--expires-in", NULL, CLI_VALUE, F(expires_in), CLI_ENQUEUE},
@@ -179,6 +206,7 @@ const struct cli_option cli_options[] = {
     {"--json", NULL, CLI_FLAG, F(json), CLI_STATUS},
     {"--json-object", NULL, CLI_FLAG, F(json_object), CLI_STATUS},
     {"--max-attempts", NULL, CLI_VALUE, F(max_attempts), CLI_ENQUEUE},
+    {"--pid", NULL, CLI_VALUE, F(pid), CLI_RELOAD},
     {"--priority", NULL, CLI_VALUE, F(priority), CLI_ENQUEUE},
     {"--run-at", NULL, CLI_VALUE, F(run_at), CLI_ENQUEUE},
     {"--strict", NULL, CLI_FLAG, F(strict), CLI_ENQUEUE | CLI_PAUSE | CLI_RESUME},
@@ -217,7 +245,8 @@ int cli_print_help(const struct cli_command *cmd)
 	if (cmd) {
 		fputs(cmd->help, stdout);
 		printf("Every command takes -c FILE (default " CLI_DEFAULT_CONFIG
-		       ") before or after its name.\n");
+		       ") before or after its name,\nand every command but run --database "
+		       "CONNINFO (then FILE's database is not used).\n");
 		return CLI_OK;
 	}
 	printf("usage: pgjobd [COMMAND] [OPERAND...] [OPTION...] [-c FILE]\n\n");
@@ -235,7 +264,9 @@ int cli_print_help(const struct cli_command *cmd)
 		printf("      %s\n", cli_commands[i].summary);
 	}
 	printf("\nFILE defaults to " CLI_DEFAULT_CONFIG "; every command but run and check\n"
-	       "needs only its [pgjobd] section. 'pgjobd COMMAND --help' tells more.\n");
+	       "needs only its [pgjobd] section. --database CONNINFO names the database\n"
+	       "instead; without -c and a readable default FILE, PGDATABASE, PGHOST or\n"
+	       "PGSERVICE do. 'pgjobd COMMAND --help' tells more.\n");
 	return CLI_OK;
 }
 
@@ -304,21 +335,66 @@ void cli_session_close(struct cli_session *s)
 	s->cfg = NULL;
 }
 
+/* Does the environment name a database for libpq (psql's variables)? */
+static bool env_names_database(void)
+{
+	static const char *const names[] = {"PGDATABASE", "PGSERVICE", "PGHOST"};
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		const char *v = getenv(names[i]);
+		if (v && *v)
+			return true;
+	}
+	return false;
+}
+
+/* The configuration a control subcommand works with (cli_session_open). */
+static struct config *session_config(const struct cli_args *a, bool need_queues)
+{
+	bool default_file = strcmp(a->config, CLI_DEFAULT_CONFIG) == 0;
+	if (!need_queues && default_file && (a->database || env_names_database()) &&
+	    access(a->config, R_OK) < 0)
+		return config_defaults(a->config);
+	struct config *c = need_queues ? config_load(a->config, true, stderr)
+				       : config_load_control(a->config, stderr);
+	if (!c && access(a->config, R_OK) < 0 && (errno == EACCES || errno == ENOENT))
+		fprintf(stderr,
+			"pgjobd: hint: %s: run it as root or as a member of the file's group "
+			"(pgjobd), give -c FILE, or name the database with --database CONNINFO "
+			"or PGDATABASE/PGHOST/PGSERVICE (then the default file is not needed)\n",
+			a->cmd);
+	return c;
+}
+
+/* What a failed connection tried, when `database` left it to libpq's
+ * defaults: the user would otherwise not know where it went. */
+static void hint_defaults(const struct cli_session *s)
+{
+	if (s->a->database || *s->cfg->database)
+		return;
+	const char *host = PQhost(s->pg);
+	fprintf(stderr,
+		"pgjobd: hint: %s: `database` is not set in %s, so libpq's defaults were used "
+		"(PG* variables, else the local socket): dbname=%s user=%s host=%s; set "
+		"`database` in [pgjobd] or give --database CONNINFO\n",
+		s->a->cmd, s->a->config, PQdb(s->pg) ? PQdb(s->pg) : "?",
+		PQuser(s->pg) ? PQuser(s->pg) : "?", host && *host ? host : "(local socket)");
+}
+
 int cli_session_open(struct cli_session *s, const struct cli_args *a, bool need_queues)
 {
 	s->a = a;
 	s->pg = NULL;
 	s->sqlstate[0] = '\0';
-	s->cfg = need_queues ? config_load(a->config, true, stderr)
-			     : config_load_control(a->config, stderr);
+	s->cfg = session_config(a, need_queues);
 	if (!s->cfg)
 		return 2;
 	const char *keys[] = {"dbname", "fallback_application_name", NULL};
-	const char *vals[] = {s->cfg->database, "pgjobd", NULL};
+	const char *vals[] = {a->database ? a->database : s->cfg->database, "pgjobd", NULL};
 	s->pg = PQconnectdbParams(keys, vals, 1);
 	if (PQstatus(s->pg) != CONNECTION_OK) {
 		fprintf(stderr, "pgjobd: %s: cannot connect to the database: %s", a->cmd,
 			PQerrorMessage(s->pg));
+		hint_defaults(s);
 		cli_session_close(s);
 		return 1;
 	}
@@ -422,24 +498,105 @@ static int warn_queued_data(struct cli_session *s)
 	return 0;
 }
 
+/* Does s's connection have a server session of its own, as the daemon
+ * needs? Through a pooler (the process id libpq was given at connect is not
+ * the server's), a second connection tells: a pooler in transaction or
+ * statement mode hands it the first one's idle server session (its process,
+ * and a setting made in it), one in session mode never does while the first
+ * one is connected. Returns 0 when it has (a note when a session-mode pooler
+ * is in between), 2 after saying what to do when it has not, 1 on another
+ * error (printed). */
+static int check_session(struct cli_session *s)
+{
+	char token[64];
+	snprintf(token, sizeof(token), "check:%d:%lx", (int)getpid(), (unsigned long)time(NULL));
+	const char *vals[] = {token};
+	PGresult *r = cli_session_query(
+	    s, "SELECT pg_backend_pid(), set_config('pgjobd.session_probe', $1, false)", 1, vals);
+	if (!r)
+		return 1;
+	int pid = atoi(PQgetvalue(r, 0, 0));
+	PQclear(r);
+	if (pid == PQbackendPID(s->pg))
+		return 0;
+	const char *keys[] = {"dbname", "fallback_application_name", NULL};
+	const char *cvals[] = {s->cfg->database, "pgjobd", NULL};
+	PGconn *p = PQconnectdbParams(keys, cvals, 1);
+	int rc = 1;
+	if (PQstatus(p) != CONNECTION_OK) {
+		fprintf(stderr, "pgjobd: check: cannot connect to the database: %s",
+			PQerrorMessage(p));
+		goto out;
+	}
+	r = PQexec(p, "SELECT pg_backend_pid(), "
+		      "coalesce(current_setting('pgjobd.session_probe', true), '')");
+	if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
+		fprintf(stderr, "pgjobd: check: %s", PQresultErrorMessage(r));
+		PQclear(r);
+		goto out;
+	}
+	bool shared = atoi(PQgetvalue(r, 0, 0)) == pid || strcmp(PQgetvalue(r, 0, 1), token) == 0;
+	PQclear(r);
+	if (shared) {
+		fprintf(
+		    stderr,
+		    "pgjobd: check: the database connection goes through a pooler in "
+		    "transaction or statement mode (a second connection was given the first "
+		    "one's server session); pgjobd needs a session: connect directly or through "
+		    "a session-mode pooler\n"
+		    "pgjobd: hint: set database in %s to the server itself, or use pool_mode = "
+		    "session in PgBouncer\n",
+		    s->a->config);
+		rc = 2;
+		goto out;
+	}
+	fprintf(stderr, "pgjobd: check: note: the connection goes through a pooler in session "
+			"mode (each connection has a server session of its own)\n");
+	rc = 0;
+out:
+	PQfinish(p);
+	return rc;
+}
+
 int cli_check(const struct cli_args *a)
 {
 	struct cli_session s;
 	int rc = cli_session_open(&s, a, true);
 	if (rc)
 		return rc;
+	rc = check_session(&s);
+	if (rc)
+		goto out;
 	rc = 1;
 	int v = migrate_current(s.pg);
 	if (v < 0)
 		goto out;
-	if (v != migrate_latest()) {
+	if (migrate_verdict(v) == MIGRATE_EXIT_NEWER) {
+		fprintf(
+		    stderr,
+		    "pgjobd: schema pgjobd is at version %d, newer than this pgjobd (%s, schema "
+		    "version %d): upgrade pgjobd on this host\n",
+		    v, PGJOBD_VERSION, migrate_latest());
+		rc = MIGRATE_EXIT_NEWER;
+		goto out;
+	}
+	if (migrate_verdict(v) == MIGRATE_EXIT_OLDER) {
 		fprintf(stderr,
 			"pgjobd: schema pgjobd is at version %d, this pgjobd needs %d: run "
 			"'pgjobd migrate -c %s'\n",
 			v, migrate_latest(), a->config);
+		rc = MIGRATE_EXIT_OLDER;
 		goto out;
 	}
 	config_warn_programs(s.cfg, stderr);
+	if (daemon_check_users(s.cfg, false) < 0) {
+		fprintf(stderr,
+			"pgjobd: check: the daemon, run as this user with these capabilities, "
+			"would refuse %s\n",
+			a->config);
+		rc = 2;
+		goto out;
+	}
 	if (warn_queued_data(&s) < 0)
 		goto out;
 	printf("%s: ok (%zu queues, schema version %d)\n", a->config, s.cfg->nqueues, v);
@@ -449,15 +606,42 @@ out:
 	return rc;
 }
 
+int cli_reload(const struct cli_args *a)
+{
+	long long pid;
+	if (!a->pid)
+		return bad_value(a, "give --pid PID (the daemon's; $MAINPID in a unit)");
+	if (parse_int(a->pid, 2, INT_MAX, &pid, NULL) < 0)
+		return bad_value(a, "bad --pid '%s': give the daemon's process id", a->pid);
+	struct config *c = config_load(a->config, true, stderr);
+	if (!c || daemon_check_users(c, false) < 0) {
+		fprintf(stderr,
+			"pgjobd: reload: %s has errors: the daemon was not asked to reload and "
+			"keeps its current configuration\n",
+			a->config);
+		config_free(c);
+		return CLI_USAGE;
+	}
+	config_free(c);
+	if (kill((pid_t)pid, SIGHUP) < 0) {
+		fprintf(stderr, "pgjobd: reload: cannot signal process %lld: %s\n", pid,
+			strerror(errno));
+		return CLI_FAILED;
+	}
+	return CLI_OK;
+}
+
 int cli_migrate(const struct cli_args *a)
 {
 	struct cli_session s;
 	int rc = cli_session_open(&s, a, false);
 	if (rc)
 		return rc;
-	rc = 1;
-	if (migrate_apply(s.pg) == 0 && (!a->grant || migrate_setup_roles(s.pg) == 0))
-		rc = 0;
+	rc = migrate_apply(s.pg);
+	if (rc == 0 && a->grant && migrate_setup_roles(s.pg) < 0)
+		rc = 1;
+	else if (rc < 0)
+		rc = 1;
 	cli_session_close(&s);
 	return rc;
 }
@@ -504,31 +688,32 @@ static enum served queue_served(struct cli_session *s, const char *queue, const 
 	return v;
 }
 
-/* The check of enqueue, pause and resume: a queue that nothing serves is
- * almost always a typo, and its jobs would wait silently. A warning on
- * stderr, or with --strict an error. Returns 0 to go on, or the exit
- * status after printing why not. */
-static int check_served(struct cli_session *s)
+int cli_check_served(struct cli_session *s, const char *queue, bool strict)
 {
 	const struct cli_args *a = s->a;
 	const char *why;
-	enum served v = queue_served(s, a->operand, &why);
+	enum served v = queue_served(s, queue, &why);
 	if (v == SERVED_ERROR)
 		return CLI_FAILED;
-	if (v == SERVED_YES || (v == SERVED_UNKNOWN && !a->strict))
+	if (v == SERVED_YES || (v == SERVED_UNKNOWN && !strict))
 		return 0;
 	if (v == SERVED_UNKNOWN) {
 		fprintf(stderr,
 			"pgjobd: %s: cannot tell whether a daemon serves queue %s (%s); refused "
 			"(--strict)\n",
-			a->cmd, a->operand, why);
+			a->cmd, queue, why);
 		return CLI_FAILED;
 	}
 	fprintf(stderr,
 		"pgjobd: %s: %squeue %s is served by no live daemon and has no section in %s%s\n",
-		a->cmd, a->strict ? "" : "warning: ", a->operand, a->config,
-		a->strict ? "; refused (--strict)" : "; its jobs wait until a daemon serves it");
-	return a->strict ? CLI_FAILED : 0;
+		a->cmd, strict ? "" : "warning: ", queue, a->config,
+		strict ? "; refused (--strict)" : "; its jobs wait until a daemon serves it");
+	return strict ? CLI_FAILED : 0;
+}
+
+static int check_served(struct cli_session *s)
+{
+	return cli_check_served(s, s->a->operand, s->a->strict);
 }
 
 /* ---------------------------------------------------------------- enqueue */
@@ -1198,11 +1383,119 @@ static int parse_watch(const char *s, double *out)
 	return 0;
 }
 
-/* --watch: the report again every interval until SIGINT or SIGTERM (then
- * exit 0). On a terminal each report replaces the last (the screen is
- * cleared with ANSI escapes, like watch(1)); otherwise they follow each
- * other, so a pipe or a file gets a plain log of them. A failed report is
- * printed, the connection reset, and the next one tried. */
+/* The running jobs, oldest start first, and how many there are. */
+static const char watch_running_sql[] =
+    "SELECT id, queue, coalesce(group_id, '-'), attempts, "
+    "floor(extract(epoch FROM now() - started_at) * 1000)::bigint, count(*) OVER () "
+    "FROM pgjobd.jobs WHERE status = 'running' ORDER BY started_at, id LIMIT 10";
+
+/* Failures of the last hour: jobs that failed for good, and failed attempts
+ * waiting for their retry (queued, with an error), newest first. */
+static const char watch_failed_sql[] =
+    "SELECT id, queue, status, " CLI_REASON_SQL ", "
+    "floor(extract(epoch FROM now() - coalesce(finished_at, updated_at)) * 1000)::bigint "
+    "FROM pgjobd.jobs WHERE (status = 'failed' AND finished_at > now() - interval '1 hour') "
+    "OR (status = 'queued' AND error IS NOT NULL AND updated_at > now() - interval '1 hour') "
+    "ORDER BY coalesce(finished_at, updated_at) DESC, id DESC LIMIT 10";
+
+/* The live view's part below the status report: the running jobs with
+ * their age, and the recent failures. What this role may not read is
+ * left out with one line saying so. */
+static void watch_jobs(struct cli_session *s)
+{
+	PGresult *r = NULL;
+	if (query_if_allowed(s, watch_running_sql, &r) < 0)
+		return;
+	if (!r) {
+		printf("\nrunning jobs: not shown (this role may not read pgjobd.jobs)\n");
+		return;
+	}
+	int n = PQntuples(r);
+	printf("\nrunning jobs: %s\n", n ? PQgetvalue(r, 0, 5) : "none");
+	if (n)
+		printf("  %-10s %-24s %-16s %-8s %s\n", "JOB", "QUEUE", "GROUP", "ATTEMPT",
+		       "RUNNING FOR");
+	for (int i = 0; i < n; i++) {
+		char age[64];
+		fmt_age(age, sizeof(age), atoll(PQgetvalue(r, i, 4)));
+		printf("  %-10s %-24.24s %-16.16s %-8s %s\n", PQgetvalue(r, i, 0),
+		       PQgetvalue(r, i, 1), PQgetvalue(r, i, 2), PQgetvalue(r, i, 3), age);
+	}
+	if (n && atoll(PQgetvalue(r, 0, 5)) > n)
+		printf("  ... and %lld more\n", atoll(PQgetvalue(r, 0, 5)) - n);
+	PQclear(r);
+	r = NULL;
+	if (query_if_allowed(s, watch_failed_sql, &r) < 0 || !r)
+		return;
+	n = PQntuples(r);
+	printf("\nfailures in the last hour:%s\n", n ? "" : " none");
+	if (n)
+		printf("  %-10s %-24s %-8s %-20s %s\n", "JOB", "QUEUE", "NOW", "REASON", "AGO");
+	for (int i = 0; i < n; i++) {
+		char age[64];
+		fmt_age(age, sizeof(age), atoll(PQgetvalue(r, i, 4)));
+		printf("  %-10s %-24.24s %-8s %-20.20s %s\n", PQgetvalue(r, i, 0),
+		       PQgetvalue(r, i, 1),
+		       strcmp(PQgetvalue(r, i, 2), "queued") == 0 ? "retry" : PQgetvalue(r, i, 2),
+		       PQgetvalue(r, i, 3), age);
+	}
+	PQclear(r);
+}
+
+/* The terminal's settings before --watch took keys one at a time. */
+struct watch_keys {
+	bool raw;
+	struct termios saved;
+};
+
+/* On a terminal, keys arrive one at a time and unechoed, so that q quits
+ * without Enter (Ctrl-C still sends SIGINT). */
+static void watch_keys_start(struct watch_keys *k)
+{
+	k->raw = false;
+	if (!isatty(STDIN_FILENO) || tcgetattr(STDIN_FILENO, &k->saved) < 0)
+		return;
+	struct termios t = k->saved;
+	t.c_lflag &= ~(tcflag_t)(ICANON | ECHO);
+	t.c_cc[VMIN] = 1;
+	t.c_cc[VTIME] = 0;
+	k->raw = tcsetattr(STDIN_FILENO, TCSANOW, &t) == 0;
+}
+
+static void watch_keys_stop(struct watch_keys *k)
+{
+	if (k->raw)
+		tcsetattr(STDIN_FILENO, TCSANOW, &k->saved);
+}
+
+/* Waits up to ms for a key on a terminal's stdin (without one, only
+ * sleeps). Returns true when q or Q was pressed. */
+static bool watch_wait(const struct watch_keys *k, int64_t ms)
+{
+	int64_t end = util_now_ms() + ms;
+	for (int64_t left = ms; !watch_stop && left > 0; left = end - util_now_ms()) {
+		struct pollfd p = {.fd = STDIN_FILENO, .events = POLLIN};
+		int n = poll(&p, k->raw ? 1 : 0, (int)(left > INT_MAX ? INT_MAX : left));
+		if (n > 0) {
+			char c;
+			ssize_t got = read(STDIN_FILENO, &c, 1);
+			if (got == 1 && (c == 'q' || c == 'Q'))
+				return true;
+			if (got == 0) /* stdin closed: only the timer is left */
+				return watch_wait(&(struct watch_keys){.raw = false},
+						  end - util_now_ms());
+		}
+	}
+	return false;
+}
+
+/* --watch: the report again every interval until q (on a terminal),
+ * SIGINT or SIGTERM (then exit 0). On a terminal each frame replaces the
+ * last (the screen is cleared with ANSI escapes, like watch(1)); otherwise
+ * the frames follow each other, so a pipe or a file gets a plain log of
+ * them. Below the report, each frame shows the running jobs with their age
+ * and the failures of the last hour (not with --json). A failed report is printed, the connection
+ * reset, and the next one tried. */
 static int status_watch(struct cli_session *s, double interval, long long warn_ms, const char *warn)
 {
 	bool tty = isatty(STDOUT_FILENO);
@@ -1211,6 +1504,12 @@ static int status_watch(struct cli_session *s, double interval, long long warn_m
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
+	struct watch_keys keys;
+	if (tty)
+		watch_keys_start(&keys);
+	else
+		keys.raw = false;
+	int rc = CLI_OK;
 	for (int n = 0; !watch_stop; n++) {
 		if (tty)
 			fputs("\033[H\033[2J", stdout);
@@ -1222,18 +1521,24 @@ static int status_watch(struct cli_session *s, double interval, long long warn_m
 			struct tm tm;
 			localtime_r(&now, &tm);
 			strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", &tm);
-			printf("Every %gs: pgjobd status    %s\n\n", interval, when);
+			printf("Every %gs: pgjobd status    %s%s\n\n", interval, when,
+			       keys.raw ? "    (q quits)" : "");
 		}
-		if (status_once(s, warn_ms, warn) != 0 && PQstatus(s->pg) != CONNECTION_OK)
-			PQreset(s->pg);
-		if (fflush(stdout) != 0)
-			return CLI_FAILED; /* the reader is gone */
-		struct timespec ts = {(time_t)interval,
-				      (long)((interval - (double)(time_t)interval) * 1e9)};
-		while (!watch_stop && nanosleep(&ts, &ts) < 0 && errno == EINTR)
-			;
+		if (status_once(s, warn_ms, warn) != 0) {
+			if (PQstatus(s->pg) != CONNECTION_OK)
+				PQreset(s->pg);
+		} else if (!json) {
+			watch_jobs(s);
+		}
+		if (fflush(stdout) != 0) {
+			rc = CLI_FAILED; /* the reader is gone */
+			break;
+		}
+		if (watch_wait(&keys, (int64_t)(interval * 1000.0)))
+			break;
 	}
-	return CLI_OK;
+	watch_keys_stop(&keys);
+	return rc;
 }
 
 int cli_status(const struct cli_args *a)
@@ -1296,24 +1601,18 @@ static bool is_unfinished(const char *status)
 	return strcmp(status, "queued") == 0 || strcmp(status, "running") == 0;
 }
 
-int cli_cancel(const struct cli_args *a)
+/* One job of `cancel`: prints what happened. Returns 0 (done, or it was
+ * cancelled already), 1 (cannot be done) or -1 (a database error, printed). */
+static int cancel_one(struct cli_session *s, const char *id)
 {
-	char id[24], status[32];
+	char status[32];
 	bool ok = false;
-	int rc = int_arg(a, "ID", a->operand, LLONG_MIN, LLONG_MAX, id, sizeof(id));
-	if (rc)
-		return rc;
-	struct cli_session s;
-	rc = cli_session_open(&s, a, false);
-	if (rc)
-		return rc;
-	rc = 1;
 	/* cancel() is false for an unfinished job when the job moved between
 	 * its two statements (a failed attempt put a running job back to
 	 * queued after the queued-only UPDATE had passed it by): ask again. */
 	for (int tries = 0; tries < 3; tries++) {
-		if (cancel_once(&s, id, &ok, status, sizeof(status)) < 0)
-			goto out;
+		if (cancel_once(s, id, &ok, status, sizeof(status)) < 0)
+			return -1;
 		if (ok || !is_unfinished(status))
 			break;
 	}
@@ -1324,23 +1623,54 @@ int cli_cancel(const struct cli_args *a)
 			printf("cancelled job %s\n", id);
 		else
 			printf("cancel requested for running job %s\n", id);
-		rc = 0;
-	} else if (strcmp(status, "cancelled") == 0) {
+		return 0;
+	}
+	if (strcmp(status, "cancelled") == 0) {
 		/* What was asked for holds: not an error (like a pause of a
 		 * paused queue). */
 		printf("job %s was already cancelled\n", id);
-		rc = CLI_OK;
-	} else if (!*status) {
+		return 0;
+	}
+	if (!*status)
 		fprintf(stderr, "pgjobd: cancel: job %s does not exist\n", id);
-	} else if (is_unfinished(status)) {
+	else if (is_unfinished(status))
 		fprintf(stderr, "pgjobd: cancel: job %s kept changing state (now %s); try again\n",
 			id, status);
-	} else {
+	else
 		fprintf(stderr, "pgjobd: cancel: job %s has already finished (status %s)\n", id,
 			status);
+	return 1;
+}
+
+int cli_cancel(const struct cli_args *a)
+{
+	/* Every ID is checked before anything is cancelled. */
+	char(*ids)[24] = calloc((size_t)a->noperands, sizeof(*ids));
+	if (!ids)
+		return CLI_FAILED;
+	int rc = 0;
+	for (int i = 0; i < a->noperands && !rc; i++)
+		rc = int_arg(a, "ID", a->operands[i], LLONG_MIN, LLONG_MAX, ids[i], sizeof(ids[i]));
+	struct cli_session s;
+	if (!rc)
+		rc = cli_session_open(&s, a, false);
+	if (rc) {
+		free(ids);
+		return rc;
 	}
-out:
+	/* Each job on its own, as retry does: one that cannot be cancelled is
+	 * named and the others are still cancelled (exit 1 then). */
+	for (int i = 0; i < a->noperands; i++) {
+		int one = cancel_one(&s, ids[i]);
+		if (one < 0) {
+			rc = CLI_FAILED;
+			break;
+		}
+		if (one > 0)
+			rc = CLI_FAILED;
+	}
 	cli_session_close(&s);
+	free(ids);
 	return rc;
 }
 

@@ -19,6 +19,14 @@
 
 #define CLI_DEFAULT_CONFIG "/etc/pgjobd/pgjobd.ini"
 
+/* A job's last failure in a few words, from its error column: "exit 3",
+ * "signal 9", "timeout (signal 15)", "-" when it has none. */
+#define CLI_REASON_SQL                                                                             \
+	"coalesce(CASE error->>'reason' WHEN 'exit' THEN concat_ws(' ', 'exit', "                  \
+	"error->>'exit_code') WHEN 'signal' THEN concat_ws(' ', 'signal', error->>'signal') "      \
+	"ELSE (error->>'reason') || coalesce(' (exit ' || (error->>'exit_code') || ')', '') || "   \
+	"coalesce(' (signal ' || (error->>'signal') || ')', '') END, '-')"
+
 /* Exit statuses of every subcommand. */
 #define CLI_OK 0
 #define CLI_FAILED 1	   /* a run time error, or what was asked cannot be done */
@@ -30,6 +38,9 @@
 struct cli_args {
 	const char *cmd;    /* the subcommand's name, "run" when none was given */
 	const char *config; /* -c FILE, never NULL (main sets the default) */
+	/* --database CONNINFO: the database instead of FILE's `database`;
+	 * without -c no file is read then. */
+	const char *database;
 	/* Every operand after the subcommand's name, in order (as many as
 	 * its row in cli_commands allows); operand and operand2 are the
 	 * first two, NULL when absent. */
@@ -54,6 +65,7 @@ struct cli_args {
 	bool json;		/* --json: the queues as a JSON array */
 	bool json_object;	/* --json-object: everything as one JSON object */
 	bool grant;		/* migrate --grant */
+	const char *pid;	/* reload --pid PID */
 };
 
 /* One bit per subcommand, for the subcommands an option belongs to. */
@@ -72,7 +84,8 @@ enum {
 	CLI_VERSION = 1 << 11,
 	CLI_SCHEDULE = 1 << 12, /* parsed by sched_cli.c; listed here for help */
 	CLI_JOBS = 1 << 13,	/* jobs, show, retry: parsed by jobs_cli.c */
-	CLI_ALL = (1 << 14) - 1,
+	CLI_RELOAD = 1 << 14,
+	CLI_ALL = (1 << 15) - 1,
 };
 
 struct cli_command {
@@ -130,7 +143,11 @@ struct cli_session {
 	PGconn *pg;
 	char sqlstate[6]; /* of the last statement that failed, "" when none did */
 };
-/* Loads the file and connects. need_queues: the whole file must be valid,
+/* Loads the file and connects. The database is --database when given (a
+ * file is then read only when -c named one or need_queues), else FILE's
+ * `database`; without -c, when the default file cannot be opened and the
+ * environment names a database (PGDATABASE, PGSERVICE or PGHOST), libpq's
+ * defaults are used without a file. need_queues: the whole file must be valid,
  * with at least one queue (check); else only [pgjobd] must be, and a queue
  * section with errors is left out after a one-line warning. Returns 0, or
  * the exit status (2: configuration, 1: connection) after printing why; on
@@ -142,11 +159,18 @@ void cli_session_close(struct cli_session *s);
  * migrate when the schema is missing or older) and keeping its SQLSTATE in
  * s->sqlstate. */
 PGresult *cli_session_query(struct cli_session *s, const char *sql, int n, const char *const *vals);
+/* The check of enqueue, pause, resume and schedule add: a queue that
+ * nothing serves (no section in FILE, no live daemon's list) is almost
+ * always a typo, and its jobs would wait silently. A warning on stderr, or
+ * with strict an error. Returns 0 to go on, or the exit status after
+ * printing why not. */
+int cli_check_served(struct cli_session *s, const char *queue, bool strict);
 
 /* Each subcommand prints its result on stdout and its errors on stderr,
  * prefixed with "pgjobd: NAME: ", and returns the exit status (CLI_*). */
 int cli_check(const struct cli_args *a);
 int cli_migrate(const struct cli_args *a);
+int cli_reload(const struct cli_args *a);
 int cli_enqueue(const struct cli_args *a);
 int cli_status(const struct cli_args *a);
 int cli_cancel(const struct cli_args *a);

@@ -461,11 +461,59 @@ static bool is_connection_string(const char *s)
 	       strchr(s, '=') != NULL;
 }
 
+/* The edit distance of a and b when it is at most 2, else 3. */
+static int near(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b);
+	if (la > 64 || lb > 64 || (la > lb ? la - lb : lb - la) > 2)
+		return 3;
+	int row[65];
+	for (size_t j = 0; j <= lb; j++)
+		row[j] = (int)j;
+	for (size_t i = 1; i <= la; i++) {
+		int diag = row[0];
+		row[0] = (int)i;
+		for (size_t j = 1; j <= lb; j++) {
+			int up = row[j];
+			int best = diag + (a[i - 1] != b[j - 1]);
+			if (up + 1 < best)
+				best = up + 1;
+			if (row[j - 1] + 1 < best)
+				best = row[j - 1] + 1;
+			row[j] = best;
+			diag = up;
+		}
+	}
+	return row[lb] > 3 ? 3 : row[lb];
+}
+
+/* libpq's message about an unknown parameter names only that parameter's
+ * name, never a value: such a message can be shown. Returns the name (in
+ * buf) or NULL. */
+static const char *unknown_param(const char *err, char *buf, size_t size)
+{
+	static const char *const openings[] = {"invalid connection option \"",
+					       "invalid URI query parameter: \""};
+	for (size_t i = 0; i < sizeof(openings) / sizeof(openings[0]); i++) {
+		size_t n = strlen(openings[i]);
+		if (strncmp(err, openings[i], n) != 0)
+			continue;
+		size_t len = strcspn(err + n, "\"\n");
+		if (err[n + len] != '"' || len == 0 || len >= size)
+			return NULL;
+		snprintf(buf, size, "%.*s", (int)len, err + n);
+		return buf;
+	}
+	return NULL;
+}
+
 /* database: a string libpq cannot parse would only fail at every connect,
  * forever, so it is a configuration error. Neither the value nor libpq's
- * message is shown: both can contain the password (libpq quotes the token
+ * message is shown, as both can contain the password (libpq quotes the token
  * it stopped at, e.g. a password with a bad %-escape, or the rest of an
- * unquoted one). Returns 0, or -1 after a diagnostic at `line`. */
+ * unquoted one), except libpq's message about an unknown parameter, which
+ * names only the parameter (with the known one it is closest to). Returns
+ * 0, or -1 after a diagnostic at `line`. */
 static int check_conninfo(struct load *L, int line, const char *name, const char *val)
 {
 	if (!is_connection_string(val))
@@ -477,9 +525,30 @@ static int check_conninfo(struct load *L, int line, const char *name, const char
 		return 0;
 	}
 	bool oom = err == NULL;
+	char param[64];
+	const char *bad = err ? unknown_param(err, param, sizeof(param)) : NULL;
 	PQfreemem(err);
 	if (oom) {
 		diagf(L, line, "cannot check '%s': out of memory", name);
+		return -1;
+	}
+	if (bad) {
+		const char *best = NULL;
+		int best_d = 3;
+		PQconninfoOption *known = PQconndefaults();
+		for (PQconninfoOption *o = known; o && o->keyword; o++) {
+			int d = near(bad, o->keyword);
+			if (d < best_d) {
+				best_d = d;
+				best = o->keyword;
+			}
+		}
+		diagf(L, line,
+		      "bad value for '%s': libpq knows no connection parameter \"%s\"%s%s%s", name,
+		      bad, best ? " (did you mean \"" : "", best ? best : "", best ? "\"?)" : "");
+		PQconninfoFree(known);
+		hintf(L, "the parameters are listed in PostgreSQL's documentation, \"Parameter "
+			 "Key Words\"; a URI takes them after '?', e.g. ?sslmode=disable");
 		return -1;
 	}
 	diagf(L, line,
@@ -1188,6 +1257,19 @@ struct config *config_load(const char *path, bool need_queues, FILE *diag)
 struct config *config_load_control(const char *path, FILE *diag)
 {
 	return load(path, false, true, diag);
+}
+
+struct config *config_defaults(const char *path)
+{
+	struct load L;
+	memset(&L, 0, sizeof(L));
+	L.path = path;
+	check_table();
+	L.c = xcalloc(1, sizeof(*L.c));
+	L.c->path = xstrdup(path);
+	apply_defaults(&L, SEC_PGJOBD, L.c);
+	L.c->queues = xcalloc(1, sizeof(*L.c->queues));
+	return L.c;
 }
 
 /* Is there an executable regular file at path? (Any x bit: the command may

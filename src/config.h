@@ -75,6 +75,10 @@ struct config *config_load(const char *path, bool need_queues, FILE *diag);
  * ("FILE: warning: ignoring [queue.x], which has errors ..."), and the rest
  * is returned. A problem anywhere else still returns NULL. */
 struct config *config_load_control(const char *path, FILE *diag);
+/* [pgjobd]'s defaults and no queue, without reading a file (a control
+ * subcommand given --database, or without a file it can open); path is
+ * only what messages name. */
+struct config *config_defaults(const char *path);
 
 /* What the file alone cannot show, for `pgjobd check` and the daemon's
  * start and reload: a queue whose command starts with a program that is

@@ -42,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -67,6 +68,17 @@
 enum daemon_state { D_STARTING, D_RUNNING, D_DRAINING };
 static const char *const dstate_names[] = {"starting", "running", "draining"};
 
+/* How a drain treats the commands that run. */
+enum drain_kind {
+	DRAIN_GRACE,  /* TERM/INT: they get shutdown_grace, then are terminated */
+	DRAIN_NOW,    /* they are terminated at once */
+	DRAIN_FINISH, /* a schema this binary cannot use: they run to their end */
+};
+
+/* How often a running daemon reads the schema version besides each connect
+ * of its listener and each NOTIFY from `pgjobd migrate`. */
+#define SCHEMA_LOOK_S 60.
+
 struct daemon {
 	struct ev_loop *loop;
 	enum daemon_state state;
@@ -87,8 +99,16 @@ struct daemon {
 	struct run_env renv;   /* what every command needs (run.h) */
 	ev_signal sigterm, sigint, sighup;
 	ev_timer poll, grace, watchdog;
-	struct reaper *reaper; /* every child is reaped by it (reap.h) */
-	bool terminating;      /* commands were told to stop */
+	ev_timer schema_look;		/* the periodic look at the schema version */
+	struct db_waiter schema_waiter; /* its turn on the listener */
+	struct db_conn *probe;		/* the pooler probe (start-up only) */
+	ev_timer probe_free;		/* frees it outside its own callback */
+	int listener_server_pid;	/* the server process the listener's batch ran in */
+	char probe_token[64];	    /* set in the listener's session, looked for in the probe's */
+	ev_timer log_dropped;	    /* logs how many lines a stalled stderr reader lost */
+	struct run_backoff backoff; /* the host refused to start commands (run.h) */
+	struct reaper *reaper;	    /* every child is reaped by it (reap.h) */
+	bool terminating;	    /* commands were told to stop */
 	int exit_code;
 };
 
@@ -152,12 +172,13 @@ static void start_serving(struct daemon *d)
 	ev_timer_set(&d->poll, (double)d->cfg->poll_interval_ms / 1000.0,
 		     (double)d->cfg->poll_interval_ms / 1000.0);
 	ev_timer_start(d->loop, &d->poll);
+	ev_timer_start(d->loop, &d->schema_look);
 	set_state(d, D_RUNNING);
 	notify_send("READY=1\nSTATUS=serving");
 	log_info("msg=\"ready\" queues=%zu", dispatch_nqueues(d->dispatch));
 }
 
-static void begin_drain(struct daemon *d, bool now);
+static void begin_drain(struct daemon *d, enum drain_kind kind);
 
 /* The wake-up secret read at a connect (NULL: it could not be read). A
  * secret that changed (an operator replaced it) changes every payload. */
@@ -171,34 +192,181 @@ static void set_wake_secret(struct daemon *d, const char *secret)
 }
 
 /* The listener's first batch after each connect: the schema version (its
- * own transaction: the second statement failing must not hide it), then
- * the wake-up secret. */
-enum { LISTENER_VERSION, LISTENER_SECRET, LISTENER_STMTS };
+ * own transaction: the second statement failing must not hide it), the
+ * wake-up secret, and the session probe: the server process that ran it,
+ * and a setting left in its session for the pooler probe (below). */
+enum { LISTENER_VERSION, LISTENER_SECRET, LISTENER_SESSION, LISTENER_STMTS };
+
+static const char version_sql[] = "SELECT coalesce(max(version), 0) FROM pgjobd.schema_version";
+static const char session_sql[] =
+    "SELECT pg_backend_pid(), set_config('pgjobd.session_probe', $1, false)";
+static const char probe_sql[] =
+    "SELECT pg_backend_pid(), coalesce(current_setting('pgjobd.session_probe', true), '')";
+
+/* SQLSTATEs that say another client's session is ours: a prepared
+ * statement of ours already exists (42P05) or is gone (26000). Only a
+ * pooler that hands one server session to several clients does that. */
+static bool is_pooler_error(const PGresult *r)
+{
+	const char *st = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+	return st && (strcmp(st, "42P05") == 0 || strcmp(st, "26000") == 0);
+}
+
+/* A pooler in transaction or statement mode: pgjobd's sessions hold row
+ * locks, prepared statements and LISTEN across transactions, which such a
+ * pooler gives to other clients. A configuration error: exit 2, and no
+ * restart by the unit. */
+static void refuse_pooler(struct daemon *d, const char *why)
+{
+	log_error("msg=\"the database connection goes through a pooler in transaction or "
+		  "statement mode; pgjobd needs a session: connect directly or through a "
+		  "session-mode pooler\" hint=\"set database in %s to the server itself, or use "
+		  "pool_mode = session in PgBouncer\" err=%s",
+		  log_value(d->config_path), log_value(why));
+	if (d->state != D_DRAINING)
+		d->exit_code = 2;
+	begin_drain(d, DRAIN_FINISH);
+}
+
+/* Judges a read of the schema version (r: its result). Returns true when
+ * the daemon may serve (or go on serving); otherwise it has said why and
+ * started a drain in which running commands finish (pgjobd(8), UPGRADES),
+ * to exit 3 (missing or older: run pgjobd migrate) or 4 (newer: upgrade
+ * pgjobd). */
+static bool schema_usable(struct daemon *d, const PGresult *r)
+{
+	if (d->state == D_DRAINING)
+		return false;
+	const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+	int have;
+	if (r && PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1) {
+		have = atoi(PQgetvalue(r, 0, 0));
+	} else if (state && (strcmp(state, "3F000") == 0 || strcmp(state, "42P01") == 0)) {
+		have = 0; /* no schema pgjobd, or no pgjobd.schema_version in it */
+	} else if (is_pooler_error(r)) {
+		refuse_pooler(d, db_result_error(r));
+		return false;
+	} else if (d->state == D_STARTING) {
+		log_error("msg=\"cannot read the schema version\" err=%s",
+			  log_value(db_result_error(r)));
+		d->exit_code = 1;
+		begin_drain(d, DRAIN_FINISH);
+		return false;
+	} else {
+		/* It was readable at start; read again at the next look. */
+		log_warn("msg=\"cannot read the schema version\" err=%s",
+			 log_value(db_result_error(r)));
+		return true;
+	}
+	int verdict = migrate_verdict(have);
+	if (verdict == 0)
+		return true;
+	if (verdict == MIGRATE_EXIT_NEWER)
+		log_error("msg=\"the database's schema is newer than this pgjobd: upgrade pgjobd "
+			  "on this host\" have=%d need=%d version=%s",
+			  have, migrate_latest(), PGJOBD_VERSION);
+	else if (have == 0)
+		log_error("msg=\"schema pgjobd is missing: run pgjobd migrate\" need=%d "
+			  "hint=\"pgjobd migrate -c %s\" err=%s",
+			  migrate_latest(), log_value(d->config_path),
+			  log_value(r && PQresultStatus(r) != PGRES_TUPLES_OK ? db_result_error(r)
+									      : "no version"));
+	else
+		log_error("msg=\"schema pgjobd is older than this pgjobd: run pgjobd migrate\" "
+			  "have=%d need=%d hint=\"pgjobd migrate -c %s\"",
+			  have, migrate_latest(), log_value(d->config_path));
+	d->exit_code = verdict;
+	if (d->state == D_RUNNING)
+		log_warn("msg=\"claiming stopped: running jobs finish, then the daemon exits\" "
+			 "running=%zu exit_code=%d",
+			 dispatch_busy(d->dispatch), verdict);
+	begin_drain(d, DRAIN_FINISH);
+	return false;
+}
+
+static void on_probe_free(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	struct daemon *d = w->data;
+	db_conn_free(d->probe);
+	d->probe = NULL;
+}
+
+static void end_probe(struct daemon *d)
+{
+	ev_timer_set(&d->probe_free, 0., 0.);
+	ev_timer_start(d->loop, &d->probe_free);
+}
+
+/* The probe's answer: the server process it ran in, and the setting the
+ * listener left in its own session. A pooler in session mode gives each
+ * client a server session of its own, so neither can be the listener's
+ * while the listener is connected; one in transaction mode hands the
+ * listener's session, idle again, to the next client. */
+static void on_probe_answer(struct db_conn *c, PGresult *const *res, int n, void *arg)
+{
+	(void)c;
+	(void)n;
+	struct daemon *d = arg;
+	if (!res || d->state != D_STARTING)
+		return; /* lost: it connects again (on_probe_event) */
+	const PGresult *r = res[0];
+	end_probe(d);
+	if (db_batch_ok(res, 1) && PQntuples(r) == 1) {
+		if (atoi(PQgetvalue(r, 0, 0)) == d->listener_server_pid ||
+		    strcmp(PQgetvalue(r, 0, 1), d->probe_token) == 0) {
+			refuse_pooler(
+			    d, "a second connection was given the listener's server session");
+			return;
+		}
+		log_info("msg=\"connected through a pooler in session mode\"");
+	} else if (is_pooler_error(r)) {
+		refuse_pooler(d, db_result_error(r));
+		return;
+	} else {
+		log_warn("msg=\"cannot probe the pooler\" err=%s", log_value(db_result_error(r)));
+	}
+	start_serving(d);
+}
+
+static void on_probe_event(struct db_conn *c, enum db_event ev, void *arg)
+{
+	struct daemon *d = arg;
+	if (ev == DB_DOWN) {
+		db_reconnect(c);
+		return;
+	}
+	const struct db_stmt st = {.sql = probe_sql};
+	db_send(c, &st, 1, on_probe_answer, d);
+}
+
+/* The listener's server process is not the one libpq connected to: a
+ * pooler is in between. A second connection tells its mode (see
+ * on_probe_answer) before anything is claimed. */
+static void start_probe(struct daemon *d)
+{
+	log_info("msg=\"the database connection goes through a pooler; probing its mode\"");
+	struct db_callbacks cbs = {.on_event = on_probe_event, .arg = d, .metrics = d->metrics};
+	d->probe = db_conn_new(d->loop, d->conninfo, "pgjobd probe", NULL, &cbs);
+}
 
 static void on_version(struct db_conn *c, PGresult *const *res, int n, void *arg)
 {
-	(void)c;
 	struct daemon *d = arg;
 	if (!res)
 		return;
 	assert(n == LISTENER_STMTS);
-	PGresult *v = res[LISTENER_VERSION];
-	int have = db_batch_ok(&res[LISTENER_VERSION], 1) && PQntuples(v) == 1
-		       ? atoi(PQgetvalue(v, 0, 0))
-		       : -1;
-	if (have != migrate_latest()) {
-		if (have < 0)
-			log_error(
-			    "msg=\"cannot read the schema version; run pgjobd migrate\" err=%s",
-			    log_value(db_batch_error(&res[LISTENER_VERSION], 1)));
-		else
-			log_error(
-			    "msg=\"schema version mismatch; run pgjobd migrate\" have=%d need=%d",
-			    have, migrate_latest());
-		d->exit_code = 1;
-		begin_drain(d, true);
-		return;
+	/* Another client's session under ours shows first as a clash of
+	 * prepared statements, in any statement of the batch. */
+	for (int i = 0; i < n; i++) {
+		if (is_pooler_error(res[i])) {
+			refuse_pooler(d, db_result_error(res[i]));
+			return;
+		}
 	}
+	if (!schema_usable(d, res[LISTENER_VERSION]))
+		return;
 	PGresult *s = res[LISTENER_SECRET];
 	if (db_batch_ok(&res[LISTENER_SECRET], 1) && PQntuples(s) == 1 &&
 	    PQgetlength(s, 0, 0) == SHA256_HEX_LEN) {
@@ -215,6 +383,15 @@ static void on_version(struct db_conn *c, PGresult *const *res, int n, void *arg
 		set_wake_secret(d, NULL);
 	}
 	if (d->state == D_STARTING) {
+		PGresult *p = res[LISTENER_SESSION];
+		d->listener_server_pid = db_batch_ok(&res[LISTENER_SESSION], 1) && PQntuples(p) == 1
+					     ? atoi(PQgetvalue(p, 0, 0))
+					     : 0;
+		if (d->listener_server_pid > 0 && d->listener_server_pid != db_backend_pid(c)) {
+			if (!d->probe)
+				start_probe(d);
+			return;
+		}
 		start_serving(d);
 	} else {
 		/* notifications may have been missed while away */
@@ -232,13 +409,41 @@ static void on_listener_event(struct db_conn *c, enum db_event ev, void *arg)
 			db_reconnect(c);
 		return;
 	}
-	static const struct db_stmt st[LISTENER_STMTS] = {
-	    [LISTENER_VERSION] = {.sql = "SELECT coalesce(max(version), 0) FROM "
-					 "pgjobd.schema_version",
-				  .sync = true},
-	    [LISTENER_SECRET] = {.sql = claim_sql_wake_secret},
+	struct db_stmt st[LISTENER_STMTS] = {
+	    [LISTENER_VERSION] = {.sql = version_sql, .sync = true},
+	    [LISTENER_SECRET] = {.sql = claim_sql_wake_secret, .sync = true},
+	    [LISTENER_SESSION] = {.sql = session_sql, .nparams = 1, .params = {d->probe_token}},
 	};
 	db_send(c, st, LISTENER_STMTS, on_version, d);
+}
+
+static void on_schema_looked(struct db_conn *c, PGresult *const *res, int n, void *arg)
+{
+	(void)c;
+	(void)n;
+	struct daemon *d = arg;
+	if (res && d->state == D_RUNNING)
+		schema_usable(d, res[0]);
+}
+
+static void schema_turn(struct db_conn *c, void *arg)
+{
+	const struct db_stmt st = {.sql = version_sql};
+	db_send(c, &st, 1, on_schema_looked, arg);
+}
+
+/* Read the schema version again, on the listener, in its turn. */
+static void look_at_schema(struct daemon *d)
+{
+	if (d->state == D_RUNNING)
+		db_wait(d->listener, &d->schema_waiter);
+}
+
+static void on_schema_look(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	look_at_schema(w->data);
 }
 
 /* The listener reached a server older than pgjobd supports (db.c logged
@@ -252,7 +457,7 @@ static void on_listener_refused(struct db_conn *c, const char *msg, void *arg)
 	if (d->state == D_DRAINING)
 		return;
 	d->exit_code = 2;
-	begin_drain(d, d->state == D_STARTING);
+	begin_drain(d, DRAIN_FINISH);
 }
 
 static void on_notify(struct db_conn *c, const char *channel, const char *payload, void *arg)
@@ -263,6 +468,11 @@ static void on_notify(struct db_conn *c, const char *channel, const char *payloa
 		/* A hint only: the ids come from pgjobd.cancel_requests. */
 		if (d->maint)
 			maint_look(d->maint);
+		return;
+	}
+	if (strcmp(channel, MIGRATE_CHANNEL) == 0) {
+		/* A hint only: the version is read from pgjobd.schema_version. */
+		look_at_schema(d);
 		return;
 	}
 	if (strcmp(channel, "pgjobd_schedule") == 0) {
@@ -288,30 +498,48 @@ static void on_grace(struct ev_loop *loop, ev_timer *w, int revents)
 	dispatch_terminate(d->dispatch);
 }
 
-static void begin_drain(struct daemon *d, bool now)
+static void start_grace(struct daemon *d)
+{
+	ev_timer_set(&d->grace, (double)d->cfg->shutdown_grace_ms / 1000.0, 0.);
+	ev_timer_start(d->loop, &d->grace);
+}
+
+static void begin_drain(struct daemon *d, enum drain_kind kind)
 {
 	if (d->state == D_DRAINING) {
-		if (now && !d->terminating)
+		/* A TERM during a drain that let commands finish: now they get
+		 * shutdown_grace; a second one (or a dead guard): no more. */
+		if (d->terminating)
+			return;
+		if (kind == DRAIN_NOW) {
 			on_grace(d->loop, &d->grace, 0);
+		} else if (kind == DRAIN_GRACE && !ev_is_active(&d->grace)) {
+			log_info("msg=\"shutting down\" running=%zu shutdown_grace_ms=%" PRId64,
+				 dispatch_busy(d->dispatch), d->cfg->shutdown_grace_ms);
+			start_grace(d);
+		}
 		return;
 	}
 	set_state(d, D_DRAINING);
 	notify_send("STOPPING=1");
 	report_stopping(d->report);
 	ev_timer_stop(d->loop, &d->poll);
+	ev_timer_stop(d->loop, &d->schema_look);
 	/* No more housekeeping; cancel requests are still read, so that a
 	 * cancel still stops a command that runs out its shutdown_grace. */
 	if (d->maint)
 		maint_drain(d->maint);
-	log_info("msg=\"shutting down\" running=%zu shutdown_grace_ms=%" PRId64,
-		 dispatch_busy(d->dispatch), d->cfg->shutdown_grace_ms);
+	if (kind == DRAIN_FINISH)
+		log_info("msg=\"shutting down; running commands finish first\" running=%zu",
+			 dispatch_busy(d->dispatch));
+	else
+		log_info("msg=\"shutting down\" running=%zu shutdown_grace_ms=%" PRId64,
+			 dispatch_busy(d->dispatch), d->cfg->shutdown_grace_ms);
 	dispatch_drain(d->dispatch);
-	if (now) {
+	if (kind == DRAIN_NOW)
 		on_grace(d->loop, &d->grace, 0);
-	} else {
-		ev_timer_set(&d->grace, (double)d->cfg->shutdown_grace_ms / 1000.0, 0.);
-		ev_timer_start(d->loop, &d->grace);
-	}
+	else if (kind == DRAIN_GRACE)
+		start_grace(d);
 	if (dispatch_left(d->dispatch) == 0 && !dispatch_reaping(d->dispatch))
 		ev_break(d->loop, EVBREAK_ALL);
 }
@@ -321,9 +549,11 @@ static void on_stop_signal(struct ev_loop *loop, ev_signal *w, int revents)
 	(void)loop;
 	(void)revents;
 	struct daemon *d = w->data;
-	bool again = d->state == D_DRAINING;
+	/* The first TERM gives running commands shutdown_grace (also in a
+	 * drain that let them finish); a second, or one before serving, none. */
+	bool again = d->state == D_DRAINING && (ev_is_active(&d->grace) || d->terminating);
 	log_info("msg=\"signal received\" signal=%s", w->signum == SIGTERM ? "TERM" : "INT");
-	begin_drain(d, again || d->state == D_STARTING);
+	begin_drain(d, again || d->state == D_STARTING ? DRAIN_NOW : DRAIN_GRACE);
 }
 
 /* The queues of cfg, for the daemon's row in pgjobd.workers (`pgjobd status`
@@ -336,6 +566,29 @@ static void announce_queues(struct daemon *d, const struct config *cfg)
 	fence_set_queues(d->fence, names, (int)cfg->nqueues);
 	free(names);
 }
+/* Configuration diagnostics at run time go through the log, so that a
+ * stalled reader of stderr cannot block the loop on a reload (stdio's
+ * stderr would wait for it). fn writes them to the stream it is given. */
+static void *diag_to_log(void *(*fn)(void *arg, FILE *out), void *arg)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	if (!f)
+		return fn(arg, stderr); /* no memory: as before */
+	void *r = fn(arg, f);
+	if (fclose(f) == 0 && buf)
+		log_write_raw(buf, len);
+	free(buf);
+	return r;
+}
+
+static void *diag_warn_programs(void *arg, FILE *out)
+{
+	config_warn_programs(arg, out);
+	return NULL;
+}
+
 static void apply_config(struct daemon *d, struct config *nc)
 {
 	const char *key = config_restart_key(d->cfg, nc);
@@ -345,7 +598,7 @@ static void apply_config(struct daemon *d, struct config *nc)
 	log_set_level(nc->log_level);
 	report_configure(d->report, nc);
 	announce_queues(d, nc);
-	config_warn_programs(nc, stderr);
+	diag_to_log(diag_warn_programs, nc);
 	if (d->maint)
 		maint_configure(d->maint, nc);
 	if (nc->poll_interval_ms != d->cfg->poll_interval_ms && d->state == D_RUNNING) {
@@ -368,17 +621,19 @@ static void apply_config(struct daemon *d, struct config *nc)
  * job at setuid. A queue whose commands run as the daemon's own user is
  * allowed but warned about: its commands can read the daemon's credentials
  * (~/.pgpass, the configuration file) and rewrite them. */
-static int check_users(const struct config *c)
+int daemon_check_users(const struct config *c, bool warn_own_user)
 {
 	int rc = 0;
 	for (size_t i = 0; i < c->nqueues; i++) {
 		const struct queue_conf *q = c->queues[i];
 		char missing[64];
 		if (!q->has_user || (q->uid == geteuid() && q->gid == getegid())) {
-			log_warn("msg=\"commands run as the daemon's own user and can read its "
-				 "database credentials\" queue=%s uid=%d hint=\"set user, see "
-				 "pgjobd(8), SECURITY MODEL\"",
-				 q->name, (int)geteuid());
+			if (warn_own_user)
+				log_warn(
+				    "msg=\"commands run as the daemon's own user and can read its "
+				    "database credentials\" queue=%s uid=%d hint=\"set user, see "
+				    "pgjobd(8), SECURITY MODEL\"",
+				    q->name, (int)geteuid());
 		} else if (!priv_has_switch_caps(missing, sizeof(missing))) {
 			log_error(
 			    "msg=\"cannot run commands as another user: the daemon needs root "
@@ -404,8 +659,17 @@ static void on_sighup(struct ev_loop *loop, ev_signal *w, int revents)
 		     (unsigned long long)ts.tv_nsec / 1000);
 	notify_send(msg);
 	log_info("msg=\"reloading configuration\" path=%s", log_value(d->config_path));
-	struct config *nc = config_load(d->config_path, true, stderr);
-	if (nc && check_users(nc) < 0) {
+	/* The diagnostics go through the log, as diag_to_log's do (a stalled
+	 * reader of stderr must not block the loop); the first error also goes
+	 * to STATUS=, so that `systemctl status` shows the reload failed. */
+	char *diag = NULL;
+	size_t diag_len = 0;
+	FILE *mem = open_memstream(&diag, &diag_len);
+	struct config *nc = config_load(d->config_path, true, mem ? mem : stderr);
+	if (mem && fclose(mem) == 0 && diag)
+		log_write_raw(diag, diag_len);
+	bool users_ok = !nc || daemon_check_users(nc, true) == 0;
+	if (!users_ok) {
 		config_free(nc);
 		nc = NULL;
 	}
@@ -413,13 +677,34 @@ static void on_sighup(struct ev_loop *loop, ev_signal *w, int revents)
 		log_error("msg=\"configuration not reloaded: the file has errors; keeping the "
 			  "current one\" path=%s",
 			  log_value(d->config_path));
+		char why[256];
+		const char *err = diag ? strstr(diag, ": error: ") : NULL;
+		if (!users_ok)
+			snprintf(
+			    why, sizeof(why),
+			    "reload failed: cannot run commands as another user (see the log)");
+		else if (err) {
+			const char *start = err;
+			while (start > diag && start[-1] != '\n')
+				start--;
+			/* without the journal's priority prefix */
+			if (start[0] == '<' && start[1] && start[2] == '>')
+				start += 3;
+			snprintf(why, sizeof(why), "reload failed: %.*s", (int)strcspn(start, "\n"),
+				 start);
+		} else
+			snprintf(why, sizeof(why), "reload failed: %s cannot be read (see the log)",
+				 d->config_path);
+		report_reload(d->report, why);
 	} else if (d->state != D_DRAINING) {
 		apply_config(d, nc);
+		report_reload(d->report, NULL);
 		log_info("msg=\"configuration reloaded\" queues=%zu",
 			 dispatch_nqueues(d->dispatch));
 	} else {
 		config_free(nc);
 	}
+	free(diag);
 	notify_send("READY=1");
 }
 
@@ -430,7 +715,15 @@ static void on_guard_exit(pid_t pid, int status, const struct rusage *ru, void *
 	struct daemon *d = arg;
 	log_error("msg=\"guard process died; stopping\" status=%d", status);
 	d->exit_code = 1;
-	begin_drain(d, true);
+	begin_drain(d, DRAIN_NOW);
+}
+
+static void on_log_dropped(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	(void)loop;
+	(void)w;
+	(void)revents;
+	log_flush_dropped();
 }
 
 static void on_watchdog(struct ev_loop *loop, ev_timer *w, int revents)
@@ -455,6 +748,50 @@ static char *default_home(void)
 	return xstrdup(pw && pw->pw_dir ? pw->pw_dir : "/");
 }
 
+/* Warn at start-up when the process or open-file limit is below what the
+ * configured slots need: the host would then refuse starts (run.h, struct
+ * run_backoff), and jobs would wait for it. Every running command costs at
+ * least one process and three pipe ends in the daemon (six while it is
+ * being started); every slot of lock mode transaction a session, every
+ * such queue its claimer's, and the daemon three more (listener,
+ * maintenance, fence) plus the lease session when it has lease queues.
+ * The margin covers the loop, the supervisor's channel, cgroup
+ * directories and the like. */
+#define LIMITS_FD_MARGIN 32
+static void warn_limits(const struct config *cfg)
+{
+	long long slots = 0, sessions = 3;
+	bool lease = false;
+	for (size_t i = 0; i < cfg->nqueues; i++) {
+		const struct queue_conf *q = cfg->queues[i];
+		slots += q->concurrency;
+		if (q->lock_mode == LOCK_LEASE)
+			lease = true;
+		else
+			sessions += q->concurrency + 1;
+	}
+	sessions += lease;
+	struct rlimit rl;
+	long long need = sessions + 3 * slots + LIMITS_FD_MARGIN;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+	    (long long)rl.rlim_cur < need)
+		log_warn(
+		    "msg=\"RLIMIT_NOFILE is too low for the configured slots: commands will "
+		    "wait for file descriptors\" limit=%llu need=%lld sessions=%lld slots=%lld "
+		    "hint=\"raise LimitNOFILE= (ulimit -n) or lower concurrency\"",
+		    (unsigned long long)rl.rlim_cur, need, sessions, slots);
+	/* The daemon, its supervisor and one process per command, all of one
+	 * user when commands run as the daemon's (root is not limited, but a
+	 * command switched to another user is, at its execve). */
+	need = slots + 2;
+	if (getrlimit(RLIMIT_NPROC, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+	    (long long)rl.rlim_cur < need)
+		log_warn("msg=\"RLIMIT_NPROC is too low for the configured slots: commands will "
+			 "wait for processes\" limit=%llu need=%lld slots=%lld "
+			 "hint=\"raise LimitNPROC= (ulimit -u) or lower concurrency\"",
+			 (unsigned long long)rl.rlim_cur, need, slots);
+}
+
 int daemon_run(const char *config_path, struct config *cfg)
 {
 	/* First, before the supervisor is forked (it inherits both) and before
@@ -463,7 +800,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 		config_free(cfg);
 		return 1;
 	}
-	if (check_users(cfg) < 0) {
+	if (daemon_check_users(cfg, true) < 0) {
 		config_free(cfg);
 		return 2;
 	}
@@ -478,6 +815,9 @@ int daemon_run(const char *config_path, struct config *cfg)
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGPIPE, &sa, NULL);
 
+	/* Before the guard, which inherits it: neither waits for a stalled
+	 * reader of stderr. */
+	log_nonblocking();
 	/* Before the guard, which inherits it: its kills keep their time too. */
 	int nice_raise = priv_raise_priority();
 
@@ -522,6 +862,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 	    .contain = d->contain,
 	    .metrics = d->metrics,
 	    .nice_raise = nice_raise,
+	    .backoff = &d->backoff,
 	};
 	struct dispatch_env denv = {
 	    .loop = d->loop,
@@ -546,7 +887,18 @@ int daemon_run(const char *config_path, struct config *cfg)
 	d->poll.data = d;
 	ev_init(&d->grace, on_grace);
 	d->grace.data = d;
+	ev_timer_init(&d->schema_look, on_schema_look, SCHEMA_LOOK_S, SCHEMA_LOOK_S);
+	d->schema_look.data = d;
+	d->schema_waiter = (struct db_waiter){.fn = schema_turn, .arg = d};
+	ev_init(&d->probe_free, on_probe_free);
+	d->probe_free.data = d;
+	snprintf(d->probe_token, sizeof(d->probe_token), "%s:%lx", d->worker_prefix,
+		 (unsigned long)random());
 	reaper_watch(d->reaper, guard_pid(d->guard), on_guard_exit, d);
+	ev_timer_init(&d->log_dropped, on_log_dropped, 1., 1.);
+	d->log_dropped.data = d;
+	ev_timer_start(d->loop, &d->log_dropped);
+	ev_unref(d->loop); /* it alone does not keep the loop running */
 	uint64_t wd = notify_watchdog_usec();
 	if (wd) {
 		double every = (double)wd / 2e6;
@@ -557,12 +909,14 @@ int daemon_run(const char *config_path, struct config *cfg)
 
 	log_info("msg=\"starting\" version=%s worker=%s queues=%zu", PGJOBD_VERSION,
 		 log_value(d->worker_prefix), cfg->nqueues);
+	warn_limits(cfg);
 	/* pgjobd: a queue may have new jobs (payload: the queue's wake-up
 	 * payload); pgjobd_cancel: pgjobd.cancel() was called for a running
 	 * job; pgjobd_schedule: a schedule was made or resumed (no payload:
 	 * see the top). */
 	static const char *const setup[] = {"LISTEN pgjobd", "LISTEN pgjobd_cancel",
-					    "LISTEN pgjobd_schedule", NULL};
+					    "LISTEN pgjobd_schedule", "LISTEN " MIGRATE_CHANNEL,
+					    NULL};
 	struct db_callbacks cbs = {.on_event = on_listener_event,
 				   .on_notify = on_notify,
 				   .on_fd = NULL,
@@ -577,14 +931,20 @@ int daemon_run(const char *config_path, struct config *cfg)
 	int code = d->exit_code;
 	report_free(d->report); /* the last metrics, before the listener goes */
 	maint_free(d->maint);
+	db_unwait(d->listener, &d->schema_waiter);
 	db_conn_free(d->listener);
+	db_conn_free(d->probe);
 	/* after the maintenance, which took turns on its lease session */
 	dispatch_free(d->dispatch);
 	fence_free(d->fence);
 	reaper_unwatch(d->reaper, guard_pid(d->guard));
 	ev_timer_stop(d->loop, &d->poll);
 	ev_timer_stop(d->loop, &d->grace);
+	ev_timer_stop(d->loop, &d->schema_look);
+	ev_timer_stop(d->loop, &d->probe_free);
 	ev_timer_stop(d->loop, &d->watchdog);
+	ev_ref(d->loop);
+	ev_timer_stop(d->loop, &d->log_dropped);
 	ev_signal_stop(d->loop, &d->sigterm);
 	ev_signal_stop(d->loop, &d->sigint);
 	ev_signal_stop(d->loop, &d->sighup);

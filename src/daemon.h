@@ -5,10 +5,19 @@
 #ifndef PGJOBD_DAEMON_H
 #define PGJOBD_DAEMON_H
 
+#include <stdbool.h>
+
 #include "config.h"
 
 /* Run until SIGTERM/SIGINT (exit status 0) or a fatal condition (1). Takes
  * ownership of cfg (loaded and validated by the caller from config_path). */
 int daemon_run(const char *config_path, struct config *cfg);
+
+/* Can this process run the commands of c's queues as their users (root, or
+ * CAP_SETUID, CAP_SETGID and CAP_KILL)? Logs an error per queue it cannot
+ * and returns -1 (the daemon then refuses to start or to reload; `check`
+ * and `reload` fail the same way), else 0. warn_own_user: also warn about
+ * a queue whose commands run as this process's own user (the daemon does). */
+int daemon_check_users(const struct config *c, bool warn_own_user);
 
 #endif

@@ -34,6 +34,9 @@ static const char *const state_names[] = {"wait", "connect", "setup", "idle", "b
 #define DB_MAX_ITEMS (2 * DB_MAX_STMTS)
 #define BACKOFF_MAX_MS 10000
 #define CONNECT_TIMEOUT_MS 15000
+/* While a connection cannot be made, the same reason is logged again only
+ * this often (the attempts in between at debug level, counted). */
+#define CONNECT_WARN_EVERY_MS 30000
 
 struct db_conn {
 	struct ev_loop *loop;
@@ -47,6 +50,7 @@ struct db_conn {
 	unsigned batch_seq;	  /* batches sent (db_send) */
 	int64_t backoff_ms;
 	int64_t backoff_max_ms; /* BACKOFF_MAX_MS unless db_set_backoff_max */
+	int64_t up_ms;		/* util_boot_ms() when the session came up; 0: not up */
 	char *conninfo;
 	char *appname;
 	char **setup;
@@ -68,7 +72,13 @@ struct db_conn {
 	bool cur_has; /* a result for `cur` was seen */
 	PGresult *res[DB_MAX_STMTS + 1];
 	char err[256];
+	/* failed connection attempts since the last success, and the reason and
+	 * time of the last one logged as a warning */
+	long connect_fails;
+	char warned_err[256];
+	int64_t warned_ms;
 	struct db_waiter *waiters; /* FIFO of parties waiting for a turn (db_wait) */
+	bool pooler_logged;	   /* pooler_check said it */
 };
 
 /* The connection is idle: give waiting parties their turns, in order,
@@ -217,6 +227,14 @@ static void arm_timer(struct db_conn *c, int64_t ms)
 
 static void schedule_connect(struct db_conn *c)
 {
+	/* The backoff starts again after a batch went through, or a session
+	 * that lasted (one that only listens sends nothing), never merely
+	 * because a connect worked: an owner that reconnects after each failed
+	 * statement (a read-only server, a pooler's error) would otherwise
+	 * connect and fail ten times a second. */
+	if (c->up_ms && util_boot_ms() - c->up_ms >= BACKOFF_MAX_MS)
+		c->backoff_ms = BACKOFF_MIN_MS;
+	c->up_ms = 0;
 	close_pg(c);
 	metrics_db_reconnect(c->cbs.metrics);
 	set_state(c, DB_WAIT);
@@ -227,6 +245,8 @@ static void schedule_connect(struct db_conn *c)
 	arm_timer(c, ms);
 }
 
+static void setup_done(struct db_conn *c, PGresult *const *res, int n, void *arg);
+
 /* The batch in flight (or the setup batch) is over: hand results over. */
 static void finish_batch(struct db_conn *c, bool failed)
 {
@@ -236,6 +256,8 @@ static void finish_batch(struct db_conn *c, bool failed)
 	c->cb = NULL;
 	c->cb_arg = NULL;
 	c->nstmts = 0;
+	if (!failed && cb != setup_done && db_batch_ok(c->res, n))
+		c->backoff_ms = BACKOFF_MIN_MS;
 	if (cb)
 		cb(c, failed ? NULL : c->res, n, arg);
 	clear_results(c);
@@ -250,8 +272,21 @@ static void fail(struct db_conn *c, const char *why)
 		ev_io_stop(c->loop, &c->io);
 	ev_timer_stop(c->loop, &c->timer);
 	if (was == DB_CONNECT || was == DB_WAIT) {
-		log_warn("msg=\"cannot connect to database\" app=%s err=%s", log_value(c->appname),
-			 log_value(c->err));
+		int64_t now = util_now_ms();
+		c->connect_fails++;
+		if (c->connect_fails == 1 || strcmp(c->err, c->warned_err) != 0 ||
+		    now - c->warned_ms >= CONNECT_WARN_EVERY_MS) {
+			log_warn("msg=\"cannot connect to database\" app=%s attempts=%ld err=%s%s",
+				 log_value(c->appname), c->connect_fails, log_value(c->err),
+				 c->connect_fails == 1 ? " next=\"retrying with backoff; the same "
+							 "reason is logged again every 30s\""
+						       : "");
+			snprintf(c->warned_err, sizeof(c->warned_err), "%s", c->err);
+			c->warned_ms = now;
+		} else {
+			log_debug("msg=\"cannot connect to database\" app=%s attempts=%ld err=%s",
+				  log_value(c->appname), c->connect_fails, log_value(c->err));
+		}
 		schedule_connect(c);
 		return;
 	}
@@ -352,9 +387,15 @@ static void setup_done(struct db_conn *c, PGresult *const *res, int n, void *arg
 		schedule_connect(c);
 		return;
 	}
-	c->backoff_ms = BACKOFF_MIN_MS;
+	c->up_ms = util_boot_ms();
 	set_state(c, DB_IDLE);
-	log_debug("msg=\"database connected\" app=%s", log_value(c->appname));
+	if (c->connect_fails > 0)
+		log_info("msg=\"database connected\" app=%s failed_attempts=%ld",
+			 log_value(c->appname), c->connect_fails);
+	else
+		log_debug("msg=\"database connected\" app=%s", log_value(c->appname));
+	c->connect_fails = 0;
+	c->warned_err[0] = '\0';
 	if (c->cbs.on_event)
 		c->cbs.on_event(c, DB_UP, c->cbs.arg);
 	serve_waiters(c);
@@ -512,6 +553,22 @@ static void commit_failed(struct db_conn *c, PGresult *r)
 	PQclear(r);
 }
 
+/* A Prepare of ours that finds its name taken (42P05) means another
+ * client's statements are in our server session: a pooler in transaction
+ * or statement mode is in between. The daemon refuses one at start
+ * (daemon.c); this says so, once per connection, if one comes later. */
+static void pooler_check(struct db_conn *c, const PGresult *r)
+{
+	const char *st = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+	if (c->pooler_logged || !st || strcmp(st, "42P05") != 0)
+		return;
+	c->pooler_logged = true;
+	log_error("msg=\"another client's prepared statement is in this session: the connection "
+		  "goes through a pooler in transaction or statement mode; pgjobd needs a session: "
+		  "connect directly or through a session-mode pooler\" app=%s",
+		  log_value(c->appname));
+}
+
 /* Read whatever complete results are available. */
 static void read_results(struct db_conn *c)
 {
@@ -556,13 +613,28 @@ static void read_results(struct db_conn *c)
 		int item = c->cur < c->nitems && !c->cur_has ? c->item_stmt[c->cur] : INT_MIN;
 		c->cur_has = true;
 		if (item >= 0) {
-			c->res[item] = r;
+			/* Its Prepare failed (below): keep that error, not the
+			 * PGRES_PIPELINE_ABORTED the statement then gets. */
+			if (c->res[item])
+				PQclear(r);
+			else
+				c->res[item] = r;
 			continue;
 		}
 		/* A Prepare that failed or was skipped (the pipeline aborted before
 		 * it) created nothing: prepare again next time. */
-		if (item != INT_MIN && st != PGRES_COMMAND_OK)
+		if (item != INT_MIN && st != PGRES_COMMAND_OK) {
 			c->prepared[-1 - item] = NULL;
+			pooler_check(c, r);
+			/* The server's reason (a missing table, a clash of names)
+			 * becomes the result of the statement it was for, the next
+			 * item: that one is only skipped. */
+			int next = c->cur + 1 < c->nitems ? c->item_stmt[c->cur + 1] : -1;
+			if (st == PGRES_FATAL_ERROR && next >= 0 && !c->res[next]) {
+				c->res[next] = r;
+				continue;
+			}
+		}
 		PQclear(r);
 	}
 }
@@ -682,6 +754,11 @@ void db_set_backoff_max(struct db_conn *c, int64_t ms)
 		c->backoff_ms = c->backoff_max_ms;
 }
 
+int db_backend_pid(const struct db_conn *c)
+{
+	return c->pg ? PQbackendPID(c->pg) : 0;
+}
+
 void db_reconnect(struct db_conn *c)
 {
 	if (c->state == DB_WAIT || c->state == DB_CONNECT)
@@ -704,18 +781,39 @@ bool db_batch_ok(PGresult *const *res, int n)
 	return true;
 }
 
+const char *db_result_error(const PGresult *r)
+{
+	if (!r)
+		return "no result";
+	ExecStatusType st = PQresultStatus(r);
+	if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK)
+		return "no error";
+	if (st == PGRES_PIPELINE_ABORTED)
+		return "skipped: an earlier statement of its transaction failed";
+	/* the server's own text; else libpq's (a client-side failure) */
+	const char *m = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
+	if (m && *m)
+		return m;
+	m = PQresultErrorMessage(r);
+	return m && *m ? m : PQresStatus(st);
+}
+
 const char *db_batch_error(PGresult *const *res, int n)
 {
 	if (!res)
 		return "connection lost";
+	/* The statement that failed, rather than one skipped after it. */
+	const char *skipped = NULL;
 	for (int i = 0; i < n; i++) {
 		if (!res[i])
 			return "no result";
 		ExecStatusType st = PQresultStatus(res[i]);
-		if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
-			const char *m = PQresultErrorField(res[i], PG_DIAG_MESSAGE_PRIMARY);
-			return m ? m : PQresStatus(st);
-		}
+		if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK)
+			continue;
+		if (st != PGRES_PIPELINE_ABORTED)
+			return db_result_error(res[i]);
+		if (!skipped)
+			skipped = db_result_error(res[i]);
 	}
-	return "no error";
+	return skipped ? skipped : "no error";
 }

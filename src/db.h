@@ -119,6 +119,11 @@ int db_send(struct db_conn *c, const struct db_stmt *stmts, int n, db_result_fn 
  * db_send on. */
 void db_set_reply_timeout(struct db_conn *c, int64_t ms);
 
+/* The process id the server (or a pooler in between) gave at connect
+ * (PQbackendPID); 0 when not connected. A pooler's differs from the
+ * pg_backend_pid() its statements see. */
+int db_backend_pid(const struct db_conn *c);
+
 /* Drop a BROKEN (or live) connection and connect again after the backoff. */
 void db_reconnect(struct db_conn *c);
 /* Reconnects back off to ms at the most (clamped to 100 ms .. 10 s, the
@@ -127,7 +132,11 @@ void db_set_backoff_max(struct db_conn *c, int64_t ms);
 
 /* True when every result is non-NULL and OK (COMMAND_OK or TUPLES_OK). */
 bool db_batch_ok(PGresult *const *res, int n);
-/* First error message of a batch (static text when res is NULL). */
+/* The error of a batch: the server's own message (or libpq's) of the
+ * statement that failed, not the "skipped" of those after it; static text
+ * when res is NULL. Valid while res is. */
 const char *db_batch_error(PGresult *const *res, int n);
+/* The same for one result (NULL: "no result"). */
+const char *db_result_error(const PGresult *r);
 
 #endif

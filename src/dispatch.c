@@ -55,6 +55,7 @@
 #include "lease.h"
 #include "log.h"
 #include "sha256.h"
+#include "run.h"
 #include "slot.h"
 #include "util.h"
 
@@ -104,8 +105,9 @@ struct dispatch {
 	size_t nremoved;
 	struct slot **dead; /* stopped, to be freed by on_reap */
 	size_t ndead;
-	ev_idle reap;	 /* started when a slot stops or a queue is removed */
-	long long *held; /* scratch: a queue's held jobs, for its claimer */
+	ev_idle reap;	  /* started when a slot stops or a queue is removed */
+	ev_timer backoff; /* the host refused to start commands: kicks once it is over */
+	long long *held;  /* scratch: a queue's held jobs, for its claimer */
 	size_t held_cap;
 };
 
@@ -163,7 +165,18 @@ static void kick_queue(struct queue *q)
 		return;
 	}
 	if (q->lease) {
-		lease_kick(x->lease, q->conf->name);
+		lease_kick(x->lease, q->conf->name); /* which has a pause of its own */
+		return;
+	}
+	int64_t pause = run_backoff_ms(x->env.run_env->backoff);
+	if (pause > 0) {
+		/* The host refuses to start commands (run.h, struct
+		 * run_backoff): no claim until the pause is over. */
+		q->again = true;
+		if (!ev_is_active(&x->backoff)) {
+			ev_timer_set(&x->backoff, (double)pause / 1000.0, 0.);
+			ev_timer_start(x->env.loop, &x->backoff);
+		}
 		return;
 	}
 	if (q->dispatching || !claimer_is_ready(q->cl)) {
@@ -590,6 +603,13 @@ static void each_slot(const struct dispatch *x, void (*fn)(struct slot *))
 	free(all);
 }
 
+static void on_backoff_over(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	dispatch_kick_all(w->data);
+}
+
 struct dispatch *dispatch_new(const struct dispatch_env *env, int64_t poll_interval_ms)
 {
 	struct dispatch *x = xcalloc(1, sizeof(*x));
@@ -606,6 +626,8 @@ struct dispatch *dispatch_new(const struct dispatch_env *env, int64_t poll_inter
 	    .metrics = env->metrics,
 	};
 	ev_idle_init(&x->reap, on_reap);
+	ev_init(&x->backoff, on_backoff_over);
+	x->backoff.data = x;
 	x->reap.data = x;
 	return x;
 }
@@ -635,6 +657,7 @@ void dispatch_free(struct dispatch *x)
 		queue_free(x->removed[i]);
 	lease_free(x->lease);
 	ev_idle_stop(x->env.loop, &x->reap);
+	ev_timer_stop(x->env.loop, &x->backoff);
 	free(x->queues);
 	free(x->removed);
 	free(x->dead);

@@ -13,6 +13,13 @@
  * every tick against CLOCK_BOOTTIME, because libev's timers run on the
  * monotonic clock, which stops while the machine is suspended.
  *
+ * Its statements write (a row of pgjobd.workers), so they are the daemon's
+ * probe of a server that takes no writes (SQLSTATE 25006: a hot standby, a
+ * demoted primary, default_transaction_read_only): that is logged once, with
+ * what the daemon does meanwhile, and once again when writes work again.
+ * Failed heartbeats are logged in summary (backoff.h); they go on at every
+ * tick, which is the deadline's pace.
+ *
  * Owns its session, two timers and a copy of the name. */
 #include "fence.h"
 
@@ -20,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backoff.h"
 #include "claim.h"
 #include "db.h"
 #include "guard.h"
@@ -42,6 +50,8 @@ struct fence {
 	int64_t sent;	  /* send time of the statement in flight */
 	bool expired;	  /* FENCE_EXPIRED was emitted for the current deadline */
 	bool forget_due;
+	bool read_only;	      /* the last heartbeat failed with SQLSTATE 25006 */
+	struct backoff beats; /* failed heartbeats, for their summary in the log */
 	ev_timer tick, expire, forget;
 	struct fence_params params;
 	char **queues; /* served queues, NULL-terminated (fence_set_queues) */
@@ -104,6 +114,44 @@ static void confirmed(struct fence *f)
 	}
 }
 
+/* Did the first statement of the batch that failed fail on a read-only
+ * server? res may be NULL. */
+static bool batch_read_only(PGresult *const *res, int n)
+{
+	for (int i = 0; res && i < n && res[i]; i++) {
+		ExecStatusType st = PQresultStatus(res[i]);
+		if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK)
+			return backoff_is_read_only(res[i]);
+	}
+	return false;
+}
+
+/* A statement of ours failed: log it in summary, and a read-only server
+ * once, saying what the daemon does until it takes writes again. */
+static void failed(struct fence *f, const char *what, PGresult *const *res, int n)
+{
+	if (batch_read_only(res, n) && !f->read_only) {
+		f->read_only = true;
+		log_warn("msg=\"the server is read-only (a hot standby, a demoted primary, or "
+			 "default_transaction_read_only): claiming nothing; lease extensions, "
+			 "outcomes and claims are retried with back-off (at most every 2 s, 5 s "
+			 "and 10 s); running commands go on until their claims lapse (lock mode "
+			 "transaction: fence_timeout; lease: their lease)\" fence_timeout_ms=%lld",
+			 (long long)f->fence_ms);
+	}
+	backoff_fail(&f->beats, LOG_WARN, what, NULL, db_batch_error(res, n));
+}
+
+/* A statement of ours succeeded: the server takes writes. */
+static void succeeded(struct fence *f)
+{
+	if (f->read_only) {
+		f->read_only = false;
+		log_info("msg=\"the server takes writes again\"");
+	}
+	backoff_ok(&f->beats, "heartbeat works again", NULL);
+}
+
 static void on_registered(struct db_conn *c, PGresult *const *res, int n, void *arg)
 {
 	(void)c;
@@ -111,10 +159,10 @@ static void on_registered(struct db_conn *c, PGresult *const *res, int n, void *
 	if (!res)
 		return; /* on_db_event reconnects */
 	if (!db_batch_ok(res, n) || PQntuples(res[0]) != 1) {
-		log_warn("msg=\"cannot register this daemon\" err=%s",
-			 log_value(db_batch_error(res, n)));
+		failed(f, "cannot register this daemon", res, n);
 		return; /* again at the next tick */
 	}
+	succeeded(f);
 	f->worker_id = strtoll(PQgetvalue(res[0], 0, 0), NULL, 10);
 	f->queues_sent = f->queues_in_flight;
 	if (f->guard)
@@ -134,9 +182,10 @@ static void on_beat(struct db_conn *c, PGresult *const *res, int n, void *arg)
 	if (!res)
 		return;
 	if (!db_batch_ok(res, n) || PQntuples(res[n - 1]) != 1) {
-		log_warn("msg=\"heartbeat failed\" err=%s", log_value(db_batch_error(res, n)));
+		failed(f, "heartbeat failed", res, n);
 		return;
 	}
+	succeeded(f);
 	if (n == 2) /* the queues went with this heartbeat */
 		f->queues_sent = f->queues_in_flight;
 	if (PQgetvalue(res[n - 1], 0, 0)[0] == 't') {
@@ -239,7 +288,8 @@ struct fence *fence_new(struct ev_loop *loop, const char *conninfo, const char *
 	f->fence_ms = fence_ms;
 	f->cb = cb;
 	f->arg = arg;
-	f->expired = true; /* nothing confirmed yet */
+	f->expired = true;	       /* nothing confirmed yet */
+	backoff_init(&f->beats, 1, 1); /* its pace is the tick's; the summary is used */
 	buf_init(&f->params.queues);
 	f->queues = xcalloc(1, sizeof(char *));
 	double every = (double)fence_ms / 5000.0;
@@ -295,6 +345,20 @@ long long fence_worker_id(const struct fence *f)
 bool fence_holds(const struct fence *f, int64_t min_left_ms)
 {
 	return f->worker_id != 0 && !f->expired && f->deadline - util_boot_ms() >= min_left_ms;
+}
+
+bool fence_lapsed(const struct fence *f, long long worker_id)
+{
+	if (f->worker_id != worker_id || f->worker_id == 0)
+		return true;
+	/* pgjobd.heartbeat sets alive_until = its server time T + fence_timeout
+	 * + the margin (a fifth of fence_timeout, at least 1 s). T comes after
+	 * the send time the deadline counts from (deadline = sent +
+	 * fence_timeout), by less than fence_timeout (the session's reply
+	 * timeout): alive_until < deadline + fence_timeout + margin. Another
+	 * margin on top for the clocks. */
+	int64_t margin = f->fence_ms / 5 > 1000 ? f->fence_ms / 5 : 1000;
+	return f->expired && util_boot_ms() >= f->deadline + f->fence_ms + 2 * margin;
 }
 
 bool fence_may_claim(const struct fence *f)

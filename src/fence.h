@@ -48,6 +48,12 @@ void fence_set_queues(struct fence *f, const char *const *names, int n);
 long long fence_worker_id(const struct fence *f);
 /* True when registered and the deadline is at least min_left_ms away. */
 bool fence_holds(const struct fence *f, int64_t min_left_ms);
+/* True when the claims of instance worker_id have certainly lapsed by the
+ * server's clock (pgjobd.workers.alive_until passed): another instance is
+ * registered, or this one's deadline passed long enough ago. An outcome not
+ * written by then can no longer matter: the job is someone else's to take
+ * over (counting an attempt). */
+bool fence_lapsed(const struct fence *f, long long worker_id);
 /* True when new claims are worth making: registered and at least half of
  * fence_timeout left. A claim refused meanwhile must be retried at the next
  * FENCE_UP, which comes as soon as this turns true again. */

@@ -560,11 +560,11 @@ static bool kill_and_wait(struct guard_state *s)
 	if (s->npgs == 0 && s->ncgs == 0)
 		return true;
 	int64_t start = util_now_ms();
+	set_targets(s, TARGET_ALL, 0);
+	kill_everything(s, false); /* before the line, as at a deadline */
 	log_warn("msg=\"guard: channel closed, killing registered commands\" groups=%zu "
 		 "cgroups=%zu",
 		 s->npgs, s->ncgs);
-	set_targets(s, TARGET_ALL, 0);
-	kill_everything(s, false);
 	for (;;) {
 		if (scan(s) < 0) {
 			log_error("msg=\"guard cannot read /proc, not waiting for commands\" "
@@ -610,16 +610,20 @@ static bool kill_and_wait(struct guard_state *s)
 static void fence_kill(struct guard_state *s, int64_t now)
 {
 	set_targets(s, TARGET_FENCE, 0);
+	/* Kill first, then log: a line costs no wait (log.c), but the kill
+	 * is what the deadline is for. late_ms is when the kill began. */
+	int rc = kill_everything(s, true);
 	if (!s->fence_logged) {
 		size_t n = 0;
 		for (size_t i = 0; i < s->npgs; i++)
 			n += s->pgs[i].target;
-		log_error("msg=\"guard: fence deadline passed; killing every command it governs\" "
-			  "groups=%zu cgroups=%zu late_ms=%lld",
-			  n, s->ncgs, (long long)(now - s->deadline));
+		log_error("msg=\"guard: fence deadline passed; killed every command it governs\" "
+			  "groups=%zu cgroups=%zu late_ms=%lld kill_ms=%lld",
+			  n, s->ncgs, (long long)(now - s->deadline),
+			  (long long)(util_boot_ms() - now));
 		s->fence_logged = true;
 	}
-	if (kill_everything(s, true) < 0)
+	if (rc < 0)
 		log_error("msg=\"guard cannot read /proc; killed the registered groups only\"");
 }
 
@@ -628,14 +632,17 @@ static void fence_kill(struct guard_state *s, int64_t now)
 static void lease_kill(struct guard_state *s, struct pg_entry *e, int64_t now)
 {
 	pid_t pg = e->pg;
-	if (!e->logged) {
-		log_error("msg=\"guard: lease deadline passed; killing the command\" pgid=%d "
-			  "late_ms=%lld",
-			  (int)pg, (long long)(now - e->deadline));
-		e->logged = true;
-	}
+	int64_t deadline = e->deadline;
+	bool logged = e->logged;
+	e->logged = true;
 	set_targets(s, TARGET_ONE, pg);
-	if (kill_everything(s, false) < 0)
+	/* Kill first, then log (as fence_kill). */
+	int rc = kill_everything(s, false);
+	if (!logged)
+		log_error("msg=\"guard: lease deadline passed; killed the command\" pgid=%d "
+			  "late_ms=%lld kill_ms=%lld",
+			  (int)pg, (long long)(now - deadline), (long long)(util_boot_ms() - now));
+	if (rc < 0)
 		log_error("msg=\"guard cannot read /proc; killed the registered group only\"");
 }
 
@@ -712,10 +719,10 @@ static void declare_gone(const struct guard_state *s)
 	const char *params[] = {id};
 	PGresult *r = PQexecParams(pg, s->exit_sql, 1, NULL, params, NULL, NULL, 0);
 	if (PQresultStatus(r) != PGRES_TUPLES_OK && PQresultStatus(r) != PGRES_COMMAND_OK)
-		log_warn("msg=\"guard could not release the daemon's jobs early\" err=\"%s\"",
-			 PQresultErrorField(r, PG_DIAG_SQLSTATE)
-			     ? PQresultErrorField(r, PG_DIAG_SQLSTATE)
-			     : "connection");
+		log_warn("msg=\"guard could not release the daemon's jobs early\" err=%s",
+			 log_value(PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY)
+				       ? PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY)
+				       : PQerrorMessage(pg)));
 	else
 		log_info("msg=\"guard: the daemon's jobs may be taken over now\" worker_id=%lld",
 			 s->worker_id);
@@ -829,6 +836,11 @@ guard_main(int ch, pid_t daemon_pid, const char *conninfo, const char *exit_sql)
 
 	for (;;) {
 		int timeout = kill_due(&s);
+		/* Lines dropped while the reader of stderr stalled: their count
+		 * is logged once it takes lines again, checked every second. */
+		log_flush_dropped();
+		if (log_dropped() > 0 && (timeout < 0 || timeout > 1000))
+			timeout = 1000;
 		struct pollfd pfd = {.fd = ch, .events = POLLIN};
 		int pr = poll(&pfd, 1, timeout);
 		if (pr < 0 && errno != EINTR) {
@@ -881,17 +893,30 @@ static void guard_child_setup(int ch, const char *conninfo, const char *exit_sql
 	if (setsid() < 0)
 		log_warn("msg=\"guard cannot start its own session\" err=\"%s\"", strerror(errno));
 
-	/* Keep 0-2 and ch; close the rest (the daemon's own fds). */
+	/* Keep 0-2, ch (as 3) and the log's private descriptor (as 4, see
+	 * log.c: it never waits for the reader of stderr); close the rest (the
+	 * daemon's own fds). The log's is moved out of the way first, in case
+	 * it is 3. */
+	int lfd = log_output_fd();
+	if (lfd >= 0 && (lfd = fcntl(lfd, F_DUPFD, 5)) < 0)
+		_exit(1);
 	int target = 3;
 	if (ch != target) {
 		if (dup2(ch, target) < 0)
 			_exit(1);
 		ch = target;
 	}
-	if (close_range(4, ~0U, 0) < 0) {
+	int first = 4;
+	if (lfd >= 0) {
+		if (dup2(lfd, 4) < 0)
+			_exit(1);
+		first = 5;
+	}
+	log_set_output_fd(lfd >= 0 ? 4 : -1, "guard");
+	if (close_range((unsigned)first, ~0U, 0) < 0) {
 		/* Very old kernel: close one by one. */
 		long max = sysconf(_SC_OPEN_MAX);
-		for (long i = 4; i < (max > 0 ? max : 1024); i++)
+		for (long i = first; i < (max > 0 ? max : 1024); i++)
 			close((int)i);
 	}
 	guard_main(ch, daemon_pid, conninfo, exit_sql);

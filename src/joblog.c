@@ -56,8 +56,8 @@ static int send_journal(struct joblog *l, enum joblog_stream s, const char *text
 		buf_putc(&e, (c < 0x20 && c != '\t') || c == 0x7f ? '?' : (char)c);
 	}
 	buf_printf(&e,
-		   "\nPRIORITY=%d\nSYSLOG_IDENTIFIER=pgjobd\nJOB_ID=%lld\nQUEUE=%s\nATTEMPT=%d\n"
-		   "STREAM=%s\n",
+		   "\nPRIORITY=%d\nSYSLOG_IDENTIFIER=pgjobd\nPGJOBD_JOB_ID=%lld\nPGJOBD_QUEUE=%s\n"
+		   "PGJOBD_ATTEMPT=%d\nPGJOBD_STREAM=%s\n",
 		   s == JOBLOG_STDOUT ? 6 : 5, l->job_id, l->queue, l->attempt, stream_names[s]);
 	int rc = log_journal_entry(e.data, e.len);
 	int saved = errno;

@@ -4,9 +4,10 @@
  * Each line of the command's stdout and stderr becomes one entry: under
  * systemd (stderr is the journal) a native journal entry with the fields
  * MESSAGE, PRIORITY (6 for stdout, 5 for stderr), SYSLOG_IDENTIFIER=pgjobd,
- * JOB_ID, QUEUE, ATTEMPT and STREAM, so that `journalctl JOB_ID=42` finds
- * them; elsewhere (or when the journal socket refuses) a logfmt line on
- * stderr: `level=info msg="job output" job=42 queue=q attempt=1 stream=stdout
+ * PGJOBD_JOB_ID, PGJOBD_QUEUE, PGJOBD_ATTEMPT and PGJOBD_STREAM (systemd
+ * uses JOB_ID itself), so that `journalctl PGJOBD_JOB_ID=42` finds them;
+ * elsewhere (or when the journal socket refuses) a logfmt line on stderr:
+ * `level=info msg="job output" job=42 queue=q attempt=1 stream=stdout
  * line="..."`. Bounded: at most max_bytes per stream per job are forwarded
  * (then one "job output cut" line), a line longer than JOBLOG_LINE_MAX is
  * forwarded in pieces, and memory is two fixed line buffers. Nothing here

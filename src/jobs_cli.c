@@ -41,6 +41,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "config.h"
 #include "parse.h"
 
 #define DEFAULT_CONFIG "/etc/pgjobd/pgjobd.ini"
@@ -55,6 +56,7 @@ enum { CMD_JOBS = 1 << 0, CMD_SHOW = 1 << 1, CMD_RETRY = 1 << 2 };
 struct args {
 	const char *cmd;
 	const char *config;
+	const char *database;
 	const char *queue, *status, *group, *since, *limit;
 	bool json, failed;
 	char **operands; /* ids of show and retry; a slice of argv */
@@ -69,6 +71,7 @@ static const struct option {
 	unsigned cmds;
 } options[] = {
     {"--config", "-c", true, offsetof(struct args, config), CMD_JOBS | CMD_SHOW | CMD_RETRY},
+    {"--database", NULL, true, offsetof(struct args, database), CMD_JOBS | CMD_SHOW | CMD_RETRY},
     {"--failed", NULL, false, offsetof(struct args, failed), CMD_RETRY},
     {"--group", NULL, true, offsetof(struct args, group), CMD_JOBS},
     {"--json", NULL, false, offsetof(struct args, json), CMD_JOBS | CMD_SHOW},
@@ -235,7 +238,7 @@ struct session {
  * after printing why. */
 static int session_open(struct session *s, const struct args *a)
 {
-	s->ca = (struct cli_args){.cmd = a->cmd, .config = a->config};
+	s->ca = (struct cli_args){.cmd = a->cmd, .config = a->config, .database = a->database};
 	int rc = cli_session_open(&s->cs, &s->ca, false);
 	if (rc)
 		return rc;
@@ -321,8 +324,7 @@ static void fmt_age(char *buf, size_t size, long long ms)
 #define JOBS_SQL(worker)                                                                           \
 	"SELECT id, queue, coalesce(group_id, '-'), status, attempts, "                            \
 	"floor(extract(epoch FROM now() - created_at) * 1000)::bigint, coalesce(" worker           \
-	", '-'), "                                                                                 \
-	"coalesce(error->>'reason', '-') " JOBS_FROM
+	", '-'), " CLI_REASON_SQL " " JOBS_FROM
 static const char *const jobs_sql[2] = {JOBS_SQL("NULL::text"), JOBS_SQL("worker")};
 
 #define JOBS_JSON_SQL(worker)                                                                      \
@@ -592,15 +594,37 @@ static bool is_true(const char *v)
 	return v && strcmp(v, "true") == 0;
 }
 
-static void print_job(const PGresult *r, const PGresult *h)
+/* A job's max_attempts or timeout when its own column is NULL: its queue's,
+ * as FILE says (the daemon serving it reads the same file, or should). */
+static const char *queue_value(const struct config *c, const char *queue, bool timeout, char *buf,
+			       size_t size)
 {
+	const struct queue_conf *q = c ? config_find_queue(c, queue) : NULL;
+	if (!q)
+		snprintf(buf, size, "the queue's (FILE has no [queue.%s])", queue);
+	else if (!timeout)
+		snprintf(buf, size, "%d (the queue's)", q->max_attempts);
+	else if (q->timeout_ms == 0)
+		snprintf(buf, size, "none (the queue's)");
+	else if (q->timeout_ms % 1000 == 0)
+		snprintf(buf, size, "%llds (the queue's)", (long long)q->timeout_ms / 1000);
+	else
+		snprintf(buf, size, "%lldms (the queue's)", (long long)q->timeout_ms);
+	return buf;
+}
+
+static void print_job(const PGresult *r, const PGresult *h, const struct config *c)
+{
+	char dflt[128];
 	printf("job %s\n", val(r, 0, S_ID));
 	put_line("queue", val(r, 0, S_QUEUE));
 	put_line("group", val(r, 0, S_GROUP));
 	put_line("status", val(r, 0, S_STATUS));
 	put_line("attempts", val(r, 0, S_ATTEMPTS));
 	put_line("max_attempts",
-		 val(r, 0, S_MAX_ATTEMPTS) ? val(r, 0, S_MAX_ATTEMPTS) : "the queue's");
+		 val(r, 0, S_MAX_ATTEMPTS)
+		     ? val(r, 0, S_MAX_ATTEMPTS)
+		     : queue_value(c, val(r, 0, S_QUEUE), false, dflt, sizeof(dflt)));
 	put_line("priority", val(r, 0, S_PRIORITY));
 	put_line("created_at", val(r, 0, S_CREATED_AT));
 	put_line("run_at", val(r, 0, S_RUN_AT));
@@ -608,7 +632,9 @@ static void print_job(const PGresult *r, const PGresult *h)
 	put_line("finished_at", val(r, 0, S_FINISHED_AT));
 	put_line("updated_at", val(r, 0, S_UPDATED_AT));
 	put_line("expires_at", val(r, 0, S_EXPIRES_AT));
-	put_line("timeout", val(r, 0, S_TIMEOUT) ? val(r, 0, S_TIMEOUT) : "the queue's");
+	put_line("timeout", val(r, 0, S_TIMEOUT)
+				? val(r, 0, S_TIMEOUT)
+				: queue_value(c, val(r, 0, S_QUEUE), true, dflt, sizeof(dflt)));
 	put_line("dedupe_key", val(r, 0, S_DEDUPE_KEY));
 	put_line("worker", val(r, 0, S_WORKER));
 	put_line("data", val(r, 0, S_DATA));
@@ -679,7 +705,7 @@ static int cmd_show(const struct args *a)
 	if (a->json)
 		printf("%s\n", PQgetvalue(r, 0, 0));
 	else
-		print_job(r, h);
+		print_job(r, h, s.cs.cfg);
 	rc = 0;
 out:
 	PQclear(h);

@@ -18,7 +18,7 @@
  * The extension commits on its own, so that nothing else can undo it; the
  * outcomes and the claims commit together, one commit (one WAL flush) a
  * round trip. Their transaction fails as a whole: nothing of it was done,
- * and it is tried again after LEASE_RETRY_S with each statement in its own
+ * and it is tried again after LEASE_RETRY_MIN_MS with each statement in its own
  * transaction (a claim that keeps failing, on a lock say, must not keep the
  * outcomes from being written), together again once a batch went through.
  * One batch is in flight at a time; what comes up meanwhile goes in the
@@ -59,8 +59,20 @@
  * the whole batch has answered). Nothing of the protocol waits for long (the
  * claims skip locked rows), but a lock someone else holds (an operator's
  * LOCK, a migration) could: the session's lock_timeout bounds every wait to
- * LEASE_LOCK_TIMEOUT, and a statement that fails is retried (an extension
- * at once with the next batch, outcomes and claims after LEASE_RETRY_S).
+ * LEASE_LOCK_TIMEOUT, and a statement that fails is retried.
+ *
+ * Every retry backs off (backoff.h), whatever the error (a read-only
+ * server, a lock_timeout, a serialization failure): an extension after 200
+ * ms, doubling up to a sixth of the shortest lease (at most 2 s); outcomes
+ * and claims after 1 s, doubling up to 5 s. Each kind of failure is logged
+ * once, then counted now and then, then once when it works again. Backing
+ * off never delays a kill: each command's deadline timer (and the
+ * supervisor's) runs from the last extension that succeeded. An outcome is
+ * written again until its claim has certainly lapsed (outcome_lapsed), and
+ * only then given up, with one line: the job then runs again, and the claim
+ * that takes it over records this run in its history as lost (a takeover
+ * counts an attempt, also by our own orphan pass once the lease ran out;
+ * 021_lost_runs.sql).
  *
  * A batch unanswered for a third of the shortest lease counts as a lost
  * session (reply_timeout_ms): a connection the network stopped carrying
@@ -87,6 +99,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backoff.h"
 #include "claim.h"
 #include "db.h"
 #include "fence.h"
@@ -98,11 +111,20 @@
 /* Kill our own command this long (at most a fifth of the lease) before the
  * supervisor would. */
 #define LEASE_EARLY_MS 300
-/* Writing an outcome fails with an error this many times: give up (the job
- * is run again once its lease has run out). */
+/* Writing an outcome failed this many times: its lease is no longer
+ * extended (an outcome the server keeps refusing must not hold its job, and
+ * its group, for ever); the write itself goes on until the lease has lapsed
+ * (outcome_lapsed). */
 #define LEASE_FINISH_TRIES 5
-/* After a statement failed: the next batch waits this long. */
-#define LEASE_RETRY_S 1.0
+/* After an outcome or a claim failed, the next ones wait: from this long,
+ * doubling up to LEASE_RETRY_MAX_MS (backoff.h). */
+#define LEASE_RETRY_MIN_MS 1000
+#define LEASE_RETRY_MAX_MS 5000
+/* After an extension failed, the next one waits: from this long, doubling up
+ * to a sixth of the shortest lease, at most LEASE_EXT_RETRY_MAX_MS. A kill
+ * never waits for it: the deadline timers do not depend on the extensions. */
+#define LEASE_EXT_RETRY_MIN_MS 200
+#define LEASE_EXT_RETRY_MAX_MS 2000
 /* Draining with nothing running: outcomes not written after this long are
  * given up, so that a shutdown does not wait for the database for ever. */
 #define LEASE_GIVE_UP_S 15.0
@@ -174,11 +196,12 @@ struct lj {
 	enum lj_state state;
 	struct run run;
 	int64_t lease_ms;
-	int64_t deadline; /* CLOCK_BOOTTIME ms: the lease held until then, as far as we know */
-	int64_t ext_due;  /* CLOCK_BOOTTIME ms: extend by then */
-	bool lost;	  /* the lease is gone: no more extensions */
-	bool in_ext;	  /* in the extension in flight */
-	int tries;	  /* failed writes of the outcome */
+	int64_t deadline;    /* CLOCK_BOOTTIME ms: the lease held until then, as far as we know */
+	int64_t ext_due;     /* CLOCK_BOOTTIME ms: extend by then */
+	bool lost;	     /* the lease is gone: no more extensions */
+	bool in_ext;	     /* in the extension in flight */
+	int64_t maybe_until; /* CLOCK_BOOTTIME ms: the latest the server's lease may run to */
+	int tries;	     /* failed writes of the outcome */
 	ev_timer expire;
 	struct claim_outcome out;
 };
@@ -203,12 +226,16 @@ struct lease {
 	ev_check starter; /* one start each turn of the loop while start is not empty */
 	ev_idle starter_idle;
 	bool draining;
-	bool in_batch;	      /* on_batch runs: send nothing before it is done */
-	ev_timer ext_timer;   /* the next extension is due */
-	ev_timer retry_timer; /* a statement failed: outcomes and claims wait for it */
-	ev_timer give_up;     /* draining: stop waiting for the database */
-	ev_timer gather;      /* a batch is held for more outcomes (gather()) */
-	bool split;	      /* the last joint transaction failed: one statement each */
+	bool in_batch;		/* on_batch runs: send nothing before it is done */
+	ev_timer ext_timer;	/* the next extension is due */
+	ev_timer retry_timer;	/* a statement failed: outcomes and claims wait for it */
+	ev_timer give_up;	/* draining: stop waiting for the database */
+	ev_timer gather;	/* a batch is held for more outcomes (gather()) */
+	ev_timer backoff_timer; /* the host refused to start commands: claims wait for it */
+	/* The pace of retries after failures, and their summary in the log:
+	 * extensions, outcomes, claims (backoff.h). */
+	struct backoff ext_bo, finish_bo, claim_bo;
+	bool split; /* the last joint transaction failed: one statement each */
 	/* the batch in flight */
 	int stmt_finish, stmt_extend; /* their index in it, -1: not in it */
 	int stmt_joint;		      /* first statement of the joint transaction; -1: none */
@@ -397,12 +424,30 @@ static bool has_id(const long long *v, int n, long long id)
 	return bsearch(&id, v, (size_t)n, sizeof(*v), cmp_ll) != NULL;
 }
 
-static void retry_later(struct lease *l)
+/* Outcomes and claims wait ms (a back-off's delay) before the next try. */
+static void retry_later(struct lease *l, int64_t ms)
 {
 	if (!ev_is_active(&l->retry_timer)) {
-		ev_timer_set(&l->retry_timer, LEASE_RETRY_S, 0.);
+		ev_timer_set(&l->retry_timer, (double)ms / 1000.0, 0.);
 		ev_timer_start(l->loop, &l->retry_timer);
 	}
+}
+
+/* The server's takeover margin for a lease (pgjobd.lease_margin). */
+static int64_t lease_margin_ms(int64_t lease_ms)
+{
+	return lease_ms / 5 > 1000 ? lease_ms / 5 : 1000;
+}
+
+/* Has the claim of j certainly lapsed? The server's lease_until is at most
+ * the send time of the last statement that may have extended it plus the
+ * lease (maybe_until, by our clock); after that and the margin, another
+ * daemon (or our own orphan pass) may take the job over, and its outcome
+ * can no longer be written: the write is given up then, not before. */
+static bool outcome_lapsed(const struct lj *j, int64_t now)
+{
+	int64_t until = j->maybe_until > j->deadline ? j->maybe_until : j->deadline;
+	return now >= until + lease_margin_ms(j->lease_ms);
 }
 
 /* Every statement of the session returns rows. */
@@ -421,28 +466,37 @@ static bool res_failed(const PGresult *res)
 static void finish_done(struct lease *l, PGresult *res)
 {
 	if (!res_ok(res)) {
-		const char *err = res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : NULL;
+		const char *err = res ? db_result_error(res) : NULL;
+		int64_t now = util_boot_ms();
+		size_t writing = 0;
+		for (size_t i = 0; i < l->njobs; i++)
+			writing += l->jobs[i]->state == LJ_WRITING;
+		char ctx[64];
+		snprintf(ctx, sizeof(ctx), "jobs=%zu", writing);
+		/* One line for the first failure, then a count now and then
+		 * (backoff.h); each outcome is tried again until its claim has
+		 * lapsed, and only then given up, with one line. */
+		retry_later(l, backoff_fail(&l->finish_bo, LOG_WARN, "cannot record outcomes", ctx,
+					    err ? err : "no result"));
 		for (size_t i = l->njobs; i-- > 0;) {
 			struct lj *j = l->jobs[i];
 			if (j->state != LJ_WRITING)
 				continue;
 			lj_step(j, LJ_ENDED);
-			if (++j->tries < LEASE_FINISH_TRIES) {
-				log_lj(LOG_WARN, j,
-				       "msg=\"cannot record outcome; writing it again\" err=%s",
-				       log_value(err ? err : "no result"));
+			j->tries++;
+			if (!outcome_lapsed(j, now))
 				continue;
-			}
 			log_lj(
 			    LOG_ERROR, j,
-			    "msg=\"cannot record outcome; giving up (the job runs again once its "
-			    "lease has run out)\" err=%s",
-			    log_value(err ? err : "no result"));
+			    "msg=\"cannot record outcome; giving up, its lease has lapsed (the job "
+			    "runs again, this run recorded in its history as lost)\" status=%s "
+			    "tries=%d err=%s",
+			    j->out.status, j->tries, log_value(err ? err : "no result"));
 			remove_job(l, i);
 		}
-		retry_later(l);
 		return;
 	}
+	backoff_ok(&l->finish_bo, "outcomes recorded again", NULL);
 	int n;
 	long long *ids = result_ids(res, &n);
 	for (size_t i = l->njobs; i-- > 0;) {
@@ -469,14 +523,32 @@ static void finish_done(struct lease *l, PGresult *res)
 static void extend_done(struct lease *l, PGresult *res)
 {
 	if (!res_ok(res)) {
-		log_warn("msg=\"cannot extend leases\" err=%s",
-			 log_value(res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY)
-				       : "no result"));
-		for (size_t i = 0; i < l->njobs; i++)
-			l->jobs[i]->in_ext = false;
-		retry_later(l);
+		/* The next try waits (it used to go out at once, in a loop, as
+		 * long as the server refused it); the deadline timers kill each
+		 * command before its lease can have run out all the same. */
+		int64_t cap = shortest_lease_ms(l) / 6;
+		l->ext_bo.max_ms = cap < LEASE_EXT_RETRY_MIN_MS	  ? LEASE_EXT_RETRY_MIN_MS
+				   : cap > LEASE_EXT_RETRY_MAX_MS ? LEASE_EXT_RETRY_MAX_MS
+								  : cap;
+		int64_t again =
+		    util_boot_ms() + backoff_fail(&l->ext_bo, LOG_WARN, "cannot extend leases",
+						  NULL, res ? db_result_error(res) : "no result");
+		for (size_t i = 0; i < l->njobs; i++) {
+			struct lj *j = l->jobs[i];
+			if (!j->in_ext)
+				continue;
+			j->in_ext = false;
+			if (j->ext_due < again)
+				j->ext_due = again;
+		}
 		return;
 	}
+	if (backoff_failures(&l->ext_bo) > 0 && ev_is_active(&l->retry_timer)) {
+		/* The server takes writes again: the outcomes and claims that
+		 * wait out their back-off go with the next batch. */
+		ev_timer_stop(l->loop, &l->retry_timer);
+	}
+	backoff_ok(&l->ext_bo, "leases extended again", NULL);
 	int n;
 	long long *ids = result_ids(res, &n);
 	for (size_t i = 0; i < l->njobs; i++) {
@@ -515,6 +587,7 @@ static void adopt_job(struct lease *l, struct lq *q, struct claim_job *cj, int s
 	j->state = LJ_RUNNING; /* where a job starts: not a move */
 	j->lease_ms = q->claim_conf->lease_ms;
 	j->deadline = l->sent_boot + j->lease_ms;
+	j->maybe_until = j->deadline;
 	j->ext_due = l->sent_boot + j->lease_ms / 3;
 	ev_init(&j->expire, on_expire);
 	j->expire.data = j;
@@ -564,8 +637,9 @@ static void start_job(struct lj *j)
 			arm_expire(j);
 			return;
 		}
-		/* EMFILE and the like: the environment, not the job. */
-		j->run.kill_reason = RUN_KILL_SHUTDOWN;
+		/* EMFILE and the like: the environment, not the job (run.h,
+		 * struct run_backoff). */
+		j->run.kill_reason = RUN_KILL_UNSTARTED;
 	}
 	end_job(j, NULL);
 }
@@ -576,16 +650,21 @@ static void claim_done(struct lease *l, struct lq *q, PGresult *res)
 	q->nclaim = 0;
 	struct queue_conf *conf = q->claim_conf;
 	if (!res_ok(res)) {
-		if (res)
-			log_warn("msg=\"claim failed\" queue=%s err=%s", q->name,
-				 log_value(PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY)));
+		if (res) {
+			char ctx[LOG_VALUE_MAX + 8];
+			snprintf(ctx, sizeof(ctx), "queue=%s", log_value(q->name));
+			retry_later(l, backoff_fail(&l->claim_bo, LOG_WARN, "claim failed", ctx,
+						    db_result_error(res)));
+		} else {
+			retry_later(l, backoff_step_ms(&l->claim_bo));
+		}
 		q->want = true;
 		q->backlog = false;
-		retry_later(l);
 		q->claim_conf = NULL;
 		queue_conf_unref(conf);
 		return;
 	}
+	backoff_ok(&l->claim_bo, "claiming again", NULL);
 	int rows = PQntuples(res);
 	for (int i = 0; i < rows; i++) {
 		struct claim_job cj;
@@ -676,8 +755,19 @@ static void on_batch(struct db_conn *c, PGresult *const *res, int n, void *arg)
 		 * claim may have committed is handed back by the next orphan
 		 * pass. on_db_event reconnects. */
 		unwrite(l);
-		for (size_t i = 0; i < l->njobs; i++)
-			l->jobs[i]->in_ext = false;
+		for (size_t i = 0; i < l->njobs; i++) {
+			struct lj *j = l->jobs[i];
+			if (!j->in_ext)
+				continue;
+			j->in_ext = false;
+			/* The extension may have committed, at any time until the
+			 * session was given up (the reply timeout) and a moment
+			 * after: the server's lease may run until then plus the
+			 * lease (outcome_lapsed). */
+			int64_t until = l->sent_boot + reply_timeout_ms(l) + 1000 + j->lease_ms;
+			if (until > j->maybe_until)
+				j->maybe_until = until;
+		}
 		for (int i = 0; i < DB_MAX_STMTS; i++) {
 			struct lq *q = l->stmt_claim[i];
 			if (!q)
@@ -703,10 +793,10 @@ static void on_batch(struct db_conn *c, PGresult *const *res, int n, void *arg)
 	if (!joint_ok) {
 		/* Nothing of the joint transaction was done; a statement of it
 		 * that failed on its own reports its error below. */
-		log_warn("msg=\"outcomes and claims of the batch undone (one of them failed); "
-			 "trying again, each statement on its own\"");
+		log_debug("msg=\"outcomes and claims of the batch undone (one of them failed); "
+			  "trying again, each statement on its own\"");
 		l->split = true;
-		retry_later(l);
+		retry_later(l, LEASE_RETRY_MIN_MS);
 	} else if (rest && rest_ok) {
 		l->split = false;
 	}
@@ -731,10 +821,22 @@ static void on_batch(struct db_conn *c, PGresult *const *res, int n, void *arg)
 
 /* Claims may be made: not draining, our instance registered and its claims
  * confirmed lately (a job started now could be killed at once otherwise;
- * the fence's FENCE_UP kicks the daemon again). */
-static bool may_claim(const struct lease *l)
+ * the fence's FENCE_UP kicks the daemon again), and the host not refusing
+ * to start commands (run.h, struct run_backoff): then the backoff timer
+ * asks again once the pause is over. */
+static bool may_claim(struct lease *l)
 {
-	return !l->draining && fence_may_claim(l->fence);
+	if (l->draining || !fence_may_claim(l->fence))
+		return false;
+	int64_t pause = run_backoff_ms(l->renv->backoff);
+	if (pause > 0) {
+		if (!ev_is_active(&l->backoff_timer)) {
+			ev_timer_set(&l->backoff_timer, (double)pause / 1000.0, 0.);
+			ev_timer_start(l->loop, &l->backoff_timer);
+		}
+		return false;
+	}
+	return true;
 }
 
 /* The free slots of q into its claim arrays; returns their count. */
@@ -800,10 +902,11 @@ static int build_claim(struct lease *l, struct lq *q, struct db_stmt *st)
 
 /* Is the job's lease to be extended at all? Not once it is lost, nor
  * while an extension or the write of its outcome (which ends the claim) is
- * in flight. */
+ * in flight, nor once its outcome failed LEASE_FINISH_TRIES times. */
 static bool extendable(const struct lj *j)
 {
-	return !j->lost && !j->in_ext && j->state != LJ_WRITING;
+	return !j->lost && !j->in_ext && j->state != LJ_WRITING &&
+	       !(j->state == LJ_ENDED && j->tries >= LEASE_FINISH_TRIES);
 }
 
 /* Is its extension due by `now` + slack? */
@@ -898,7 +1001,7 @@ static void send_batch(struct db_conn *c, void *arg)
 }
 
 /* Anything for the next batch? */
-static bool has_work(const struct lease *l)
+static bool has_work(struct lease *l)
 {
 	int64_t now = util_boot_ms();
 	bool hold_off = ev_is_active(&l->retry_timer);
@@ -1092,8 +1195,13 @@ struct lease *lease_new(struct ev_loop *loop, const char *conninfo, const char *
 	buf_init(&l->finish_json);
 	buf_init(&l->ext.ids);
 	buf_init(&l->ext.fences);
+	backoff_init(&l->ext_bo, LEASE_EXT_RETRY_MIN_MS, LEASE_EXT_RETRY_MAX_MS);
+	backoff_init(&l->finish_bo, LEASE_RETRY_MIN_MS, LEASE_RETRY_MAX_MS);
+	backoff_init(&l->claim_bo, LEASE_RETRY_MIN_MS, LEASE_RETRY_MAX_MS);
 	ev_init(&l->ext_timer, on_ext_timer);
 	ev_init(&l->retry_timer, on_retry_timer);
+	ev_init(&l->backoff_timer, on_retry_timer);
+	l->backoff_timer.data = l;
 	ev_init(&l->give_up, on_give_up);
 	ev_init(&l->gather, on_gather);
 	ev_check_init(&l->starter, on_start);
@@ -1113,6 +1221,7 @@ void lease_free(struct lease *l)
 		return;
 	ev_timer_stop(l->loop, &l->ext_timer);
 	ev_timer_stop(l->loop, &l->retry_timer);
+	ev_timer_stop(l->loop, &l->backoff_timer);
 	ev_timer_stop(l->loop, &l->give_up);
 	ev_timer_stop(l->loop, &l->gather);
 	ev_check_stop(l->loop, &l->starter);

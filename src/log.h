@@ -18,6 +18,28 @@ enum log_level { LOG_ERROR = 0, LOG_WARN = 1, LOG_INFO = 2, LOG_DEBUG = 3 };
  * the starting level. Safe to call more than once. */
 void log_init(enum log_level level);
 void log_set_level(enum log_level level);
+/* The daemon's mode: from now on a line never waits for the reader of
+ * stderr; one it cannot take at once is dropped and counted, and the count
+ * is logged once lines get through again (log.c says how, for each kind of
+ * stderr). Call once, before the supervisor is forked (it inherits it). */
+void log_nonblocking(void);
+/* The private descriptor log_nonblocking opened, or -1 when there is none
+ * (stderr itself is written): a forked process that closes its other fds
+ * keeps this one, then tells log_set_output_fd where it is now. */
+int log_output_fd(void);
+/* In a forked process: the private descriptor is now fd (-1: unchanged),
+ * its dropped lines are counted from 0 and the notice names `who`
+ * (a static string). */
+void log_set_output_fd(int fd, const char *who);
+/* Lines dropped since the last notice. */
+unsigned long long log_dropped(void);
+/* If lines were dropped, try to log how many (call it now and then: the
+ * next line logged does it too). */
+void log_flush_dropped(void);
+/* Text that is already lines (configuration diagnostics), passed through
+ * as it is, each line dropped and counted like log_msg's when the reader
+ * cannot take it. */
+void log_write_raw(const char *buf, size_t len);
 enum log_level log_get_level(void);
 /* "error|warn|info|debug" -> level; 0 or -1 for an unknown name. */
 int log_level_parse(const char *s, enum log_level *out);

@@ -13,7 +13,9 @@
  * and `--version` the version.
  *
  * Exit status: 0 success, 1 runtime failure (database unreachable, SQL
- * error), 2 bad usage or configuration. The subcommands other than the daemon
+ * error), 2 bad usage or configuration (a transaction-mode pooler too), 3
+ * schema missing or older (run `pgjobd migrate`), 4 schema newer (upgrade
+ * pgjobd); see pgjobd(8), EXIT STATUS. The subcommands other than the daemon
  * live in cli.c and use blocking libpq; the daemon never does. */
 #include <assert.h>
 #include <errno.h>

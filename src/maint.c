@@ -46,6 +46,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backoff.h"
 #include "claim.h"
 #include "db.h"
 #include "log.h"
@@ -70,11 +71,12 @@ struct maint {
 	struct maintain_params params;
 	maint_cancel_fn *on_cancel;
 	void *arg;
-	ev_timer look;	     /* a hinted read of the cancel requests, MAINT_LOOK_GAP apart */
-	ev_tstamp last_read; /* when the requests were last asked for (ev_now) */
-	bool tick_wanted;    /* a tick found the session busy or down */
-	bool look_wanted;    /* a hinted read found the session busy or down */
-	bool draining;	     /* no more housekeeping: cancel requests only */
+	ev_timer look;	      /* a hinted read of the cancel requests, MAINT_LOOK_GAP apart */
+	ev_tstamp last_read;  /* when the requests were last asked for (ev_now) */
+	bool tick_wanted;     /* a tick found the session busy or down */
+	bool look_wanted;     /* a hinted read found the session busy or down */
+	bool draining;	      /* no more housekeeping: cancel requests only */
+	struct backoff fails; /* failed passes and reads, for their summary in the log */
 };
 
 static void send_pending(struct maint *m);
@@ -103,11 +105,12 @@ static void on_pass_done(struct db_conn *c, PGresult *const *res, int n, void *a
 	if (!db_batch_ok(res, n)) {
 		/* e.g. a statement_timeout, or a lock the DBA holds: try again
 		 * at the next tick */
-		log_warn("msg=\"maintenance pass failed\" err=%s",
-			 log_value(db_batch_error(res, n)));
+		backoff_fail(&m->fails, LOG_WARN, "maintenance pass failed", NULL,
+			     db_batch_error(res, n));
 		send_pending(m);
 		return;
 	}
+	backoff_ok(&m->fails, "maintenance passes work again", NULL);
 	if (PQntuples(res[0]) == 1 && PQgetvalue(res[0], 0, 0)[0] == 't') {
 		long long expired = strtoll(PQgetvalue(res[0], 0, 1), NULL, 10);
 		long long deleted = strtoll(PQgetvalue(res[0], 0, 2), NULL, 10);
@@ -130,8 +133,8 @@ static void on_look_done(struct db_conn *c, PGresult *const *res, int n, void *a
 	if (!res)
 		return;
 	if (!db_batch_ok(res, n))
-		log_warn("msg=\"cannot read cancel requests\" err=%s",
-			 log_value(db_batch_error(res, n)));
+		backoff_fail(&m->fails, LOG_WARN, "cannot read cancel requests", NULL,
+			     db_batch_error(res, n));
 	else
 		report_cancels(m, res[0]);
 	send_pending(m);
@@ -289,6 +292,7 @@ struct maint *maint_new(struct ev_loop *loop, const char *conninfo, struct db_co
 			maint_cancel_fn *on_cancel, void *arg)
 {
 	struct maint *m = xcalloc(1, sizeof(*m));
+	backoff_init(&m->fails, 1, 1); /* paced by its tick; the summary is used */
 	m->loop = loop;
 	m->on_cancel = on_cancel;
 	m->arg = arg;

@@ -13,15 +13,57 @@
  * CREATE waits for the first one's transaction and then fails on the catalog's
  * unique index (the IF NOT EXISTS check came before the wait). Each CREATE
  * runs in a block that takes that failure for "it exists now", so the second
- * run goes on, takes the lock, and finds the first one's work. */
+ * run goes on, takes the lock, and finds the first one's work.
+ *
+ * No lock is waited for long (LOCK_TIMEOUT): a migration that waits for a
+ * table queues every later lock request on it, producers' INSERTs included,
+ * behind its own. A try that cannot have a lock rolls back and the whole
+ * upgrade is tried again after a back-off, LOCK_TRIES times at most. The
+ * commit notifies MIGRATE_CHANNEL; what was applied is printed after it. */
 #include "migrate.h"
 
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 int migrate_latest(void)
 {
 	return migrations_count ? migrations[migrations_count - 1].version : 0;
+}
+
+int migrate_verdict(int have)
+{
+	if (have == migrate_latest())
+		return 0;
+	return have < migrate_latest() ? MIGRATE_EXIT_OLDER : MIGRATE_EXIT_NEWER;
+}
+
+/* Each lock a migration asks for waits LOCK_TIMEOUT at most: a table it
+ * must change may be held by a running job (a transaction-mode job's open
+ * transaction holds its row of pgjobd.jobs, and with it the table), and
+ * while the migration waits, every producer's INSERT queues behind it. So
+ * it gives up instead, rolls back, lets them through for a back-off, and
+ * tries again: LOCK_TRIES times, the back-off doubling from
+ * LOCK_BACKOFF_MIN_MS to LOCK_BACKOFF_MAX_MS (about five minutes in all). */
+#define LOCK_TIMEOUT "1s"
+#define LOCK_TRIES 60
+#define LOCK_BACKOFF_MIN_MS 200
+#define LOCK_BACKOFF_MAX_MS 5000
+/* Retrying is said on stderr only once it has taken this long. */
+#define LOCK_QUIET_MS 5000
+
+/* The outcome of one statement: its SQLSTATE kept for the retry loop. */
+static char last_state[6];
+
+/* SQLSTATEs after which the whole transaction is tried again: a lock not
+ * had within lock_timeout (55P03), a deadlock (40P01). */
+static bool is_lock_failure(void)
+{
+	return strcmp(last_state, "55P03") == 0 || strcmp(last_state, "40P01") == 0;
 }
 
 static int exec_ok(PGconn *pg, const char *sql)
@@ -29,7 +71,10 @@ static int exec_ok(PGconn *pg, const char *sql)
 	PGresult *r = PQexec(pg, sql);
 	ExecStatusType st = PQresultStatus(r);
 	int ok = st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK;
-	if (!ok)
+	const char *state = ok ? NULL : PQresultErrorField(r, PG_DIAG_SQLSTATE);
+	snprintf(last_state, sizeof(last_state), "%s", state ? state : "");
+	/* a lock failure is reported by the retry loop, once it gives up */
+	if (!ok && !is_lock_failure())
 		fprintf(stderr, "pgjobd: migrate: %s", PQerrorMessage(pg));
 	PQclear(r);
 	return ok ? 0 : -1;
@@ -58,12 +103,18 @@ int migrate_current(PGconn *pg)
 	return v;
 }
 
-int migrate_apply(PGconn *pg)
+/* One try of the whole upgrade, in one transaction. Returns the number of
+ * migrations applied (committed) with their indexes in done[], or -1 (the
+ * transaction rolled back; last_state tells whether a lock was the cause),
+ * or -2 when the schema is newer than this binary. */
+static int apply_once(PGconn *pg, int *done)
 {
+	int rc = -1;
 	if (exec_ok(pg, "BEGIN") < 0)
 		return -1;
 	/* quiet "already exists" notices of IF NOT EXISTS */
 	if (exec_ok(pg, "SET LOCAL client_min_messages = warning") < 0 ||
+	    exec_ok(pg, "SET LOCAL lock_timeout = '" LOCK_TIMEOUT "'") < 0 ||
 	    exec_ok(pg, "DO $$ BEGIN CREATE SCHEMA IF NOT EXISTS pgjobd; "
 			"EXCEPTION WHEN unique_violation THEN NULL; END $$") < 0 ||
 	    exec_ok(pg, "DO $$ BEGIN CREATE TABLE IF NOT EXISTS pgjobd.schema_version ("
@@ -80,6 +131,7 @@ int migrate_apply(PGconn *pg)
 			"pgjobd: migrate: the database has schema version %d, newer than this "
 			"pgjobd (%d); upgrade pgjobd\n",
 			cur, migrate_latest());
+		rc = -2;
 		goto fail;
 	}
 	int applied = 0;
@@ -88,9 +140,11 @@ int migrate_apply(PGconn *pg)
 		if (m->version <= cur)
 			continue;
 		if (exec_ok(pg, m->sql) < 0) {
-			fprintf(stderr,
-				"pgjobd: migrate: migration %s failed; nothing was changed\n",
-				m->name);
+			if (!is_lock_failure())
+				fprintf(
+				    stderr,
+				    "pgjobd: migrate: migration %s failed; nothing was changed\n",
+				    m->name);
 			goto fail;
 		}
 		const char *vals[2];
@@ -108,22 +162,108 @@ int migrate_apply(PGconn *pg)
 			goto fail;
 		}
 		PQclear(r);
-		applied++;
+		done[applied++] = i;
 	}
+	/* Running daemons look at the version again at once (delivered at
+	 * the commit): a newer one than they know makes them stop claiming. */
+	if (applied && exec_ok(pg, "NOTIFY " MIGRATE_CHANNEL) < 0)
+		goto fail;
 	if (exec_ok(pg, "COMMIT") < 0)
 		return -1;
-	/* Only now: until the commit, none of them was applied. They are the
-	 * last `applied` ones (every version above cur, in order). */
-	for (int i = migrations_count - applied; i < migrations_count; i++)
-		printf("applied %s\n", migrations[i].name);
+	return applied;
+fail:
+	PQclear(PQexec(pg, "ROLLBACK"));
+	return rc;
+}
+
+/* Who holds locks on pgjobd's tables in a transaction open for a while
+ * (the likely reason a lock was not had), one line each, for the message
+ * of a migration that gave up. Best effort: prints nothing on an error. */
+static void print_lock_holders(PGconn *pg)
+{
+	PGresult *r =
+	    PQexec(pg, "SELECT a.pid, coalesce(a.application_name, ''), coalesce(a.state, ''), "
+		       "round(extract(epoch FROM now() - a.xact_start))::int "
+		       "FROM pg_stat_activity a "
+		       "WHERE a.pid <> pg_backend_pid() AND a.xact_start IS NOT NULL AND a.pid IN ("
+		       " SELECT l.pid FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
+		       " JOIN pg_namespace n ON n.oid = c.relnamespace "
+		       " WHERE l.granted AND n.nspname = 'pgjobd' AND l.database = "
+		       " (SELECT oid FROM pg_database WHERE datname = current_database())) "
+		       "ORDER BY a.xact_start LIMIT 5");
+	if (PQresultStatus(r) == PGRES_TUPLES_OK) {
+		for (int i = 0; i < PQntuples(r); i++)
+			fprintf(stderr,
+				"pgjobd: migrate:   held by pid %s (application_name '%s', %s, "
+				"transaction open %s s)\n",
+				PQgetvalue(r, i, 0), PQgetvalue(r, i, 1), PQgetvalue(r, i, 2),
+				PQgetvalue(r, i, 3));
+	}
+	PQclear(r);
+}
+
+static void sleep_ms(int64_t ms)
+{
+	struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000};
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int migrate_apply(PGconn *pg)
+{
+	int *done = calloc((size_t)migrations_count + 1, sizeof(*done));
+	if (!done) {
+		fprintf(stderr, "pgjobd: migrate: out of memory\n");
+		return -1;
+	}
+	int64_t start = now_ms(), backoff = LOCK_BACKOFF_MIN_MS;
+	int applied = -1;
+	for (int attempt = 1; attempt <= LOCK_TRIES; attempt++) {
+		applied = apply_once(pg, done);
+		if (applied >= 0 || !is_lock_failure())
+			break;
+		if (attempt == LOCK_TRIES) {
+			fprintf(stderr,
+				"pgjobd: migrate: cannot get the locks it needs (%d tries in %lld "
+				"s, each waiting %s at most); nothing was changed\n",
+				LOCK_TRIES, (long long)((now_ms() - start) / 1000), LOCK_TIMEOUT);
+			print_lock_holders(pg);
+			fprintf(stderr,
+				"pgjobd: hint: a transaction-mode job holds pgjobd.jobs "
+				"while it runs: pause its queue (pgjobd pause QUEUE) and run "
+				"pgjobd migrate again once its running jobs are done\n");
+			break;
+		}
+		if (now_ms() - start >= LOCK_QUIET_MS) {
+			fprintf(stderr,
+				"pgjobd: migrate: waiting for locks (try %d of %d; again in %lld "
+				"ms)\n",
+				attempt, LOCK_TRIES, (long long)backoff);
+			print_lock_holders(pg);
+		}
+		sleep_ms(backoff);
+		backoff = backoff * 2 > LOCK_BACKOFF_MAX_MS ? LOCK_BACKOFF_MAX_MS : backoff * 2;
+	}
+	if (applied < 0) {
+		free(done);
+		return applied == -2 ? MIGRATE_EXIT_NEWER : -1;
+	}
+	/* Only now, with the transaction committed: what was applied. */
+	for (int i = 0; i < applied; i++)
+		printf("applied %s\n", migrations[done[i]].name);
+	free(done);
 	if (!applied)
 		printf("schema pgjobd is up to date (version %d)\n", migrate_latest());
 	else
 		printf("schema pgjobd is at version %d\n", migrate_latest());
 	return 0;
-fail:
-	PQclear(PQexec(pg, "ROLLBACK"));
-	return -1;
 }
 
 int migrate_setup_roles(PGconn *pg)
@@ -140,10 +280,26 @@ int migrate_setup_roles(PGconn *pg)
 		PQclear(r);
 		return -1;
 	}
-	if (exec_ok(pg, "SELECT pgjobd.setup_roles()") < 0) {
+	PGresult *setup = PQexec(pg, "SELECT pgjobd.setup_roles()");
+	if (PQresultStatus(setup) != PGRES_TUPLES_OK) {
+		const char *state = PQresultErrorField(setup, PG_DIAG_SQLSTATE);
+		const char *primary = PQresultErrorField(setup, PG_DIAG_MESSAGE_PRIMARY);
+		if (state && strcmp(state, "42501") == 0 && primary)
+			/* PL/pgSQL's CONTEXT lines would only hide what to do. */
+			fprintf(stderr,
+				"pgjobd: migrate: --grant: %s (role %s)\n"
+				"pgjobd: hint: run it as a role with CREATEROLE that owns schema "
+				"pgjobd or is a superuser, e.g. 'sudo -u postgres pgjobd migrate "
+				"--grant -c /etc/pgjobd/admin.ini'; or in psql, as such a role: "
+				"SELECT pgjobd.setup_roles();\n",
+				primary, PQuser(pg));
+		else
+			fprintf(stderr, "pgjobd: migrate: %s", PQerrorMessage(pg));
+		PQclear(setup);
 		PQclear(r);
 		return -1;
 	}
+	PQclear(setup);
 	for (int i = 0; i < PQntuples(r); i++)
 		printf("created role %s\n", PQgetvalue(r, i, 0));
 	PQclear(r);

@@ -17,9 +17,25 @@ extern const int migrations_count;
 /* The schema version this binary needs (the newest migration). */
 int migrate_latest(void);
 
+/* Exit statuses for a schema this binary cannot use (pgjobd(8), EXIT
+ * STATUS): the unit does not restart on them (RestartPreventExitStatus). */
+#define MIGRATE_EXIT_OLDER 3 /* missing or older: run `pgjobd migrate` */
+#define MIGRATE_EXIT_NEWER 4 /* newer: upgrade pgjobd on this host */
+
+/* 0 when schema version `have` is the one this binary needs, else
+ * MIGRATE_EXIT_OLDER or MIGRATE_EXIT_NEWER. */
+int migrate_verdict(int have);
+
+/* The channel `pgjobd migrate` notifies when it has applied a migration:
+ * running daemons look at the schema version again at once. */
+#define MIGRATE_CHANNEL "pgjobd_schema"
+
 /* Create or upgrade schema pgjobd in one transaction, serialised against
- * concurrent runs by a lock on pgjobd.schema_version; idempotent. Prints what it did to
- * stdout. Returns 0, or -1 after printing PostgreSQL's error to stderr. */
+ * concurrent runs by a lock on pgjobd.schema_version; idempotent. Each lock
+ * waits a moment at most (lock_timeout), and the transaction is tried again
+ * with back-off while a lock is not had. Prints what it did to stdout, once
+ * committed. Returns 0; MIGRATE_EXIT_NEWER when the schema is newer than
+ * this binary; or -1 after printing PostgreSQL's error to stderr. */
 int migrate_apply(PGconn *pg);
 
 /* `pgjobd migrate --grant`: pgjobd.setup_roles(), which creates the NOLOGIN

@@ -53,7 +53,8 @@ struct report {
 	bool count_pending; /* a count is in flight on the listener */
 	bool stopping;
 	long long queued; /* last count, -1 before the first */
-	char last_status[160];
+	char last_status[400];
+	char reload_failed[256]; /* "" unless the last reload failed */
 };
 
 static void send_status(struct report *r, const char *text)
@@ -68,7 +69,7 @@ static void send_status(struct report *r, const char *text)
 
 static void update_status(struct report *r)
 {
-	char text[sizeof(r->last_status)];
+	char text[sizeof(r->last_status) - sizeof(r->reload_failed) - 2];
 	long long running = (long long)metrics_running(r->m);
 	if (r->stopping)
 		snprintf(text, sizeof(text), "stopping: %lld running", running);
@@ -78,7 +79,16 @@ static void update_status(struct report *r)
 		snprintf(text, sizeof(text), "%lld running, %d+ queued", running, QUEUED_CAP);
 	else
 		snprintf(text, sizeof(text), "%lld running, %lld queued", running, r->queued);
-	send_status(r, text);
+	char full[sizeof(r->last_status)];
+	snprintf(full, sizeof(full), "%s%s%s", text, r->reload_failed[0] ? "; " : "",
+		 r->reload_failed);
+	send_status(r, full);
+}
+
+void report_reload(struct report *r, const char *why)
+{
+	snprintf(r->reload_failed, sizeof(r->reload_failed), "%s", why ? why : "");
+	update_status(r);
 }
 
 static void on_count(struct db_conn *c, PGresult *const *res, int n, void *arg)

@@ -26,6 +26,9 @@ struct report *report_new(struct ev_loop *loop, struct metrics *m, struct db_con
 void report_configure(struct report *r, const struct config *cfg);
 /* The daemon is draining: STATUS says so from now on. */
 void report_stopping(struct report *r);
+/* The last reload's failure (why, e.g. "reload failed: FILE:LINE: ..."),
+ * shown after the counts in STATUS= until a reload succeeds (why NULL). */
+void report_reload(struct report *r, const char *why);
 /* Write the metrics file one last time, stop the timer and free. NULL: no-op. */
 void report_free(struct report *r);
 

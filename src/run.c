@@ -43,6 +43,73 @@
 
 static void on_timeout(struct ev_loop *loop, ev_timer *w, int revents);
 
+bool run_host_refused(int err)
+{
+	return err == EAGAIN || err == ENOMEM || err == EMFILE || err == ENFILE;
+}
+
+int64_t run_backoff_ms(const struct run_backoff *b)
+{
+	if (!b || b->delay_ms == 0)
+		return 0;
+	int64_t left = b->until_ms - util_now_ms();
+	return left > 0 ? left : 0;
+}
+
+/* The episode ends once no start was refused for a while. */
+static void backoff_maybe_end(struct run_backoff *b, int64_t now)
+{
+	if (b->delay_ms == 0 || now - b->last_hit_ms < RUN_BACKOFF_QUIET_MS)
+		return;
+	log_info("msg=\"commands start again: the host no longer refuses them\" refused=%lld",
+		 b->refused);
+	b->delay_ms = 0;
+	b->refused = 0;
+}
+
+/* The host refused r's start (err, at step what): see struct run_backoff. */
+static void backoff_hit(struct run *r, int err, const char *what)
+{
+	struct run_backoff *b = r->env->backoff;
+	if (!b)
+		return;
+	int64_t now = util_now_ms();
+	backoff_maybe_end(b, now);
+	if (b->delay_ms == 0) {
+		b->delay_ms = RUN_BACKOFF_MIN_MS;
+		log_warn(
+		    "msg=\"the host refused to start a command; jobs are given back and "
+		    "starts paused while it refuses\" queue=%s step=%s err=\"%s\" pause_ms=%lld "
+		    "hint=\"raise the daemon's process or open-file limit (LimitNPROC=, "
+		    "LimitNOFILE=) or lower concurrency; see pgjobd(8), LIMITS\"",
+		    r->q->name, what, strerror(err), (long long)b->delay_ms);
+	} else if (now >= b->until_ms) {
+		/* the first refusal after a pause: pause longer */
+		b->delay_ms =
+		    b->delay_ms * 2 > RUN_BACKOFF_MAX_MS ? RUN_BACKOFF_MAX_MS : b->delay_ms * 2;
+	}
+	r->host_refused = true;
+	b->until_ms = now + b->delay_ms;
+	b->last_hit_ms = now;
+	b->refused++;
+	log_run(LOG_DEBUG, r,
+		"msg=\"the host refused to start the command; given back\" step=%s "
+		"err=\"%s\" pause_ms=%lld",
+		what, strerror(err), (long long)b->delay_ms);
+}
+
+/* A command started: the first after a pause shortens the next one. */
+static void backoff_ok(const struct run *r)
+{
+	struct run_backoff *b = r->env->backoff;
+	if (!b || b->delay_ms == 0)
+		return;
+	int64_t now = util_now_ms();
+	backoff_maybe_end(b, now);
+	if (b->delay_ms > 0 && now >= b->until_ms && b->delay_ms / 2 >= RUN_BACKOFF_MIN_MS)
+		b->delay_ms /= 2;
+}
+
 const char *run_kill_name(enum run_kill k)
 {
 	switch (k) {
@@ -133,6 +200,7 @@ void run_fini(struct run *r)
 void run_begin(struct run *r, struct queue_conf *q)
 {
 	r->q = queue_conf_ref(q);
+	r->host_refused = false;
 	/* The queue's max_attempts is a ceiling a job may lower, never raise,
 	 * whatever the row says; below 1 counts as 1. Decides the retry and
 	 * PGJOBD_MAX_ATTEMPTS. */
@@ -202,6 +270,15 @@ void run_outcome(struct run *r, const struct exec_outcome *o, struct claim_outco
 	int sig = o->status == EXEC_SIGNALED ? o->signal : 0;
 	char msg[256] = "";
 	memset(out, 0, sizeof(*out));
+	if (!reason && o->status == EXEC_SPAWN_FAILED && run_host_refused(o->spawn_errno)) {
+		/* The host's limits, not the job: given back, no history
+		 * entry (nothing of the command ran). */
+		backoff_hit(r, o->spawn_errno, o->spawn_what);
+		kill = r->kill_reason = RUN_KILL_UNSTARTED;
+		reason = run_kill_name(kill);
+		snprintf(msg, sizeof(msg), "%s: %s", o->spawn_what, strerror(o->spawn_errno));
+		ran = false;
+	}
 	if (!reason) {
 		if (o->status == EXEC_SPAWN_FAILED) {
 			reason = "spawn";
@@ -257,8 +334,12 @@ void run_outcome(struct run *r, const struct exec_outcome *o, struct claim_outco
 	else if (o->status == EXEC_SIGNALED)
 		snprintf(codes, sizeof(codes), " signal=%d", o->signal);
 	bool retry = strcmp(out->status, "queued") == 0 && !out->give_back;
-	log_run(strcmp(out->status, "failed") == 0 ? LOG_WARN : LOG_INFO, r,
-		"msg=\"job finished\" status=%s reason=%s%s%s ms=%" PRId64, out->status,
+	/* A start the host refused is told once per episode (backoff_hit). */
+	bool refused = out->give_back && r->host_refused;
+	log_run(strcmp(out->status, "failed") == 0 ? LOG_WARN
+		: refused			   ? LOG_DEBUG
+						   : LOG_INFO,
+		r, "msg=\"job finished\" status=%s reason=%s%s%s ms=%" PRId64, out->status,
 		reason ? reason : "none", codes, retry ? " retry=true" : "", ms);
 }
 
@@ -412,7 +493,11 @@ int run_exec(struct run *r)
 	util_strv_free(envp);
 	if (!r->proc) {
 		int err = errno;
-		log_run(LOG_ERROR, r, "msg=\"cannot start command\" err=\"%s\"", strerror(err));
+		if (run_host_refused(err))
+			backoff_hit(r, err, "pipe");
+		else
+			log_run(LOG_ERROR, r, "msg=\"cannot start command\" err=\"%s\"",
+				strerror(err));
 		joblog_free(r->joblog);
 		r->joblog = NULL;
 		errno = err;
@@ -431,7 +516,12 @@ int run_exec(struct run *r)
 		ev_timer_set(&r->timeout, (double)tmo / 1000.0, 0.);
 		ev_timer_start(r->env->loop, &r->timeout);
 	}
-	log_run(LOG_INFO, r, "msg=\"job started\" group=%s pgid=%d fence=%lld",
-		log_value(r->cj.group_id), (int)r->pgid, r->cj.fence);
+	bool spawned = exec_pgid(r->proc) > 0;
+	if (spawned)
+		backoff_ok(r);
+	/* Not spawned: its outcome (soon) says why. */
+	log_run(spawned ? LOG_INFO : LOG_DEBUG, r,
+		"msg=\"job started\" group=%s pgid=%d fence=%lld", log_value(r->cj.group_id),
+		(int)r->pgid, r->cj.fence);
 	return 0;
 }

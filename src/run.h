@@ -48,16 +48,43 @@ enum run_kill {
  * RUN_KILL_NONE). */
 const char *run_kill_name(enum run_kill k);
 
+/* The host refused what a command needs to start: a process (RLIMIT_NPROC:
+ * EAGAIN from clone, or from execve after the switch to the command's
+ * user), file descriptors (EMFILE, ENFILE for its pipes) or memory
+ * (ENOMEM). Not the job's fault: the attempt is given back (not counted, no
+ * history entry) and the daemon starts no command for a while, doubling
+ * that pause while the host keeps refusing and halving it while commands
+ * start, between RUN_BACKOFF_MIN_MS and RUN_BACKOFF_MAX_MS. The first
+ * refusal of an episode is logged (a warning), and its end once no start
+ * was refused for RUN_BACKOFF_QUIET_MS; each refusal in between only at
+ * debug level. One per daemon, owned by it. */
+struct run_backoff {
+	int64_t until_ms;    /* util_now_ms() before which no command starts */
+	int64_t delay_ms;    /* the current pause; 0: no episode */
+	int64_t last_hit_ms; /* the latest refusal */
+	long long refused;   /* refusals in this episode */
+};
+#define RUN_BACKOFF_MIN_MS 250
+#define RUN_BACKOFF_MAX_MS 10000
+#define RUN_BACKOFF_QUIET_MS 5000
+
+/* Is err the host refusing resources (see struct run_backoff)? */
+bool run_host_refused(int err);
+/* Milliseconds until commands may start again, 0 when they may now. b
+ * may be NULL (never backing off). */
+int64_t run_backoff_ms(const struct run_backoff *b);
+
 /* What every run of a daemon shares; owned by the daemon, outlives runs. */
 struct run_env {
 	struct ev_loop *loop;
 	const char *home; /* HOME for commands of queues without `user` */
 	const char *lang; /* the daemon's LANG, NULL if unset */
 	struct guard *guard;
-	struct reaper *reaper;	 /* reaps the commands' shells (reap.h) */
-	struct contain *contain; /* a cgroup per command, or orphans swept; may be NULL */
-	struct metrics *metrics; /* may be NULL */
-	int nice_raise;		 /* priv_raise_priority's result: exec_spec.nice_raise */
+	struct reaper *reaper;	     /* reaps the commands' shells (reap.h) */
+	struct contain *contain;     /* a cgroup per command, or orphans swept; may be NULL */
+	struct metrics *metrics;     /* may be NULL */
+	int nice_raise;		     /* priv_raise_priority's result: exec_spec.nice_raise */
+	struct run_backoff *backoff; /* may be NULL */
 };
 
 /* The command has ended: its shell was reaped and its process group and
@@ -76,6 +103,7 @@ struct run {
 	int64_t deadline;	   /* lease mode: CLOCK_BOOTTIME ms at which the supervisor kills
 				      the command; 0: the daemon's fence deadline governs it */
 	enum run_kill kill_reason; /* why it is being killed, or not started */
+	bool host_refused;	   /* the host refused its start (struct run_backoff) */
 	/* Set before the spawn, for the command's new process (exec.h,
 	 * in_child), which sets pgid and completes `contain`. */
 	int guard_fd; /* the supervisor's channel; -1: none */
@@ -100,8 +128,11 @@ void run_fini(struct run *r);
 void run_begin(struct run *r, struct queue_conf *q);
 /* Start the command (run_begin first). Returns 0 when it is under way
  * (done will be called), -1 when its pipes could not be created (errno
- * set, logged): the environment, not the job; the caller gives the attempt
- * back (run_outcome with reason RUN_KILL_SHUTDOWN). */
+ * set, logged, and, when the host refused them, the daemon backs off): the
+ * environment, not the job; the caller gives the attempt back (run_outcome
+ * with reason RUN_KILL_UNSTARTED). A start the host refused after the
+ * process existed (RLIMIT_NPROC) comes back through done; run_outcome then
+ * gives the attempt back the same way. */
 int run_exec(struct run *r);
 /* Terminate the command for `reason` (not RUN_KILL_NONE): SIGTERM to its
  * group, SIGKILL after grace_ms (0: at once). A cancel overrides any other

@@ -55,6 +55,7 @@ const char sched_cli_usage[] =
 /* The command line of one verb. Strings are borrowed from argv. */
 struct sargs {
 	const char *config;
+	const char *database;
 	const char *verb;
 	const char *operand[3];
 	int noperands;
@@ -70,6 +71,7 @@ static const struct sopt {
 	const char *verbs; /* the verbs that take it, space-separated */
 } sopts[] = {
     {"--data", true, offsetof(struct sargs, data), "add"},
+    {"--database", true, offsetof(struct sargs, database), "add list rm run-now pause resume"},
     {"--expires-in", true, offsetof(struct sargs, expires_in), "add"},
     {"--group", true, offsetof(struct sargs, group), "add"},
     {"--json", false, offsetof(struct sargs, json), "list"},
@@ -224,7 +226,7 @@ static int open_session(struct ssession *s, const struct sargs *a)
 {
 	s->a = a;
 	snprintf(s->cmd, sizeof(s->cmd), "schedule %s", a->verb);
-	s->ca = (struct cli_args){.cmd = s->cmd, .config = a->config};
+	s->ca = (struct cli_args){.cmd = s->cmd, .config = a->config, .database = a->database};
 	return cli_session_open(&s->cs, &s->ca, false);
 }
 
@@ -330,6 +332,12 @@ static int verb_add(const struct sargs *a)
 		return rc;
 	}
 	PQclear(r);
+	/* A warning only, as for enqueue: a schedule is often made before
+	 * the daemon that will serve its queue. */
+	if ((rc = cli_check_served(&s.cs, queue, false))) {
+		close_session(&s);
+		return rc;
+	}
 	r = query(&s,
 		  "SELECT pgjobd.schedule(name => $1, cron => $2, queue => $3, data => $4::jsonb, "
 		  "time_zone => $5, group_id => $6, priority => $7::int, max_attempts => $8::int, "

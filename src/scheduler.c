@@ -55,6 +55,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backoff.h"
 #include "cron.h"
 #include "db.h"
 #include "log.h"
@@ -134,14 +135,15 @@ struct scheduler {
 	scheduler_idle_fn *idle;
 	void *arg;
 	enum sched_state state;
-	bool want_probe; /* look at the table when the session is free */
-	bool want_pass;	 /* tick when the session is free */
-	bool stopped;	 /* draining: nothing new */
-	bool empty_pass; /* the last tick found nothing it could lock */
-	double retry;	 /* the next wait after such a tick */
-	ev_timer due;	 /* the earliest next_run */
-	ev_timer poll;	 /* every poll_interval */
-	ev_timer look;	 /* a hinted probe, SCHED_LOOK_GAP apart */
+	bool want_probe;      /* look at the table when the session is free */
+	bool want_pass;	      /* tick when the session is free */
+	bool stopped;	      /* draining: nothing new */
+	bool empty_pass;      /* the last tick found nothing it could lock */
+	double retry;	      /* the next wait after such a tick */
+	struct backoff fails; /* failed ticks and reads, for their summary in the log */
+	ev_timer due;	      /* the earliest next_run */
+	ev_timer poll;	      /* every poll_interval */
+	ev_timer look;	      /* a hinted probe, SCHED_LOOK_GAP apart */
 	ev_tstamp last_look;
 	double poll_s;
 	/* PGJOBD_TEST_CLOCK, as the three parameters of the clock (NULLs when
@@ -399,7 +401,8 @@ static void on_locked(struct db_conn *c, PGresult *const *res, int n, void *arg)
 		return;
 	}
 	if (!db_batch_ok(res, n)) {
-		log_warn("msg=\"cannot tick schedules\" err=%s", log_value(db_batch_error(res, n)));
+		backoff_fail(&s->fails, LOG_WARN, "cannot tick schedules", NULL,
+			     db_batch_error(res, n));
 		rollback(s);
 		return;
 	}
@@ -537,12 +540,13 @@ static void on_written(struct db_conn *c, PGresult *const *res, int n, void *arg
 	}
 	/* n == 2: COMMIT and probe; n == 4: INSERT, UPDATE, COMMIT, probe. */
 	if (!db_batch_ok(res, n - 1)) {
-		log_warn("msg=\"cannot tick schedules\" err=%s",
-			 log_value(db_batch_error(res, n - 1)));
+		backoff_fail(&s->fails, LOG_WARN, "cannot tick schedules", NULL,
+			     db_batch_error(res, n - 1));
 		clear_plan(s);
 		rollback(s);
 		return;
 	}
+	backoff_ok(&s->fails, "schedules tick again", NULL);
 	if (n == 4)
 		log_pass(s, res[0], res[1]);
 	bool more = s->nplan == SCHED_BATCH;
@@ -742,6 +746,7 @@ struct scheduler *scheduler_new(struct ev_loop *loop, struct db_conn *db, int64_
 				scheduler_idle_fn *idle, void *arg)
 {
 	struct scheduler *s = xcalloc(1, sizeof(*s));
+	backoff_init(&s->fails, 1, 1); /* paced by its timers; the summary is used */
 	s->loop = loop;
 	s->db = db;
 	s->idle = idle;

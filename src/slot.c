@@ -44,6 +44,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backoff.h"
 #include "claim.h"
 #include "db.h"
 #include "exec.h"
@@ -94,13 +95,23 @@ struct slot {
 	/* The outcome (out, with run.result/run.error) could not be committed:
 	 * it is written again, fenced by the token, from the next session. Until
 	 * then the job stays this slot's: our own orphan pass must not hand it
-	 * back as one whose command never started. Bounded by FINISH_TRIES. */
+	 * back as one whose command never started. Tried until the claims of
+	 * the instance that held it have lapsed (fence_lapsed; without a fence,
+	 * FINISH_TRIES times). */
 	struct claim_outcome out;
 	bool finish_pending;
 	int finish_tries;
+	long long claimed_by; /* the instance (fence_worker_id) when the job was held */
+	/* Failed writes of the outcome and releases: their summary in the log
+	 * (the pace of the former is db.c's reconnect backoff). */
+	struct backoff finish_bo, release_bo;
 };
 
 #define FINISH_TRIES 5
+/* A release that failed is tried again after this long, doubling up to
+ * RELEASE_RETRY_MAX_MS. */
+#define RELEASE_RETRY_MIN_MS 1000
+#define RELEASE_RETRY_MAX_MS 10000
 
 #define log_job(level, s, fmt, ...)                                                                \
 	log_msg(level, fmt " job=%lld queue=%s attempt=%d", ##__VA_ARGS__, (s)->run.cj.id,         \
@@ -157,6 +168,8 @@ static void clear_run(struct slot *s)
 	s->release_pending = false;
 	s->finish_pending = false;
 	s->finish_tries = 0;
+	backoff_ok(&s->finish_bo, NULL, NULL);
+	backoff_ok(&s->release_bo, NULL, NULL);
 	run_clear(&s->run);
 }
 
@@ -181,17 +194,35 @@ static void reconnect(struct slot *s)
 		db_reconnect(s->db);
 }
 
+/* "job=N queue=Q" for the summaries of backoff.h. */
+static const char *job_ctx(const struct slot *s, char *buf, size_t n)
+{
+	snprintf(buf, n, "job=%lld queue=%s", s->run.cj.id, log_value(s->q->name));
+	return buf;
+}
+
 static void outcome_lost(struct slot *s, const char *why)
 {
 	/* The transaction that held the job is gone with its lock: write the
-	 * outcome again from the next session. After FINISH_TRIES failures the
-	 * job is dropped; the row stays `running` and is run again. */
-	if (++s->finish_tries < FINISH_TRIES) {
-		log_job(LOG_WARN, s, "msg=\"cannot record outcome; writing it again\" err=%s",
-			log_value(why));
+	 * outcome again from the next session (db.c's reconnects back off),
+	 * for as long as it can matter: until the claims of the instance that
+	 * held the job have lapsed. Then the job is another claim's to take
+	 * over, which counts an attempt and records this run as lost. */
+	char ctx[LOG_VALUE_MAX + 40];
+	s->finish_tries++;
+	bool lapsed = s->env->fence ? fence_lapsed(s->env->fence, s->claimed_by)
+				    : s->finish_tries >= FINISH_TRIES;
+	if (!lapsed) {
+		backoff_fail(&s->finish_bo, LOG_WARN, "cannot record outcome",
+			     job_ctx(s, ctx, sizeof(ctx)), why);
 		s->finish_pending = true;
 	} else {
-		log_job(LOG_ERROR, s, "msg=\"cannot record outcome\" err=%s", log_value(why));
+		log_job(
+		    LOG_ERROR, s,
+		    "msg=\"cannot record outcome; giving up, this daemon's claims have lapsed "
+		    "(the job runs again, this run recorded in its history as lost)\" status=%s "
+		    "tries=%d err=%s",
+		    s->out.status, s->finish_tries, log_value(why));
 		clear_run(s);
 	}
 	reconnect(s);
@@ -219,6 +250,11 @@ static void on_finished(struct db_conn *c, PGresult *const *res, int n, void *ar
 	if (!db_batch_ok(res, n)) {
 		outcome_lost(s, db_batch_error(res, n));
 		return;
+	}
+	if (backoff_failures(&s->finish_bo) > 0) {
+		char ctx[LOG_VALUE_MAX + 40];
+		backoff_ok(&s->finish_bo, "outcome recorded after failed writes",
+			   job_ctx(s, ctx, sizeof(ctx)));
 	}
 	if (strcmp(PQcmdTuples(res[0]), "1") != 0) {
 		/* In the holding transaction this cannot happen. Written again
@@ -283,8 +319,9 @@ static void start_command(struct slot *s)
 {
 	if (run_exec(&s->run) < 0) {
 		/* EMFILE and the like: the environment, not the job. Give the
-		 * attempt back and let the job be claimed again later. */
-		s->run.kill_reason = RUN_KILL_SHUTDOWN;
+		 * attempt back and let the job be claimed again later (after
+		 * the daemon's pause, when the host refused: run.h). */
+		s->run.kill_reason = RUN_KILL_UNSTARTED;
 		write_outcome(s, NULL);
 	}
 }
@@ -397,6 +434,7 @@ void slot_hold(struct slot *s, struct claim_job *cj)
 {
 	s->run.cj = *cj;
 	memset(cj, 0, sizeof(*cj));
+	s->claimed_by = s->env->fence ? fence_worker_id(s->env->fence) : 0;
 	if (s->state != S_RESERVED || !db_is_ready(s->db)) {
 		not_held(s);
 		return;
@@ -429,10 +467,11 @@ static void on_released(struct db_conn *c, PGresult *const *res, int n, void *ar
 	if (!res)
 		return; /* on_db_event reconnects; the release stays pending */
 	if (!db_batch_ok(res, n) || PQntuples(res[0]) != 1) {
-		log_job(LOG_WARN, s, "msg=\"cannot release lost claim; retrying\" err=%s",
-			log_value(db_batch_error(res, n)));
+		char ctx[LOG_VALUE_MAX + 40];
+		int64_t ms = backoff_fail(&s->release_bo, LOG_WARN, "cannot release lost claim",
+					  job_ctx(s, ctx, sizeof(ctx)), db_batch_error(res, n));
 		slot_step(s, S_IDLE);
-		ev_timer_set(&s->release_again, 1.0, 0.);
+		ev_timer_set(&s->release_again, (double)ms / 1000.0, 0.);
 		ev_timer_start(s->env->loop, &s->release_again);
 		return;
 	}
@@ -543,6 +582,8 @@ struct slot *slot_new(const struct slot_env *env, struct queue_conf *q, int inde
 	s->index = index;
 	snprintf(s->worker, sizeof(s->worker), "%s:%s.%d", env->worker_prefix, q->name, index);
 	run_init(&s->run, env->run_env, on_run_done, s);
+	backoff_init(&s->finish_bo, 1, 1); /* paced by db.c; the summary is used */
+	backoff_init(&s->release_bo, RELEASE_RETRY_MIN_MS, RELEASE_RETRY_MAX_MS);
 	ev_init(&s->release_again, on_release_again);
 	s->release_again.data = s;
 	char app[64];

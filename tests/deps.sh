@@ -16,6 +16,8 @@ packages=(
 	clang-format # make format-check
 	groff-base man-db # t_87_install: groff -ww and man -l on man/
 	systemd   # t_87_install: systemd-analyze verify and security on the units
+	pgbouncer # t_29_pooler: PgBouncer in transaction and session mode
+	debootstrap systemd-container # make check-systemd: a Debian root booted with systemd-nspawn
 	"$@"      # extra packages a caller needs (tests/bench/run.sh: strace)
 )
 

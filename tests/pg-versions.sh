@@ -109,6 +109,7 @@ export PGJOBD=${PGJOBD:-$root/build/pgjobd}
 helpers=$(dirname "$PGJOBD")/tests
 export NOTIFY_SINK=${NOTIFY_SINK:-$helpers/notify-sink} CHAOS_PROXY=${CHAOS_PROXY:-$helpers/chaos-proxy}
 export CONFIG_KEYS=${CONFIG_KEYS:-$helpers/config-keys} CLAIM_SQL=${CLAIM_SQL:-$helpers/claim-sql}
+export PGJOBD_NEXT=${PGJOBD_NEXT:-$helpers/pgjobd-next}
 
 # The bin/ directory of each version, all installed before the first run.
 declare -A bindir=()

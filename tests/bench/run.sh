@@ -45,12 +45,17 @@ FOOT_SLEEP=${BENCH_FOOT_SLEEP:-3}             # 6a: seconds each job sleeps (not
                                               #    64 claims must fit in it on a busy machine)
 N_STRACE=${BENCH_STRACE_JOBS:-$((2000 / div))} # 6d: jobs of the straced run
 N_HELD=${BENCH_HELD:-$((20000 / div))}        # 7: groups held back by a retry
-# BENCH_ONLY: a subset of "ceiling throughput pickup backlog enqueue footprint strace held lease"
+N_TICKS=${BENCH_TICKS:-8}                     # 9a, 9b: schedule ticks measured (1 a second)
+N_CANCEL=${BENCH_CANCEL:-5}                   # 9c: jobs cancelled
+WD_SECS=${BENCH_WD_SECS:-5}                   # 9d: seconds of watchdog pings
+# BENCH_ONLY: a subset of "ceiling throughput pickup backlog enqueue footprint strace held lease
+# timers"
 # (default all), for working on one measurement.
 ONLY=${BENCH_ONLY:-}
 STEP_TIMEOUT=${BENCH_STEP_TIMEOUT:-600}       # seconds any single run may take
 OUT=${BENCH_OUT:-$repo/build/bench}           # results.json, table.txt, logs
 BIN=${BENCH_BIN:-$repo/build/bench}           # spawnbench, pickup, stamp
+NOTIFY_SINK=${NOTIFY_SINK:-$repo/build/tests/notify-sink} # 9d: systemd's notify socket
 
 # Targets of the performance work, read by people next to the figures; never pass/fail criteria of
 # the build. Each is "OP VALUE" with OP one of <= >=; empty: no target.
@@ -71,6 +76,9 @@ TGT_HELD_RATIO="<= 2"        # a claim with 20,000 retry-held groups / the same 
 TGT_LEASE_CEILING=">= 0.85"  # lock mode lease: throughput / spawn ceiling, ungrouped and grouped
 TGT_LEASE_P50="<= 2"         # ms, lock mode lease: INSERT commit -> command start
 TGT_LEASE_SESSIONS="<= 3"    # the daemon's sessions in lock mode lease
+TGT_TICK_LATE="<= 1000"      # ms, a schedule's tick -> its job created, either lock mode
+TGT_CANCEL="<= 1500"         # ms, pgjobd.cancel() -> the job's outcome
+TGT_WD_GAP="<= 999"          # ms, longest gap between watchdog pings (WATCHDOG_USEC 1 s)
 
 # ---------------------------------------------------------------- harness
 
@@ -150,6 +158,13 @@ fig() { # KEY VALUE
 	fi
 }
 
+# void_target KEY REASON: every figure KEY.* of this repetition is suspect (e.g. pickups
+# that never happened): the table and the JSON mark their targets as not met, whatever
+# the medians say.
+void_target() {
+	printf '%s\t%s\t%s\n' "$1" "$REP" "$2" >>"$W/void"
+}
+
 # ---------------------------------------------------------------- daemon helpers
 
 DAEMON=
@@ -180,9 +195,10 @@ daemon_down() {
 	local s=$?
 	[ $s = 0 ] || problem "rep $REP: daemon ${CUR_LOG##*/} exited with status $s"
 	# log_level = warn: anything in the log is a warning or an error, but for the
-	# startup warning that commands run as the daemon's user (the bench runs them so).
+	# startup warnings that commands run as the daemon's user (the bench runs them so)
+	# and that schedules use a test clock (9a, 9b).
 	local warned
-	warned=$(grep -v 'msg="commands run as the daemon.s own user' "$CUR_LOG" 2>/dev/null)
+	warned=$(grep -v 'msg="commands run as the daemon.s own user\|msg="schedules use a test clock"' "$CUR_LOG" 2>/dev/null)
 	if [ -n "$warned" ]; then
 		{
 			echo "== ${CUR_LOG##*/}"
@@ -464,18 +480,42 @@ EOF
 }
 
 # pickup_figs KEY INS STAMPS LAT: the latencies (command start - INSERT return, in ms,
-# joined by id) into LAT, sorted, and figures KEY.p50, .p99, .max. Nanosecond
+# joined by id) into LAT, sorted, and figures KEY.missing, .p50, .p99, .max. Nanosecond
 # timestamps lose precision in awk's doubles (steps of 256 ns): irrelevant here.
+# KEY.missing is how many of the $N_PICKUP INSERTs did not reach a command within the
+# 30 s pickup_started waits (an INSERT that failed counts too). The percentiles are over
+# all $N_PICKUP, a missing pickup counting as longer than any measured: a percentile
+# whose rank falls on one is not measured (more than 30 s), never taken over the
+# measured ones only, which would look better the more were lost; the max is not
+# measured then. Any missing pickup makes every target of KEY not met (void_target).
 pickup_figs() {
-	awk 'NR == FNR { t[$1] = $2; next } ($1 in t) { printf "%.3f\n", ($2 - t[$1]) / 1e6 }' \
+	local got missing p v
+	awk 'NR == FNR { t[$1] = $2; next } ($1 in t) && !seen[$1]++ { printf "%.3f\n", ($2 - t[$1]) / 1e6 }' \
 		"$2" "$3" 2>/dev/null | sort -n >"$4"
-	[ "$(wc -l <"$4")" -gt 0 ] || {
+	got=$(wc -l <"$4")
+	missing=$((N_PICKUP > got ? N_PICKUP - got : 0))
+	fig "$1.missing" "$missing"
+	if [ "$missing" -gt 0 ]; then
+		problem "rep $REP: $1: $missing of $N_PICKUP INSERTs never reached a command within 30 s (counted as slower than any measured; targets of $1 not met)"
+		void_target "$1" "$missing of $N_PICKUP pickups missing"
+	fi
+	[ "$got" -gt 0 ] || {
 		problem "rep $REP: $1: no latencies"
 		return 1
 	}
-	fig "$1.p50" "$(percentile 0.50 "$4")"
-	fig "$1.p99" "$(percentile 0.99 "$4")"
-	fig "$1.max" "$(tail -n 1 "$4")"
+	for p in 50 99; do
+		v=$(percentile "0.$p" "$4" "$N_PICKUP")
+		if [ -n "$v" ]; then
+			fig "$1.p$p" "$v"
+		else
+			problem "rep $REP: $1.p$p not measured (its rank falls on a missing pickup: more than 30 s)"
+		fi
+	done
+	if [ "$missing" -gt 0 ]; then
+		problem "rep $REP: $1.max not measured (more than 30 s: $missing pickups missing)"
+	else
+		fig "$1.max" "$(tail -n 1 "$4")"
+	fi
 }
 
 # bench_floor: pickup latency with no daemon, the least it can be on this machine (figure
@@ -502,9 +542,141 @@ bench_floor() {
 	pickup_figs "$key" "$ins" "$stamps" "$lat"
 }
 
-# percentile P FILE: nearest-rank percentile (0 < P <= 1) of the sorted numbers in FILE.
+# percentile P FILE [N]: nearest-rank percentile (0 < P <= 1) of the sorted numbers in
+# FILE, of a sample of N (default: FILE's lines) whose values missing from FILE are larger
+# than any in it: nothing (not measured) when the rank falls on one of them.
 percentile() {
-	awk -v p="$1" '{ a[NR] = $1 } END { i = int(p * NR); if (i < p * NR) i++; if (i < 1) i = 1; print a[i] }' "$2"
+	awk -v p="$1" -v n="${3:-0}" '{ a[NR] = $1 } END { if (n < NR) n = NR; i = int(p * n); if (i < p * n) i++; if (i < 1) i = 1; if (i <= NR) print a[i] }' "$2"
+}
+
+# ---------------------------------------------------------------- 9. timers
+
+# What the integration tests check only with bounds a busy machine cannot break (a tick
+# on its timer, a cancel before its kill_grace, watchdog pings never twice WATCHDOG_USEC
+# apart) is measured here.
+#
+# bench_tick [lease]: how late a schedule's tick enqueues its job (figure 9a; 9b with
+# lock mode lease, where the scheduler runs on the lease session). The daemon's clock
+# runs 60 times as fast (PGJOBD_TEST_CLOCK: a minute per second), so a minutely schedule
+# ticks every second; a tick's real time is REAL0 + (scheduled_for - FAKE0) / 60, and its
+# lateness created_at minus that. poll_interval = 1h: only the scheduler's timer acts.
+bench_tick() {
+	local mode=${1:-} key=tick late real0 fake0
+	[ "$mode" = lease ] && key=lease.tick
+	late=$T/$key-late.$REP
+	reset_tables
+	sql "DELETE FROM pgjobd.schedules" >/dev/null
+	cat >"$W/$key.ini" <<EOF
+$(conf_header log_level=warn poll_interval=1h)
+
+[queue.tick]
+command = true
+concurrency = 4
+lock_mode = ${mode:-transaction}
+EOF
+	real0=$(date +%s.%N)
+	fake0=$(date -u -d 2031-06-01T00:00:00Z +%s)
+	start_daemon "$key-$REP" "$W/$key.ini" PGJOBD_TEST_CLOCK="$real0 $fake0 60"
+	DAEMON=$DAEMON_PID
+	CUR_LOG=$T/$key-$REP.log
+	sql "SELECT pgjobd.schedule('bench', '* * * * *', 'tick', missed => 'all')" >/dev/null
+	wait_until $((N_TICKS + 10)) "[ \"\$(psql_q \"SELECT count(*) FROM pgjobd.jobs WHERE schedule = 'bench'\")\" -ge $((N_TICKS + 1)) ]" ||
+		problem "rep $REP: $key: fewer than $((N_TICKS + 1)) ticks in $((N_TICKS + 10)) s"
+	daemon_down
+	sql "SELECT pgjobd.unschedule('bench')" >/dev/null
+	# The first tick is left out: the scheduler may read the new schedule after it.
+	psql_q "SELECT round((extract(epoch FROM created_at)
+		- ($real0 + (extract(epoch FROM scheduled_for) - $fake0) / 60)) * 1000, 3)
+		FROM pgjobd.jobs WHERE schedule = 'bench' ORDER BY scheduled_for OFFSET 1" | sort -n >"$late"
+	[ -s "$late" ] || {
+		problem "rep $REP: $key: no ticks measured"
+		return
+	}
+	fig "$key.p50" "$(percentile 0.50 "$late")"
+	fig "$key.max" "$(tail -n 1 "$late")"
+	fig "$key.min" "$(head -n 1 "$late")"
+}
+
+# bench_cancel: from pgjobd.cancel() (its statement_timestamp) to the job's outcome
+# (finished_at), both on the server's clock, for N_CANCEL jobs one at a time, each
+# running `exec sleep 300` (which dies on SIGTERM at once). Figure 9c.
+bench_cancel() {
+	local lat=$T/cancel-lat.$REP id ts i
+	reset_tables
+	cat >"$W/cancel.ini" <<EOF
+$(conf_header log_level=warn poll_interval=500ms)
+
+[queue.long]
+command = exec sleep 300
+kill_grace = 5s
+EOF
+	daemon_up "cancel-$REP" "$W/cancel.ini"
+	: >"$lat"
+	for ((i = 0; i < N_CANCEL; i++)); do
+		id=$(sql "INSERT INTO pgjobd.jobs (queue) VALUES ('long') RETURNING id")
+		if ! wait_until 20 "[ \"\$(job_field $id status)\" = running ]"; then
+			problem "rep $REP: cancel: job $id did not start"
+			break
+		fi
+		sleep 0.2 # its command has started
+		ts=$(sql "SELECT statement_timestamp() FROM (SELECT pgjobd.cancel($id)) c")
+		if ! wait_until 20 "[ \"\$(job_field $id status)\" = cancelled ]"; then
+			problem "rep $REP: cancel: job $id was not cancelled within 20 s"
+			break
+		fi
+		job_field "$id" "round(extract(epoch FROM finished_at - '$ts'::timestamptz) * 1000, 3)" >>"$lat"
+	done
+	daemon_down
+	[ -s "$lat" ] || return
+	sort -n -o "$lat" "$lat"
+	fig cancel.p50 "$(percentile 0.50 "$lat")"
+	fig cancel.max "$(tail -n 1 "$lat")"
+}
+
+# bench_watchdog: WATCHDOG=1 pings of a daemon with WATCHDOG_USEC=1000000 (one every
+# 0.5 s is the aim) to a stand-in for systemd's notify socket (build/tests/notify-sink,
+# which stamps each datagram with CLOCK_MONOTONIC), over WD_SECS seconds: the mean
+# interval and the longest gap (figure 9d). systemd kills a service whose gap reaches
+# WATCHDOG_USEC.
+bench_watchdog() {
+	local sock=$T/wd.$REP.sock msgs=$T/wd.$REP.txt spid pid out
+	if [ ! -x "$NOTIFY_SINK" ]; then
+		problem "rep $REP: watchdog: $NOTIFY_SINK missing (make build/tests/notify-sink)"
+		return
+	fi
+	"$NOTIFY_SINK" "$sock" "$msgs" 2>>"$T/sink.log" &
+	spid=$!
+	DAEMON_PIDS+=("$spid")
+	if ! wait_until 10 "[ -S '$sock' ]"; then
+		problem "rep $REP: watchdog: the notify sink did not start"
+		return
+	fi
+	cat >"$W/wd.ini" <<EOF
+$(conf_header log_level=warn poll_interval=1h)
+
+[queue.wd]
+command = true
+EOF
+	start_daemon "wd-$REP" "$W/wd.ini" NOTIFY_SOCKET="$sock" WATCHDOG_USEC=1000000
+	DAEMON=$DAEMON_PID
+	CUR_LOG=$T/wd-$REP.log
+	pid=$DAEMON
+	sleep "$WD_SECS"
+	daemon_down
+	kill "$spid" 2>/dev/null
+	wait "$spid" 2>/dev/null
+	forget_daemon "$spid"
+	out=$(awk -v pid="$pid" '$3 == pid && $4 == "WATCHDOG=1" {
+			if (n) { g = $1 - prev; if (g > max) max = g }
+			if (!n) first = $1
+			prev = $1; n++
+		} END { if (n > 2) printf "%.3f %.3f\n", (prev - first) / (n - 1) * 1000, max * 1000 }' "$msgs")
+	if [ -z "$out" ]; then
+		problem "rep $REP: watchdog: fewer than 3 pings in $WD_SECS s"
+		return
+	fi
+	fig watchdog.interval "${out% *}"
+	fig watchdog.gap "${out#* }"
 }
 
 # ---------------------------------------------------------------- 4. backlog scaling
@@ -833,6 +1005,7 @@ W=$T/bench
 mkdir -p "$W"
 : >"$W/defs"
 : >"$W/figs"
+: >"$W/void"
 PGUSER=postgres sql "CREATE ROLE bench SUPERUSER LOGIN" >/dev/null
 [ -n "$PGSS_LIB" ] && PGUSER=postgres sql "CREATE EXTENSION pg_stat_statements" >/dev/null
 export PGUSER=bench
@@ -909,6 +1082,7 @@ def ratio.ungrouped "2a ungrouped / ceiling" ratio 3 "$TGT_RATIO_CEILING"
 def tput.grouped "2b $N_GROUPS groups" jobs/s 1 ""
 def ratio.grouped "2b grouped / ceiling" ratio 3 "$TGT_RATIO_GROUPED"
 section "3. pickup latency: $N_PICKUP INSERTs to an idle daemon (poll 30s)"
+def pickup.missing "3  INSERTs not picked up within 30 s" jobs 0 "<= 0"
 def pickup.p50 "3  p50 INSERT return -> command start" ms 2 "$TGT_PICKUP_P50"
 def pickup.p99 "3  p99" ms 2 "$TGT_PICKUP_P99"
 def pickup.max "3  max" ms 2 "$TGT_PICKUP_MAX"
@@ -964,9 +1138,11 @@ def ratio.lease.ungrouped "8a ungrouped / ceiling" ratio 3 "$TGT_LEASE_CEILING"
 def tput.lease.grouped "8b $N_GROUPS groups" jobs/s 1 ""
 def ratio.lease.grouped "8b grouped / ceiling" ratio 3 "$TGT_LEASE_CEILING"
 def sessions.lease.ungrouped "8  the daemon's sessions, concurrency $CONCURRENCY" sessions 0 "$TGT_LEASE_SESSIONS"
+def lease.pickup.missing "8c INSERTs not picked up within 30 s" jobs 0 "<= 0"
 def lease.pickup.p50 "8c p50 INSERT return -> command start" ms 2 "$TGT_LEASE_P50"
 def lease.pickup.p99 "8c p99" ms 2 "$TGT_PICKUP_P99"
 def lease.pickup.max "8c max" ms 2 ""
+def lease.floor.missing "8d INSERTs not picked up within 30 s" jobs 0 "<= 0"
 def lease.floor.p50 "8d p50, no daemon: the floor of 8c" ms 2 ""
 def lease.floor.p99 "8d p99" ms 2 ""
 def lease.floor.max "8d max" ms 2 ""
@@ -980,6 +1156,17 @@ def cpubound.lease.ungrouped "8  most 8a / ceiling the CPU allows (every core bu
 def busy.lease.grouped "8  share of the machine's cores busy, 8b" ratio 2 ""
 def mcpu.lease.grouped "8  the machine's CPU per job (all processes), 8b" ms 3 ""
 def cpubound.lease.grouped "8  most 8b / ceiling the CPU allows (every core busy)" ratio 3 ""
+section "9. timers: schedule ticks ($N_TICKS, 1 a second), cancels ($N_CANCEL), watchdog (${WD_SECS}s)"
+def tick.p50 "9a p50 tick -> its job created" ms 1 ""
+def tick.max "9a max" ms 1 "$TGT_TICK_LATE"
+def tick.min "9a min (never negative: not before the tick)" ms 1 ">= 0"
+def lease.tick.p50 "9b p50 tick -> job, lock mode lease (lease session)" ms 1 ""
+def lease.tick.max "9b max" ms 1 "$TGT_TICK_LATE"
+def lease.tick.min "9b min (never negative)" ms 1 ">= 0"
+def cancel.p50 "9c p50 pgjobd.cancel() -> outcome cancelled" ms 1 ""
+def cancel.max "9c max" ms 1 "$TGT_CANCEL"
+def watchdog.interval "9d mean interval of WATCHDOG=1 (aim: 500)" ms 1 ""
+def watchdog.gap "9d longest gap between WATCHDOG=1" ms 1 "$TGT_WD_GAP"
 
 # ---------------------------------------------------------------- the runs
 
@@ -999,6 +1186,10 @@ for REP in $(seq 1 "$REPS"); do
 	only lease && log "8b throughput grouped, lock mode lease" && bench_throughput grouped lease
 	only lease && log "8c pickup latency, lock mode lease" && bench_pickup lease
 	only lease && log "8d pickup latency floor, no daemon" && bench_floor
+	only timers && log "9a schedule tick lateness" && bench_tick
+	only timers && log "9b schedule tick lateness, lock mode lease" && bench_tick lease
+	only timers && log "9c cancel latency" && bench_cancel
+	only timers && log "9d watchdog pings" && bench_watchdog
 done
 
 # Ratios between figures of different runs, per repetition.
@@ -1056,7 +1247,9 @@ json_str() { # STRING -> a JSON string literal
 			lo = v[1]; hi = v[n]; cnt = n
 			return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
 		}
-		FILENAME == ARGV[1] { vals[$1] = vals[$1] " " $3; next }
+		function voided(k,    v) { for (v in void) if (index(k, v ".") == 1) return void[v]; return "" }
+		FILENAME == ARGV[1] { void[$1] = (void[$1] == "" ? "" : void[$1] "; ") "rep " $2 ": " $3; next }
+		FILENAME == ARGV[2] { vals[$1] = vals[$1] " " $3; next }
 		$1 == "section" { rows[++nr] = "S\t" $2; next }
 		{ rows[++nr] = $0 }
 		END {
@@ -1064,16 +1257,19 @@ json_str() { # STRING -> a JSON string literal
 			for (i = 1; i <= nr; i++) {
 				split(rows[i], f, "\t")
 				if (f[1] == "S") { printf "%s\n", f[2]; continue }
-				if (!(f[1] in vals)) { printf "%-50s %11s %11s %11s  %-10s  %-9s\n", f[2], "-", "-", "-", f[3], f[5]; continue }
+				vd = voided(f[1])
+				if (!(f[1] in vals)) { printf "%-50s %11s %11s %11s  %-10s  %-9s  %s\n", f[2], "-", "-", "-", f[3], f[5], (f[5] != "" && vd != "" ? "NO  (" vd ")" : ""); continue }
 				m = med(f[1]); fmt = "%11." f[4] "f"
 				meets = ""
 				if (f[5] != "") { split(f[5], tg, " "); meets = (tg[1] == "<=" ? m <= tg[2] : m >= tg[2]) ? "yes" : "NO" }
+				if (f[5] != "" && vd != "") meets = "NO  (" vd ")"
 				printf "%-50s " fmt " " fmt " " fmt "  %-10s  %-9s  %s%s\n", f[2], m, lo, hi, f[3], f[5], meets, (cnt < reps ? "  (" cnt " of " reps " reps)" : "")
 			}
-		}' "$W/figs" "$W/defs"
+		}' "$W/void" "$W/figs" "$W/defs"
 	if [ ${#PROBLEMS[@]} -gt 0 ]; then
 		echo
-		echo "problems (figures affected are left out or based on fewer repetitions):"
+		echo "problems (figures affected are left out or based on fewer repetitions; a target marked"
+		echo "NO (...) is not met whatever the median, e.g. because pickups were missing):"
 		printf '  - %s\n' "${PROBLEMS[@]}"
 	fi
 } | tee "$OUT/table.txt"
@@ -1094,7 +1290,9 @@ json_str() { # STRING -> a JSON string literal
 	awk -F'\t' '
 		BEGIN { CONVFMT = "%.10g"; OFMT = "%.10g" }
 		function jstr(s) { gsub(/\\/, "\\\\", s); gsub(/"/, "\\\"", s); return "\"" s "\"" }
-		FILENAME == ARGV[1] { vals[$1] = vals[$1] " " $3; next }
+		function voided(k,    v) { for (v in void) if (index(k, v ".") == 1) return void[v]; return "" }
+		FILENAME == ARGV[1] { void[$1] = (void[$1] == "" ? "" : void[$1] "; ") "rep " $2 ": " $3; next }
+		FILENAME == ARGV[2] { vals[$1] = vals[$1] " " $3; next }
 		$1 == "section" { next }
 		{
 			n = split(vals[$1], v, " ")
@@ -1107,11 +1305,13 @@ json_str() { # STRING -> a JSON string literal
 				split($5, tg, " ")
 				tgt = "{\"op\": " jstr(tg[1]) ", \"value\": " (tg[2] + 0) "}"
 				if (n > 0) meets = (tg[1] == "<=" ? m <= tg[2] : m >= tg[2]) ? "true" : "false"
+				if (voided($1) != "") meets = "false"
 			}
-			out[++no] = sprintf("    %s: {\"label\": %s, \"unit\": %s, \"median\": %s, \"min\": %s, \"max\": %s, \"values\": [%s], \"target\": %s, \"meets_target\": %s}",
-				jstr($1), jstr($2), jstr($3), m, lo, hi, list, tgt, meets)
+			vd = voided($1)
+			out[++no] = sprintf("    %s: {\"label\": %s, \"unit\": %s, \"median\": %s, \"min\": %s, \"max\": %s, \"values\": [%s], \"target\": %s, \"meets_target\": %s%s}",
+				jstr($1), jstr($2), jstr($3), m, lo, hi, list, tgt, meets, (vd != "" ? ", \"target_void\": " jstr(vd) : ""))
 		}
-		END { for (i = 1; i <= no; i++) print out[i] (i < no ? "," : "") }' "$W/figs" "$W/defs"
+		END { for (i = 1; i <= no; i++) print out[i] (i < no ? "," : "") }' "$W/void" "$W/figs" "$W/defs"
 	echo "  },"
 	printf '  "problems": ['
 	sep=

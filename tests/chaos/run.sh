@@ -27,6 +27,12 @@
 #   pg-immediate   pg_ctl restart -m immediate
 #   partition      SIGSTOP of a daemon's relay for 1-12 s, then SIGCONT
 #   cut            SIGUSR1 to a daemon's relay: every connection reset
+#   read-only      the server read-only for 1-12 s (ALTER SYSTEM SET
+#                  default_transaction_read_only = on and a reload, as a demoted primary
+#                  answers): writes fail with SQLSTATE 25006, the producer's too
+#   logstall       the reader of a daemon's stderr (a FIFO, read by cat into NAME.log) is
+#                  stopped for 1-12 s, the pipe filled first: the daemon and its supervisor
+#                  must neither wait for it nor kill late (their lines are dropped meanwhile)
 # Faults overlap in time: a daemon may be stopped while PostgreSQL restarts.
 #
 # Afterwards: faults stop, stopped processes continue, dead daemons are restarted, every job
@@ -67,12 +73,12 @@ CHAOS_BREAK=${CHAOS_BREAK:-}
 CHAOS_LOCK_MODE=${CHAOS_LOCK_MODE:-mixed}
 CHAOS_LEASE=${CHAOS_LEASE:-3s}
 PROXY=${CHAOS_PROXY:-$REPO_ROOT/build/tests/chaos-proxy}
-ALL_KINDS="kill9 kill9-group stop terminate pg-fast pg-immediate partition cut"
+ALL_KINDS="kill9 kill9-group stop terminate pg-fast pg-immediate partition cut read-only logstall"
 CHAOS_FAULTS=${CHAOS_FAULTS:-$ALL_KINDS}
 [ "$CHAOS_FAULTS" = none ] && CHAOS_FAULTS=
 # A PostgreSQL restart ends every session at once, so it comes half as often as the others.
 declare -A FAULT_WEIGHT=([kill9]=2 [kill9-group]=2 [stop]=2 [terminate]=2 [pg-fast]=1
-	[pg-immediate]=1 [partition]=2 [cut]=2)
+	[pg-immediate]=1 [partition]=2 [cut]=2 [read-only]=1 [logstall]=2)
 # (not DAEMONS: lib.sh keeps the pids of its own start_daemons there)
 CHAOS_DAEMONS=(a b c)
 NGROUPS=15
@@ -181,6 +187,9 @@ EOF
 # and when a killed daemon is restarted (ms, 0 for never).
 declare -A PROXY_PID PROXY_PORT DPID STOP_UNTIL STOP_FROM STOP_START_MS PSTOP_UNTIL PSTOP_FROM \
 	PSTOP_START_MS RESTART_AT
+# logstall: per daemon name, the pid of the cat that reads its stderr (a FIFO) into NAME.log,
+# and, while it is stopped, until when (ms, 0 for not), since when, and the daemon it served.
+declare -A READER_PID LSTOP_READER LSTOP_UNTIL LSTOP_FROM LSTOP_START_MS LSTOP_TARGET
 
 save_pids() {
 	local n
@@ -257,7 +266,14 @@ start_chaos_daemon() {
 		exit 1
 	fi
 	echo "---- $(date -u +%FT%T.%NZ) chaos: start" >>"$T/$n.log"
-	setsid "$PGJOBD" -c "$T/$n.ini" >>"$T/$n.log" 2>&1 </dev/null &
+	# stderr is a FIFO with a reader of its own (logstall stops it): a new one each start,
+	# as the previous reader ends once the previous daemon and its supervisor are gone (a
+	# stopped one is continued by end_logstall).
+	rm -f "$T/$n.fifo"
+	mkfifo "$T/$n.fifo"
+	cat "$T/$n.fifo" >>"$T/$n.log" &
+	READER_PID[$n]=$! # its command line names $T: lib.sh's cleanup ends it
+	setsid "$PGJOBD" -c "$T/$n.ini" >"$T/$n.fifo" 2>&1 </dev/null &
 	pid=$!
 	DPID[$n]=$pid
 	DAEMON_PIDS+=("$pid")
@@ -304,6 +320,31 @@ end_partition() {
 	kill -CONT "${PROXY_PID[$n]}" 2>/dev/null
 	fault partition "$n" "${PSTOP_FROM[$n]}" "$(now_s)" "$(($(now_ms) - ${PSTOP_START_MS[$n]}))ms"
 	PSTOP_UNTIL[$n]=0
+}
+
+# set_read_only on|off: the server's default_transaction_read_only (the read-only fault).
+set_read_only() {
+	PGOPTIONS="-c default_transaction_read_only=off" psql -X -qAt -v ON_ERROR_STOP=1 \
+		-c "ALTER SYSTEM SET default_transaction_read_only = $1" \
+		-c "SELECT pg_reload_conf()" >/dev/null 2>&1
+}
+
+# end_read_only: the server takes writes again (tried again at the next tick when the
+# server cannot be reached now).
+end_read_only() {
+	[ "${RO_UNTIL:-0}" = 0 ] && return
+	set_read_only off || return
+	fault read-only - "$RO_FROM" "$(now_s)" "$(($(now_ms) - RO_START_MS))ms"
+	RO_UNTIL=0
+}
+
+end_logstall() {
+	local n=$1
+	[ "${LSTOP_UNTIL[$n]:-0}" = 0 ] && return
+	kill -CONT "${LSTOP_READER[$n]}" 2>/dev/null
+	fault logstall "${LSTOP_TARGET[$n]}" "${LSTOP_FROM[$n]}" "$(now_s)" \
+		"$(($(now_ms) - ${LSTOP_START_MS[$n]}))ms"
+	LSTOP_UNTIL[$n]=0
 }
 
 # pick_daemon COND: a random daemon name for which COND (with $n set) holds, in $PICK.
@@ -367,6 +408,22 @@ inject() {
 		PSTOP_UNTIL[$n]=$((PSTOP_START_MS[$n] + $(rand_ms 1000 12000)))
 		say "partition $n for $((PSTOP_UNTIL[$n] - PSTOP_START_MS[$n])) ms"
 		;;
+	logstall)
+		pick_daemon '[ -n "${DPID[$n]}" ] && [ "${LSTOP_UNTIL[$n]:-0}" = 0 ] && [ -n "${READER_PID[$n]:-}" ]' || return 1
+		n=$PICK
+		kill -STOP "${READER_PID[$n]}"
+		LSTOP_READER[$n]=${READER_PID[$n]}
+		LSTOP_TARGET[$n]=$n:${DPID[$n]}
+		LSTOP_FROM[$n]=$(now_s)
+		LSTOP_START_MS[$n]=$(now_ms)
+		LSTOP_UNTIL[$n]=$((LSTOP_START_MS[$n] + $(rand_ms 1000 12000)))
+		# Fill the pipe now, or the daemon's own lines would take a minute to: yes blocks
+		# once it is full, and timeout ends it, also if the open of the FIFO blocks (a
+		# grandchild: no job of this shell).
+		(timeout 1 bash -c 'exec yes "chaos: filler line, the log reader is stopped" >"$1"' \
+			chaos-fill "$T/$n.fifo" 2>/dev/null &)
+		say "log reader of $n stopped for $((LSTOP_UNTIL[$n] - LSTOP_START_MS[$n])) ms"
+		;;
 	cut)
 		pick_daemon '[ "${PSTOP_UNTIL[$n]:-0}" = 0 ]' || return 1
 		n=$PICK
@@ -387,6 +444,14 @@ inject() {
 		[ -n "$app" ] || return 1
 		fault terminate - "$t0" "$t0" "$app"
 		;;
+	read-only)
+		[ "${RO_UNTIL:-0}" = 0 ] || return 1
+		set_read_only on || return 1
+		RO_FROM=$(now_s)
+		RO_START_MS=$(now_ms)
+		RO_UNTIL=$((RO_START_MS + $(rand_ms 1000 12000)))
+		say "read-only for $((RO_UNTIL - RO_START_MS)) ms"
+		;;
 	pg-fast | pg-immediate)
 		t0=$(now_s)
 		if pg_restart_mode "${kind#pg-}"; then
@@ -405,12 +470,18 @@ inject() {
 tick() {
 	local n now status
 	now=$(now_ms)
+	if [ "${RO_UNTIL:-0}" != 0 ] && [ "$now" -ge "$RO_UNTIL" ]; then
+		end_read_only
+	fi
 	for n in "${CHAOS_DAEMONS[@]}"; do
 		if [ "${STOP_UNTIL[$n]:-0}" != 0 ] && [ "$now" -ge "${STOP_UNTIL[$n]}" ]; then
 			end_stop "$n"
 		fi
 		if [ "${PSTOP_UNTIL[$n]:-0}" != 0 ] && [ "$now" -ge "${PSTOP_UNTIL[$n]}" ]; then
 			end_partition "$n"
+		fi
+		if [ "${LSTOP_UNTIL[$n]:-0}" != 0 ] && [ "$now" -ge "${LSTOP_UNTIL[$n]}" ]; then
+			end_logstall "$n"
 		fi
 		if [ -n "${DPID[$n]}" ] && ! pid_alive "${DPID[$n]}"; then
 			# Not killed by us: a daemon keeps running whatever happens to its database
@@ -585,6 +656,7 @@ chaos_cleanup() {
 	for n in "${CHAOS_DAEMONS[@]}"; do
 		[ -n "${DPID[$n]}" ] && kill -KILL -- "-${DPID[$n]}" 2>/dev/null
 		[ -n "${PROXY_PID[$n]}" ] && kill -CONT "${PROXY_PID[$n]}" 2>/dev/null
+		[ -n "${LSTOP_READER[$n]:-}" ] && kill -CONT "${LSTOP_READER[$n]}" 2>/dev/null
 	done
 	kill_marked
 	# Reaped here, quietly: lib.sh's cleanup would kill them too, and the shell would report
@@ -698,9 +770,11 @@ say "faults stop; the producer stops"
 touch "$T/producer.stop"
 wait_until 60 "! pid_alive $PRODUCER" || say "the producer does not stop"
 wait "$PRODUCER" 2>/dev/null
+end_read_only
 for n in "${CHAOS_DAEMONS[@]}"; do
 	end_stop "$n"
 	end_partition "$n"
+	end_logstall "$n"
 	[ -z "${DPID[$n]}" ] && RESTART_AT[$n]=1
 done
 tick

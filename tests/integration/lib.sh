@@ -17,6 +17,8 @@
 #   TAP         plan N | done_testing | ok STATUS NAME (0 = pass, like an exit status)
 #               ok_cmd NAME CMD... | is GOT WANT NAME | isnt | like GOT ERE NAME | unlike
 #               cmp_ok A OP B NAME (numeric: -lt -le -eq -ne -ge -gt) | pass | fail
+#               skip REASON [COUNT] (checks not run: "ok N # SKIP REASON")
+#               skip_all REASON (before anything else: the whole file, "1..0 # SKIP REASON")
 #               diag MSG (stderr) | note MSG (stdout) | bail_out MSG
 #   PostgreSQL  pg_start | pg_restart | pg_stop | psql_q SQL | sql_lit STRING
 #               pg_start_relayed (a server of its own behind a TCP relay: $RELAY, $RELAY_PORT)
@@ -68,6 +70,8 @@ TAP_N=0
 TAP_FAILED=0
 TAP_PLANNED=
 TAP_DONE=0
+TAP_SKIPPED=0
+TAP_SKIP_WHY=()
 
 # Never let a test's daemons talk to a real systemd.
 unset NOTIFY_SOCKET WATCHDOG_USEC WATCHDOG_PID LISTEN_FDS LISTEN_PID
@@ -119,6 +123,37 @@ ok() {
 
 pass() { ok 0 "$1"; }
 fail() { ok 1 "$1"; }
+
+# skip REASON [COUNT]: COUNT checks (default 1) that cannot run here, each an "ok N #
+# SKIP REASON" line: TAP's skip, never a pass in disguise. prove shows such lines only
+# with -v, so the file's end says on stderr how many it skipped and why, and under
+# run.sh each skip is also recorded for the run's summary ($PGJOBD_TEST_CLUSTER/skips:
+# FILE COUNT REASON, tab-separated).
+skip() {
+	local reason=$1 n=${2:-1} i
+	for ((i = 0; i < n; i++)); do
+		TAP_N=$((TAP_N + 1))
+		echo "ok $TAP_N # SKIP $reason"
+	done
+	TAP_SKIPPED=$((TAP_SKIPPED + n))
+	TAP_SKIP_WHY+=("$n: $reason")
+	skip_record "$n" "$reason"
+}
+
+# skip_all REASON: the whole file cannot run here (before its plan and first check):
+# "1..0 # SKIP REASON", which prove prints as "skipped: REASON"; recorded as skip does.
+skip_all() {
+	echo "1..0 # SKIP $1"
+	skip_record all "$1"
+	TAP_PLANNED=0
+	TAP_DONE=1
+	exit 0
+}
+
+skip_record() {
+	[ -n "${PGJOBD_TEST_CLUSTER:-}" ] && [ -d "$PGJOBD_TEST_CLUSTER" ] || return 0
+	printf '%s\t%s\t%s\n' "$(basename "$0")" "$1" "${2//$'\n'/ }" >>"$PGJOBD_TEST_CLUSTER/skips"
+}
 
 # ok_cmd NAME CMD...: runs CMD; passes when it exits 0 (its output is shown on failure).
 ok_cmd() {
@@ -831,6 +866,11 @@ cleanup() {
 		fi
 	fi
 	if [ "$LIB_MODE" = tap ]; then
+		if [ "$TAP_SKIPPED" != 0 ]; then
+			local why=${TAP_SKIP_WHY[0]} w
+			for w in "${TAP_SKIP_WHY[@]:1}"; do why="$why; $w"; done
+			diag "$(basename "$0"): skipped $TAP_SKIPPED of $TAP_N checks ($why)"
+		fi
 		[ "$TAP_FAILED" != 0 ] && diag "failed $TAP_FAILED of $TAP_N tests"
 		[ "$TAP_FAILED" -gt 254 ] && TAP_FAILED=254
 		exit "$TAP_FAILED"

@@ -17,7 +17,9 @@
 #  - creates the database pgjobd_template, migrates it with $PGJOBD and closes it to
 #    connections (a template must have none when it is copied);
 #  - runs prove with PGJOBD_TEST_CLUSTER=$dir: each file then creates its own database
-#    from the template and drops it at its end (lib.sh, own_cluster and pg_start).
+#    from the template and drops it at its end (lib.sh, own_cluster and pg_start);
+#  - after prove's summary, prints every check skipped (lib.sh's skip, skip_all), which
+#    prove itself counts as passed.
 # The server and $dir go at the end (kept with PGJOBD_KEEP_TMP=1); the exit status is
 # prove's.
 #
@@ -93,6 +95,20 @@ mapfile -t files <<<"$ordered"
 
 PGJOBD_TEST_CLUSTER=$T prove -j "$jobs" "${prove_opts[@]}" --state=save --statefile="$state" "${files[@]}"
 status=$?
+# prove's summary counts a skipped check as passed and names only files skipped whole:
+# every skip (lib.sh's skip and skip_all record theirs in $T/skips), with its reason.
+if [ -s "$T/skips" ]; then
+	awk -F'\t' '
+		$2 == "all" { whole[++nw] = $1 ": " $3; next }
+		{ n += $2; files[$1] = 1; why[++nr] = "  " $1 ": " $2 " x " $3 }
+		END {
+			nf = 0; for (f in files) nf++
+			if (n) { printf "%d checks skipped (ok # SKIP) in %d file(s):\n", n, nf; for (i = 1; i <= nr; i++) print why[i] }
+			if (nw) { printf "%d file(s) skipped whole:\n", nw; for (i = 1; i <= nw; i++) print "  " whole[i] }
+		}' "$T/skips"
+else
+	echo "0 checks skipped"
+fi
 # lib.sh's cleanup would print the server's whole log after a failure; each failed file
 # has printed its own database's lines already.
 as_pg "$PG_BINDIR/pg_ctl" -D "$T/pg" -m immediate stop >/dev/null 2>&1

@@ -10,10 +10,7 @@
 require_pgjobd
 
 if [ -z "${PGJOBD_TEST_CLUSTER:-}" ]; then
-	echo "1..0 # SKIP no shared server (run it with tests/integration/run.sh)"
-	TAP_PLANNED=0
-	TAP_DONE=1
-	exit 0
+	skip_all "no shared server (run it with tests/integration/run.sh)"
 fi
 
 shared_cluster

@@ -14,11 +14,8 @@
 require_pgjobd
 
 PG14_BINDIR=${PG14_BINDIR:-$REPO_ROOT/build/pg/14/bin}
-if [ ! -x "$PG14_BINDIR/postgres" ]; then
-	echo "1..0 # SKIP no PostgreSQL 14 build in $PG14_BINDIR (make check-pg-versions installs one)"
-	TAP_PLANNED=0
-	exit 0
-fi
+[ -x "$PG14_BINDIR/postgres" ] ||
+	skip_all "no PostgreSQL 14 build in $PG14_BINDIR (make check-pg-versions installs one)"
 
 plan 17
 

@@ -55,9 +55,9 @@ cli jobs -c "$T/cli.ini"
 is "$rc" 0 "jobs: exit 0" || diag "$err"
 is "$(head -n 1 <<<"$out" | tr -s ' ')" "ID QUEUE GROUP STATUS ATTEMPTS AGE WORKER REASON" "jobs: the header"
 is "$(awk 'NR > 1 { printf "%s%s", s, $1; s = " " }' <<<"$out")" "$evil $long $sg $o2 $o1 $f" "jobs: newest first"
-like "$(grep "^ *$f " <<<"$out")" "^ *$f +fail +g1 +failed +2 +[0-9][0-9dhms]* +[^ ]+:fail\.0 +exit$" \
-	"jobs: a failed job's row: queue, group, status, attempts, age, worker, reason"
-like "$(grep "^ *$sg " <<<"$out")" " failed +1 .* signal$" "jobs: the reason of a death by signal"
+like "$(grep "^ *$f " <<<"$out")" "^ *$f +fail +g1 +failed +2 +[0-9][0-9dhms]* +[^ ]+:fail\.0 +exit 4$" \
+	"jobs: a failed job's row: queue, group, status, attempts, age, worker, reason with its exit code"
+like "$(grep "^ *$sg " <<<"$out")" " failed +1 .* signal 9$" "jobs: the reason of a death by signal, with the signal"
 like "$(grep "^ *$o1 " <<<"$out")" "^ *$o1 +ok +- +succeeded +1 .* -$" "jobs: no group, no reason: -"
 like "$(grep "^ *$long " <<<"$out")" "^ *$long +nowhere +x{19}… +queued +0 +[0-9][0-9dhms]* +- +-$" \
 	"jobs: a long group is cut to 20 columns with an ellipsis"

@@ -114,7 +114,7 @@ else
 	fi
 fi
 if [ -n "$why" ]; then
-	pass "# SKIP cgroup part: $why"
+	skip "part B (a cgroup per job): $why" 12
 	done_testing
 	exit 0
 fi

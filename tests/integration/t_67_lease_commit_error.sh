@@ -43,7 +43,7 @@ sleep 6
 is "$(grep -c "^start $id\$" "$T/runs.log")" 1 "its command ran once"
 is "$(job_field "$id" "status || ' ' || attempts || ' ' || jsonb_array_length(history)")" \
 	"succeeded 1 1" "succeeded in one attempt, one history entry"
-grep -q "cannot record outcome; writing it again" "$T/a.log"
+grep -q "cannot record outcomes; retrying with back-off" "$T/a.log"
 ok $? "the refused write is logged and done again"
 stop_daemon "$A"
 is $? 0 "the daemon exits 0"

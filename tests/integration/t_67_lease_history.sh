@@ -81,7 +81,10 @@ s=$(psql_q "SELECT id FROM pgjobd.jobs WHERE schedule = 'every' ORDER BY id LIMI
 lateness=$(psql_q "SELECT round(extract(epoch FROM created_at) * 1000 - ($real0 + 6) * 1000)
                      FROM pgjobd.jobs WHERE id = $s")
 note "the tick's job was created $lateness ms after the tick's time"
-cmp_ok "${lateness%.*}" -lt 1000 "within 1 s of its time"
+# How late a tick is on the lease session, is a figure of make bench (9b); here, a bound
+# no busy machine reaches and no poll could meet (poll_interval is 1h).
+cmp_ok "${lateness%.*}" -lt 5000 "on the scheduler's timer: within 5 s of its time"
+cmp_ok "${lateness%.*}" -ge 0 "and not before it"
 wait_until 10 "finished $s"
 ok $? "the schedule's job finishes"
 is "$(grep "^$s|" "$T/env.log")" "$s|every|2030-01-01T00:00:00Z" \

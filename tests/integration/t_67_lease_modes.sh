@@ -68,17 +68,27 @@ start_daemon b "$T/b.ini"
 B=$DAEMON_PID
 wait_until 10 "workers_alive 2" || fail "B: daemon b registered"
 : >"$T/marks.log"
-# 8 groups for 4 slots on each daemon: whichever daemon claims first leaves groups to
-# the other (with only 4, daemon a's slots could keep every group to themselves).
+# 8 groups for 4 slots on each daemon. The first jobs of 6 groups wait for $T/gate.b:
+# a daemon runs at most 4, so the 6 run only once both daemons, in both modes, run some
+# (a barrier: whichever daemon claims first cannot keep every group to itself). The
+# other 2 groups and every later job sleep 10-90 ms.
 psql_q "INSERT INTO pgjobd.jobs (queue, group_id, data)
-        SELECT 'm', 'b' || (i % 8), jsonb_build_object('sleep', 'rand')
+        SELECT 'm', 'b' || (i % 8), CASE WHEN i <= 6 THEN '{\"gate\": \"b\"}'
+                                          ELSE '{\"sleep\": \"rand\"}' END::jsonb
         FROM generate_series(1, 80) i ORDER BY i" >/dev/null
+wait_until 60 "[ \"\$(count_jobs \"status = 'running' AND data ? 'gate'\")\" = 6 ]"
+ok $? "B: the 6 gated heads run at once"
+is "$(psql_q "SELECT count(*) FILTER (WHERE lease_until IS NULL) > 0 AND count(*) FILTER (WHERE lease_until IS NOT NULL) > 0
+              AND count(DISTINCT worker_id) = 2 FROM pgjobd.jobs WHERE status = 'running' AND data ? 'gate'")" t \
+	"B: ... on both daemons, in both lock modes"
+touch "$T/gate.b"
 wait_until 90 "[ \"\$(count_jobs \"group_id LIKE 'b%' AND status = 'succeeded'\")\" = 80 ]"
 ok $? "B: all 80 jobs succeeded"
 ta=$(grep -c "msg=\"job started\".*queue=m" "$T/a.log")
 tb=$(grep -c "msg=\"job started\".*queue=m" "$T/b.log")
 note "B: job starts so far: daemon a (transaction) $ta, daemon b (lease) $tb"
-cmp_ok "$tb" -ge 1 "B: daemon b (lease) ran some of them"
+cmp_ok "$(count_jobs "group_id LIKE 'b%' AND worker LIKE '%:$A:%'")" -ge 1 "B: daemon a (transaction) ran some of them"
+cmp_ok "$(count_jobs "group_id LIKE 'b%' AND worker LIKE '%:$B:%'")" -ge 1 "B: daemon b (lease) ran some of them"
 problems=$(check_markers "$T/marks.log")
 is "$problems" "" "B: no overlap within a group across the two modes, id order kept"
 # ---- C: a head that commits late. Job x gets the lower id, in a transaction that commits

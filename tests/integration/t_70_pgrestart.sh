@@ -33,10 +33,12 @@ is "$(count_jobs "group_id = 'g0'")" 15 "15 of them in group g0"
 
 wait_until 30 "[ \"\$(count_jobs \"status = 'succeeded'\")\" -ge 30 ] && [ \"\$(count_jobs \"group_id = 'g0' AND status = 'running'\")\" = 1 ]"
 ok $? "the daemons are busy, group g0's head among the running jobs"
+# Group g0's 15 jobs cannot finish before the restart (its head waits for the gate):
+# "under load" means work besides them, counted just before the restart.
+busy=$(count_jobs "status IN ('queued', 'running') AND group_id IS DISTINCT FROM 'g0'")
 note "restarting PostgreSQL with $(count_jobs "status = 'running'") job(s) running"
 ok_cmd "pg_ctl restart -m fast" pg_restart
-done_now=$(count_jobs "status = 'succeeded'")
-cmp_ok "$done_now" -lt 200 "the restart happened under load ($done_now of 200 done)"
+cmp_ok "$busy" -ge 1 "the restart happened under load ($busy jobs besides group g0's unfinished)"
 touch "$T/gate.restarted"
 
 wait_until 90 "[ \"\$(count_jobs \"status IN ('queued', 'running')\")\" = 0 ]"

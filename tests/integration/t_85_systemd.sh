@@ -3,7 +3,8 @@
 # (tests/integration/notify-sink.c stands in for systemd): READY=1 only once the daemon
 # has connected, checked the schema and is listening; WATCHDOG=1 every WATCHDOG_USEC/2,
 # also while it waits for the database; STATUS= with running and queued counts;
-# RELOADING=1 + MONOTONIC_USEC then READY=1 on SIGHUP; STOPPING=1 on SIGTERM; no READY
+# RELOADING=1 + MONOTONIC_USEC then READY=1 on SIGHUP, and a refused reload in STATUS=
+# until a good one; STOPPING=1 on SIGTERM; no READY
 # when the schema is missing; no WATCHDOG when WATCHDOG_PID names another process; every
 # message from the main pid (NotifyAccess=main). Also: log lines carry the journal's <N>
 # prefix when JOURNAL_STREAM names stderr.
@@ -83,10 +84,14 @@ read -r npings span maxgap < <(awk -v pid="$d" '$3 == pid && $4 == "WATCHDOG=1" 
 		prev = $1; n++
 	} END { printf "%d %.3f %.3f\n", n, prev - first, max }' "$msgs")
 note "watchdog: $npings pings over ${span} s, longest gap ${maxgap} s"
-rate_ok=$(awk -v n="$npings" -v s="$span" 'BEGIN { r = (n - 1) / s; print (s > 2 && r >= 1.5 && r <= 2.6) ? 0 : 1 }')
-ok "$rate_ok" "WATCHDOG=1 about twice a second ($npings pings in ${span} s)"
-gap_ok=$(awk -v g="$maxgap" 'BEGIN { print (g < 1.0) ? 0 : 1 }')
-ok "$gap_ok" "never a gap as long as WATCHDOG_USEC (longest ${maxgap} s)"
+# The interval and the longest gap are figures of make bench (9d). Here, bounds that only
+# a wrong timer breaks, not a busy machine: no more often than every WATCHDOG_USEC/2 (less
+# than 2.6 a second: load only delays pings), more often than every WATCHDOG_USEC on
+# average (more than 1 a second), and never a gap of twice WATCHDOG_USEC.
+rate_ok=$(awk -v n="$npings" -v s="$span" 'BEGIN { r = (n - 1) / s; print (s > 2 && r > 1.0 && r <= 2.6) ? 0 : 1 }')
+ok "$rate_ok" "WATCHDOG=1 from a timer of WATCHDOG_USEC/2: 1 to 2.6 a second ($npings pings in ${span} s)"
+gap_ok=$(awk -v g="$maxgap" 'BEGIN { print (g < 2.0) ? 0 : 1 }')
+ok "$gap_ok" "never a gap of twice WATCHDOG_USEC (longest ${maxgap} s)"
 
 # 3. STATUS= with counts.
 psql_q "INSERT INTO pgjobd.jobs (queue) SELECT 'hold' FROM generate_series(1, 3)" >/dev/null
@@ -108,6 +113,18 @@ is "$mono_seq" "$rl_seq" "MONOTONIC_USEC= in the same datagram as RELOADING=1"
 mono_ok=$(awk -v m="${mono#MONOTONIC_USEC=}" -v t="$rl_time" 'BEGIN { d = t - m / 1e6; print (d >= 0 && d < 2) ? 0 : 1 }')
 ok "$mono_ok" "MONOTONIC_USEC is CLOCK_MONOTONIC at the reload ($mono, received at $rl_time)"
 
+# 4b. A reload the daemon refuses shows in STATUS= (the first error), until one succeeds.
+cp "$conf" "$T/sd.ini.good"
+printf 'concurency = 2\n' >>"$conf"
+bad_line=$(wc -l <"$conf")
+kill -HUP "$d"
+wait_until 10 "[[ \"\$(last_status $d)\" == *'; reload failed: $conf:$bad_line: error: unknown key '* ]]"
+ok $? "a refused reload: STATUS= says so, with file, line and error (got '$(last_status "$d")')"
+cp "$T/sd.ini.good" "$conf"
+kill -HUP "$d"
+wait_until 10 "[[ \"\$(last_status $d)\" != *'reload failed'* ]]"
+ok $? "the next good reload clears it (got '$(last_status "$d")')"
+
 # 5. SIGTERM: STOPPING=1, then exit 0.
 touch "$T/go"
 wait_until 20 "[ \"\$(count_jobs \"queue = 'hold' AND status = 'succeeded'\")\" = 3 ]"
@@ -122,7 +139,7 @@ like "$(last_status "$d")" '^stopping' "STATUS= says it is stopping"
 is "$(awk -v pid="$d" '$3 != pid' "$msgs" | wc -l)" 0 \
 	"every message came from the daemon's main pid (NotifyAccess=main)"
 
-# 6. Schema missing: the daemon exits 1 and never says READY=1.
+# 6. Schema missing: the daemon exits 3 (pgjobd(8), EXIT STATUS) and never says READY=1.
 psql_q "CREATE DATABASE noschema" >/dev/null
 write_conf "$T/noschema.ini" <<EOF
 $(conf_header database="host=$T/sock port=$PG_PORT dbname=noschema user=postgres")
@@ -133,7 +150,7 @@ EOF
 start_daemon noschema "$T/noschema.ini" NOTIFY_SOCKET="$sock"
 d2=$DAEMON_PID
 wait_daemon_exit "$d2" 20
-is "$DAEMON_STATUS" 1 "no schema: exit 1"
+is "$DAEMON_STATUS" 3 "no schema: exit 3"
 is "$(msg_count "$d2" READY=1)" 0 "no schema: no READY=1"
 grep -q 'run pgjobd migrate' "$T/noschema.log"
 ok $? "no schema: the log says to run pgjobd migrate"

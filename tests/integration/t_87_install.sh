@@ -79,8 +79,7 @@ if command -v systemd-sysusers >/dev/null 2>&1 && command -v systemd-tmpfiles >/
 		"700 $(uid pgjobd) 750 $(uid pgjobd-run) " "tmpfiles.d: the daemon's home 0700, the commands' 0750"
 else
 	note "systemd-sysusers/systemd-tmpfiles cannot run here: $(cat "$T/sysusers.log" "$T/tmpfiles.log" 2>/dev/null | head -n3)"
-	pass "# SKIP systemd-sysusers or systemd-tmpfiles cannot run here"
-	pass "# SKIP systemd-sysusers or systemd-tmpfiles cannot run here"
+	skip "systemd-sysusers or systemd-tmpfiles cannot run here" 2
 fi
 
 echo "; edited by the admin" >>"$dest/etc/pgjobd/pgjobd.ini"
@@ -169,7 +168,7 @@ is "$undocumented" "" "every metric the daemon writes is in pgjobd(8)"
 
 # 4. make deb: a Debian package with dpkg-deb; installed into a scratch root where dpkg can.
 if ! command -v dpkg-deb >/dev/null 2>&1; then
-	for i in 1 2 3 4 5 6 7; do pass "# SKIP dpkg-deb not installed: no make deb"; done
+	skip "dpkg-deb not installed: no make deb" 7
 else
 	mk deb >"$T/deb.log" 2>&1
 	ok $? "make deb" || diag "$(tail -n 20 "$T/deb.log")"
@@ -177,14 +176,16 @@ else
 	dpkg-deb -c "$deb" | awk '$1 !~ /^d/ { print $1, $2, $6 }' | sort -k3 >"$T/deb-files.txt"
 	is "$(cat "$T/deb-files.txt")" "-rw-r----- root/root ./etc/pgjobd/pgjobd.ini
 -rwxr-xr-x root/root ./usr/bin/pgjobd
+-rw-r--r-- root/root ./usr/lib/systemd/system-preset/90-pgjobd.preset
 -rw-r--r-- root/root ./usr/lib/systemd/system/pgjobd.service
 -rw-r--r-- root/root ./usr/lib/systemd/system/pgjobd@.service
 -rw-r--r-- root/root ./usr/lib/sysusers.d/pgjobd.conf
 -rw-r--r-- root/root ./usr/lib/tmpfiles.d/pgjobd.conf
+-rw-r--r-- root/root ./usr/share/doc/pgjobd/changelog.Debian.gz
 -rw-r--r-- root/root ./usr/share/doc/pgjobd/copyright
 -rw-r--r-- root/root ./usr/share/man/man5/pgjobd.ini.5.gz
 -rw-r--r-- root/root ./usr/share/man/man8/pgjobd.8.gz" \
-		"dpkg-deb -c: the binary, units, sysusers/tmpfiles, man pages, example configuration"
+		"dpkg-deb -c: the binary, units, preset, sysusers/tmpfiles, man pages, changelog, example configuration"
 	is "$(dpkg-deb -f "$deb" Package Architecture Section | tr '\n' ' ')" \
 		"Package: pgjobd Architecture: $(dpkg --print-architecture) Section: admin " "dpkg-deb -I: the fields"
 	deps=$(dpkg-deb -f "$deb" Depends)
@@ -214,16 +215,13 @@ else
 			"dpkg -r --root: removed, the configuration kept" || diag "$(cat "$T/dpkg.log")"
 	else
 		note "dpkg --root cannot install here: $(tail -n3 "$T/dpkg.log" 2>/dev/null)"
-		pass "# SKIP dpkg --root --force-script-chrootless cannot run here"
-		pass "# SKIP dpkg --root --force-script-chrootless cannot run here"
+		skip "dpkg --root --force-script-chrootless cannot run here" 2
 	fi
 fi
 
 # 5. systemd-analyze, where it can run.
 if ! command -v systemd-analyze >/dev/null 2>&1; then
-	pass "# SKIP systemd-analyze not installed"
-	pass "# SKIP systemd-analyze not installed"
-	pass "# SKIP systemd-analyze not installed"
+	skip "systemd-analyze not installed" 3
 	done_testing
 	exit 0
 fi
@@ -234,8 +232,7 @@ mkdir -p "$T/probe"
 printf '[Unit]\nDescription=probe\n[Service]\nExecStart=/bin/true\n' >"$T/probe/probe.service"
 if ! systemd-analyze verify --man=no "$T/probe/probe.service" >"$T/probe.log" 2>&1; then
 	note "systemd-analyze verify cannot run here: $(head -n3 "$T/probe.log")"
-	pass "# SKIP systemd-analyze verify cannot run in this environment"
-	pass "# SKIP systemd-analyze verify cannot run in this environment"
+	skip "systemd-analyze verify cannot run in this environment" 2
 else
 	for u in pgjobd.service pgjobd@.service; do
 		out=$(cd "$pre/lib/systemd/system" &&
@@ -255,7 +252,7 @@ if systemd-analyze security --offline=true "$REPO_ROOT/systemd/pgjobd.service" >
 	ok "$(awk -v s="${score:-99}" 'BEGIN { print (s <= 2.1) ? 0 : 1 }')" \
 		"hardening kept: exposure level $score <= 2.1"
 else
-	pass "# SKIP systemd-analyze security --offline is not supported here"
+	skip "systemd-analyze security --offline is not supported here"
 fi
 
 done_testing

@@ -123,7 +123,9 @@ ok $? "the tick enqueues a job"
 lateness=$(psql_q "SELECT round(extract(epoch FROM created_at) * 1000 - ($real0 + 6) * 1000)
                      FROM pgjobd.jobs WHERE schedule = 'every' ORDER BY id LIMIT 1")
 note "the first tick's job was created $lateness ms after the tick's time"
-cmp_ok "${lateness%.*}" -lt 1000 "within 1 s of its time"
+# How late a tick is, is a figure of make bench (9a); here, a bound no busy machine
+# reaches and no poll could meet (poll_interval is 1h): the daemon's timer acted.
+cmp_ok "${lateness%.*}" -lt 5000 "on the scheduler's timer: within 5 s of its time"
 cmp_ok "${lateness%.*}" -ge 0 "and not before it"
 j=$(psql_q "SELECT id FROM pgjobd.jobs WHERE schedule = 'every' ORDER BY id LIMIT 1")
 is "$(job_field "$j" "queue || ' ' || data::text || ' ' || to_char(scheduled_for AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS')")" \

@@ -77,9 +77,19 @@ for i in 1 2 3 4 5; do
 done
 is "$(psql_q "SELECT count(*) FROM pgjobd.schedules s WHERE s.last_run = (SELECT max(j.scheduled_for) FROM pgjobd.jobs j WHERE j.schedule = s.name) AND s.next_run = s.last_run + interval '1 minute'")" 5 \
 	"each schedule's last_run is its latest job's tick, next_run the minute after"
+# The ticks were shared, not all taken by one daemon: that is what makes one job per tick
+# a property of the schema's locking rather than of a single scheduler. Over some 120
+# ticks raced for by three daemons, then two, at least two win some.
+split= sum=0 winners=0
 for n in a b c; do
-	note "daemon $n enqueued $(grep -c 'msg="schedule enqueued a job"' "$T/$n.log") of the $total jobs"
+	e=$(grep -c 'msg="schedule enqueued a job"' "$T/$n.log")
+	split="$split $n:$e"
+	sum=$((sum + e))
+	[ "$e" -gt 0 ] && winners=$((winners + 1))
 done
+note "jobs enqueued per daemon:$split (of $total)"
+is "$sum" "$total" "each of the $total jobs was logged as enqueued by exactly one daemon"
+cmp_ok "$winners" -ge 2 "the ticks were split between daemons ($split)"
 is "$(grep -h 'msg="schedule enqueued a job"' "$T"/[abc].log | sed 's/.* schedule=\([^ ]*\) tick=\([^ ]*\) .*/\1 \2/' | sort | uniq -d | wc -l)" 0 \
 	"no tick was logged as enqueued by two daemons"
 is "$(cat "$T"/[abc].log | grep -c 'missed ticks')" 0 "no tick was missed"

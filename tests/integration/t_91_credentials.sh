@@ -24,16 +24,10 @@
 # fails, which shows what it detects.
 #
 # Needs root (to start the daemon as another user) and setpriv with ambient capabilities
-# (util-linux >= 2.31, Linux >= 4.3); skipped, never failed, without them.
+# (util-linux >= 2.31, Linux >= 4.3); skipped, never failed, without them. `check` and
+# `reload` run without the capabilities refuse the file as the daemon does.
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
-
-skip_all() {
-	echo "1..0 # SKIP $*"
-	TAP_PLANNED=0
-	TAP_DONE=1
-	exit 0
-}
 
 mode=${T91_COMMAND_USER:-other}
 CMD_USER=nobody
@@ -200,6 +194,22 @@ if [ "$mode" != daemon ]; then
 	grep -q 'cannot run commands as another user.*queue=steal user=nobody missing="CAP_SETUID CAP_SETGID CAP_KILL"' \
 		"$T/nocaps.log"
 	ok $? "... and says which capabilities are missing" || diag "$(cat "$T/nocaps.log")"
+	# check and reload, run the same way, refuse the file as the daemon does.
+	(cd "$DHOME" && HOME=$DHOME PGPASSWORD=$ENV_SECRET timeout 20 "${as_daemon_plain[@]}" \
+		"$REAL_PGJOBD" check -c "$T/d.ini") >"$T/nocaps-check.log" 2>&1
+	is "$?" 2 "check as the daemon's user without the capabilities: exit 2, as the daemon"
+	grep -q 'cannot run commands as another user.*missing="CAP_SETUID CAP_SETGID CAP_KILL"' \
+		"$T/nocaps-check.log" && grep -q "would refuse $T/d.ini" "$T/nocaps-check.log"
+	ok $? "... naming the missing capabilities" || diag "$(cat "$T/nocaps-check.log")"
+	sleep 300 &
+	target=$!
+	(cd "$DHOME" && timeout 20 "${as_daemon_plain[@]}" "$REAL_PGJOBD" reload --pid "$target" \
+		-c "$T/d.ini") >"$T/nocaps-reload.log" 2>&1
+	is "$?:$(ps -o stat= -p "$target" | cut -c1)" "2:S" \
+		"reload without the capabilities: exit 2, nothing signalled" ||
+		diag "$(cat "$T/nocaps-reload.log")"
+	kill "$target" 2>/dev/null
+	wait "$target" 2>/dev/null
 fi
 
 # 2. The daemon as the shipped unit runs it.
@@ -238,7 +248,7 @@ for a in "${attempts[@]}"; do
 	[ "$a" = own_environ ] && want="^$a: refused *$" # printenv: not set
 	like "$(grep "^$a: " <<<"$report")" "$want" "the command gets nothing from: $a"
 done
-[ "$PY" = 1 ] || pass "# SKIP python3 with os.pidfd_open not on the commands' PATH: no pidfd_getfd attempt"
+[ "$PY" = 1 ] || skip "python3 with os.pidfd_open not on the commands' PATH: no pidfd_getfd attempt"
 
 # The whole row (result, error and any column a later schema adds, such as a history).
 everything=$(psql_q "SELECT row_to_json(j) FROM pgjobd.jobs j WHERE id = $id")
@@ -263,7 +273,7 @@ if [ "$PY" = 1 ]; then
 	out3=$(as_same_uid python3 "$T/pidfd.py" "$d")
 	like "$?:$out3" "^1:Operation not permitted$" "... nor copy the daemon's sockets with pidfd_getfd"
 else
-	pass "# SKIP python3 with os.pidfd_open not available"
+	skip "python3 with os.pidfd_open not available"
 fi
 grep -qF -- "$ENV_SECRET" <<<"$out$out2$out3"
 isnt $? 0 "PGPASSWORD did not leak to a process of the daemon's uid"

@@ -6,7 +6,7 @@
 # are refused. A daemon whose database user is only a worker runs the protocol (claims,
 # groups, cancel, pause/resume, maintenance) but cannot drop, alter or create anything.
 # Nothing a producer writes can name a command or reach the command's environment other
-# than as PGJOBD_ARG_*.
+# than as PGJOBD_ARG_*. SELECT * as a producer works on pgjobd.my_jobs (not on the table).
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
 
@@ -72,6 +72,18 @@ is "$(psql_q "SELECT queue || ' ' || group_id || ' ' || data::text || ' ' || pri
 is "$(as app "SELECT status || ' ' || attempts || ' ' || (result IS NULL) || ' ' || (error IS NULL) || ' ' ||
                      (started_at IS NULL) FROM pgjobd.jobs WHERE id = ${pj:-0}")" \
 	"queued 0 true true true" "producer: reads status, attempts, result, error, started_at"
+# SELECT * on the table is refused (the daemons' columns are not a producer's);
+# pgjobd.my_jobs has every column a producer may read, and only its own rows.
+refused app "SELECT * FROM pgjobd.jobs" "producer: SELECT * FROM pgjobd.jobs is refused (the worker column)"
+is "$(as app "SELECT count(*) FILTER (WHERE id = ${pj:-0}) || ' ' || count(*) FILTER (WHERE created_by <> 'app')
+                FROM (SELECT * FROM pgjobd.my_jobs) j")" "1 0" \
+	"producer: SELECT * FROM pgjobd.my_jobs works, its own jobs only"
+is "$(psql_q "SELECT string_agg(attname, ',' ORDER BY attnum) FROM pg_attribute
+                WHERE attrelid = 'pgjobd.jobs'::regclass AND attnum > 0 AND NOT attisdropped
+                  AND has_column_privilege('pgjobd_producer', 'pgjobd.jobs', attname, 'SELECT')")" \
+	"$(psql_q "SELECT string_agg(attname, ',' ORDER BY attnum) FROM pg_attribute
+                 WHERE attrelid = 'pgjobd.my_jobs'::regclass AND attnum > 0")" \
+	"pgjobd.my_jobs has exactly the columns a producer may read"
 like "$(as app "SELECT queue || ':' || queued FROM pgjobd.queue_stats WHERE queue = 'nobody'")" \
 	'^nobody:[0-9]+$' "producer: SELECT from pgjobd.queue_stats works"
 is "$(psql_q "SELECT count(*) FROM pgjobd.groups WHERE queue = 'nobody' AND group_id = 'pg'")" 0 \

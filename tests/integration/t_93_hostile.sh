@@ -158,26 +158,61 @@ wait_until 60 "[ \"\$(job_field $boom status)\" = succeeded ]"
 ok $? "... and the job succeeds once the trigger is gone"
 
 # ---- a job's timeout and max_attempts lower the queue's, never raise or disable them
-# insert_job QUEUE COLUMN VALUE: prints the id, or "refused" when PostgreSQL rejects the
-# value at INSERT (also a way to keep the ceiling).
+# insert_job VAR QUEUE COLUMN VALUE: sets VAR to the new job's id, or to "refused" when
+# PostgreSQL rejects the INSERT; psql's error, SQLSTATE first (VERBOSITY verbose), is kept
+# in $T/VAR.err.
 insert_job() {
-	psql_q "INSERT INTO pgjobd.jobs (queue, $2) VALUES ('$1', $3) RETURNING id" 2>"$T/insert.err" ||
-		echo refused
+	local out
+	if out=$(psql -X -qAt -v ON_ERROR_STOP=1 -v VERBOSITY=verbose \
+		-c "INSERT INTO pgjobd.jobs (queue, $3) VALUES ('$2', $4) RETURNING id" 2>"$T/$1.err"); then
+		printf -v "$1" %s "$out"
+	else
+		printf -v "$1" %s refused
+	fi
 }
-t_tiny=$(insert_job slow timeout "'100 microseconds'")
-t_huge=$(insert_job short timeout "'178000000 years'")
-t_low=$(insert_job slow timeout "'500 milliseconds'")
-m_huge=$(insert_job retry max_attempts 2147483647)
-m_low=$(insert_job retry max_attempts 1)
+insert_job t_tiny slow timeout "'100 microseconds'"
+insert_job t_huge short timeout "'178000000 years'"
+insert_job t_low slow timeout "'500 milliseconds'"
+insert_job m_huge retry max_attempts 2147483647
+insert_job m_low retry max_attempts 1
 for v in t_tiny t_huge t_low m_huge m_low; do
-	[ "${!v}" = refused ] && note "$v: refused at INSERT: $(cat "$T/insert.err")"
+	[ "${!v}" = refused ] && note "$v: refused at INSERT: $(cat "$T/$v.err")"
 done
-# expect_outcome VAR WANT MAXSECONDS NAME: the job ends as WANT within its run time limit.
+# ceiling_refusal VAR COLUMN: VAR's INSERT was refused by a CHECK constraint of
+# pgjobd.jobs on COLUMN: SQLSTATE 23514 (check_violation), and the constraint the error
+# names is a CHECK of that table whose expression reads COLUMN. Prints the constraint's
+# name; fails for any other error (a missing column, a permission, a trigger, another
+# constraint), which would otherwise pass for a ceiling kept at INSERT.
+ceiling_refusal() {
+	local err state con def
+	err=$(cat "$T/$1.err")
+	state=$(sed -n 's/^ERROR:  \([0-9A-Z]\{5\}\): .*/\1/p' <<<"$err" | head -n1)
+	con=$(sed -n 's/^ERROR:  23514: new row for relation "jobs" violates check constraint "\(.*\)"$/\1/p' <<<"$err" | head -n1)
+	[ "$state" = 23514 ] && [ -n "$con" ] || return 1
+	def=$(psql_q "SELECT pg_get_constraintdef(oid) FROM pg_constraint
+		WHERE conrelid = 'pgjobd.jobs'::regclass AND contype = 'c' AND conname = $(sql_lit "$con")")
+	[[ $def =~ (^|[^a-z_])$2([^a-z_]|$) ]] || return 1
+	echo "$con"
+}
+# expect_outcome VAR WANT MAXSECONDS NAME [COLUMN]: the job ends as WANT within its run
+# time limit. With COLUMN, a refusal at INSERT also keeps the limit, if a CHECK on
+# COLUMN made it (ceiling_refusal); without, the value lowers the limit and must be
+# accepted.
 expect_outcome() {
-	local id=${!1} want=$2 max=$3 name=$4 dur
+	local id=${!1} want=$2 max=$3 name=$4 col=${5:-} dur con
 	if [ "$id" = refused ]; then
-		pass "$name (refused at INSERT)"
-		pass "$name: time (refused at INSERT)"
+		if [ -n "$col" ] && con=$(ceiling_refusal "$1" "$col"); then
+			pass "$name (refused at INSERT: SQLSTATE 23514, CHECK \"$con\" on $col)"
+			pass "$name: time (refused at INSERT)"
+		else
+			if [ -n "$col" ]; then
+				fail "$name (refused at INSERT, not by a CHECK constraint on $col)"
+			else
+				fail "$name (refused at INSERT: a value that lowers the limit must be accepted)"
+			fi
+			diag "$(cat "$T/$1.err")"
+			fail "$name: time (refused at INSERT)"
+		fi
 		return
 	fi
 	wait_until 40 "finished $id"
@@ -187,10 +222,10 @@ expect_outcome() {
 	ok "$([ -n "$dur" ] && awk -v d="$dur" -v m="$max" 'BEGIN { exit !(d < m) }'; echo $?)" \
 		"$name: ended in ${dur:-(not finished)}s (< ${max}s)"
 }
-expect_outcome t_tiny "failed timeout 1" 3 "timeout of 100 µs counts as 1 ms, not as none"
-expect_outcome t_huge "failed timeout 1" 3.5 "timeout of 178000000 years does not lift the queue's 1 s"
+expect_outcome t_tiny "failed timeout 1" 3 "timeout of 100 µs counts as 1 ms, not as none" timeout
+expect_outcome t_huge "failed timeout 1" 3.5 "timeout of 178000000 years does not lift the queue's 1 s" timeout
 expect_outcome t_low "failed timeout 1" 3 "timeout of 500 ms lowers the queue's 20 s"
-expect_outcome m_huge "failed exit 2" 30 "max_attempts 2147483647 does not lift the queue's 2"
+expect_outcome m_huge "failed exit 2" 30 "max_attempts 2147483647 does not lift the queue's 2" max_attempts
 expect_outcome m_low "failed exit 1" 30 "max_attempts 1 lowers the queue's 2"
 if [ "$m_huge" != refused ]; then
 	is "$(awk -v id="$m_huge" '$1 == id { print $2 "/" $3 }' "$T/retry.log" | head -n 3 | tr '\n' ' ')" "1/2 2/2 " \

@@ -291,9 +291,12 @@ wait_until 10 "[ \"\$(job_field ${L:-0} status)\" = cancelled ]"
 ok $? "... and the job ends cancelled"
 # On the server's clock, from the cancel to the outcome: psql's own start-up, which
 # takes its time on a busy machine, is not the daemon's.
+# How soon, is a figure of make bench (9c); here, what a late or missed cancel would
+# change: the command ends on SIGTERM, long before its kill_grace (5 s) would end in
+# SIGKILL.
 el=$(job_field "${L:-0}" "round(extract(epoch FROM finished_at - '$(cut -d'|' -f3 <<<"$out")'::timestamptz) * 1000)")
-cmp_ok "$el" -lt 1500 "... within about a second (${el} ms)"
-is "$(job_field "${L:-0}" "error->>'reason'")" cancelled "reason cancelled"
+cmp_ok "$el" -lt 5000 "... before the kill_grace of 5 s (${el} ms)"
+is "$(job_field "${L:-0}" "error->>'reason' || ' ' || (error->>'signal')")" "cancelled 15" "reason cancelled, the command ended by SIGTERM"
 wait_until 10 "! pid_alive $lpid"
 ok $? "its command is dead"
 

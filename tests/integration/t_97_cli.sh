@@ -6,7 +6,11 @@
 # an id; `cancel` of a queued, a running, a finished and a missing job. A bad argument is
 # a usage error (exit 2) whose message names it, and nothing reaches the table; a
 # database error prints PostgreSQL's message (exit 1). Only the running-job cancel needs
-# a daemon.
+# a daemon. Then what a new user meets: cancel of several ids, commands without a file
+# (--database, PG* variables) and the hint when the file cannot be opened, connection
+# errors that say why (libpq's reason for a misspelt parameter, libpq's defaults when
+# `database` is unset), a bounded number of warnings while the database is down at start,
+# schedule add's warning about an unserved queue, jobs' whole reason, show's numbers.
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
 # The newest migration in sql/ (e.g. 004_cheap_enqueue) and its schema version.
@@ -66,7 +70,9 @@ EOF
 cli migrate --grant -c "$T/app.ini"
 is "$rc" 1 "migrate --grant without CREATEROLE exits 1"
 like "$out" 'schema pgjobd is at version [0-9]+' "... after migrating"
-like "$err" '^pgjobd: migrate: ERROR: +permission denied to create role' "... and prints PostgreSQL's message"
+is "$err" "pgjobd: migrate: --grant: permission denied to create role (role app)
+pgjobd: hint: run it as a role with CREATEROLE that owns schema pgjobd or is a superuser, e.g. 'sudo -u postgres pgjobd migrate --grant -c /etc/pgjobd/admin.ini'; or in psql, as such a role: SELECT pgjobd.setup_roles();" \
+	"... and prints PostgreSQL's reason without PL/pgSQL's CONTEXT, and the fix"
 is "$(psql_q "SELECT count(*) FROM pg_roles WHERE rolname LIKE 'pgjobd\_%'")" 0 "... no role was created"
 
 cli migrate --grant -c "$conf"
@@ -256,6 +262,17 @@ is "$rc:$out:$err" "1::pgjobd: cancel: job 987654321 does not exist" "cancel of 
 usage_error "^pgjobd: cancel: bad ID 'abc': not an integer; try 'pgjobd cancel --help'$" cancel abc -c "$conf"
 usage_error "^pgjobd: cancel: bad ID '12a'" cancel 12a -c "$conf"
 usage_error "^pgjobd: cancel: missing ID" cancel -c "$conf"
+cli enqueue work -c "$conf"
+q1=$out
+cli enqueue work -c "$conf"
+q2=$out
+usage_error "^pgjobd: cancel: bad ID 'x'" cancel "$q1" x -c "$conf"
+is "$(job_field "$q1" status)" queued "a bad ID among several: nothing is cancelled"
+cli cancel "$q1" 987654321 "$q2" -c "$conf"
+is "$rc:$out:$err" "1:cancelled job $q1
+cancelled job $q2:pgjobd: cancel: job 987654321 does not exist" \
+	"cancel of several jobs: each one, the missing one named, exit 1"
+is "$(job_field "$q1" status) $(job_field "$q2" status)" "cancelled cancelled" "... both are cancelled"
 
 # A running job: cancel() records a request for its daemon.
 start_daemon d "$conf"
@@ -293,5 +310,83 @@ ok "$([ "$rc" = 1 ] && [ -z "$out" ] &&
 	"status without the schema: exit 1, PostgreSQL's message and a hint" || diag "$err"
 cli status -c "$T/missing.ini"
 is "$rc" 2 "status with a missing file: exit 2 (configuration)"
+like "$err" "hint: status: .*give -c FILE, or name the database with --database CONNINFO or PGDATABASE/PGHOST/PGSERVICE" \
+	"... with a hint naming --database and the PG* variables"
+
+# ---------------------------------------------------------------- without a file
+
+# --database, and psql's variables when the default file cannot be opened (here it does
+# not exist: the tests never touch /etc/pgjobd).
+if [ ! -e /etc/pgjobd/pgjobd.ini ]; then
+	cli status --database "$DB_CONNINFO"
+	is "$rc" 0 "status --database CONNINFO without any file" || diag "$err"
+	cli jobs --database "$DB_CONNINFO" --limit 1
+	is "$rc" 0 "jobs --database CONNINFO" || diag "$err"
+	cli schedule list --database "$DB_CONNINFO"
+	is "$rc" 0 "schedule list --database CONNINFO" || diag "$err"
+	PGHOST=$T/sock PGPORT=$PG_PORT PGDATABASE=$(sed -n 's/.*dbname=\([^ ]*\).*/\1/p' <<<"$DB_CONNINFO") PGUSER=postgres \
+		cli enqueue work --data '{"via": "env"}'
+	is "$rc" 0 "enqueue without a file, PGHOST/PGDATABASE/PGUSER naming the database" || diag "$err"
+	[ "$rc" = 0 ] && is "$(job_field "$out" "data->>'via'")" env "... the job is there"
+	env -u PGHOST -u PGDATABASE -u PGSERVICE "$PGJOBD" status >"$T/out.txt" 2>"$T/err.txt"
+	rc=$?
+	err=$(cat "$T/err.txt")
+	ok "$([ "$rc" = 2 ] && [[ $err == *"/etc/pgjobd/pgjobd.ini: error: cannot open: No such file or directory"* ]] &&
+		[[ $err == *"hint: status:"*"--database CONNINFO"* ]]; echo $?)" \
+		"without a file or PG* variables: exit 2, the reason and the hint" || diag "$err"
+else
+	for i in 1 2 3 4 5 6; do pass "# SKIP /etc/pgjobd/pgjobd.ini exists on this machine"; done
+fi
+usage_error "^pgjobd: reload: --database is an option of " reload --pid 1 --database x
+
+# ---------------------------------------------------------------- connection errors
+
+write_conf "$T/typo.ini" <<EOF
+[pgjobd]
+database = postgresql://localhost/x?sslmod=disable
+EOF
+cli status -c "$T/typo.ini"
+ok "$([ "$rc" = 2 ] && [[ $err == *"libpq knows no connection parameter \"sslmod\" (did you mean \"sslmode\"?)"* ]]; echo $?)" \
+	"a misspelt URI parameter: libpq's reason and the nearest parameter" || diag "$err"
+write_conf "$T/nodbkey.ini" <<EOF
+[pgjobd]
+log_level = info
+EOF
+PGHOST=$T/no-such-dir cli status -c "$T/nodbkey.ini"
+ok "$([ "$rc" = 1 ] && [[ $err == *"hint: status: \`database\` is not set in $T/nodbkey.ini, so libpq's defaults were used"*"host=$T/no-such-dir"* ]]; echo $?)" \
+	"database unset: the connection error says libpq's defaults were used, and which" || diag "$err"
+
+# ---------------------------------------------------------------- the daemon, database down
+
+# Before its first connection the daemon retries with backoff (from 100 ms); each session
+# logs its reason once, then again only when it changes or every 30 s.
+write_conf "$T/down.ini" <<EOF
+[pgjobd]
+database = host=$T/no-server-here port=$PG_PORT dbname=x
+log_level = info
+
+[queue.work]
+command = true
+EOF
+timeout 4 "$PGJOBD" -c "$T/down.ini" >"$T/down.log" 2>&1
+nwarn=$(grep -c 'level=warn msg="cannot connect to database"' "$T/down.log")
+napps=$(grep 'msg="cannot connect to database"' "$T/down.log" | grep -o 'app="[^"]*"' | sort -u | wc -l)
+ok "$([ "$napps" -ge 1 ] && [ "$nwarn" -eq "$napps" ]; echo $?)" \
+	"4 s with the database down: one warning per session ($nwarn for $napps sessions)" ||
+	diag "$(grep 'cannot connect' "$T/down.log" | head -5)"
+
+# ---------------------------------------------------------------- schedule, jobs, show
+
+cli schedule add nowhere '@daily' no-such-queue -c "$conf"
+ok "$([ "$rc" = 0 ] && [[ $err == *"warning: queue no-such-queue is served by no live daemon and has no section in $conf"* ]]; echo $?)" \
+	"schedule add warns about a queue nothing serves, as enqueue does" || diag "$rc $err"
+fid=$(psql_q "INSERT INTO pgjobd.jobs (queue, status, attempts, finished_at, error)
+              VALUES ('work', 'failed', 1, now(), '{\"reason\": \"exit\", \"exit_code\": 3}') RETURNING id")
+cli jobs --status failed --queue work -c "$conf"
+like "$out" "$fid +work +- +failed +1 .* exit 3\$" "jobs shows the whole reason: exit 3" || diag "$out"
+cli enqueue work -c "$conf"
+cli show "$out" -c "$conf"
+like "$out" $'\n  max_attempts +5 \\(the queue\'s\\)\n' "show prints the queue's max_attempts as a number" || diag "$out"
+like "$out" $'\n  timeout +300s \\(the queue\'s\\)\n' "... and its timeout"
 
 done_testing

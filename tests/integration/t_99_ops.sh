@@ -12,11 +12,12 @@
 #    whose non-object data gives a $PGJOBD_ARG_ command nothing; `enqueue --data` warns too;
 #  - control subcommands work when a [queue.*] section has an error (check does not);
 #  - `status` counts the live daemons serving each queue (also after a reload), warns about
-#    queued jobs nobody serves, and `--watch` repeats (ANSI clearing only on a terminal);
+#    queued jobs nobody serves, and `--watch` repeats (ANSI clearing only on a terminal),
+#    with the running jobs and their age and the recent failures, q quitting on a terminal;
 #  - the log: a final failure at warn, a retry at info, exit_code/signal only when there is
 #    one, session names quoted, configuration errors with the journal's priority prefix;
 #  - log_output = journal: command lines as logfmt lines (bounded by max_output), and as
-#    native journal entries with JOB_ID/QUEUE under journald (in a mount namespace with a
+#    native journal entries with PGJOBD_JOB_ID/PGJOBD_QUEUE under journald (in a mount namespace with a
 #    stand-in journal socket, where the machine allows one).
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
@@ -255,6 +256,9 @@ backoff = 0
 command = kill -9 \$\$
 max_attempts = 1
 
+[queue.slow]
+command = sleep 60
+
 [queue.out]
 command = printf 'hello\nworld "quoted"\n'; echo oops >&2; printf 'no newline'
 log_output = journal
@@ -291,7 +295,14 @@ ok $? "after a reload the daemon's row lists the new queue"
 cli status -c "$T/d.ini"
 like "$out" $'\nadded +0 +0 +0 +0 +0 +no +0 +1\n' "status: the added queue, served"
 
-# --watch, not a terminal: reports follow each other, no escape sequences.
+# --watch, not a terminal: reports follow each other, no escape sequences. Each frame
+# also lists the running jobs with their age and the failures of the last hour.
+cli enqueue slow -c "$T/d.ini"
+sj=$out
+cli enqueue fails -c "$T/d.ini"
+fj=$out
+wait_until 20 "[ \"\$(psql_q \"SELECT string_agg(status, ' ' ORDER BY id) FROM pgjobd.jobs WHERE id IN ($sj, $fj)\")\" = 'running failed' ]"
+ok $? "a running job ($sj) and a failed one ($fj) to watch"
 "$PGJOBD" status --watch 0.2 -c "$T/d.ini" >"$T/watch.txt" 2>&1 &
 wpid=$!
 wait_until 20 "[ \"\$(grep -c '^Every 0.2s: pgjobd status' '$T/watch.txt')\" -ge 3 ]"
@@ -301,13 +312,29 @@ wait "$wpid"
 is "$?" 0 "... SIGINT ends it with exit 0"
 ! grep -q $'\033' "$T/watch.txt"
 ok $? "... with no escape sequence when stdout is not a terminal"
+grep -q '^running jobs: 1$' "$T/watch.txt" && grep -Eq "^  $sj +slow +- +1 +[0-9]+s$" "$T/watch.txt"
+ok $? "... each frame lists the running jobs with their queue, group, attempt and age" ||
+	diag "$(tail -n 20 "$T/watch.txt")"
+grep -Eq "^  $fj +fails +failed +exit 3 +[0-9]+s$" "$T/watch.txt"
+ok $? "... and the failures of the last hour with their reason" || diag "$(tail -n 12 "$T/watch.txt")"
 if command -v script >/dev/null 2>&1; then
 	timeout -s INT 2 script -qfec "$PGJOBD status --watch 0.5 -c $T/d.ini" /dev/null >"$T/tty.txt" 2>&1
 	grep -q $'\033\[H\033\[2J' "$T/tty.txt"
 	ok $? "status --watch on a terminal clears the screen before each report"
+	# q quits (the terminal takes keys one at a time), and the terminal is restored.
+	(sleep 1; printf q; sleep 9) | timeout 8 script -qfec "s=\$(date +%s%N); $PGJOBD status --watch 0.3 -c $T/d.ini;
+		echo exit=\$? ms=\$(( (\$(date +%s%N) - s) / 1000000 )); stty -a" /dev/null >"$T/tty-q.txt" 2>&1
+	ms=$(sed -n 's/.*exit=0 ms=\([0-9]*\).*/\1/p' "$T/tty-q.txt")
+	ok "$([ -n "$ms" ] && [ "$ms" -lt 6000 ] && grep -q '(q quits)' "$T/tty-q.txt" &&
+		grep -Eq '(^| )icanon( |$)' "$T/tty-q.txt" && grep -Eq '(^| )echo( |$)' "$T/tty-q.txt"; echo $?)" \
+		"status --watch on a terminal: q quits with exit 0 (after ${ms:-?} ms, q sent at 1 s), the terminal restored" ||
+		diag "$(tr -d '\033' <"$T/tty-q.txt" | tail -n 30)"
 else
-	pass "# SKIP script(1) is not installed: no terminal to test --watch on"
+	skip "script(1) is not installed: no terminal to test --watch on" 2
 fi
+cli cancel "$sj" -c "$T/d.ini"
+wait_until 20 "[ \"\$(psql_q \"SELECT status FROM pgjobd.jobs WHERE id = $sj\")\" = cancelled ]"
+ok $? "the running job is cancelled again"
 
 # ---------------------------------------------------------------- the log
 
@@ -399,8 +426,8 @@ EOF
 	ok $? "the command's lines arrive at the journal socket"
 	seq=$(awk '/ MESSAGE=to the journal$/ { print $2 }' "$T/journal.txt")
 	is "$(sed -n "s/^[^ ]* $seq [^ ]* //p" "$T/journal.txt" | sort | tr '\n' ' ')" \
-		"ATTEMPT=1 JOB_ID=$jo MESSAGE=to the journal PRIORITY=6 QUEUE=jout STREAM=stdout SYSLOG_IDENTIFIER=pgjobd " \
-		"one entry per line, with JOB_ID, QUEUE, PRIORITY, SYSLOG_IDENTIFIER and STREAM"
+		"MESSAGE=to the journal PGJOBD_ATTEMPT=1 PGJOBD_JOB_ID=$jo PGJOBD_QUEUE=jout PGJOBD_STREAM=stdout PRIORITY=6 SYSLOG_IDENTIFIER=pgjobd " \
+		"one entry per line, with PGJOBD_JOB_ID, PGJOBD_QUEUE, PRIORITY, SYSLOG_IDENTIFIER and PGJOBD_STREAM (JOB_ID is systemd's own)"
 	grep -q "PRIORITY=5" "$T/journal.txt"
 	ok $? "stderr's lines at priority 5 (notice)"
 	grep -q '^<6>level=info msg="job finished"' "$T/j.log"
@@ -410,7 +437,7 @@ EOF
 	stop_daemon "$jd" 20 >/dev/null
 	kill "$(cat "$T/sink.pid")" 2>/dev/null
 else
-	for i in 1 2 3 4 5 6; do pass "# SKIP no notify-sink or no mount namespace here"; done
+	skip "no notify-sink or no mount namespace here" 6
 fi
 
 done_testing

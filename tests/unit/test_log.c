@@ -1,7 +1,9 @@
 /* test_log.c - log lines: the journal's <N> priority prefix exactly when
  * JOURNAL_STREAM names stderr's device:inode (systemd's rule), an ISO-8601
  * time otherwise; level filtering; errno kept; logfmt quoting. stderr is
- * pointed at a temporary file so each line can be read back. */
+ * pointed at a temporary file so each line can be read back. Last, the
+ * daemon's mode (log_nonblocking): stderr a pipe or a socket whose reader
+ * stalls; no line waits, lines are dropped and counted, errors kept. */
 #include <errno.h>
 #include <fcntl.h>
 #include <regex.h>
@@ -9,7 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -186,6 +191,75 @@ static void test_injection(const struct stat *st)
 	set_stream(NULL);
 }
 
+static long long mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Everything the reader end rfd holds now (non-blocking), into buf. */
+static size_t drain(int rfd, char *buf, size_t cap)
+{
+	size_t n = 0;
+	for (;;) {
+		char tmp[65536];
+		ssize_t r = read(rfd, tmp, sizeof(tmp));
+		if (r <= 0)
+			break;
+		size_t k = (size_t)r < cap - 1 - n ? (size_t)r : cap - 1 - n;
+		memcpy(buf + n, tmp, k);
+		n += k;
+	}
+	buf[n] = '\0';
+	return n;
+}
+
+/* stderr is the write end of a pipe (kind "pipe") or a stream socket
+ * ("socket") nobody reads: 2,000 lines of 1 KB take no time, most are
+ * dropped, an error line is kept; once the reader has emptied it, the kept
+ * line and the count come out. */
+static void test_stalled(const char *kind, int wfd, int rfd)
+{
+	dup2(wfd, STDERR_FILENO);
+	close(wfd);
+	set_stream(NULL);
+	log_init(LOG_INFO);
+	log_nonblocking();
+	if (strcmp(kind, "pipe") == 0) {
+		ok(log_output_fd() > STDERR_FILENO, "%s: a private descriptor of stderr", kind);
+		ok(!(fcntl(STDERR_FILENO, F_GETFL) & O_NONBLOCK),
+		   "%s: stderr's own open file description is left blocking", kind);
+	}
+	char big[1001];
+	memset(big, 'x', sizeof(big) - 1);
+	big[sizeof(big) - 1] = '\0';
+	long long t0 = mono_ms();
+	for (int i = 0; i < 2000; i++)
+		log_info("msg=\"filler\" i=%d pad=%s", i, big);
+	/* as long as the others: no room for them either */
+	log_error("msg=\"kept while stalled\" kind=%s pad=%s", kind, big);
+	log_info("msg=\"dropped too\" pad=%s", big);
+	long long took = mono_ms() - t0;
+	ok(took < 2000, "%s: 2,000 lines into a full %s took %lld ms, never waiting", kind, kind,
+	   took);
+	unsigned long long lost = log_dropped();
+	ok(lost > 1000, "%s: lines dropped and counted (%llu)", kind, lost);
+	static char buf[4 << 20];
+	drain(rfd, buf, sizeof(buf));
+	log_flush_dropped();
+	log_info("msg=\"after\"");
+	drain(rfd, buf, sizeof(buf));
+	ok(matches(buf, "level=error msg=\"kept while stalled\" kind=") &&
+	       matches(buf, "msg=\"[0-9]+ log lines dropped: the reader of standard error did not "
+			    "keep up\" dropped=[0-9]+ process=daemon") &&
+	       matches(buf, "msg=\"after\""),
+	   "%s: the kept error, then the count, then new lines, once the reader is back", kind);
+	ok(!matches(buf, "dropped too"), "%s: a dropped line stays dropped", kind);
+	ok(log_dropped() == 0, "%s: the count is reset once told", kind);
+	close(rfd);
+}
+
 int main(void)
 {
 	char path[] = "/tmp/pgjobd-test-log.XXXXXX";
@@ -219,6 +293,18 @@ int main(void)
 	test_long_line();
 	test_quote();
 	test_injection(&st);
+
+	/* The daemon's mode, last: it stays on. */
+	int p[2], sv[2];
+	if (pipe2(p, O_CLOEXEC) == 0 && fcntl(p[0], F_SETFL, O_NONBLOCK) == 0)
+		test_stalled("pipe", p[1], p[0]);
+	else
+		ok(0, "pipe2");
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0 &&
+	    fcntl(sv[0], F_SETFL, O_NONBLOCK) == 0)
+		test_stalled("socket", sv[1], sv[0]);
+	else
+		ok(0, "socketpair");
 
 	dup2(saved, STDERR_FILENO);
 	close(saved);
