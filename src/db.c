@@ -404,6 +404,36 @@ static void setup_done(struct db_conn *c, PGresult *const *res, int n, void *arg
 	serve_waiters(c);
 }
 
+int db_check_server(const PGconn *pg, char *msg, size_t size)
+{
+	int v = PQserverVersion(pg);
+	/* 0: the server (or a pooler in front of it) did not say; what it
+	 * cannot do then shows in the first statement that needs it */
+	if (v >= DB_MIN_SERVER_VERSION || v == 0)
+		return 0;
+	/* As the server names itself ("14.23", or "14.23 (Debian ...)"). */
+	const char *name = PQparameterStatus(pg, "server_version");
+	char ver[32];
+	if (name && *name)
+		snprintf(ver, sizeof(ver), "%.*s", (int)strcspn(name, " "), name);
+	else
+		snprintf(ver, sizeof(ver), "%d.%d", v / 10000, v % 10000);
+	snprintf(msg, size, "pgjobd needs PostgreSQL %d or later; this server is %s",
+		 DB_MIN_SERVER_VERSION / 10000, ver);
+	return -1;
+}
+
+/* Connected to a server older than pgjobd supports: nothing is sent on
+ * the session; the owner hears of it and it is tried again later (an
+ * upgraded server, or another one behind the same address). */
+static void refuse_server(struct db_conn *c, const char *msg)
+{
+	log_error("msg=%s app=%s", log_value(msg), log_value(c->appname));
+	schedule_connect(c);
+	if (c->cbs.on_refused)
+		c->cbs.on_refused(c, msg, c->cbs.arg);
+}
+
 static void start_setup(struct db_conn *c)
 {
 	if (PQsetnonblocking(c->pg, 1) != 0 || !PQenterPipelineMode(c->pg)) {
@@ -438,11 +468,16 @@ static void poll_connect(struct db_conn *c)
 	case PGRES_POLLING_WRITING:
 		watch(c, c->fd, EV_WRITE);
 		break;
-	case PGRES_POLLING_OK:
+	case PGRES_POLLING_OK: {
 		ev_timer_stop(c->loop, &c->timer);
 		watch(c, -1, 0);
-		start_setup(c);
+		char msg[128];
+		if (db_check_server(c->pg, msg, sizeof(msg)) < 0)
+			refuse_server(c, msg);
+		else
+			start_setup(c);
 		break;
+	}
 	case PGRES_POLLING_FAILED:
 	default:
 		fail(c, PQerrorMessage(c->pg));

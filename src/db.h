@@ -55,6 +55,8 @@ typedef void db_notify_fn(struct db_conn *c, const char *channel, const char *pa
 /* Socket lifecycle hooks (the guard): opened once CONNECTION_OK, closing
  * right before the socket is closed. */
 typedef void db_fd_fn(int fd, bool opened, void *arg);
+/* The server is older than pgjobd supports (msg: db_check_server's). */
+typedef void db_refused_fn(struct db_conn *c, const char *msg, void *arg);
 
 struct db_stmt {
 	const char *sql;
@@ -70,9 +72,23 @@ struct db_callbacks {
 	db_event_fn *on_event;
 	db_notify_fn *on_notify; /* may be NULL */
 	db_fd_fn *on_fd;	 /* may be NULL */
+	/* may be NULL; either way nothing is sent on such a session, and it is
+	 * tried again after the backoff */
+	db_refused_fn *on_refused;
 	void *arg;
 	struct metrics *metrics; /* round trips and reconnects are counted here; may be NULL */
 };
+
+/* The oldest PostgreSQL pgjobd runs on, as PQserverVersion() counts: 15.0.
+ * Older servers lack what the schema uses (views with security_invoker). */
+#define DB_MIN_SERVER_VERSION 150000
+
+/* Whether the server of pg (connected) is one pgjobd supports: 0, or -1
+ * with "pgjobd needs PostgreSQL 15 or later; this server is 14.23" in msg
+ * (0 too when the server did not report its version).
+ * Every session checks it first: the daemon's (db.c) and the commands'
+ * (cli.c). */
+int db_check_server(const PGconn *pg, char *msg, size_t size);
 
 /* Create and start connecting. conninfo is the `database` setting (URI or
  * key=value), expanded by libpq; application_name is set to `appname`.

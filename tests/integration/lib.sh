@@ -378,14 +378,35 @@ pick_cluster() {
 	fi
 }
 
+# pg_client_bindir: where psql is: $PG_BINDIR, else (a server build without the client
+# programs, as tests/pg-versions.sh installs) the newest of Debian's.
+pg_client_bindir() {
+	local d
+	for d in "$PG_BINDIR" $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V -r); do
+		[ -x "$d/psql" ] && echo "$d" && return 0
+	done
+	return 1
+}
+
+# pg_bin_major: the major version of the server in $PG_BINDIR (e.g. 16).
+pg_bin_major() {
+	"$PG_BINDIR/pg_ctl" --version | sed -n 's/^pg_ctl (PostgreSQL) \([0-9][0-9]*\).*/\1/p'
+}
+
 # pg_setup: finds initdb and pg_ctl ($PG_BINDIR) and, under root, the user the server runs
-# as ($PG_USER). $PG_BINDIR goes first in PATH: Debian's /usr/bin/psql is a Perl wrapper
-# that costs 20 ms of CPU per call, and the suite calls psql thousands of times.
+# as ($PG_USER). $PG_BINDIR, then the directory of psql when it is another, go first in
+# PATH: Debian's /usr/bin/psql is a Perl wrapper that costs 20 ms of CPU per call, and the
+# suite calls psql thousands of times.
 pg_setup() {
+	local client
 	PG_BINDIR=$(find_pg_bindir) || bail_out "initdb/pg_ctl not found (install postgresql, or set PG_BINDIR)"
+	export PG_BINDIR # the files of a run.sh run: the shared server's
+	client=$(pg_client_bindir) || client=$PG_BINDIR
+	local want="$PG_BINDIR:"
+	[ "$client" = "$PG_BINDIR" ] || want="$PG_BINDIR:$client:"
 	case "$PATH:" in
-	"$PG_BINDIR:"*) ;;
-	*) export PATH="$PG_BINDIR:$PATH" ;;
+	"$want"*) ;;
+	*) export PATH="$want$PATH" ;;
 	esac
 	if [ "$(id -u)" = 0 ]; then
 		PG_USER=${PG_USER:-postgres}
@@ -399,8 +420,10 @@ pg_setup() {
 # (a tenth of initdb's time).
 pg_initdb() {
 	local dir=$1 fresh=${PGJOBD_TEST_CLUSTER:+$PGJOBD_TEST_CLUSTER/initdb}
+	# (of the same major version: a file may start another server than run.sh's)
 	if [ -n "$fresh" ] && [ -f "$fresh/PG_VERSION" ] &&
-		[ "$(stat -c %U "$fresh")" = "${PG_USER:-$(id -un)}" ]; then
+		[ "$(stat -c %U "$fresh")" = "${PG_USER:-$(id -un)}" ] &&
+		[ "$(cat "$fresh/PG_VERSION")" = "$(pg_bin_major)" ]; then
 		cp -a "$fresh" "$dir" && return 0
 		rm -rf "$dir"
 	fi

@@ -22,43 +22,53 @@ $(conf_header)
 EOF
 ok_cmd "pgjobd migrate --grant" "$PGJOBD" migrate --grant -c "$T/schema.ini"
 
-dump >"$T/schema.sql" 2>"$T/dump.log"
-ok $? "tests/schema-dump.sh prints the schema" || diag "$(cat "$T/dump.log")"
-
-dump >"$T/again.sql" 2>>"$T/dump.log"
-cmp -s "$T/schema.sql" "$T/again.sql"
-ok $? "a second dump prints the same bytes" ||
-	diag "$(diff -u "$T/schema.sql" "$T/again.sql" | head -n 40)"
-
-noise=$(grep -nE '^\\(un)?restrict |^SET |^SELECT pg_catalog\.set_config|^-- (Dumped|Name: )|OWNER TO' \
-	"$T/schema.sql")
-runs=$(awk 'p == "" && $0 == "" { print "line " NR ": a second blank line" } { p = $0 }' "$T/schema.sql")
-ok "$([ -z "$noise$runs" ]; echo $?)" "no preamble, owners, pg_dump comments or blank-line runs" ||
-	diag "$noise" "$runs"
-
-missing=
-for want in 'CREATE TABLE pgjobd.jobs (' 'CREATE FUNCTION pgjobd.claim_batch(' \
-	'CREATE POLICY producer_insert ON pgjobd.jobs' 'GRANT USAGE ON SCHEMA pgjobd TO pgjobd_producer;' \
-	'ALTER TABLE pgjobd.jobs ENABLE ROW LEVEL SECURITY;' '-- Schema version '; do
-	grep -qF -- "$want" "$T/schema.sql" || missing+="  $want"$'\n'
-done
-ok "$([ -z "$missing" ]; echo $?)" "the dump holds tables, functions, policies, grants and the version" ||
-	diag "missing:" "$missing"
-
-if [ ! -f "$snapshot" ]; then
-	fail "sql/schema.sql is what the migrations produce"
-	diag "sql/schema.sql is missing: run make schema"
-elif [ -n "$(pg_major "$snapshot")" ] && [ "$(pg_major "$snapshot")" != "$(pg_major "$T/schema.sql")" ]; then
-	# Another major version of pg_dump may print the same schema differently.
-	skip "sql/schema.sql was dumped by pg_dump $(pg_major "$snapshot"), this is pg_dump $(pg_major "$T/schema.sql") (set PG_BINDIR)"
+# pg_dump refuses a server of a newer major version than its own, and the builds of
+# PostgreSQL 16 to 18 that tests/pg-versions.sh runs the suite on have no pg_dump: there
+# the dump checks are skipped, visibly (they run on Debian's 15, the suite's default).
+server_major=$(($(psql_q "SHOW server_version_num") / 10000))
+PG_BINDIR=${PG_BINDIR:-$(find_pg_bindir)}
+if [ ! -x "$PG_BINDIR/pg_dump" ]; then
+	# the five checks below: prints, prints the same bytes, no noise, holds, is sql/schema.sql
+	skip "PostgreSQL $server_major ($PG_BINDIR) has no pg_dump; the dump is checked on 15" 5
 else
-	diff -u --label sql/schema.sql --label "what the migrations produce" "$snapshot" "$T/schema.sql" \
-		>"$T/schema.diff"
-	ok $? "sql/schema.sql is what the migrations produce" || {
-		diag "sql/schema.sql is stale: run make schema (and commit sql/schema.sql)" \
-			"$(head -n 300 "$T/schema.diff")"
-		[ "$(wc -l <"$T/schema.diff")" -gt 300 ] && diag "(diff cut at 300 of $(wc -l <"$T/schema.diff") lines)"
-	}
+	dump >"$T/schema.sql" 2>"$T/dump.log"
+	ok $? "tests/schema-dump.sh prints the schema" || diag "$(cat "$T/dump.log")"
+
+	dump >"$T/again.sql" 2>>"$T/dump.log"
+	cmp -s "$T/schema.sql" "$T/again.sql"
+	ok $? "a second dump prints the same bytes" ||
+		diag "$(diff -u "$T/schema.sql" "$T/again.sql" | head -n 40)"
+
+	noise=$(grep -nE '^\\(un)?restrict |^SET |^SELECT pg_catalog\.set_config|^-- (Dumped|Name: )|OWNER TO' \
+		"$T/schema.sql")
+	runs=$(awk 'p == "" && $0 == "" { print "line " NR ": a second blank line" } { p = $0 }' "$T/schema.sql")
+	ok "$([ -z "$noise$runs" ]; echo $?)" "no preamble, owners, pg_dump comments or blank-line runs" ||
+		diag "$noise" "$runs"
+
+	missing=
+	for want in 'CREATE TABLE pgjobd.jobs (' 'CREATE FUNCTION pgjobd.claim_batch(' \
+		'CREATE POLICY producer_insert ON pgjobd.jobs' 'GRANT USAGE ON SCHEMA pgjobd TO pgjobd_producer;' \
+		'ALTER TABLE pgjobd.jobs ENABLE ROW LEVEL SECURITY;' '-- Schema version '; do
+		grep -qF -- "$want" "$T/schema.sql" || missing+="  $want"$'\n'
+	done
+	ok "$([ -z "$missing" ]; echo $?)" "the dump holds tables, functions, policies, grants and the version" ||
+		diag "missing:" "$missing"
+
+	if [ ! -f "$snapshot" ]; then
+		fail "sql/schema.sql is what the migrations produce"
+		diag "sql/schema.sql is missing: run make schema"
+	elif [ -n "$(pg_major "$snapshot")" ] && [ "$(pg_major "$snapshot")" != "$(pg_major "$T/schema.sql")" ]; then
+		# Another major version of pg_dump may print the same schema differently.
+		skip "sql/schema.sql was dumped by pg_dump $(pg_major "$snapshot"), this is pg_dump $(pg_major "$T/schema.sql") (set PG_BINDIR)"
+	else
+		diff -u --label sql/schema.sql --label "what the migrations produce" "$snapshot" "$T/schema.sql" \
+			>"$T/schema.diff"
+		ok $? "sql/schema.sql is what the migrations produce" || {
+			diag "sql/schema.sql is stale: run make schema (and commit sql/schema.sql)" \
+				"$(head -n 300 "$T/schema.diff")"
+			[ "$(wc -l <"$T/schema.diff")" -gt 300 ] && diag "(diff cut at 300 of $(wc -l <"$T/schema.diff") lines)"
+		}
+	fi
 fi
 
 # The function list. try_group_head_v2 became try_group_head (018_names.sql): the old
