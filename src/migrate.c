@@ -48,8 +48,12 @@ int migrate_verdict(int have)
  * while the migration waits, every producer's INSERT queues behind it. So
  * it gives up instead, rolls back, lets them through for a back-off, and
  * tries again: LOCK_TRIES times, the back-off doubling from
- * LOCK_BACKOFF_MIN_MS to LOCK_BACKOFF_MAX_MS (about five minutes in all). */
-#define LOCK_TIMEOUT "1s"
+ * LOCK_BACKOFF_MIN_MS to LOCK_BACKOFF_MAX_MS (about five minutes in all).
+ * LOCK_TIMEOUT stays below the lease session's own lock_timeout (200 ms,
+ * lease.c): a lease extension queued behind a waiting migration gets its
+ * lock before it gives up, so that no lease runs out (and no command is
+ * killed) because a migration waits for a transaction-mode job. */
+#define LOCK_TIMEOUT "100ms"
 #define LOCK_TRIES 60
 #define LOCK_BACKOFF_MIN_MS 200
 #define LOCK_BACKOFF_MAX_MS 5000

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `pgjobd migrate` while another session holds pgjobd.jobs (as a running transaction-mode
 # job does) until the test ends it: the migration takes its locks with lock_timeout and retries, so a
-# producer's INSERT meanwhile waits about a second at most (without it: until the holder
+# producer's INSERT meanwhile waits a moment at most (without it: until the holder
 # ends); after 5 s it says on stderr that it waits, naming the session that holds the
 # table; once the holder ends it commits, and only then prints "applied".
 . "$(dirname "$0")/lib.sh"
