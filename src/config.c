@@ -241,11 +241,14 @@ static const char *shorten(const char *v, char *tmp, size_t n)
 	return tmp;
 }
 
-static int edit_distance(const char *a, const char *b)
+/* The edit distance of a and b, or INT_MAX when either is longer than max
+ * (at most 64). */
+static int levenshtein(const char *a, const char *b, size_t max)
 {
 	size_t la = strlen(a), lb = strlen(b);
-	int row[41];
-	if (la > 40 || lb > 40)
+	int row[65];
+	assert(max <= 64);
+	if (la > max || lb > max)
 		return INT_MAX;
 	for (size_t j = 0; j <= lb; j++)
 		row[j] = (int)j;
@@ -264,6 +267,11 @@ static int edit_distance(const char *a, const char *b)
 		}
 	}
 	return row[lb];
+}
+
+static int edit_distance(const char *a, const char *b)
+{
+	return levenshtein(a, b, 40);
 }
 
 /* "0", "10ms", "1h", "30d": the largest unit that divides exactly, so bounds
@@ -467,24 +475,8 @@ static int near(const char *a, const char *b)
 	size_t la = strlen(a), lb = strlen(b);
 	if (la > 64 || lb > 64 || (la > lb ? la - lb : lb - la) > 2)
 		return 3;
-	int row[65];
-	for (size_t j = 0; j <= lb; j++)
-		row[j] = (int)j;
-	for (size_t i = 1; i <= la; i++) {
-		int diag = row[0];
-		row[0] = (int)i;
-		for (size_t j = 1; j <= lb; j++) {
-			int up = row[j];
-			int best = diag + (a[i - 1] != b[j - 1]);
-			if (up + 1 < best)
-				best = up + 1;
-			if (row[j - 1] + 1 < best)
-				best = row[j - 1] + 1;
-			row[j] = best;
-			diag = up;
-		}
-	}
-	return row[lb] > 3 ? 3 : row[lb];
+	int d = levenshtein(a, b, 64);
+	return d > 3 ? 3 : d;
 }
 
 /* libpq's message about an unknown parameter names only that parameter's
