@@ -61,9 +61,12 @@
 
 #define WAKES_MAX 64
 #define WAKE_ROUND_MS 10
-/* After a claim of a queue found nothing, NOTIFYs for it within this many ms
- * make one claim, at its end: a NOTIFY is a hint that anyone can send, and
- * replayed non-stop it would otherwise make a claim per round trip. */
+/* After a claim made for a NOTIFY found nothing, NOTIFYs for its queue
+ * within this many ms make one claim, at its end: a NOTIFY is a hint that
+ * anyone can send, and replayed non-stop it would otherwise make a claim per
+ * round trip. Claims made for other reasons (a slot that became idle, the
+ * poll) start no such wait, so that a producer's next job is not held back
+ * by a claim that found nothing because its slot had just finished. */
 #define WAKE_QUIET_MS 50
 
 struct queue {
@@ -102,9 +105,11 @@ struct queue {
 	char tag[17];
 	/* NOTIFYs coalesce (notify_wake): until quiet_until (CLOCK_MONOTONIC
 	 * ms) they only arm the quiet timer, which claims once at its end;
-	 * while a claim is in flight they only set notify_again. */
+	 * while a claim is in flight they only set notify_again.
+	 * claim_notified: the claim in flight was made for a NOTIFY. */
 	int64_t quiet_until;
 	bool notify_again;
+	bool claim_notified;
 	ev_timer quiet;
 };
 
@@ -169,7 +174,7 @@ static int held_jobs(struct dispatch *x, const struct queue *q)
  * would reserve slots anew and rewrite q->reserved under the loop, so that
  * later jobs of the answer went to the slots of the new claim, and slots of
  * the old one were left reserved with nobody to claim for them. */
-static void kick_queue(struct queue *q)
+static void kick_queue_for(struct queue *q, bool notified)
 {
 	struct dispatch *x = q->x;
 	if (!x->running)
@@ -181,7 +186,8 @@ static void kick_queue(struct queue *q)
 		return;
 	}
 	if (q->lease) {
-		lease_kick(x->lease, q->conf->name); /* which has a pause of its own */
+		/* which has a pause of its own */
+		lease_kick(x->lease, q->conf->name, notified);
 		return;
 	}
 	int64_t pause = run_backoff_ms(x->env.run_env->backoff);
@@ -231,26 +237,40 @@ static void kick_queue(struct queue *q)
 		for (int i = 0; i < q->nreserved; i++)
 			slot_unreserve(q->reserved[i]);
 		q->nreserved = 0;
+		return;
 	}
+	q->claim_notified = notified;
+}
+
+static void kick_queue(struct queue *q)
+{
+	kick_queue_for(q, false);
 }
 
 static void on_quiet(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	(void)loop;
 	(void)revents;
-	kick_queue(w->data);
+	kick_queue_for(w->data, true);
 }
 
 /* A NOTIFY for q (a hint: a stranger may replay it at any rate). Costs no
  * round trip when q has no idle slot (kick_queue reserves none), while a
  * claim of q is in flight (one more claim once it is back, however many
- * came), or within WAKE_QUIET_MS of a claim that found nothing (one claim at
- * the end of that time). So NOTIFYs alone make at most one claim per
- * WAKE_QUIET_MS per queue, plus one after each claim that found jobs. */
+ * came), or within WAKE_QUIET_MS of a claim made for a NOTIFY that found
+ * nothing (one claim at the end of that time; lease.c keeps that time for a
+ * lease-mode queue, whose claims it makes). So NOTIFYs alone make at most one
+ * claim per WAKE_QUIET_MS per queue, plus one after each claim that found
+ * jobs. */
 static void notify_wake(struct queue *q)
 {
 	struct ev_loop *loop = q->x->env.loop;
 	int64_t now = util_now_ms();
+	if (q->lease && q->x->lease) {
+		int64_t until = lease_quiet_until(q->x->lease, q->conf->name);
+		if (until > q->quiet_until)
+			q->quiet_until = until;
+	}
 	if (now < q->quiet_until) {
 		if (!ev_is_active(&q->quiet)) {
 			ev_timer_set(&q->quiet, (double)(q->quiet_until - now) / 1000.0, 0.);
@@ -258,18 +278,11 @@ static void notify_wake(struct queue *q)
 		}
 		return;
 	}
-	if (q->lease) {
-		/* The lease session claims for every lease-mode queue in one
-		 * statement and says nothing per queue: a plain interval. */
-		q->quiet_until = now + WAKE_QUIET_MS;
-		kick_queue(q);
-		return;
-	}
-	if (q->dispatching || (q->cl && !claimer_is_ready(q->cl))) {
+	if (!q->lease && (q->dispatching || (q->cl && !claimer_is_ready(q->cl)))) {
 		q->notify_again = true;
 		return;
 	}
-	kick_queue(q);
+	kick_queue_for(q, true);
 }
 
 static void on_claimed(struct claimer *cl, struct claim_job *jobs, const int *slots, int n,
@@ -306,10 +319,13 @@ static void on_claimed(struct claimer *cl, struct claim_job *jobs, const int *sl
 			slot_unreserve(mine[i]);
 	free(mine);
 	q->dispatching = false;
+	bool by_notify = q->claim_notified;
+	q->claim_notified = false;
 	if (n < 0)
 		return; /* the claimer reconnects; its on_up kicks */
-	/* Nothing to claim: the NOTIFYs of the next WAKE_QUIET_MS coalesce. */
-	if (asked > 0 && n == 0)
+	/* A NOTIFY's claim found nothing: the NOTIFYs of the next
+	 * WAKE_QUIET_MS coalesce. */
+	if (by_notify && asked > 0 && n == 0)
 		q->quiet_until = util_now_ms() + WAKE_QUIET_MS;
 	bool notified = q->notify_again;
 	q->notify_again = false;

@@ -133,6 +133,9 @@
  * lock delays the extensions it carries far less than the lease they
  * extend. */
 #define LEASE_LOCK_TIMEOUT "'200ms'"
+/* After a claim made for a NOTIFY found nothing, NOTIFYs for its queue wait
+ * this long (dispatch.c, WAKE_QUIET_MS, says why). */
+#define LEASE_WAKE_QUIET_MS 50
 /* While the session is down, it tries to connect again at least every
  * lease / LEASE_RECONNECT_PARTS (shortest lease): the default backoff grows
  * to 10 s, and a reconnect that late after a restart of PostgreSQL would
@@ -183,6 +186,11 @@ struct lq {
 	const char **workers;
 	int nclaim;
 	bool backlog; /* its last claim found as many jobs as it asked for */
+	/* A NOTIFY asked for the next claim / for the claim in flight; when
+	 * such a claim finds nothing, NOTIFYs wait until quiet_until
+	 * (util_now_ms(); dispatch.c, notify_wake). */
+	bool notified, claim_notified;
+	int64_t quiet_until;
 	bool waiting; /* registered in pgjobd.waiting (claim_recheck) */
 	long long *skip;
 	struct claim_params params;
@@ -648,6 +656,8 @@ static void claim_done(struct lease *l, struct lq *q, PGresult *res)
 {
 	int asked = q->nclaim;
 	q->nclaim = 0;
+	bool notified = q->claim_notified;
+	q->claim_notified = false;
 	struct queue_conf *conf = q->claim_conf;
 	if (!res_ok(res)) {
 		if (res) {
@@ -680,6 +690,8 @@ static void claim_done(struct lease *l, struct lq *q, PGresult *res)
 		}
 		adopt_job(l, q, &cj, q->claim_slots[w]);
 	}
+	if (notified && asked > 0 && rows == 0)
+		q->quiet_until = util_now_ms() + LEASE_WAKE_QUIET_MS;
 	/* A full claim: there may be more. One that just registered the
 	 * session as waiting: once more (claim_recheck). */
 	q->backlog = rows == asked;
@@ -978,6 +990,8 @@ static void send_batch(struct db_conn *c, void *arg)
 			if (!q->served || !q->want)
 				continue;
 			q->want = false;
+			q->claim_notified = q->notified;
+			q->notified = false;
 			if (build_claim(l, q, &st[n])) {
 				l->stmt_claim[n] = q;
 				n++;
@@ -1292,13 +1306,20 @@ void lease_drop_queue(struct lease *l, const char *name)
 	}
 }
 
-void lease_kick(struct lease *l, const char *name)
+void lease_kick(struct lease *l, const char *name, bool notified)
 {
 	struct lq *q = find_lq(l, name);
 	if (!q || !q->served)
 		return;
 	q->want = true;
+	q->notified |= notified;
 	want_send(l);
+}
+
+int64_t lease_quiet_until(const struct lease *l, const char *name)
+{
+	const struct lq *q = find_lq(l, name);
+	return q ? q->quiet_until : 0;
 }
 
 bool lease_cancel(struct lease *l, long long id)

@@ -20,6 +20,8 @@ pg_start
 N=${FLOOD_N:-250000}
 BATCH=${FLOOD_BATCH:-100} # transactions per message; 1: a round trip per NOTIFY
 RT_PER_S_MAX=40
+# t_94_notify_flood_lease.sh runs this file with lock mode lease (lease.c claims).
+LOCK_MODE=${FLOOD_LOCK_MODE:-transaction}
 
 psql_q "CREATE ROLE stranger LOGIN" || bail_out "cannot create the role"
 write_conf "$T/d.ini" <<EOF
@@ -28,6 +30,7 @@ $(conf_header poll_interval=1h log_level=info metrics_file="$T/metrics.prom")
 [queue.q]
 command = echo ok
 concurrency = 2
+lock_mode = $LOCK_MODE
 EOF
 start_daemon d "$T/d.ini"
 dpid=$DAEMON_PID
