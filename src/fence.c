@@ -306,6 +306,12 @@ struct fence *fence_new(struct ev_loop *loop, const char *conninfo, const char *
 	 * and a new one registers again, rather than wait for TCP to give up on
 	 * a connection the network silently stopped carrying. */
 	db_set_reply_timeout(f->db, fence_ms);
+	/* Every claim, and the extension of every lease after an outage (the
+	 * leases must point at a registered instance), waits for this session:
+	 * while the server is away it tries again at least once a heartbeat
+	 * (a fifth of fence_timeout), not after the default back-off's 10 s,
+	 * which could outlast a lease. One session per daemon: cheap. */
+	db_set_backoff_max(f->db, fence_ms / 5);
 	return f;
 }
 
