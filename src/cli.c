@@ -380,6 +380,28 @@ static void hint_defaults(const struct cli_session *s)
 		PQuser(s->pg) ? PQuser(s->pg) : "?", host && *host ? host : "(local socket)");
 }
 
+/* A blocking connection to the database --database or the file names. */
+static PGconn *connect_db(const struct cli_args *a, const struct config *cfg)
+{
+	const char *keys[] = {"dbname", "fallback_application_name", NULL};
+	const char *vals[] = {a->database ? a->database : cfg->database, "pgjobd", NULL};
+	return PQconnectdbParams(keys, vals, 1);
+}
+
+/* Before any other statement: an operator's session often has rights
+ * (superuser) that another role's object on the search path must never get
+ * to run with. Returns 0, or -1 after saying why. */
+static int pin_search_path(PGconn *pg, const char *cmd)
+{
+	PGresult *r = PQexec(pg, DB_PIN_SEARCH_PATH);
+	int rc = PQresultStatus(r) == PGRES_TUPLES_OK ? 0 : -1;
+	if (rc < 0)
+		fprintf(stderr, "pgjobd: %s: cannot set the search path: %s", cmd,
+			PQerrorMessage(pg));
+	PQclear(r);
+	return rc;
+}
+
 int cli_session_open(struct cli_session *s, const struct cli_args *a, bool need_queues)
 {
 	s->a = a;
@@ -388,9 +410,7 @@ int cli_session_open(struct cli_session *s, const struct cli_args *a, bool need_
 	s->cfg = session_config(a, need_queues);
 	if (!s->cfg)
 		return 2;
-	const char *keys[] = {"dbname", "fallback_application_name", NULL};
-	const char *vals[] = {a->database ? a->database : s->cfg->database, "pgjobd", NULL};
-	s->pg = PQconnectdbParams(keys, vals, 1);
+	s->pg = connect_db(a, s->cfg);
 	if (PQstatus(s->pg) != CONNECTION_OK) {
 		fprintf(stderr, "pgjobd: %s: cannot connect to the database: %s", a->cmd,
 			PQerrorMessage(s->pg));
@@ -407,18 +427,10 @@ int cli_session_open(struct cli_session *s, const struct cli_args *a, bool need_
 		cli_session_close(s);
 		return CLI_USAGE;
 	}
-	/* Before any other statement: an operator's session often has rights
-	 * (superuser) that another role's object on the search path must
-	 * never get to run with. */
-	PGresult *r = PQexec(s->pg, DB_PIN_SEARCH_PATH);
-	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-		fprintf(stderr, "pgjobd: %s: cannot set the search path: %s", a->cmd,
-			PQerrorMessage(s->pg));
-		PQclear(r);
+	if (pin_search_path(s->pg, a->cmd) < 0) {
 		cli_session_close(s);
 		return 1;
 	}
-	PQclear(r);
 	return 0;
 }
 
@@ -531,23 +543,15 @@ static int check_session(struct cli_session *s)
 	PQclear(r);
 	if (pid == PQbackendPID(s->pg))
 		return 0;
-	const char *keys[] = {"dbname", "fallback_application_name", NULL};
-	const char *cvals[] = {s->a->database ? s->a->database : s->cfg->database, "pgjobd", NULL};
-	PGconn *p = PQconnectdbParams(keys, cvals, 1);
+	PGconn *p = connect_db(s->a, s->cfg);
 	int rc = 1;
 	if (PQstatus(p) != CONNECTION_OK) {
 		fprintf(stderr, "pgjobd: check: cannot connect to the database: %s",
 			PQerrorMessage(p));
 		goto out;
 	}
-	/* As every session pgjobd opens (cli_session_open). */
-	r = PQexec(p, DB_PIN_SEARCH_PATH);
-	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-		fprintf(stderr, "pgjobd: check: cannot set the search path: %s", PQerrorMessage(p));
-		PQclear(r);
+	if (pin_search_path(p, "check") < 0)
 		goto out;
-	}
-	PQclear(r);
 	r = PQexec(p, "SELECT pg_backend_pid(), "
 		      "coalesce(current_setting('pgjobd.session_probe', true), '')");
 	if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
