@@ -258,8 +258,8 @@ static void on_quiet(struct ev_loop *loop, ev_timer *w, int revents)
  * round trip when q has no idle slot (kick_queue reserves none), while a
  * claim of q is in flight (one more claim once it is back, however many
  * came), or within WAKE_QUIET_MS of a claim made for a NOTIFY that found
- * nothing (one claim at the end of that time; lease.c keeps that time for a
- * lease-mode queue, whose claims it makes). So NOTIFYs alone make at most one
+ * nothing (one claim at the end of that time; for a lease-mode queue lease.c,
+ * which makes its claims, says when one found nothing). So NOTIFYs alone make at most one
  * claim per WAKE_QUIET_MS per queue, plus one after each claim that found
  * jobs. */
 static void notify_wake(struct queue *q)
@@ -267,9 +267,14 @@ static void notify_wake(struct queue *q)
 	struct ev_loop *loop = q->x->env.loop;
 	int64_t now = util_now_ms();
 	if (q->lease && q->x->lease) {
-		int64_t until = lease_quiet_until(q->x->lease, q->conf->name);
-		if (until > q->quiet_until)
-			q->quiet_until = until;
+		int64_t empty = lease_notify_empty_at(q->x->lease, q->conf->name);
+		if (empty && empty + WAKE_QUIET_MS > q->quiet_until)
+			q->quiet_until = empty + WAKE_QUIET_MS;
+		/* A NOTIFY's claim is on its way: this one waits WAKE_QUIET_MS
+		 * (lease.c answers no claim to us, so it cannot wait for that
+		 * claim's answer as notify_again does). */
+		if (now >= q->quiet_until && lease_notify_busy(q->x->lease, q->conf->name))
+			q->quiet_until = now + WAKE_QUIET_MS;
 	}
 	if (now < q->quiet_until) {
 		if (!ev_is_active(&q->quiet)) {

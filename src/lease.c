@@ -133,9 +133,6 @@
  * lock delays the extensions it carries far less than the lease they
  * extend. */
 #define LEASE_LOCK_TIMEOUT "'200ms'"
-/* After a claim made for a NOTIFY found nothing, NOTIFYs for its queue wait
- * this long (dispatch.c, WAKE_QUIET_MS, says why). */
-#define LEASE_WAKE_QUIET_MS 50
 /* While the session is down, it tries to connect again at least every
  * lease / LEASE_RECONNECT_PARTS (shortest lease): the default backoff grows
  * to 10 s, and a reconnect that late after a restart of PostgreSQL would
@@ -187,10 +184,10 @@ struct lq {
 	int nclaim;
 	bool backlog; /* its last claim found as many jobs as it asked for */
 	/* A NOTIFY asked for the next claim / for the claim in flight; when
-	 * such a claim finds nothing, NOTIFYs wait until quiet_until
-	 * (util_now_ms(); dispatch.c, notify_wake). */
+	 * such a claim finds nothing, its time (util_now_ms()) is empty_at,
+	 * after which dispatch.c (notify_wake) holds NOTIFYs back. */
 	bool notified, claim_notified;
-	int64_t quiet_until;
+	int64_t empty_at;
 	bool waiting; /* registered in pgjobd.waiting (claim_recheck) */
 	long long *skip;
 	struct claim_params params;
@@ -691,7 +688,7 @@ static void claim_done(struct lease *l, struct lq *q, PGresult *res)
 		adopt_job(l, q, &cj, q->claim_slots[w]);
 	}
 	if (notified && asked > 0 && rows == 0)
-		q->quiet_until = util_now_ms() + LEASE_WAKE_QUIET_MS;
+		q->empty_at = util_now_ms();
 	/* A full claim: there may be more. One that just registered the
 	 * session as waiting: once more (claim_recheck). */
 	q->backlog = rows == asked;
@@ -1316,10 +1313,16 @@ void lease_kick(struct lease *l, const char *name, bool notified)
 	want_send(l);
 }
 
-int64_t lease_quiet_until(const struct lease *l, const char *name)
+int64_t lease_notify_empty_at(const struct lease *l, const char *name)
 {
 	const struct lq *q = find_lq(l, name);
-	return q ? q->quiet_until : 0;
+	return q ? q->empty_at : 0;
+}
+
+bool lease_notify_busy(const struct lease *l, const char *name)
+{
+	const struct lq *q = find_lq(l, name);
+	return q && (q->claim_notified || (q->want && q->notified));
 }
 
 bool lease_cancel(struct lease *l, long long id)

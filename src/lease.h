@@ -60,12 +60,14 @@ void lease_set_queue(struct lease *l, struct queue_conf *q);
  * transaction); its running jobs run on and their outcomes are written. */
 void lease_drop_queue(struct lease *l, const char *name);
 /* Claim for the free slots of queue `name` (a NOTIFY, a poll, a retry
- * coming due). notified: for a NOTIFY, which anyone may send: if that claim
- * finds nothing, lease_quiet_until says until when NOTIFYs should wait. */
+ * coming due). notified: for a NOTIFY, which anyone may send: when that
+ * claim finds nothing, lease_notify_empty_at says so. */
 void lease_kick(struct lease *l, const char *name, bool notified);
-/* util_now_ms() until which NOTIFYs for queue `name` coalesce (its last
- * claim made for one found nothing), or 0. */
-int64_t lease_quiet_until(const struct lease *l, const char *name);
+/* util_now_ms() when the last claim of queue `name` made for a NOTIFY found
+ * nothing, or 0 (dispatch.c holds NOTIFYs back for a while after it). */
+int64_t lease_notify_empty_at(const struct lease *l, const char *name);
+/* Is a claim of queue `name` made for a NOTIFY asked for or in flight? */
+bool lease_notify_busy(const struct lease *l, const char *name);
 
 /* pgjobd.cancel(id): if job `id` is one of ours, terminate its command
  * (SIGTERM, SIGKILL after kill_grace) and record it `cancelled`. Returns
