@@ -96,6 +96,12 @@ $(B)/tests/test_%: tests/unit/test_%.c $$(addprefix $(B)/,$$(addsuffix .o,$$(TES
 $(B)/tests/test_slot: tests/unit/test_slot.c $(addprefix $(B)/,slot.o claim.o backoff.o util.o log.o) | $(B)
 	$(CC) $(ALL_CFLAGS) -Itests/unit $(LDFLAGS) -o $@ $^ -lev
 
+# test_queue drives queue.c and job.c through two fake holds (one shaped like
+# each lock mode) with the command, the fence, metrics and the libpq result
+# accessors faked: it links queue, job, claim and sha256, no libpq.
+$(B)/tests/test_queue: tests/unit/test_queue.c $(addprefix $(B)/,queue.o job.o claim.o sha256.o util.o log.o) | $(B)
+	$(CC) $(ALL_CFLAGS) -Itests/unit $(LDFLAGS) -o $@ $^ -lev
+
 check: check-unit check-integration
 
 # Helpers the integration tests run (no libraries: plain libc).

@@ -1,0 +1,274 @@
+/* job.c - one claimed job's life (see job.h for the drawing).
+ *
+ * job_step() is the one place where a job's state changes; it checks every
+ * move against `allowed` below, which says the same as the drawing in
+ * job.h. The hold that claimed the job decides when it is held and when its
+ * outcome is written (hold.h); everything else about the job is here, the
+ * same for both lock modes: whether its command may still start, what a
+ * cancel, a shutdown, a lost fence or a lost claim do to it, how its end
+ * becomes the attempt's outcome (run.h), and when an outcome that cannot
+ * be written is given up.
+ *
+ * Owns: its struct run (the claimed job, the command, the outcome's JSON)
+ * and the outcome to write. Its queue owns the job; its hold keeps its own
+ * state for it in hold_data. */
+#include "job.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "fence.h"
+#include "hold.h"
+#include "log.h"
+#include "metrics.h"
+#include "queue.h"
+#include "util.h"
+
+static const char *const state_names[] = {"claimed", "running", "lost", "ended", "writing", "done"};
+
+#define TO(st) (1u << (st))
+static const unsigned allowed[] = {
+    [JOB_CLAIMED] = TO(JOB_RUNNING) | TO(JOB_ENDED) | TO(JOB_DONE),
+    [JOB_RUNNING] = TO(JOB_LOST) | TO(JOB_ENDED),
+    [JOB_LOST] = TO(JOB_ENDED),
+    [JOB_ENDED] = TO(JOB_WRITING) | TO(JOB_DONE),
+    [JOB_WRITING] = TO(JOB_ENDED) | TO(JOB_DONE),
+    [JOB_DONE] = 0,
+};
+#undef TO
+_Static_assert(sizeof(allowed) / sizeof(allowed[0]) == JOB_DONE + 1 &&
+		   sizeof(state_names) / sizeof(state_names[0]) == JOB_DONE + 1,
+	       "a state without its name or its moves");
+
+#define log_job(level, j, fmt, ...)                                                                \
+	log_msg(level, fmt " job=%lld queue=%s attempt=%d", ##__VA_ARGS__, (j)->run.cj.id,         \
+		queue_name((j)->q), (j)->run.cj.attempts)
+
+const char *job_state_name(enum job_state s)
+{
+	return s <= JOB_DONE ? state_names[s] : "?";
+}
+
+bool job_move_allowed(enum job_state from, enum job_state to)
+{
+	return from <= JOB_DONE && to <= JOB_DONE && (allowed[from] & (1u << to));
+}
+
+/* Any move the table does not allow is a bug: it aborts a build with
+ * PGJOBD_CHECK_STATES (the sanitizer builds) and is logged otherwise. */
+static void job_step(struct job *j, enum job_state to)
+{
+	if (!job_move_allowed(j->state, to)) {
+		log_job(LOG_ERROR, j, "msg=\"bug: job state move not allowed\" from=%s to=%s",
+			state_names[j->state], state_names[to]);
+#ifdef PGJOBD_CHECK_STATES
+		abort();
+#endif
+	}
+	log_debug("msg=\"job state\" job=%lld from=%s to=%s", j->run.cj.id, state_names[j->state],
+		  state_names[to]);
+	j->state = to;
+}
+
+static void on_run_done(struct run *r, const struct exec_outcome *o, void *arg);
+
+struct job *job_new(struct queue *q, struct hold *h, int slot, struct claim_job *cj,
+		    double claim_sent)
+{
+	const struct queue_env *env = queue_env(q);
+	struct job *j = xcalloc(1, sizeof(*j));
+	j->q = q;
+	j->hold = h;
+	j->slot = slot;
+	j->state = JOB_CLAIMED; /* where a job starts: not a move */
+	j->claim_sent = claim_sent;
+	j->claimed_by = env->fence ? fence_worker_id(env->fence) : 0;
+	run_init(&j->run, env->run_env, on_run_done, j);
+	j->run.cj = *cj;
+	memset(cj, 0, sizeof(*cj));
+	/* The configuration the claim was made with: a reload never changes a
+	 * running job's timeout or output limits. */
+	run_begin(&j->run, (struct queue_conf *)queue_conf(q));
+	return j;
+}
+
+void job_free(struct job *j)
+{
+	if (!j)
+		return;
+	run_fini(&j->run);
+	free(j);
+}
+
+/* The command ended (o), or will never start (o == NULL: run.kill_reason
+ * says why): the outcome, the slot free, the outcome to the hold. */
+static void end(struct job *j, const struct exec_outcome *o)
+{
+	struct hold *h = j->hold;
+	if (j->state == JOB_LOST && h->ops->releases_lost) {
+		/* Its hold (and lock) is gone but our daemon is alive, so no
+		 * other daemon takes the job over: release it ourselves, as a
+		 * failed attempt whose retry the server decides. */
+		log_job(LOG_WARN, j,
+			"msg=\"command ended after its claim was lost\" reason=lost_lock");
+		run_lost(&j->run, o,
+			 "the database session holding the job was lost; the command was killed");
+		j->release = true;
+	} else {
+		/* Killed by the supervisor at the claim's own deadline (the
+		 * daemon was stopped, or busy, when it should have killed it
+		 * itself). */
+		if (o && o->status == EXEC_SIGNALED && j->run.kill_reason == RUN_KILL_NONE &&
+		    h->ops->expired && h->ops->expired(h, j))
+			j->run.kill_reason = RUN_KILL_LOST_LOCK;
+		run_outcome(&j->run, o, &j->out);
+	}
+	job_step(j, JOB_ENDED);
+	queue_job_ended(j->q, j);
+	h->ops->write(h, j);
+}
+
+static void on_run_done(struct run *r, const struct exec_outcome *o, void *arg)
+{
+	(void)r;
+	end(arg, o);
+}
+
+void job_start(struct job *j)
+{
+	struct hold *h = j->hold;
+	const struct queue_env *env = queue_env(j->q);
+	metrics_job_started(env->metrics, queue_name(j->q), metrics_now() - j->claim_sent);
+	j->run.started_ms = util_now_ms();
+	if (j->run.kill_reason == RUN_KILL_CANCELLED)
+		log_job(LOG_INFO, j, "msg=\"job cancelled before its command started\"");
+	if (j->run.kill_reason == RUN_KILL_NONE && queue_draining(j->q))
+		j->run.kill_reason = RUN_KILL_SHUTDOWN; /* not started; given back */
+	if (j->run.kill_reason == RUN_KILL_NONE && !h->ops->fresh(h, j))
+		j->run.kill_reason =
+		    RUN_KILL_UNSTARTED; /* it would be killed soon: not an attempt */
+	if (j->run.kill_reason == RUN_KILL_NONE && j->lost) {
+		log_job(LOG_WARN, j,
+			"msg=\"claim lost before the command started; job not started\"");
+		j->run.kill_reason = RUN_KILL_UNSTARTED;
+	}
+	if (j->run.kill_reason == RUN_KILL_NONE) {
+		if (run_exec(&j->run) == 0) {
+			job_step(j, JOB_RUNNING);
+			return;
+		}
+		/* EMFILE and the like: the environment, not the job. Give the
+		 * attempt back and let the job be claimed again later (after the
+		 * daemon's pause when the host refused: run.h). */
+		j->run.kill_reason = RUN_KILL_UNSTARTED;
+	}
+	end(j, NULL);
+}
+
+/* j is DONE: to its queue, which frees it (retry_ms >= 0: a retry due). */
+static void done(struct job *j, int64_t retry_ms)
+{
+	job_step(j, JOB_DONE);
+	queue_job_done(j->q, j, retry_ms);
+}
+
+void job_not_held(struct job *j, const char *why)
+{
+	if (why)
+		log_job(LOG_WARN, j, "msg=\"%s\"", why);
+	done(j, -1);
+}
+
+void job_lost(struct job *j, const char *why)
+{
+	j->lost = true;
+	if (j->state != JOB_RUNNING || !j->run.proc)
+		return; /* not started: it never starts (job_start); ended: nothing to kill */
+	log_job(LOG_ERROR, j, "msg=\"%s; killing its command\" fence=%lld", why, j->run.cj.fence);
+	job_step(j, JOB_LOST);
+	run_kill(&j->run, RUN_KILL_LOST_LOCK, 0);
+}
+
+void job_written(struct job *j, bool recorded)
+{
+	/* The retry's wake-up once the outcome is committed: run_at counts
+	 * from the server's time of the UPDATE, so a timer started before it
+	 * was sent could fire before the job is due, find nothing, and leave
+	 * the retry to the poll. A release's retry is the server's to time. */
+	bool retry = recorded && !j->release && j->out.status == CLAIM_QUEUED && !j->out.give_back;
+	done(j, retry ? j->out.retry_in_ms : -1);
+}
+
+bool job_write_failed(struct job *j, const char *why)
+{
+	if (j->state == JOB_WRITING)
+		job_step(j, JOB_ENDED);
+	j->tries++;
+	if (!j->hold->ops->lapsed(j->hold, j))
+		return true;
+	/* Written again for as long as it can matter: until the claim has
+	 * certainly lapsed. Then the job is another claim's to take over,
+	 * which counts an attempt and records this run as lost. */
+	log_job(LOG_ERROR, j,
+		"msg=\"cannot record outcome; giving up, %s (the job runs again, this run "
+		"recorded in its history as lost)\" status=%s tries=%d err=%s",
+		j->hold->ops->lapsed_why,
+		j->release ? "released" : claim_status_name(j->out.status), j->tries,
+		log_value(why ? why : "no result"));
+	done(j, -1);
+	return false;
+}
+
+void job_give_up(struct job *j, const char *why)
+{
+	if (j->state == JOB_WRITING)
+		job_step(j, JOB_ENDED);
+	log_job(LOG_ERROR, j, "msg=\"%s\" status=%s", why,
+		j->release ? "released" : claim_status_name(j->out.status));
+	done(j, -1);
+}
+
+void job_cancel(struct job *j)
+{
+	/* The NOTIFY and the once-a-second look at the requests both report a
+	 * request until the outcome is written: act on the first only. */
+	if (j->run.kill_reason == RUN_KILL_CANCELLED)
+		return;
+	if (j->state == JOB_CLAIMED) {
+		run_kill(&j->run, RUN_KILL_CANCELLED, 0); /* never started */
+		return;
+	}
+	if (j->state != JOB_RUNNING || !j->run.proc)
+		return; /* its outcome is known already, or its claim is lost */
+	/* Cancel wins over a timeout or a shutdown in progress: the job must
+	 * not run again. exec_kill never lengthens a grace already running. */
+	log_job(LOG_INFO, j, "msg=\"job cancelled; terminating its command\"");
+	run_kill(&j->run, RUN_KILL_CANCELLED, j->run.q->kill_grace_ms);
+}
+
+void job_terminate(struct job *j)
+{
+	if (j->state == JOB_CLAIMED) {
+		run_kill(&j->run, RUN_KILL_SHUTDOWN, 0); /* never started */
+		return;
+	}
+	if (j->state != JOB_RUNNING || !j->run.proc)
+		return;
+	log_job(LOG_INFO, j, "msg=\"terminating command for shutdown\"");
+	run_kill(&j->run, RUN_KILL_SHUTDOWN, j->run.q->kill_grace_ms);
+}
+
+void job_fence_lost(struct job *j)
+{
+	if (!j->hold->ops->fenced)
+		return; /* bounded by a deadline of its own (a lease) */
+	if (j->state == JOB_CLAIMED) {
+		if (j->run.kill_reason == RUN_KILL_NONE)
+			j->run.kill_reason = RUN_KILL_UNSTARTED;
+		return;
+	}
+	if (j->state != JOB_RUNNING || !j->run.proc)
+		return;
+	log_job(LOG_ERROR, j, "msg=\"claim could not be confirmed in time; killing its command\"");
+	run_kill(&j->run, RUN_KILL_LOST_LOCK, 0);
+}
