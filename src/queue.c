@@ -217,8 +217,15 @@ static void kick(struct queue *q, bool notified)
 	if (!may_claim(q))
 		return;
 	q->notify_want |= notified;
-	if (q->want)
-		return; /* the claim asked for is not built yet: it sees this too */
+	if (q->want) {
+		/* The claim asked for is not built yet: it sees this too. A kick
+		 * that is not a NOTIFY asks again: want_claim is idempotent, and
+		 * the poll then cannot leave the queue waiting on a hold that
+		 * let the wish go. */
+		if (!notified)
+			q->hold->ops->want_claim(q->hold, q);
+		return;
+	}
 	if (q->claiming || q->dispatching) {
 		/* The claim in flight may have missed what woke us: once more
 		 * after its answer. */

@@ -614,7 +614,7 @@ static void test_cancel_and_terminate(void)
 	job_start(j);
 	is_int(execs, 0, "cancel: a job cancelled before it started does not start");
 	is_int(j->out.status, CLAIM_CANCELLED, "cancel: recorded cancelled");
-	is_str(calls(&tx), "write:42", "cancel: its outcome is written");
+	is_str(calls(&tx), "want,write:42", "cancel: its slot is free, its outcome is written");
 	job_written(j, true);
 	struct job *k = claimed(q, &tx, 43);
 	job_start(k);
@@ -705,7 +705,7 @@ static void test_lost(void)
 	end_command(j, 0, 9);
 	is_int(losts, 1, "lost: a transaction-mode job is released (run_lost)");
 	ok(j->release, "lost: to be released");
-	is_str(calls(&tx), "write:42", "lost: the release goes to the hold");
+	is_str(calls(&tx), "want,write:42", "lost: the release goes to the hold");
 	job_written(j, true);
 	settle();
 	queue_free(q);
@@ -751,7 +751,7 @@ static void test_not_held_and_failures(void)
 	struct queue *q = new_queue(&tx);
 	struct job *j = claimed(q, &tx, 42);
 	job_not_held(j, "claimed job was taken over before it started");
-	is_str(calls(&tx), "forget:42", "not held: forgotten, nothing written");
+	is_str(calls(&tx), "forget:42,want", "not held: forgotten, nothing written, slot free");
 	settle();
 	is_int((int)queue_jobs(q), 0, "not held: gone");
 	struct claim_req r;
