@@ -75,7 +75,7 @@ static void on_queue_done(void *arg)
 {
 	struct dispatch *x = arg;
 	for (size_t i = 0; i < x->nremoved; i++) {
-		if (queue_jobs(x->removed[i]) == 0) {
+		if (queue_left(x->removed[i]) == 0) {
 			ev_idle_start(x->env.loop, &x->reap);
 			break;
 		}
@@ -91,7 +91,7 @@ static void on_reap(struct ev_loop *loop, ev_idle *w, int revents)
 	ev_idle_stop(loop, w);
 	for (size_t i = 0; i < x->nremoved;) {
 		struct queue *q = x->removed[i];
-		if (queue_jobs(q) > 0 || queue_reaping(q)) {
+		if (queue_left(q) > 0 || queue_reaping(q)) {
 			i++;
 			continue;
 		}
@@ -284,9 +284,9 @@ size_t dispatch_left(const struct dispatch *x)
 {
 	size_t n = 0;
 	for (size_t i = 0; i < x->nqueues; i++)
-		n += queue_jobs(x->queues[i]);
+		n += queue_left(x->queues[i]);
 	for (size_t i = 0; i < x->nremoved; i++)
-		n += queue_jobs(x->removed[i]);
+		n += queue_left(x->removed[i]);
 	return n;
 }
 

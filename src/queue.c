@@ -358,6 +358,8 @@ void queue_claimed(struct queue *q, PGresult *res)
 		q->backlog = false;
 		q->again = true;
 		queue_conf_unref(conf);
+		if (queue_draining(q) || q->stopped)
+			q->env->on_done(q->env->arg);
 		if (!ev_is_active(&q->rekick)) {
 			ev_timer_set(&q->rekick, 0., 0.);
 			ev_timer_start(q->env->loop, &q->rekick);
@@ -395,6 +397,8 @@ void queue_claimed(struct queue *q, PGresult *res)
 	q->conf = cur;
 	queue_conf_unref(conf);
 	q->dispatching = false;
+	if (queue_draining(q) || q->stopped)
+		q->env->on_done(q->env->arg); /* the claim in flight was waited for */
 	/* A NOTIFY's claim found nothing: the NOTIFYs of the next
 	 * WAKE_QUIET_MS coalesce. */
 	if (by_notify && asked > 0 && got == 0)
@@ -613,6 +617,17 @@ void queue_free(struct queue *q)
 	free(q);
 }
 
+/* The jobs claimed so far finish where they are but occupy no slot: a
+ * queue served again after its removal, or through the other hold after a
+ * lock mode switch, claims for all its slots, as a queue that was never
+ * served would (their worker names may recur meanwhile: a claim is keyed by
+ * its job and fencing token). */
+static void retire_jobs(struct queue *q)
+{
+	for (int i = 0; i < q->nslots_cap; i++)
+		q->occupant[i] = NULL;
+}
+
 void queue_configure(struct queue *q, struct queue_conf *conf, struct hold *h)
 {
 	bool was_stopped = q->stopped;
@@ -634,6 +649,7 @@ void queue_configure(struct queue *q, struct queue_conf *conf, struct hold *h)
 		if (was_stopped)
 			log_info("msg=\"serving queue\" queue=%s concurrency=%d lock_mode=%s",
 				 conf->name, conf->concurrency, h->ops->name);
+		retire_jobs(q);
 		q->hold = h;
 		/* The new hold's session: its first claim makes the orphan pass. */
 		q->orphans_ms = 0;
@@ -734,6 +750,11 @@ void queue_drain(struct queue *q)
 size_t queue_jobs(const struct queue *q)
 {
 	return q->njobs;
+}
+
+size_t queue_left(const struct queue *q)
+{
+	return q->njobs + (q->claiming ? 1 : 0);
 }
 
 size_t queue_busy(const struct queue *q)

@@ -90,6 +90,9 @@ void queue_drain(struct queue *q);
 
 /* Jobs being held, run, or whose outcome is not written yet. */
 size_t queue_jobs(const struct queue *q);
+/* Jobs, and a claim in flight whose answer is to be waited for (a drain
+ * ends once this is 0 everywhere). */
+size_t queue_left(const struct queue *q);
 /* Of those, the ones in a slot (CLAIMED or RUNNING) of a slot that serves
  * the queue (not retiring). */
 size_t queue_busy(const struct queue *q);

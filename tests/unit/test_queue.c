@@ -640,6 +640,19 @@ static void test_cancel_and_terminate(void)
 static void test_drain(void)
 {
 	struct queue *q = new_queue(&lease);
+	struct claim_req r;
+	queue_kick(q);
+	queue_claim_begin(q, &r, 0);
+	queue_drain(q);
+	qenv.running = false;
+	is_int((int)queue_left(q), 1, "drain: a claim in flight is waited for");
+	int before = dones;
+	queue_claimed(q, answer(0, NULL, NULL));
+	is_int((int)queue_left(q), 0, "drain: ... until its answer");
+	ok(dones > before, "drain: ... which tells the dispatcher");
+	qenv.running = true;
+	queue_free(q);
+	q = new_queue(&lease);
 	struct job *j = claimed(q, &lease, 42);
 	queue_drain(q);
 	qenv.running = false;
@@ -798,7 +811,8 @@ static void test_switch(void)
 	struct claim_req r;
 	queue_kick(q);
 	is_str(calls(&lease), "want", "switch: claims go to the new hold");
-	is_int(queue_claim_begin(q, &r, 30000), 1, "switch: the running job's slot stays taken");
+	is_int(queue_claim_begin(q, &r, 30000), 2,
+	       "switch: the old hold's running job occupies no slot of the new one");
 	is_int(r.nskip, 1, "switch: the old hold's job is skipped");
 	ok(r.orphans, "switch: the new hold's first claim makes the orphan pass");
 	queue_claimed(q, answer(0, NULL, NULL));
