@@ -392,6 +392,17 @@ void claim_decode(PGresult *c, int row, struct claim_job *out, int *slot)
 	out->nargs = (size_t)nk;
 }
 
+const char *claim_status_name(enum claim_status s)
+{
+	static const char *const names[] = {
+	    [CLAIM_QUEUED] = "queued",
+	    [CLAIM_SUCCEEDED] = "succeeded",
+	    [CLAIM_FAILED] = "failed",
+	    [CLAIM_CANCELLED] = "cancelled",
+	};
+	return (unsigned)s < sizeof(names) / sizeof(names[0]) ? names[s] : "?";
+}
+
 int claim_build_finish(struct db_stmt *st, struct finish_params *p, long long id, long long fence,
 		       const struct claim_outcome *o)
 {
@@ -403,7 +414,7 @@ int claim_build_finish(struct db_stmt *st, struct finish_params *p, long long id
 	st[0].sql = sql_finish;
 	st[0].nparams = 8;
 	st[0].params[0] = p->id;
-	st[0].params[1] = o->status;
+	st[0].params[1] = claim_status_name(o->status);
 	st[0].params[2] = o->result;
 	st[0].params[3] = o->error;
 	st[0].params[4] = p->retry_ms;
@@ -411,7 +422,7 @@ int claim_build_finish(struct db_stmt *st, struct finish_params *p, long long id
 	st[0].params[6] = p->fence;
 	st[0].params[7] = o->entry;
 	int n = 1;
-	if (strcmp(o->status, "cancelled") == 0) {
+	if (o->status == CLAIM_CANCELLED) {
 		st[n].sql = sql_drop_cancel;
 		st[n].nparams = 1;
 		st[n++].params[0] = p->id;
@@ -459,7 +470,7 @@ void claim_outcome_json(struct buf *b, long long id, long long fence, const stru
 	buf_printf(b,
 		   "{\"id\": %lld, \"fence\": %lld, \"status\": \"%s\", \"retry_ms\": %lld, "
 		   "\"give_back\": %s, \"result\": ",
-		   id, fence, o->status, (long long)o->retry_in_ms,
+		   id, fence, claim_status_name(o->status), (long long)o->retry_in_ms,
 		   o->give_back ? "true" : "false");
 	buf_puts(b, o->result ? o->result : "null");
 	buf_puts(b, ", \"error\": ");

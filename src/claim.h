@@ -106,9 +106,14 @@ int claim_build_hold(struct db_stmt *st, struct hold_params *p, const struct cla
 /* Ends a hold transaction that holds nothing. */
 extern const char claim_sql_commit[];
 
+/* The status an attempt leaves its job in. */
+enum claim_status { CLAIM_QUEUED, CLAIM_SUCCEEDED, CLAIM_FAILED, CLAIM_CANCELLED };
+/* Its name as pgjobd.jobs.status spells it ("queued", ...), for SQL and logs. */
+const char *claim_status_name(enum claim_status s);
+
 /* The outcome of an attempt, written by the finish batch. */
 struct claim_outcome {
-	const char *status;  /* queued | succeeded | failed | cancelled */
+	enum claim_status status;
 	const char *result;  /* JSON text or NULL */
 	const char *error;   /* JSON text or NULL */
 	int64_t retry_in_ms; /* queued: run_at = now() + this */

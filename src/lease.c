@@ -496,7 +496,7 @@ static void finish_done(struct lease *l, PGresult *res)
 			    "msg=\"cannot record outcome; giving up, its lease has lapsed (the job "
 			    "runs again, this run recorded in its history as lost)\" status=%s "
 			    "tries=%d err=%s",
-			    j->out.status, j->tries, log_value(err ? err : "no result"));
+			    claim_status_name(j->out.status), j->tries, log_value(err ? err : "no result"));
 			remove_job(l, i);
 		}
 		return;
@@ -516,8 +516,8 @@ static void finish_done(struct lease *l, PGresult *res)
 			    LOG_WARN, j,
 			    "msg=\"outcome not recorded: the claim was taken over (or its outcome "
 			    "was recorded already)\" status=%s fence=%lld",
-			    j->out.status, j->run.cj.fence);
-		else if (strcmp(j->out.status, "queued") == 0 && !j->out.give_back &&
+			    claim_status_name(j->out.status), j->run.cj.fence);
+		else if (j->out.status == CLAIM_QUEUED && !j->out.give_back &&
 			 l->cbs.on_retry)
 			l->cbs.on_retry(j->q->name, j->out.retry_in_ms, l->cbs.arg);
 		remove_job(l, i);
@@ -1131,7 +1131,7 @@ static void on_give_up(struct ev_loop *loop, ev_timer *w, int revents)
 		log_lj(LOG_ERROR, j,
 		       "msg=\"shutting down: cannot record outcome; giving up (the job runs again "
 		       "once its lease has run out)\" status=%s",
-		       j->out.status);
+		       claim_status_name(j->out.status));
 		remove_job(l, i);
 	}
 	maybe_stopped(l);

@@ -296,7 +296,7 @@ void run_outcome(struct run *r, const struct exec_outcome *o, struct claim_outco
 		const char *data = capture_data(o->out, &len);
 		r->result =
 		    result_from_stdout(data, len, capture_truncated(o->out), tail, tail_len);
-		out->status = "succeeded";
+		out->status = CLAIM_SUCCEEDED;
 		out->result = r->result;
 	} else {
 		r->error = error_json(reason, exit_code, sig, msg[0] ? msg : NULL, o, ran);
@@ -304,15 +304,15 @@ void run_outcome(struct run *r, const struct exec_outcome *o, struct claim_outco
 		if (kill == RUN_KILL_SHUTDOWN || kill == RUN_KILL_UNSTARTED) {
 			/* Interrupted by a shutdown, or never started (the claim
 			 * could not be confirmed in time): not an attempt. */
-			out->status = "queued";
+			out->status = CLAIM_QUEUED;
 			out->give_back = true;
 		} else if (kill == RUN_KILL_CANCELLED) {
-			out->status = "cancelled"; /* pgjobd.cancel(): no retry */
+			out->status = CLAIM_CANCELLED; /* pgjobd.cancel(): no retry */
 		} else if (r->cj.attempts < r->cj.max_attempts) {
-			out->status = "queued";
+			out->status = CLAIM_QUEUED;
 			out->retry_in_ms = run_retry_delay(q, r->cj.attempts);
 		} else {
-			out->status = "failed";
+			out->status = CLAIM_FAILED;
 		}
 	}
 	/* Every attempt that counts has an entry, and so has a run a shutdown
@@ -322,7 +322,7 @@ void run_outcome(struct run *r, const struct exec_outcome *o, struct claim_outco
 					 msg[0] ? msg : NULL, o, ran);
 	out->entry = r->entry;
 	int64_t ms = util_now_ms() - r->started_ms;
-	metrics_job_finished(r->env->metrics, q->name, metrics_outcome(out->status, out->give_back),
+	metrics_job_finished(r->env->metrics, q->name, metrics_outcome(claim_status_name(out->status), out->give_back),
 			     (double)ms / 1000.0);
 	note_usage(r, o, ran);
 	/* A job that failed for good is a warning (`journalctl -p warning`
@@ -333,13 +333,13 @@ void run_outcome(struct run *r, const struct exec_outcome *o, struct claim_outco
 		snprintf(codes, sizeof(codes), " exit_code=%d", o->exit_code);
 	else if (o->status == EXEC_SIGNALED)
 		snprintf(codes, sizeof(codes), " signal=%d", o->signal);
-	bool retry = strcmp(out->status, "queued") == 0 && !out->give_back;
+	bool retry = out->status == CLAIM_QUEUED && !out->give_back;
 	/* A start the host refused is told once per episode (backoff_hit). */
 	bool refused = out->give_back && r->host_refused;
-	log_run(strcmp(out->status, "failed") == 0 ? LOG_WARN
+	log_run(out->status == CLAIM_FAILED ? LOG_WARN
 		: refused			   ? LOG_DEBUG
 						   : LOG_INFO,
-		r, "msg=\"job finished\" status=%s reason=%s%s%s ms=%" PRId64, out->status,
+		r, "msg=\"job finished\" status=%s reason=%s%s%s ms=%" PRId64, claim_status_name(out->status),
 		reason ? reason : "none", codes, retry ? " retry=true" : "", ms);
 }
 

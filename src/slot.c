@@ -222,7 +222,7 @@ static void outcome_lost(struct slot *s, const char *why)
 		    "msg=\"cannot record outcome; giving up, this daemon's claims have lapsed "
 		    "(the job runs again, this run recorded in its history as lost)\" status=%s "
 		    "tries=%d err=%s",
-		    s->out.status, s->finish_tries, log_value(why));
+		    claim_status_name(s->out.status), s->finish_tries, log_value(why));
 		clear_run(s);
 	}
 	reconnect(s);
@@ -275,7 +275,7 @@ static void on_finished(struct db_conn *c, PGresult *const *res, int n, void *ar
 	 * from the server's time of the UPDATE, so a timer started before it
 	 * was sent could fire before the job is due, find nothing, and leave
 	 * the retry to the poll. */
-	if (strcmp(s->out.status, "queued") == 0 && !s->out.give_back)
+	if (s->out.status == CLAIM_QUEUED && !s->out.give_back)
 		emit(s, SLOT_EV_RETRY, s->out.retry_in_ms);
 	clear_run(s);
 	slot_step(s, S_IDLE);

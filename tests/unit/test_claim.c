@@ -18,7 +18,7 @@ static void test_finish(void)
 	struct db_stmt st[CLAIM_FINISH_MAX];
 	struct finish_params p;
 	struct claim_outcome ok_out = {
-	    .status = "succeeded", .result = "{}", .entry = "{\"reason\": \"none\"}"};
+	    .status = CLAIM_SUCCEEDED, .result = "{}", .entry = "{\"reason\": \"none\"}"};
 	dirty(st, CLAIM_FINISH_MAX);
 	int n = claim_build_finish(st, &p, 42, 31, &ok_out);
 	is_int(n, 2, "succeeded: UPDATE and COMMIT");
@@ -31,7 +31,7 @@ static void test_finish(void)
 	is_str(st[1].sql, "COMMIT", "then COMMIT");
 	is_int(st[1].nparams, 0, "COMMIT has no parameters");
 
-	struct claim_outcome c = {.status = "cancelled", .error = "{\"reason\": \"cancelled\"}"};
+	struct claim_outcome c = {.status = CLAIM_CANCELLED, .error = "{\"reason\": \"cancelled\"}"};
 	dirty(st, CLAIM_FINISH_MAX);
 	n = claim_build_finish(st, &p, 7, 1, &c);
 	is_int(n, 3, "cancelled: UPDATE, drop the cancel request, COMMIT");
@@ -42,7 +42,7 @@ static void test_finish(void)
 	is_int(st[2].nparams, 0, "COMMIT has no parameters (regression: it had garbage)");
 	ok(!st[2].sync, "... and no stray sync flag");
 
-	struct claim_outcome r = {.status = "queued", .retry_in_ms = 1500, .give_back = true};
+	struct claim_outcome r = {.status = CLAIM_QUEUED, .retry_in_ms = 1500, .give_back = true};
 	n = claim_build_finish(st, &p, 9, 1, &r);
 	is_int(n, 2, "queued: UPDATE and COMMIT");
 	is_str(st[0].params[4], "1500", "retry delay in ms");
@@ -116,8 +116,8 @@ static void test_lease(void)
 
 	struct buf b;
 	buf_init(&b);
-	struct claim_outcome ok_out = {.status = "succeeded", .result = "{\"a\": [1, \"x\"]}"};
-	struct claim_outcome q = {.status = "queued",
+	struct claim_outcome ok_out = {.status = CLAIM_SUCCEEDED, .result = "{\"a\": [1, \"x\"]}"};
+	struct claim_outcome q = {.status = CLAIM_QUEUED,
 				  .error = "{\"reason\": \"exit\"}",
 				  .retry_in_ms = 1500,
 				  .give_back = true,

@@ -430,18 +430,18 @@ void run_outcome(struct run *r, const struct exec_outcome *o, struct claim_outco
 	bool failed = r->kill_reason != RUN_KILL_NONE ||
 		      (o && (o->status != EXEC_EXITED || o->exit_code != 0));
 	if (!failed) {
-		out->status = "succeeded";
+		out->status = CLAIM_SUCCEEDED;
 		return;
 	}
 	r->error = xasprintf("{\"reason\": \"%s\"}", kill_name(r->kill_reason));
 	out->error = r->error;
 	if (r->kill_reason == RUN_KILL_SHUTDOWN || r->kill_reason == RUN_KILL_UNSTARTED) {
-		out->status = "queued";
+		out->status = CLAIM_QUEUED;
 		out->give_back = true;
 	} else if (r->kill_reason == RUN_KILL_CANCELLED) {
-		out->status = "cancelled";
+		out->status = CLAIM_CANCELLED;
 	} else {
-		out->status = "failed";
+		out->status = CLAIM_FAILED;
 	}
 }
 
