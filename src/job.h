@@ -38,10 +38,10 @@ enum job_state {
 };
 
 struct job {
-	struct queue *q;    /* its queue (it outlives its jobs) */
-	struct hold *hold;  /* what holds its claim */
-	void *hold_data;    /* the hold's own state for it */
-	int slot;	    /* index into the queue's slots while it occupies one, else -1 */
+	struct queue *q;   /* its queue (it outlives its jobs) */
+	struct hold *hold; /* what holds its claim */
+	void *hold_data;   /* the hold's own state for it */
+	int slot;	   /* index into the queue's slots while it occupies one, else -1 */
 	enum job_state state;
 	struct run run;		  /* the claimed job (run.cj) and its command */
 	struct claim_outcome out; /* from ENDED on */
@@ -53,10 +53,10 @@ struct job {
 	 * the outcome is run.error/run.entry, the status is the server's to
 	 * decide (pgjobd.release_claim). */
 	bool release;
-	int tries;	       /* failed writes of the outcome */
-	double claim_sent;     /* metrics_now() when the claim was sent */
-	long long claimed_by;  /* the daemon's instance (fence_worker_id) at the claim */
-	struct job *next;      /* in its queue's list */
+	int tries;	      /* failed writes of the outcome */
+	double claim_sent;    /* metrics_now() when the claim was sent */
+	long long claimed_by; /* the daemon's instance (fence_worker_id) at the claim */
+	struct job *next;     /* in its queue's list */
 };
 
 /* A new job from a claim's answer (moves *cj into it, leaving *cj empty),

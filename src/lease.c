@@ -496,7 +496,8 @@ static void finish_done(struct lease *l, PGresult *res)
 			    "msg=\"cannot record outcome; giving up, its lease has lapsed (the job "
 			    "runs again, this run recorded in its history as lost)\" status=%s "
 			    "tries=%d err=%s",
-			    claim_status_name(j->out.status), j->tries, log_value(err ? err : "no result"));
+			    claim_status_name(j->out.status), j->tries,
+			    log_value(err ? err : "no result"));
 			remove_job(l, i);
 		}
 		return;
@@ -517,8 +518,7 @@ static void finish_done(struct lease *l, PGresult *res)
 			    "msg=\"outcome not recorded: the claim was taken over (or its outcome "
 			    "was recorded already)\" status=%s fence=%lld",
 			    claim_status_name(j->out.status), j->run.cj.fence);
-		else if (j->out.status == CLAIM_QUEUED && !j->out.give_back &&
-			 l->cbs.on_retry)
+		else if (j->out.status == CLAIM_QUEUED && !j->out.give_back && l->cbs.on_retry)
 			l->cbs.on_retry(j->q->name, j->out.retry_in_ms, l->cbs.arg);
 		remove_job(l, i);
 	}

@@ -322,7 +322,8 @@ void run_outcome(struct run *r, const struct exec_outcome *o, struct claim_outco
 					 msg[0] ? msg : NULL, o, ran);
 	out->entry = r->entry;
 	int64_t ms = util_now_ms() - r->started_ms;
-	metrics_job_finished(r->env->metrics, q->name, metrics_outcome(claim_status_name(out->status), out->give_back),
+	metrics_job_finished(r->env->metrics, q->name,
+			     metrics_outcome(claim_status_name(out->status), out->give_back),
 			     (double)ms / 1000.0);
 	note_usage(r, o, ran);
 	/* A job that failed for good is a warning (`journalctl -p warning`
@@ -337,10 +338,11 @@ void run_outcome(struct run *r, const struct exec_outcome *o, struct claim_outco
 	/* A start the host refused is told once per episode (backoff_hit). */
 	bool refused = out->give_back && r->host_refused;
 	log_run(out->status == CLAIM_FAILED ? LOG_WARN
-		: refused			   ? LOG_DEBUG
-						   : LOG_INFO,
-		r, "msg=\"job finished\" status=%s reason=%s%s%s ms=%" PRId64, claim_status_name(out->status),
-		reason ? reason : "none", codes, retry ? " retry=true" : "", ms);
+		: refused		    ? LOG_DEBUG
+					    : LOG_INFO,
+		r, "msg=\"job finished\" status=%s reason=%s%s%s ms=%" PRId64,
+		claim_status_name(out->status), reason ? reason : "none", codes,
+		retry ? " retry=true" : "", ms);
 }
 
 void run_lost(struct run *r, const struct exec_outcome *o, const char *msg)

@@ -31,7 +31,8 @@ static void test_finish(void)
 	is_str(st[1].sql, "COMMIT", "then COMMIT");
 	is_int(st[1].nparams, 0, "COMMIT has no parameters");
 
-	struct claim_outcome c = {.status = CLAIM_CANCELLED, .error = "{\"reason\": \"cancelled\"}"};
+	struct claim_outcome c = {.status = CLAIM_CANCELLED,
+				  .error = "{\"reason\": \"cancelled\"}"};
 	dirty(st, CLAIM_FINISH_MAX);
 	n = claim_build_finish(st, &p, 7, 1, &c);
 	is_int(n, 3, "cancelled: UPDATE, drop the cancel request, COMMIT");
