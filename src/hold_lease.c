@@ -1,91 +1,59 @@
-/* hold_lease.c - lock mode `lease` behind struct hold_ops (hold.h; see
- * hold_lease.h, and sql/017_lease.sql for the server's side and the clock
- * assumptions).
+/* hold_lease.c - lock mode `lease` behind struct hold_ops (hold.h, and
+ * sql/017_lease.sql for the server's side and the clock assumptions).
  *
  * Owns: the session "pgjobd lease" (one for every lease-mode queue), the
- * lease of each job it holds (struct lj in job.hold_data: the lease's
- * deadline, when to extend it, its expire timer), the list of those jobs,
- * the list of jobs claimed and not started yet, and one struct hq per queue
- * it serves (its claim in flight). Not its own: the queues' slots, worker
- * names, skip lists, orphan pass and wake-ups (queue.c fills in each claim:
- * queue_claim_begin), and each job's state, start, kill and the decision
- * to give an outcome up (job.c: job_start, job_lost, job_written,
- * job_write_failed, job_give_up).
+ * lease of each job it holds (struct lj in job.hold_data: its deadline,
+ * when to extend it, its expire timer), the list of those jobs to their
+ * outcome written, the jobs claimed and not started yet, and a struct hq
+ * per queue it serves (its claim in flight). Not its own: slots, worker
+ * names, skip lists, the orphan pass, wake-ups, fence and host checks
+ * (queue.c fills each claim in: queue_claim_begin, and makes the jobs of
+ * its answer: queue_claimed), nor a job's state, start, kill and whether a
+ * failed write is given up (job.c). Each batch on the session carries:
  *
- * Each batch sent on the session holds up to DB_MAX_STMTS statements:
+ *   [extension] [outcomes] [claim q1] [claim q2] ...  (DB_MAX_STMTS at most)
+ *    commits     '--------- one commit -----------'
+ *    alone        (split: each its own, after a failure, until one went through)
+ *       |             |                  |
+ *   deadlines    job_written /      queue_claimed -> hold() -> start list
+ *   moved, or    job_write_failed                  -> job_start, one per
+ *   job_lost                                          turn of the loop
  *
- *   extension   pgjobd.extend_leases(worker_id, ids, fences), when a lease
- *               is due (every third of the lease; those due soon ride
- *               along), for every job whose lease is not known lost and
- *               whose outcome is not being written;      (commits alone)
- *   outcomes    pgjobd.finish_leases(json): every outcome known and not
- *               written yet (a command that ended while the batch before
- *               was in flight waits for this one: that is the batching);
- *   claims      pgjobd.claim_batch(..., lease), one per queue that wants
- *               one, in turn, as many as fit; after the outcomes, so that a
- *               group whose job just ended may start its next one in the
- *               same round trip.         (outcomes and claims: one commit)
+ *   extension  pgjobd.extend_leases: when a lease is due (a third of it;
+ *              those due within a sixth ride along), every job not known
+ *              lost whose outcome is not in flight;
+ *   outcomes   pgjobd.finish_leases: every outcome known, not yet written;
+ *   claims     pgjobd.claim_batch with a lease, for the queues that want
+ *              one, in turn; after the outcomes, so that a group whose job
+ *              just ended may start its next one in the same round trip.
  *
- *   send_batch --> [ext][finish][claim q1][claim q2] --> on_batch
- *                      |       '-------- joint --------'     |
- *                      '-- deadlines   job_written /      queue_claimed
- *                          moved       job_write_failed   -> hold -> start list
- *
- * The extension commits on its own, so that nothing else can undo it; the
- * outcomes and the claims commit together, one commit (one WAL flush) a
- * round trip. Their transaction fails as a whole: nothing of it was done,
- * and it is tried again after LEASE_RETRY_MIN_MS with each statement in its
- * own transaction (a claim that keeps failing, on a lock say, must not keep
- * the outcomes from being written), together again once a batch went
- * through. One batch is in flight at a time; what comes up meanwhile goes
- * in the next one. Under load, a batch of outcomes and claims is held up to
- * LEASE_GATHER_S (3 ms) while commands still run, so that it carries more
- * of them (gather()). The commands of the jobs a batch claimed start one
- * per turn of the loop (start_next): each start waits for its new
- * process's exec, and the outcomes of commands that end meanwhile, with the
- * claims for their slots, go out between two starts. No transaction stays
- * open between statements, so the session never holds a snapshot (nor back
- * VACUUM) while commands run.
+ * One batch is in flight at a time. What one turn of the loop brings up
+ * goes out in one batch when the loop is about to wait (flush): a command
+ * that ended, its outcome and the claim its queue then wants for the slot.
+ * Under load a batch waits up to LEASE_GATHER_S for more outcomes
+ * (gather()). No transaction stays open between statements: the session
+ * never holds a snapshot while commands run.
  *
  * Time (CLOCK_BOOTTIME ms, util_boot_ms). A batch's send time t is taken
  * right before it is handed to libpq. A claim or extension it carried that
- * succeeded proves the lease held until t + lease; the command's deadline
- * becomes that, the supervisor (guard.h) kills the command's process group
- * once it passes, whatever the daemon does (stopped, cut off), and the
- * daemon kills it itself a little earlier (LEASE_EARLY_MS) so that its
- * outcome says lost_lock. An extension that does not return a job means its
- * lease is gone (taken over, voided by an operator, or run out): the command
- * is killed at once. The server lets another daemon take a job over only
- * after its lease_until (>= t + lease) plus a margin. A lease does not depend
- * on the daemon's fence (hold_ops.fenced is false): commands of this mode
- * outlive a PostgreSQL restart or a connection loss shorter than their
- * lease, and the next extension points the leases at a new instance. Claims
- * do depend on it (queue_claim_begin asks the fence).
+ * succeeded proves the lease held until t + lease: the command's deadline,
+ * at which the supervisor (guard.h) kills its process group whatever the
+ * daemon does, and LEASE_EARLY_MS before which the daemon kills it itself
+ * (outcome lost_lock). An extension that does not return a job means its
+ * lease is gone: the command is killed at once. Leases do not depend on
+ * the daemon's fence (hold_ops.fenced is false): commands outlive a
+ * restart of PostgreSQL or a connection loss shorter than their lease.
  *
- * Outcomes are kept until a statement wrote them or showed that the claim
- * is no longer ours (never lost, never written twice): a lost session means
- * writing them again from the next one. A write that failed is tried again
- * until the claim has certainly lapsed (outcome_lapsed: job_write_failed
- * asks hold_ops.lapsed), then given up with one line: the job runs again,
- * and the claim that takes it over records this run as lost (021_lost_runs.sql).
- *
- * One session means that a statement that waits holds up the batch, and
- * with it the extensions and outcomes it carries. Nothing of the protocol
- * waits for long (the claims skip locked rows), but a lock someone else
- * holds could: the session's lock_timeout bounds every wait to
- * LEASE_LOCK_TIMEOUT, and a statement that fails is retried. Every retry
- * backs off (backoff.h): an extension after 200 ms, doubling up to a sixth
- * of the shortest lease (at most 2 s); outcomes and claims after 1 s,
- * doubling up to 5 s; each kind logged once, counted now and then, and
- * once when it works again. Backing off never delays a kill: each
- * command's deadline timer (and the supervisor's) runs from the last
- * extension that succeeded. A batch unanswered for a third of the shortest
- * lease counts as a lost session (reply_timeout_ms): a connection the
- * network stopped carrying would otherwise hold every extension back until
- * TCP gave up. A claim whose answer was lost with the session leaves jobs
- * `running` for our instance that we do not know: queue_hold_up makes the
- * first claim of each queue on the next session an orphan pass, which
- * hands them back unstarted (they are not in the skip list). */
+ * Failures. Every retry backs off (backoff.h), each kind logged once, then
+ * counted. A lost session (also a batch unanswered for a third of the
+ * shortest lease) rewrites its outcomes from the next session; its claims
+ * are answered NULL, and queue_hold_up has the next claims make an orphan
+ * pass for the jobs they may have committed. An outcome is kept until a
+ * statement wrote it or showed the claim is no longer ours; a failed write
+ * is tried again until the claim has certainly lapsed (outcome_lapsed),
+ * then job_write_failed gives it up: the job runs again, this run recorded
+ * as lost (021_lost_runs.sql). The session's lock_timeout bounds every
+ * wait of a batch, and with it the extensions it carries. */
 #include "hold_lease.h"
 
 #include <inttypes.h>
@@ -125,10 +93,14 @@
 /* Draining with nothing running: outcomes not written after this long are
  * given up, so that a shutdown does not wait for the database for ever. */
 #define LEASE_GIVE_UP_S 15.0
-/* No statement on the lease session waits longer than this for a lock (see
- * the top): a fifth of the shortest lease, so that a batch held up by a
- * lock delays the extensions it carries far less than the lease they
- * extend. */
+/* No statement on the lease session waits longer than this for a lock. One
+ * session means that a statement that waits holds up the batch, and with it
+ * the extensions and outcomes it carries (their results are read when the
+ * whole batch has answered). Nothing of the protocol waits for long (the
+ * claims skip locked rows), but a lock someone else holds (an operator's
+ * LOCK, a migration) could: a fifth of the shortest lease, so that a batch
+ * held up by a lock delays the extensions it carries far less than the
+ * lease they extend; a statement that fails is retried. */
 #define LEASE_LOCK_TIMEOUT "'200ms'"
 /* While the session is down, it tries to connect again at least every
  * lease / LEASE_RECONNECT_PARTS (shortest lease): the default backoff grows
@@ -249,6 +221,7 @@ struct hold_lease {
 		queue_name((lj)->j->q), (lj)->j->run.cj.attempts)
 
 static void want_send(struct hold_lease *l);
+static void arm_ext_timer(struct hold_lease *l);
 static void on_batch(struct db_conn *c, PGresult *const *res, int n, void *arg);
 
 static struct hold_lease *of(struct hold *h)
@@ -265,8 +238,7 @@ static void hl_step(struct hold_lease *l, enum hl_state to)
 		abort();
 #endif
 	}
-	log_debug("msg=\"lease session state\" from=%s to=%s", hl_state_names[l->state],
-		  hl_state_names[to]);
+	/* Not logged: it moves three times a batch. */
 	l->state = to;
 }
 
@@ -571,6 +543,7 @@ static void send_batch(struct db_conn *c, void *arg)
 	l->sent_boot = util_boot_ms();
 	db_set_reply_timeout(c, reply_timeout_ms(l));
 	hl_step(l, HL_SENT);
+	arm_ext_timer(l); /* those in the extension are not due any more */
 	if (db_send(c, st, n, on_batch, l) < 0) {
 		/* Cannot happen on the session's turn; should it, the batch is
 		 * as good as lost. */
@@ -674,8 +647,9 @@ static void on_flush(struct ev_loop *loop, ev_prepare *w, int revents)
 	flush(w->data);
 }
 
-/* Something may have come up for the next batch: look before the loop
- * waits again (flush). */
+/* Something may have come up for the next batch (a command ended, a queue
+ * was kicked): look before the loop waits again (flush), when whatever else
+ * this turn of the loop brings up is in too. */
 static void want_send(struct hold_lease *l)
 {
 	if (!ev_is_active(&l->flush))
@@ -697,7 +671,7 @@ static void on_timer(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	(void)loop;
 	(void)revents;
-	want_send(w->data);
+	flush(w->data);
 }
 
 /* Draining: while only unwritten outcomes are left (no command runs or
@@ -1004,7 +978,10 @@ static void on_batch(struct db_conn *c, PGresult *const *res, int n, void *arg)
 	}
 	if (!joint_ok) {
 		/* Nothing of the joint transaction was done; a statement of it
-		 * that failed on its own reports its error below. */
+		 * that failed on its own reports its error below. It is tried
+		 * again after LEASE_RETRY_MIN_MS with each statement in its own
+		 * transaction: a claim that keeps failing (on a lock, say) must
+		 * not keep the outcomes from being written. */
 		log_debug("msg=\"outcomes and claims of the batch undone (one of them failed); "
 			  "trying again, each statement on its own\"");
 		l->split = true;
@@ -1030,7 +1007,10 @@ static void on_batch(struct db_conn *c, PGresult *const *res, int n, void *arg)
 	}
 	hl_step(l, HL_IDLE);
 	maybe_give_up(l);
-	want_send(l);
+	/* Everything the answers brought up is in (the queues kicked from
+	 * job_written and queue_claimed): the next batch goes before the
+	 * first command starts. */
+	flush(l);
 	start_jobs(l);
 }
 
@@ -1062,7 +1042,7 @@ static void on_db_event(struct db_conn *c, enum db_event ev, void *arg)
 	for (size_t i = 0; i < l->nqueues; i++)
 		if (l->queues[i]->attached)
 			queue_hold_up(l->queues[i]->q);
-	want_send(l);
+	flush(l);
 }
 
 /* ---- hold_ops ------------------------------------------------------------ */

@@ -974,6 +974,9 @@ static void test_lost_batch(void)
 	ok(!lease_of(100)->writing, "lost: the outcome is to be written again");
 	is_int(job_by_id(100)->tries, 0, "lost: ... no try counted");
 	is_str(hl_state_names[hl(h)->state], "connecting", "lost: the session: connecting");
+	ok(job_by_id(101)->state == JOB_RUNNING && !job_by_id(101)->lost &&
+	       ev_is_active(&lease_of(101)->expire),
+	   "lost: a running command goes on while its lease lasts");
 	/* Again, now with an extension in flight. */
 	fake_boot = 1010000;
 	fire(&hl(h)->ext_timer);
@@ -1056,12 +1059,16 @@ static void test_claim_too_late(void)
 	fake_boot += 22501; /* more than three quarters of the lease */
 	PGresult r = claim_rows(100, 0, 0);
 	deliver(&r, 1);
-	is_str(calls(), "claimed:qa:rows,unstarted:100,begin:qa:3", "late: not started");
+	is_str(calls(), "claimed:qa:rows,unstarted:100", "late: not started");
 	ok(logged("level=warn msg=\"claim confirmed too late; job not started\" job=100"),
 	   "late: ... and says why");
 	int from = 0;
-	is_str(batches_since(&from), "claim.|finish;claim.",
-	       "late: its give-back written, with a claim for its slot");
+	is_str(batches_since(&from), "claim.|extend.",
+	       "late: its lease due already: the extension went first");
+	PGresult e = rows((long long[]){100, 0});
+	deliver(&e, 1);
+	is_str(calls(), "begin:qa:3", "late: then a claim for its slot");
+	is_str(batches_since(&from), "finish;claim.", "late: ... with its give-back");
 	ok(strstr(param(0, 0), "\"give_back\": true") != NULL, "late: ... given back");
 	end_hold(h);
 	no_bug("late");
@@ -1177,6 +1184,34 @@ static void test_drain(void)
 	no_bug("drain");
 }
 
+/* A job that ends before its turn to start (cancelled, say), and one whose
+ * queue frees it before (forget). */
+static void test_not_started(void)
+{
+	struct hold *h = new_hold(false);
+	db_up();
+	PGresult r = claim_rows(100, 101, 102);
+	deliver(&r, 1);
+	calls();
+	struct job *j = job_by_id(101);
+	j->state = JOB_ENDED;
+	j->out.status = CLAIM_CANCELLED;
+	h->ops->write(h, j);
+	ok(!lease_of(101)->starting, "not started: ended: off the start list");
+	struct job *k = job_by_id(102);
+	h->ops->forget(h, k);
+	ok(k->hold_data == NULL && hl(h)->njobs == 2, "not started: forgotten: dropped");
+	k->state = JOB_DONE;
+	reap();
+	ok(!ev_is_active(&hl(h)->starter), "not started: nothing left to start");
+	int from = 0;
+	is_str(batches_since(&from), "claim.|finish.", "not started: 101's outcome written");
+	ok(strstr(param(0, 0), "\"status\": \"cancelled\"") != NULL, "not started: ... cancelled");
+	is_str(calls(), "", "not started: nothing started");
+	end_hold(h);
+	no_bug("not started");
+}
+
 static void test_table(void)
 {
 	ok(hl_allowed[HL_CONNECTING] & (1u << HL_IDLE), "table: connecting -> idle");
@@ -1209,6 +1244,7 @@ int main(void)
 	test_detach_in_flight();
 	test_gather();
 	test_drain();
+	test_not_started();
 	test_table();
 	rec_reset();
 	ev_loop_destroy(loop);
