@@ -501,8 +501,9 @@ static void send_batch(struct db_conn *c, void *arg)
 			l->ext_ids[k] = lj->j->run.cj.id;
 			l->ext_fences[k++] = lj->j->run.cj.fence;
 		}
-		claim_build_extend(&st[n], &l->ext, fence_worker_id(l->fence), l->ext_ids,
-				   l->ext_fences, k);
+		/* The leases follow the daemon's instance (0, no fence: left). */
+		long long worker_id = l->fence ? fence_worker_id(l->fence) : 0;
+		claim_build_extend(&st[n], &l->ext, worker_id, l->ext_ids, l->ext_fences, k);
 		l->stmt_extend = n++;
 	}
 	if (l->finish_json.len) {

@@ -374,10 +374,14 @@ static bool in_flight(void)
 
 /* ---- fence.h, run.h ------------------------------------------------------- */
 
+struct fence {
+	long long worker_id;
+};
+static struct fence fence = {.worker_id = 5};
+
 long long fence_worker_id(const struct fence *f)
 {
-	(void)f;
-	return 5;
+	return f->worker_id;
 }
 
 void run_set_deadline(struct run *r, int64_t boot_ms)
@@ -699,7 +703,7 @@ static struct hold *new_hold(bool two)
 	rec_reset();
 	calls();
 	fake_boot = 1000000;
-	struct hold *h = hold_lease_new(loop, "fake", NULL, NULL);
+	struct hold *h = hold_lease_new(loop, "fake", &fence, NULL);
 	cur = h;
 	queue_init(&qa, h, "qa", 30000, 3, 100);
 	queue_init(&qb, h, "qb", 60000, 2, 200);
