@@ -1055,6 +1055,46 @@ static void test_failed_writes_until_lapse(void)
 	no_bug("lapse");
 }
 
+/* The server refused writes (read-only, say) and takes them again: the
+ * first extension that goes through ends the outcomes' back-off. */
+static void test_writes_again(void)
+{
+	int from;
+	struct hold *h = running2(&from);
+	qa.stopped = true;
+	end_command(100, 0);
+	is_str(batches_since(&from), "finish.", "again: an outcome");
+	PGresult f = failed("cannot execute in a read-only transaction");
+	deliver(&f, 1);
+	ok(ev_is_active(&hl(h)->retry_timer), "again: refused: outcomes wait");
+	fake_boot = 1010000;
+	fire(&hl(h)->ext_timer);
+	is_str(batches_since(&from), "extend.", "again: the extension does not wait");
+	f = failed("cannot execute in a read-only transaction");
+	deliver(&f, 1);
+	ok(logged("cannot extend leases; retrying with back-off"), "again: ... refused too");
+	fake_boot = 1010300;
+	ok(fire(&hl(h)->ext_timer), "again: its back-off over");
+	is_str(batches_since(&from), "extend.", "again: the extension again");
+	is_str(param(0, 1), "{101,100}", "again: ... of the outcome not written too");
+	PGresult e = rows((long long[]){100, 101, 0});
+	deliver(&e, 1);
+	ok(logged("leases extended again"), "again: it went through");
+	ok(!job_by_id(100)->lost, "again: ... the outcome's lease held");
+	ok(!ev_is_active(&hl(h)->retry_timer), "again: ... the outcomes wait no longer");
+	is_str(batches_since(&from), "finish.", "again: ... and go at once");
+	PGresult w = rows((long long[]){100, 0});
+	deliver(&w, 1);
+	ok(logged("outcomes recorded again"), "again: written");
+	is_str(calls(),
+	       "write_failed:100:cannot execute in a read-only transaction,"
+	       "written:100:recorded",
+	       "again: one failed try, then written");
+	reap();
+	end_hold(h);
+	no_bug("again");
+}
+
 static void test_claim_too_late(void)
 {
 	struct hold *h = new_hold(false);
@@ -1244,6 +1284,7 @@ int main(void)
 	test_joint_and_split();
 	test_lost_batch();
 	test_failed_writes_until_lapse();
+	test_writes_again();
 	test_claim_too_late();
 	test_detach_in_flight();
 	test_gather();
