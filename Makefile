@@ -102,6 +102,13 @@ $(B)/tests/test_slot: tests/unit/test_slot.c $(addprefix $(B)/,slot.o claim.o ba
 $(B)/tests/test_queue: tests/unit/test_queue.c $(addprefix $(B)/,queue.o job.o claim.o sha256.o util.o log.o) | $(B)
 	$(CC) $(ALL_CFLAGS) -Itests/unit $(LDFLAGS) -o $@ $^ -lev
 
+# test_hold_lease drives hold_lease.c the same way (the connection, libpq's result
+# accessors, the queue and job functions it calls, the run, the fence). It includes
+# hold_lease.c, to set its clock and fire its timers; hold_lease.o is built alongside so
+# that the file is also compiled on its own. It links claim and backoff.
+$(B)/tests/test_hold_lease: tests/unit/test_hold_lease.c $(addprefix $(B)/,hold_lease.o claim.o backoff.o util.o log.o) | $(B)
+	$(CC) $(ALL_CFLAGS) -Itests/unit $(LDFLAGS) -o $@ $(filter-out $(B)/hold_lease.o,$^) -lev
+
 check: check-unit check-integration
 
 # Helpers the integration tests run (no libraries: plain libc).
