@@ -686,6 +686,7 @@ static void send_again(struct sess *s, struct txjob *tj)
 		sess_unlink(s);
 		sess_step(s, S_IDLE);
 		wait_then_again(tj, 1000);
+		pend(tj, AGAIN_RELEASE);
 		settle(s, true);
 	}
 }
@@ -712,7 +713,8 @@ static void write_job(struct hold *hh, struct job *j)
 		write_in_tx(s);
 		return;
 	}
-	/* cannot happen: a job ends in the session that holds it */
+	/* Its session was lost after the command ended, before the queue
+	 * had the outcome written: written again, fenced by the token. */
 	if (s) {
 		sess_unlink(s);
 		reconnect(s);
@@ -747,11 +749,12 @@ static void on_sess_event(struct db_conn *c, enum db_event ev, void *arg)
 				    "command");
 			return;
 		}
-		if (j) {
-			sess_unlink(s);
+		sess_unlink(s);
+		if (j && j->state == JOB_CLAIMED)
 			job_not_held(j, "the session holding the job was lost before its "
 					"command started");
-		}
+		/* Ended, its outcome not handed to write() yet: write() finds
+		 * no session and writes it again, fenced by the token. */
 		break;
 	case S_FINISHING:
 		/* The outcome is known: write it from the next session. */
@@ -1054,10 +1057,13 @@ static void txq_free(struct txq *tq)
 	}
 	free(tq->sess);
 	db_conn_free(tq->claimer);
-	for (struct txjob *tj = tq->jobs; tj; tj = tj->next) {
+	/* Jobs not forgotten yet (the daemon exits): their state goes with the
+	 * hold, without a look at the job, which may be freed already. */
+	while (tq->jobs) {
+		struct txjob *tj = tq->jobs;
+		tq->jobs = tj->next;
 		ev_timer_stop(tq->h->env.loop, &tj->wait);
-		tj->tq = NULL;
-		tj->s = NULL;
+		free(tj);
 	}
 	claim_params_fini(&tq->params);
 	free(tq->name);

@@ -1420,6 +1420,25 @@ static void test_finish_lost(void)
 	ok(strstr(logs(), "outcome already recorded, or the claim was taken over") != NULL,
 	   "finish lost, then nothing updated: ... logged as such");
 	unserve();
+
+	/* The session is lost after the command ended and before the queue
+	 * has the outcome written: written outside a transaction, fenced. */
+	running_42(&from);
+	struct job *j = job(42);
+	to_state(j, JOB_ENDED);
+	set_status(&j->out, "succeeded");
+	db_down("slot t.0");
+	is_str(calls(), "", "lost before write(): no call (the command has ended)");
+	is_str(st(0), "connecting", "lost before write(): ... connecting");
+	to_state(j, JOB_WRITING);
+	hold->ops->write(hold, j);
+	is_str(batches_since(&from), "", "lost before write(): write() waits for a session");
+	db_up("slot t.0");
+	is_str(batches_since(&from), "slot t.0:finish",
+	       "lost before write(): ... then the outcome, no COMMIT");
+	deliver_finish("slot t.0");
+	is_str(calls(), "written:42:1,grew", "lost before write(): ... written");
+	unserve();
 	no_bug("finish lost");
 }
 
