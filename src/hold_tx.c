@@ -742,8 +742,12 @@ static void on_sess_event(struct db_conn *c, enum db_event ev, void *arg)
 	switch (s->state) {
 	case S_RUNNING:
 		if (j && (j->state == JOB_RUNNING || j->state == JOB_LOST)) {
-			/* Its command is killed; the socket is kept until it is
-			 * dead (write(), with j->release). */
+			/* The command is killed at once (job_lost: SIGKILL): its
+			 * lock is gone, so another daemon may take the job over,
+			 * and guarantee 1 (never two commands of one group) must
+			 * hold. The socket is kept open until the command is dead
+			 * (write(), with j->release), so that when the loss was
+			 * only seen by us, PostgreSQL keeps the lock until then. */
 			sess_step(s, S_LOST);
 			job_lost(j, "lost the database session holding the job; killing its "
 				    "command");

@@ -16,7 +16,18 @@
  * real one: it only builds statements, which the test reads back. Log lines
  * go to a temporary file: each scenario ends by checking that sess_step never
  * logged a move it does not allow (a build with PGJOBD_CHECK_STATES aborts
- * at such a move instead). */
+ * at such a move instead).
+ *
+ * The scenarios are test_slot.c's (slot.c was this hold's sessions), each
+ * assertion mapped onto a session's state (hold_tx_session_state) and the
+ * calls the hold makes: SLOT_EV_IDLE is queue_capacity_grew, SLOT_EV_HELD
+ * job_start, SLOT_EV_NOT_HELD job_not_held, a reservation a claim's
+ * capacity; what moved to the job (kills, the outcome's classification,
+ * queue_conf references) or to the queue (worker names, the jobs it answers
+ * for) is tested there. Then the windows of the pool: a release from
+ * another session, failed writes until the claims lapse, a claim's answer
+ * lost, a claim asked for while one is answered, detach and drain with a
+ * claim in flight. */
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
