@@ -56,6 +56,7 @@
 #include "db.h"
 #include "fence.h"
 #include "guard.h"
+#include "hold.h"
 #include "job.h"
 #include "log.h"
 #include "queue.h"
@@ -144,6 +145,15 @@ struct txq {
 	int nsess;
 	struct txjob *jobs; /* every job it holds, runs or writes */
 	struct txq *next;
+};
+
+/* What the hold needs of the daemon (hold_tx_new; borrowed). */
+struct hold_tx_env {
+	struct ev_loop *loop;
+	const char *conninfo;
+	struct guard *guard;
+	struct fence *fence;
+	struct metrics *metrics;
 };
 
 struct hold_tx {
@@ -418,18 +428,18 @@ static void on_held(struct db_conn *c, PGresult *const *res, int n, void *arg)
 	struct sess *s = arg;
 	struct txq *tq = s->tq;
 	struct job *j = s->job;
+	/* A hold that did not take: the job is not held (if still `running`
+	 * for us, the next orphan pass hands it back). */
 	if (!res) {
-		/* on_sess_event reconnects; the job, if still `running` for us,
-		 * is handed back by the next orphan pass. */
 		sess_unlink(s);
-		job_not_held(j, "the session holding the job was lost before it was held");
+		job_not_held(j, NULL); /* on_sess_event reconnects */
 		return;
 	}
 	if (!db_batch_ok(res, n)) {
-		char why[LOG_VALUE_MAX + 32];
-		snprintf(why, sizeof(why), "cannot hold claimed job: %s", db_batch_error(res, n));
+		log_job(LOG_WARN, tq, j, "msg=\"cannot hold claimed job\" err=%s",
+			log_value(db_batch_error(res, n)));
 		sess_unlink(s);
-		job_not_held(j, why);
+		job_not_held(j, NULL);
 		reconnect(s);
 		return;
 	}
@@ -450,10 +460,10 @@ static void on_held(struct db_conn *c, PGresult *const *res, int n, void *arg)
 		return;
 	}
 	sess_step(s, S_RUNNING);
-	if (PQgetvalue(res[CLAIM_HOLD_JOB], 0, 1)[0] == 't') {
-		log_job(LOG_INFO, tq, j, "msg=\"job cancelled before its command started\"");
+	/* Its cancellation was requested already: job_start logs it and
+	 * has it written `cancelled`. */
+	if (PQgetvalue(res[CLAIM_HOLD_JOB], 0, 1)[0] == 't')
 		job_cancel(j);
-	}
 	/* May end the job at once (then write() comes before this returns):
 	 * j is not touched after it. */
 	job_start(j);
@@ -473,7 +483,9 @@ static void hold_job(struct hold *hh, struct job *j)
 	backoff_init(&tj->release_bo, RELEASE_RETRY_MIN_MS, RELEASE_RETRY_MAX_MS);
 	if (!tq) {
 		/* cannot happen: a queue claims through an attached hold */
-		job_not_held(j, "its queue is not served by this hold");
+		log_error("msg=\"bug: a job of a queue this hold does not serve\" job=%lld",
+			  j->run.cj.id);
+		job_not_held(j, NULL);
 		return;
 	}
 	tj->next = tq->jobs;
@@ -491,7 +503,7 @@ static void hold_job(struct hold *hh, struct job *j)
 	if (!s) {
 		/* The job, if still `running` for us, is handed back by the
 		 * next orphan pass. */
-		job_not_held(j, "no session to hold the job (its session was lost)");
+		job_not_held(j, NULL);
 		return;
 	}
 	struct db_stmt st[3];
@@ -500,7 +512,7 @@ static void hold_job(struct hold *hh, struct job *j)
 	sess_step(s, S_HOLDING);
 	if (db_send(s->db, st, n, on_held, s) < 0) {
 		sess_unlink(s);
-		job_not_held(j, "cannot send the hold");
+		job_not_held(j, NULL);
 		reconnect(s);
 	}
 }
@@ -749,14 +761,12 @@ static void on_sess_event(struct db_conn *c, enum db_event ev, void *arg)
 			 * (write(), with j->release), so that when the loss was
 			 * only seen by us, PostgreSQL keeps the lock until then. */
 			sess_step(s, S_LOST);
-			job_lost(j, "lost the database session holding the job; killing its "
-				    "command");
+			job_lost(j, "lost the database session holding the job");
 			return;
 		}
 		sess_unlink(s);
 		if (j && j->state == JOB_CLAIMED)
-			job_not_held(j, "the session holding the job was lost before its "
-					"command started");
+			job_not_held(j, NULL);
 		/* Ended, its outcome not handed to write() yet: write() finds
 		 * no session and writes it again, fenced by the token. */
 		break;
@@ -1075,9 +1085,8 @@ static void txq_free(struct txq *tq)
 }
 
 /* Frees the stopped sessions, the claimers closed inside their own
- * callbacks, and the detached queues with nothing left; then, draining,
- * tells the dispatcher. An ev_idle watcher: it runs as soon as the
- * callbacks have returned. */
+ * callbacks, and the detached queues with nothing left. An ev_idle
+ * watcher: it runs as soon as the callbacks have returned. */
 static void on_reap(struct ev_loop *loop, ev_idle *w, int revents)
 {
 	(void)revents;
@@ -1105,8 +1114,6 @@ static void on_reap(struct ev_loop *loop, ev_idle *w, int revents)
 			p = &tq->next;
 		}
 	}
-	if (h->draining && h->env.on_stopped)
-		h->env.on_stopped(h->env.arg);
 }
 
 static void hold_free(struct hold *hh)
@@ -1145,11 +1152,13 @@ static const struct hold_ops hold_tx_ops = {
     .free = hold_free,
 };
 
-struct hold *hold_tx_new(const struct hold_tx_env *env)
+struct hold *hold_tx_new(struct ev_loop *loop, const char *conninfo, struct guard *guard,
+			 struct fence *fence, struct metrics *metrics)
 {
 	struct hold_tx *h = xcalloc(1, sizeof(*h));
 	h->base.ops = &hold_tx_ops;
-	h->env = *env;
+	h->env = (struct hold_tx_env){
+	    .loop = loop, .conninfo = conninfo, .guard = guard, .fence = fence, .metrics = metrics};
 	ev_idle_init(&h->reap, on_reap);
 	h->reap.data = h;
 	return &h->base;
