@@ -109,7 +109,10 @@ struct sess {
 /* What is left to send for a job that has no session of its own. */
 enum again { AGAIN_NONE, AGAIN_FINISH, AGAIN_RELEASE };
 
-/* A job's state here (j->hold_data). */
+/* A job's state here (j->hold_data). It goes with the job's end: the
+ * queue has the hold forget the job as soon as it is DONE, inside
+ * job_not_held, job_written, job_give_up and a job_write_failed that gives
+ * up, so nothing here is touched after those. */
 struct txjob {
 	struct job *j;
 	struct txq *tq;
@@ -306,14 +309,17 @@ static void on_wait_over(struct ev_loop *loop, ev_timer *w, int revents);
  * them as taken). */
 static void serve_pending(struct txq *tq)
 {
-	for (struct txjob *tj = tq->jobs; tj; tj = tj->next) {
-		if (tj->again == AGAIN_NONE || tj->s || ev_is_active(&tj->wait))
-			continue;
+	for (;;) {
+		/* From the start each time: a send that fails may end (and
+		 * free) its job, and each send leaves one job fewer waiting. */
+		struct txjob *tj = tq->jobs;
+		while (tj && (tj->again == AGAIN_NONE || tj->s || ev_is_active(&tj->wait)))
+			tj = tj->next;
 		struct sess *s = NULL;
 		for (int i = 0; i < tq->nsess && !s; i++)
 			if (tq->sess[i]->state == S_IDLE && db_is_ready(tq->sess[i]->db))
 				s = tq->sess[i];
-		if (!s)
+		if (!tj || !s)
 			return;
 		send_again(s, tj);
 	}
@@ -564,13 +570,12 @@ static void outcome_lost(struct sess *s, const char *why)
 	struct txq *tq = s->tq;
 	struct job *j = sess_unlink(s);
 	struct txjob *tj = j->hold_data;
-	/* Counted as waiting first, so that the session stays for it. */
+	/* Counted as waiting while the session decides whether to stay. */
 	tj->again = AGAIN_FINISH;
 	reconnect(s);
-	if (!job_write_failed(j, why)) {
-		tj->again = AGAIN_NONE; /* DONE, given up */
-		return;
-	}
+	tj->again = AGAIN_NONE;
+	if (!job_write_failed(j, why))
+		return; /* given up: DONE, and forgotten (tj is gone) */
 	char ctx[LOG_VALUE_MAX + 40];
 	int64_t ms = backoff_fail(&tj->finish_bo, LOG_WARN, "cannot record outcome",
 				  job_ctx(tq, j, ctx, sizeof(ctx)), why);
@@ -1049,9 +1054,11 @@ static void drain(struct hold *hh)
 	for (struct txq *tq = h->queues; tq; tq = tq->next) {
 		/* Jobs waiting for a session to write again or release are
 		 * given up (pend): a daemon that stops connects no more. */
-		for (struct txjob *tj = tq->jobs; tj; tj = tj->next)
+		for (struct txjob *tj = tq->jobs, *next; tj; tj = next) {
+			next = tj->next; /* pend gives tj up: forgotten, freed */
 			if (tj->again != AGAIN_NONE && !tj->s)
 				pend(tj, tj->again);
+		}
 		for (int i = 0; i < tq->nsess; i++) {
 			struct sess *s = tq->sess[i];
 			if (s->state == S_IDLE || s->state == S_CONNECTING)

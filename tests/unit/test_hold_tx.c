@@ -602,14 +602,14 @@ static void set_status(struct claim_outcome *o, const char *status)
 	o->status = status;
 }
 
-/* The queue frees DONE jobs from an idle watcher, after the hold's forget. */
+/* The queue frees DONE jobs from an idle watcher (the hold forgot them
+ * when they became DONE). */
 static void reap_jobs(void)
 {
 	for (int i = 0; i < MAX_JOBS; i++) {
 		struct job *j = jobs[i];
 		if (!j || j->state != JOB_DONE)
 			continue;
-		hold->ops->forget(hold, j);
 		if (j->hold_data)
 			fake_misuse("forget left hold_data");
 		claim_job_free(&j->run.cj);
@@ -626,13 +626,20 @@ static void to_state(struct job *j, enum job_state s)
 	j->state = s;
 }
 
-/* j ended (ran = its command ran): the queue has its outcome written. */
+/* j is DONE: the queue has the hold forget it at once (queue_job_done),
+ * and frees it later (reap_jobs). */
+static void done(struct job *j)
+{
+	to_state(j, JOB_DONE);
+	hold->ops->forget(hold, j);
+}
+
+/* j ended: its outcome to the hold (job.c's end(): in state ENDED). */
 static void job_ended(struct job *j, const char *status, bool give_back)
 {
 	to_state(j, JOB_ENDED);
 	set_status(&j->out, status);
 	j->out.give_back = give_back;
-	to_state(j, JOB_WRITING);
 	hold->ops->write(hold, j);
 }
 
@@ -670,7 +677,7 @@ void job_not_held(struct job *j, const char *why)
 	record("not_held:%lld(%s)", j->run.cj.id, why ? why : "");
 	if (j->state != JOB_CLAIMED)
 		fake_misuse("job_not_held of a job not CLAIMED");
-	to_state(j, JOB_DONE);
+	done(j);
 }
 
 void job_lost(struct job *j, const char *why)
@@ -687,7 +694,7 @@ void job_written(struct job *j, bool recorded)
 	record("written:%lld:%d", j->run.cj.id, recorded);
 	if (j->state != JOB_WRITING && j->state != JOB_ENDED)
 		fake_misuse("job_written of a job neither WRITING nor ENDED");
-	to_state(j, JOB_DONE);
+	done(j);
 }
 
 bool job_write_failed(struct job *j, const char *why)
@@ -696,7 +703,7 @@ bool job_write_failed(struct job *j, const char *why)
 	j->tries++;
 	if (hold->ops->lapsed(hold, j)) {
 		record("write_failed:%lld:given_up", j->run.cj.id);
-		to_state(j, JOB_DONE);
+		done(j);
 		return false;
 	}
 	record("write_failed:%lld", j->run.cj.id);
@@ -708,7 +715,7 @@ void job_give_up(struct job *j, const char *why)
 {
 	(void)why;
 	record("give_up:%lld", j->run.cj.id);
-	to_state(j, JOB_DONE);
+	done(j);
 }
 
 /* Job id's command ends (failed: with a non-zero exit). A job whose claim
@@ -1431,7 +1438,6 @@ static void test_finish_lost(void)
 	db_down("slot t.0");
 	is_str(calls(), "", "lost before write(): no call (the command has ended)");
 	is_str(st(0), "connecting", "lost before write(): ... connecting");
-	to_state(j, JOB_WRITING);
 	hold->ops->write(hold, j);
 	is_str(batches_since(&from), "", "lost before write(): write() waits for a session");
 	db_up("slot t.0");
