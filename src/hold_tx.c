@@ -101,6 +101,9 @@ struct sess {
 	enum sess_state state;
 	struct db_conn *db;
 	struct job *job; /* held, being written or released on it; NULL: none */
+	/* Busy when its queue was detached: out of the pool (a queue served
+	 * again opens sessions of its own), it closes once its job is done. */
+	bool retiring;
 	struct hold_params hparams;
 	struct finish_params fparams;
 	struct release_params rparams;
@@ -236,13 +239,19 @@ static void start_reap(struct hold_tx *h)
 	ev_idle_start(h->env.loop, &h->reap);
 }
 
-/* Sessions not closed. */
+/* Sessions of the pool: not closed, not retiring. */
 static int alive(const struct txq *tq)
 {
 	int n = 0;
 	for (int i = 0; i < tq->nsess; i++)
-		n += tq->sess[i]->state != S_STOPPED;
+		n += tq->sess[i]->state != S_STOPPED && !tq->sess[i]->retiring;
 	return n;
+}
+
+/* An idle session of the pool, ready for a job. */
+static bool is_free(const struct sess *s)
+{
+	return s->state == S_IDLE && !s->retiring && db_is_ready(s->db);
 }
 
 /* Jobs waiting for an idle session (to write again or to release), on
@@ -255,16 +264,18 @@ static int npending(const struct txq *tq)
 	return n;
 }
 
-/* Should a session without a job close now: draining, the queue detached,
- * or more sessions than its concurrency; but not while a job waits for a
- * session to be written again or released (draining gives those up). */
-static bool closing(const struct txq *tq)
+/* Should s, without a job, close now: draining, retiring, the queue
+ * detached, or more sessions than its concurrency; but not while a job
+ * waits for a session to be written again or released (draining gives
+ * those up). */
+static bool closing(const struct sess *s)
 {
+	const struct txq *tq = s->tq;
 	if (tq->h->draining)
 		return true;
 	if (npending(tq) > 0)
 		return false;
-	return tq->detached || alive(tq) > queue_conf(tq->q)->concurrency;
+	return s->retiring || tq->detached || alive(tq) > queue_conf(tq->q)->concurrency;
 }
 
 /* Closed: the session is freed by the reap pass, as this often runs inside
@@ -279,7 +290,7 @@ static void sess_stop(struct sess *s)
 static void reconnect(struct sess *s)
 {
 	sess_step(s, S_CONNECTING);
-	if (closing(s->tq))
+	if (closing(s))
 		sess_stop(s);
 	else
 		db_reconnect(s->db);
@@ -334,12 +345,15 @@ static void settle(struct sess *s, bool grew)
 	if (s->state != S_IDLE)
 		return;
 	serve_pending(tq);
+	if (s->state == S_IDLE && closing(s))
+		sess_stop(s);
+	/* And any other idle one no longer needed: one that stayed for a job
+	 * that waited for a session, and is written or given up now. */
+	for (int i = 0; i < tq->nsess; i++)
+		if (tq->sess[i]->state == S_IDLE && closing(tq->sess[i]))
+			sess_stop(tq->sess[i]);
 	if (s->state != S_IDLE)
 		return;
-	if (closing(tq)) {
-		sess_stop(s);
-		return;
-	}
 	/* A job waiting for its back-off counts as taking a session
 	 * (capacity): this one is no capacity gained. */
 	if (!grew || npending(tq) > 0)
@@ -405,7 +419,7 @@ static void fit_pool(struct txq *tq)
 		add_sess(tq);
 	for (int i = tq->nsess - 1; i >= 0 && alive(tq) > want; i--) {
 		struct sess *s = tq->sess[i];
-		if ((s->state == S_IDLE || s->state == S_CONNECTING) && closing(tq))
+		if ((s->state == S_IDLE || s->state == S_CONNECTING) && !s->retiring && closing(s))
 			sess_stop(s);
 	}
 }
@@ -504,7 +518,7 @@ static void hold_job(struct hold *hh, struct job *j)
 		if (tq->sess[i]->state == S_RESERVED && db_is_ready(tq->sess[i]->db))
 			s = tq->sess[i];
 	for (int i = 0; i < tq->nsess && !s; i++)
-		if (tq->sess[i]->state == S_IDLE && db_is_ready(tq->sess[i]->db))
+		if (is_free(tq->sess[i]))
 			s = tq->sess[i];
 	if (!s) {
 		/* The job, if still `running` for us, is handed back by the
@@ -925,7 +939,7 @@ static void want_claim(struct hold *hh, struct queue *q)
 	if (n <= 0)
 		return;
 	for (int i = 0, got = 0; i < tq->nsess && got < n; i++) {
-		if (tq->sess[i]->state == S_IDLE && db_is_ready(tq->sess[i]->db)) {
+		if (is_free(tq->sess[i])) {
 			sess_step(tq->sess[i], S_RESERVED);
 			got++;
 		}
@@ -946,7 +960,7 @@ static int capacity(struct hold *hh, const struct queue *q)
 	fit_pool(tq);
 	int idle = 0;
 	for (int i = 0; i < tq->nsess; i++)
-		idle += tq->sess[i]->state == S_IDLE && db_is_ready(tq->sess[i]->db);
+		idle += is_free(tq->sess[i]);
 	int room = idle - npending(tq);
 	return room > 0 ? room : 0;
 }
@@ -995,8 +1009,10 @@ static void detach(struct hold *hh, struct queue *q)
 		struct sess *s = tq->sess[i];
 		if (s->state == S_IDLE)
 			settle(s, false);
-		else if (s->state == S_CONNECTING && closing(tq))
+		else if (s->state == S_CONNECTING && closing(s))
 			sess_stop(s);
+		else if (s->job)
+			s->retiring = true;
 	}
 	start_reap(h);
 }

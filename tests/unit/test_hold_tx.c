@@ -1625,6 +1625,39 @@ static void test_detach(void)
 	no_bug("detach");
 }
 
+/* Served again while a job of its old sessions still runs: that session
+ * retires (out of the pool, closed once its job is written), and the pool
+ * opens a session of its own at once. */
+static void test_serve_again(void)
+{
+	int from;
+	running_42(&from);
+	hold->ops->detach(hold, &queue);
+	is_str(calls(), "", "served again: detached while job 42 runs");
+	hold->ops->attach(hold, &queue);
+	ok(conn("claimer t") && conn("slot t.1"),
+	   "served again: a new claimer, and a new session, 'slot t.1'");
+	db_up("claimer t");
+	db_up("slot t.1");
+	is_str(calls(), "hold_up,grew", "served again: ... both up");
+	is_int(hold->ops->capacity(hold, &queue), 1,
+	       "served again: ... capacity 1: the retiring session does not count");
+	long long id = 43;
+	claim(1, &id, 1, 0);
+	is_str(batches_since(&from), "claimer t:claim|slot t.1:BEGIN;hold_no_group;hold_job",
+	       "served again: the next job goes to the new session");
+	deliver_hold("slot t.1", 43, true, false);
+	calls();
+	end_command(42, false);
+	deliver_finish("slot t.0");
+	is_str(calls(), "ended:42,written:42:1",
+	       "served again: the old job is written (no grew: its session retires)");
+	is_str(st(0), "stopped", "served again: ... and its session closes");
+	is_str(st(1), "running", "served again: ... the new one runs job 43");
+	unserve();
+	no_bug("served again");
+}
+
 static void test_table(void)
 {
 	ok(hold_tx_move_allowed("connecting", "idle"), "table: connecting -> idle");
@@ -1669,6 +1702,7 @@ int main(void)
 	test_claim_lost();
 	test_claim_again();
 	test_detach();
+	test_serve_again();
 	test_table();
 	rec_reset();
 	logs();
