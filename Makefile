@@ -89,13 +89,6 @@ TEST_DEPS_tick := tick cron
 $(B)/tests/test_%: tests/unit/test_%.c $$(addprefix $(B)/,$$(addsuffix .o,$$(TEST_DEPS_$$*) util log)) | $(B)
 	$(CC) $(ALL_CFLAGS) -Itests/unit $(LDFLAGS) -o $@ $^ $(PKG_LIBS)
 
-# test_slot drives slot.c with fakes of everything it calls (the connection, the
-# command, queue_conf references, fence, guard, metrics and the libpq result
-# accessors it reads): it links slot, claim and backoff, no libpq, and none of the
-# modules it fakes.
-$(B)/tests/test_slot: tests/unit/test_slot.c $(addprefix $(B)/,slot.o claim.o backoff.o util.o log.o) | $(B)
-	$(CC) $(ALL_CFLAGS) -Itests/unit $(LDFLAGS) -o $@ $^ -lev
-
 # test_queue drives queue.c and job.c through two fake holds (one shaped like
 # each lock mode) with the command, the fence, metrics and the libpq result
 # accessors faked: it links queue, job, claim and sha256, no libpq.
@@ -108,6 +101,13 @@ $(B)/tests/test_queue: tests/unit/test_queue.c $(addprefix $(B)/,queue.o job.o c
 # that the file is also compiled on its own. It links claim and backoff.
 $(B)/tests/test_hold_lease: tests/unit/test_hold_lease.c $(addprefix $(B)/,hold_lease.o claim.o backoff.o util.o log.o) | $(B)
 	$(CC) $(ALL_CFLAGS) -Itests/unit $(LDFLAGS) -o $@ $(filter-out $(B)/hold_lease.o,$^) -lev
+
+# test_hold_tx drives hold_tx.c with fakes of everything it calls (the
+# connections, the queue, the job lifecycle, fence, guard and the libpq result
+# accessors it reads): it links hold_tx, claim and backoff, no libpq, and none
+# of the modules it fakes.
+$(B)/tests/test_hold_tx: tests/unit/test_hold_tx.c $(addprefix $(B)/,hold_tx.o claim.o backoff.o util.o log.o) | $(B)
+	$(CC) $(ALL_CFLAGS) -Itests/unit $(LDFLAGS) -o $@ $^ -lev
 
 check: check-unit check-integration
 

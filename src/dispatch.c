@@ -51,8 +51,8 @@ static struct queue *find(struct queue **v, size_t n, const char *name)
 static struct hold *need_lease(struct dispatch *x)
 {
 	if (!x->lease)
-		x->lease = hold_lease_new(x->env.loop, x->env.conninfo, x->env.fence,
-					  x->env.metrics);
+		x->lease =
+		    hold_lease_new(x->env.loop, x->env.conninfo, x->env.fence, x->env.metrics);
 	return x->lease;
 }
 
