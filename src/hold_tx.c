@@ -36,9 +36,9 @@
  *   -> CONNECTING  the session is lost or a statement failed (from LOST: once
  *                  the command is dead), from IDLE, RESERVED, HOLDING,
  *                  ENDING_TX, RUNNING, FINISHING, LOST, RELEASING
- *   -> STOPPED     closed (draining, detached, or beyond the concurrency),
- *                  from CONNECTING and IDLE; STOPPED is final (freed by the
- *                  reap pass)
+ *   -> STOPPED     closed (draining, its queue detached, retiring: busy at
+ *                  a detach, or beyond the concurrency), from CONNECTING and
+ *                  IDLE; STOPPED is final (freed by the reap pass)
  *   No state moves to itself. sess_step() checks every move against
  *   `allowed` below, which says the same as this drawing.
  *

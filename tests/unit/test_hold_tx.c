@@ -595,14 +595,22 @@ static struct job *job(long long id)
 	return NULL;
 }
 
-/* The outcome's status, by its name in pgjobd.jobs.status. */
-static void set_status(struct claim_outcome *o, const char *status)
+/* The number of status name in the order of claim.h's enum claim_status
+ * (queued, succeeded, failed, cancelled). */
+static int status_number(const char *name)
 {
-	o->status = strcmp(status, "succeeded") == 0   ? CLAIM_SUCCEEDED
-		    : strcmp(status, "cancelled") == 0 ? CLAIM_CANCELLED
-		    : strcmp(status, "failed") == 0    ? CLAIM_FAILED
-						       : CLAIM_QUEUED;
+	static const char *const names[] = {"queued", "succeeded", "failed", "cancelled"};
+	for (int i = 0; i < 4; i++)
+		if (strcmp(names[i], name) == 0)
+			return i;
+	fake_misuse("no status %s", name);
+	return 0;
 }
+
+/* The outcome's status, whether claim.h's struct claim_outcome.status is
+ * its name (a string) or an enum claim_status. */
+#define set_status(o, name)                                                                        \
+	((o)->status = _Generic((o)->status, const char * : (name), default : status_number(name)))
 
 /* The queue frees DONE jobs from an idle watcher (the hold forgot them
  * when they became DONE). */
