@@ -1,8 +1,9 @@
 /* config_int.h - what the three files of the configuration module share,
  * and no other module: the key table's types, the state of one load, and
- * the calls between config.c (reading the file), config_keys.c (the keys
- * and their values) and config_use.c (a loaded config's queries). Every
- * other module includes config.h. */
+ * the calls between config_load.c (reading the file), config.c (the keys,
+ * their values, the diagnostics) and config_use.c (a loaded config's
+ * queries): config_load.c -> config_use.c -> config.c. Every other module
+ * includes config.h. */
 #ifndef PGJOBD_CONFIG_INT_H
 #define PGJOBD_CONFIG_INT_H
 
@@ -11,8 +12,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "config.h"
 #include "util.h"
+
+struct config;
+struct queue_conf;
 
 enum section_kind {
 	SEC_NONE,   /* before the first header */
@@ -49,7 +52,7 @@ struct key_def {
 
 /* The rows of config_keys (asserted where the table is). */
 #define CONFIG_NKEYS 23
-/* Every key, alphabetical (config_keys.c). */
+/* Every key, alphabetical (config.c). */
 extern const struct key_def config_keys[CONFIG_NKEYS];
 
 /* One collected problem; printed only once the whole file has been read. */
@@ -111,13 +114,12 @@ struct load {
 	size_t nheaders;
 };
 
-/* config.c: a diagnostic at `line` of the file being loaded (0: the whole
- * file), and a hint attached to the diagnostic added last. */
+/* config.c */
+/* A diagnostic at `line` of the file being loaded (0: the whole file),
+ * and a hint attached to the diagnostic added last. */
 __attribute__((format(printf, 3, 4))) void config_diagf(struct load *L, int line, const char *fmt,
 							...);
 __attribute__((format(printf, 2, 3))) void config_hintf(struct load *L, const char *fmt, ...);
-
-/* config_keys.c */
 /* The key named name, or NULL. */
 const struct key_def *config_find_key(const char *name);
 /* Parses val (key k, on line `line`; 0 for a default) into its field of

@@ -5,11 +5,14 @@
  * change needs a restart (from the key table's `reload` column), the
  * warnings about commands whose program is not there, and config_free.
  *
- * Part of the configuration module (config.c builds the struct; the key
- * table is config_keys.c's, shared through config_int.h). Invariant: a
+ * Part of the configuration module: config_load.c builds the struct (and
+ * frees it here after a failed load); the key table is config.c's, shared
+ * through config_int.h. Invariant: a
  * struct queue_conf is immutable once loaded and freed when its last
  * reference (the config's, or a running job's) goes away. */
 #include "config_int.h"
+
+#include "config.h"
 
 #include <assert.h>
 #include <errno.h>
