@@ -18,6 +18,7 @@
  * the command's name is judged the same way after the loop, by position. */
 #include "cli_args.h"
 
+#include <assert.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -234,8 +235,7 @@ enum cli_parsed cli_args_parse(const struct cli_grammar *g, int argc, char **arg
 	int at[MAX_OPTIONS] = {0}; /* where each option was given; 0: not */
 	struct slip first = {0};
 	bool end = false, help = false;
-	if (g->noptions > MAX_OPTIONS)
-		abort();
+	assert(g->noptions <= MAX_OPTIONS);
 	for (int i = 1; i < argc; i++) {
 		const char *s = argv[i];
 		if (end || s[0] != '-' || s[1] == '\0') {
