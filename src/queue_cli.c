@@ -55,6 +55,7 @@ static int queue_arg(const struct cli_args *a)
 				    a->operand);
 }
 
+/* The QUEUE operand's check that something serves it (--strict: refuse). */
 static int check_served(struct cli_session *s)
 {
 	return cli_session_check_served(s, s->a->operand, s->a->strict);
