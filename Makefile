@@ -69,7 +69,7 @@ $(B):
 
 # A unit test links only its module(s) plus util and log.
 TEST_DEPS_parse := parse
-TEST_DEPS_config := config parse
+TEST_DEPS_config := config config_load config_use parse
 TEST_DEPS_capture := capture
 TEST_DEPS_result := result
 TEST_DEPS_exec := exec capture parse priv reap
@@ -117,7 +117,7 @@ $(B)/tests/%: tests/integration/%.c | $(B)
 
 # ... except the ones that print the configuration's key table (as test_config links)
 # and the claim statement (as test_claim links).
-$(B)/tests/config-keys: tests/integration/config-keys.c $(addprefix $(B)/,$(addsuffix .o,config parse util log)) | $(B)
+$(B)/tests/config-keys: tests/integration/config-keys.c $(addprefix $(B)/,$(addsuffix .o,config config_load config_use parse util log)) | $(B)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(PKG_LIBS)
 $(B)/tests/claim-sql: tests/integration/claim-sql.c $(addprefix $(B)/,$(addsuffix .o,claim util log)) | $(B)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(PKG_LIBS)

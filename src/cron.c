@@ -1,21 +1,9 @@
 /* cron.c - cron expressions and their ticks in a time zone (see cron.h).
  *
- * Syntax (Vixie cron's five fields, no command):
- *
- *   minute 0-59   hour 0-23   day-of-month 1-31   month 1-12   day-of-week 0-7
- *
- * Each field is a comma-separated list of `*`, `N`, `N-M`, each optionally
- * followed by `/STEP` (every STEPth value of the range: `*` is the whole
- * range; `N/STEP` means `N-max/STEP`, as cronie reads it). Months and days
- * of the week may be written as English three-letter names (`jan`, `mon`),
- * in any case, also as ends of a range; 0 and 7 are both Sunday. A day
- * matches when the day-of-month and day-of-week fields both match, except
- * that when neither field starts with `*` either one is enough (Vixie cron's
- * rule: `0 0 13 * 5` runs on every 13th and on every Friday). Macros:
- * @yearly and @annually (0 0 1 1 *), @monthly (0 0 1 * *), @weekly
- * (0 0 * * 0), @daily and @midnight (0 0 * * *), @hourly (0 * * * *).
- * @reboot has no time and is refused. An expression that matches no date at
- * all (`0 0 30 2 *`) is refused when it is parsed.
+ * What it owns: the syntax (at the parser, below), the rule that turns
+ * matching wall times into ticks, and a cache of each time zone's offsets.
+ * Callers (scheduler.c in the daemon, sched_cli.c for `schedule add`) parse
+ * once and ask cron_next for the tick after an instant.
  *
  * Ticks. An expression matches local wall times (minutes). Local time is
  * not a monotonic function of real time: a change of the UTC offset skips a
@@ -84,6 +72,23 @@ __attribute__((format(printf, 3, 4))) static int fail(char *err, size_t errlen, 
 }
 
 /* ---------------------------------------------------------------- parsing */
+
+/* Syntax (Vixie cron's five fields, no command):
+ *
+ *   minute 0-59   hour 0-23   day-of-month 1-31   month 1-12   day-of-week 0-7
+ *
+ * Each field is a comma-separated list of `*`, `N`, `N-M`, each optionally
+ * followed by `/STEP` (every STEPth value of the range: `*` is the whole
+ * range; `N/STEP` means `N-max/STEP`, as cronie reads it). Months and days
+ * of the week may be written as English three-letter names (`jan`, `mon`),
+ * in any case, also as ends of a range; 0 and 7 are both Sunday. A day
+ * matches when the day-of-month and day-of-week fields both match, except
+ * that when neither field starts with `*` either one is enough (Vixie cron's
+ * rule: `0 0 13 * 5` runs on every 13th and on every Friday). Macros:
+ * @yearly and @annually (0 0 1 1 *), @monthly (0 0 1 * *), @weekly
+ * (0 0 * * 0), @daily and @midnight (0 0 * * *), @hourly (0 * * * *).
+ * @reboot has no time and is refused. An expression that matches no date at
+ * all (`0 0 30 2 *`) is refused when it is parsed. */
 
 enum { F_MINUTE, F_HOUR, F_DOM, F_MONTH, F_DOW, NFIELDS };
 

@@ -152,14 +152,18 @@ static void cancel_job(long long id, void *arg)
 	dispatch_cancel(d->dispatch, id);
 }
 
+static void refuse_pooler(struct daemon *d, const char *why);
+
 static void on_fence(struct fence *f, enum fence_event ev, void *arg)
 {
 	(void)f;
 	struct daemon *d = arg;
 	if (ev == FENCE_UP)
 		dispatch_kick_all(d->dispatch);
-	else
+	else if (ev == FENCE_EXPIRED)
 		dispatch_fence_lost(d->dispatch);
+	else if (d->state == D_STARTING)
+		refuse_pooler(d, "the fence session was given another client's server session");
 }
 
 static void start_serving(struct daemon *d)

@@ -87,7 +87,7 @@ struct db_callbacks {
  * with "pgjobd needs PostgreSQL 15 or later; this server is 14.23" in msg
  * (0 too when the server did not report its version).
  * Every session checks it first: the daemon's (db.c) and the commands'
- * (cli.c). */
+ * (cli_session.c). */
 int db_check_server(const PGconn *pg, char *msg, size_t size);
 
 /* Create and start connecting. conninfo is the `database` setting (URI or

@@ -126,10 +126,26 @@ static bool batch_read_only(PGresult *const *res, int n)
 	return false;
 }
 
+/* Did a statement of the batch find another client's prepared statement
+ * under our name (42P05), or not find ours (26000)? */
+static bool batch_pooled(PGresult *const *res, int n)
+{
+	for (int i = 0; res && i < n && res[i]; i++) {
+		const char *st = PQresultErrorField(res[i], PG_DIAG_SQLSTATE);
+		if (st && (strcmp(st, "42P05") == 0 || strcmp(st, "26000") == 0))
+			return true;
+	}
+	return false;
+}
+
 /* A statement of ours failed: log it in summary, and a read-only server
- * once, saying what the daemon does until it takes writes again. */
+ * once, saying what the daemon does until it takes writes again. The fence
+ * connects at start beside the listener: when a pooler hands it the
+ * listener's server session, it is the one that sees the clash. */
 static void failed(struct fence *f, const char *what, PGresult *const *res, int n)
 {
+	if (batch_pooled(res, n))
+		f->cb(f, FENCE_POOLER, f->arg);
 	if (batch_read_only(res, n) && !f->read_only) {
 		f->read_only = true;
 		log_warn("msg=\"the server is read-only (a hot standby, a demoted primary, or "

@@ -27,6 +27,9 @@ enum fence_event {
 			  away again (fence_may_claim turned true): claim now */
 	FENCE_EXPIRED, /* the deadline is (about to be) over, or the instance was
 			  declared dead: every running command must die now */
+	FENCE_POOLER,  /* a statement found another client's prepared statements in
+			  its server session (or lacked its own): a pooler in
+			  transaction or statement mode is in between */
 };
 typedef void fence_event_fn(struct fence *f, enum fence_event ev, void *arg);
 

@@ -6,12 +6,14 @@
  * duplicated database sockets (key = the daemon's fd number), a set of
  * process-group ids of running commands, a set of job cgroups (names under
  * the daemon's cgroup directory, of which it holds an fd), and the fencing
- * deadline.
+ * deadline. One concern in two halves: the guard_* calls the daemon makes
+ * (the end of the file) and the process that answers them (guard_main).
  *
  * The guard is started in a session of its own (setsid), so nothing aimed at
  * the daemon's process group (`kill -9 -PGID`, a supervisor's "kill as
  * group", a terminal's SIGINT) reaches it; it ignores SIGTERM, SIGINT and
- * SIGHUP. Only a signal sent to its own pid ends it early.
+ * SIGHUP. Only a signal sent to its own pid ends it early. It never execs
+ * and never forks.
  *
  * Protocol: one fixed-size struct guard_msg per packet, processed in order.
  * ADD_FD and CG_DIR carry an fd in SCM_RIGHTS. Sends are blocking on purpose:
@@ -20,62 +22,13 @@
  * order and EOF comes after every packet sent before it, a registration
  * whose send returned is acted on even if the daemon is killed right after.
  *
- * What the guard kills (kill_everything): every registered cgroup, through
- * cgroup.kill, which takes every process in it however it was started; and
- * every process of a registered process group together with all of its
- * descendants, found by walking the parent links in /proc. The walk is what
- * reaches a command's processes that left its group (setsid) without a
- * cgroup, as long as their parent chain still leads back to the command. To
- * kill a tree that may be forking, the guard first stops it: it sends
- * SIGSTOP to every process found and scans again until a scan finds nothing
- * new and shows every process found stopped (a stopped process cannot fork,
- * and one that shows as stopped has finished any fork it was in, so its
- * child is in /proc already), then sends SIGKILL to all of them. At the fence deadline the daemon
- * is alive, so its children (other than the guard) count too: without a cgroup the daemon adopts
- * the orphans of its commands (contain.c).
- *
- * Fencing: DEADLINE carries a CLOCK_BOOTTIME time in ms. The daemon sends it
- * each time a heartbeat of its claims succeeded: the heartbeat's send time
- * plus the fence deadline. Once that time has passed, the guard kills
- * everything the fence governs (above), again every GUARD_POLL_MS while any
- * such group or cgroup stays registered, and whether or not the daemon runs
- * (a daemon stopped with SIGSTOP or cut off from the database sends nothing
- * more). Before the first DEADLINE there is none (unit tests, `pgjobd
- * check`).
- *
- * Leases: a group registered with a deadline of its own (a command of lock
- * mode `lease`, whose claim is a lease that the daemon extends) is not
- * governed by the fence deadline: it is killed, with its cgroup and its
- * descendants, once its own deadline has passed (again every GUARD_POLL_MS
- * while it stays registered), and PG_DEADLINE moves that deadline each
- * time its lease was extended. At the fence deadline the daemon's other
- * children die as before, except the members of such groups; a process a
- * lease command left behind outside its group that the daemon adopted
- * (process mode of contain.c) is among those killed, as the daemon's sweep
- * would kill it anyway. A cgroup is tied to the group it was created for
- * (ADD_CG carries the group), and shares its deadline; cgroups of no group
- * (left by an earlier run) follow the fence deadline. When the daemon dies,
- * every group and cgroup is killed, whatever its deadline.
- *
- * The guard never execs and never forks. It exits when its channel reaches
- * EOF: the daemon died (any way, SIGKILL included: the kernel closes its end)
- * or called guard_stop. Then, in this order:
- *   1. kill everything (above);
- *   2. wait until /proc shows no live (non-zombie) process in those groups
- *      or below them, and every registered cgroup is empty (polling every
- *      10 ms, giving up after 10 s with an error line: a process in
- *      uninterruptible sleep has SIGKILL pending and runs no more of its own
- *      code, but a system call it is blocked in may complete), and remove
- *      the emptied cgroups;
- *   3. close its copies of the database sockets, so PostgreSQL ends the
- *      sessions, and so releases the jobs' locks, only after step 2;
- *   4. if step 2 confirmed every command dead and the daemon told it its
- *      worker id, connect on its own and declare that instance gone
- *      (the exit statement given to guard_start), so other daemons may take
- *      its jobs over at once instead of after the fence deadline;
- *   5. _exit(0).
- * The guard logs through log_* to the shared stderr, each message starting
- * with "guard". */
+ * When it kills (kill_due): at the fence deadline (DEADLINE, which each
+ * successful heartbeat moves on), every command the fence governs; at a
+ * lease command's own deadline (PG_DEADLINE), that command; when its
+ * channel reaches EOF (the daemon died, SIGKILL included, or called
+ * guard_stop), everything, and then it exits (guard_main). How it kills a
+ * command with all it started: kill_everything. The guard logs through
+ * log_* to the shared stderr, each message starting with "guard". */
 #include "guard.h"
 
 #include <ctype.h>
@@ -446,8 +399,22 @@ static int cmp_pid(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-/* Stop, then kill, everything the guard is responsible for (see the top of
- * the file). Every process stopped in any round is killed, not only those
+/* Stop, then kill, everything the guard is responsible for: every
+ * registered cgroup, through cgroup.kill, which takes every process in it
+ * however it was started; and every process of a registered process group together with all of its
+ * descendants, found by walking the parent links in /proc. The walk is what
+ * reaches a command's processes that left its group (setsid) without a
+ * cgroup, as long as their parent chain still leads back to the command. To
+ * kill a tree that may be forking, the guard first stops it: it sends
+ * SIGSTOP to every process found and scans again until a scan finds nothing
+ * new and shows every process found stopped (a stopped process cannot fork,
+ * and one that shows as stopped has finished any fork it was in, so its
+ * child is in /proc already), then sends SIGKILL to all of them. At the
+ * fence deadline the daemon is alive, so its children (other than the
+ * guard) count too: without a cgroup the daemon adopts the orphans of its
+ * commands (contain.c).
+ *
+ * Every process stopped in any round is killed, not only those
  * of the last scan: one whose parent died meanwhile drops out of later
  * scans (it is no longer below a command), yet it is a command's and it is
  * stopped. That happens: when the daemon dies, the kernel sends SIGHUP and
@@ -659,7 +626,30 @@ static bool has_fence_targets(struct guard_state *s)
 	return false;
 }
 
-/* Kill what is due, and return poll()'s timeout until the next check: -1
+/* Fencing: DEADLINE carries a CLOCK_BOOTTIME time in ms. The daemon sends it
+ * each time a heartbeat of its claims succeeded: the heartbeat's send time
+ * plus the fence deadline. Once that time has passed, the guard kills
+ * everything the fence governs (kill_everything), again every GUARD_POLL_MS while any
+ * such group or cgroup stays registered, and whether or not the daemon runs
+ * (a daemon stopped with SIGSTOP or cut off from the database sends nothing
+ * more). Before the first DEADLINE there is none (unit tests, `pgjobd
+ * check`).
+ *
+ * Leases: a group registered with a deadline of its own (a command of lock
+ * mode `lease`, whose claim is a lease that the daemon extends) is not
+ * governed by the fence deadline: it is killed, with its cgroup and its
+ * descendants, once its own deadline has passed (again every GUARD_POLL_MS
+ * while it stays registered), and PG_DEADLINE moves that deadline each
+ * time its lease was extended. At the fence deadline the daemon's other
+ * children die as before, except the members of such groups; a process a
+ * lease command left behind outside its group that the daemon adopted
+ * (process mode of contain.c) is among those killed, as the daemon's sweep
+ * would kill it anyway. A cgroup is tied to the group it was created for
+ * (ADD_CG carries the group), and shares its deadline; cgroups of no group
+ * (left by an earlier run) follow the fence deadline. When the daemon dies,
+ * every group and cgroup is killed, whatever its deadline.
+ *
+ * Kill what is due, and return poll()'s timeout until the next check: -1
  * with nothing registered or no deadline, GUARD_POLL_MS while something
  * past its deadline is still registered, else the time to the next
  * deadline, at most GUARD_CLOCK_MS (poll's timeout runs on the monotonic
@@ -833,6 +823,24 @@ static void handle(struct guard_state *s, const struct guard_msg *m, int fd)
 		close(fd);
 }
 
+/* The guard process's loop: packets and deadlines until EOF.
+ *
+ * It exits when its channel reaches EOF: the daemon died (any way, SIGKILL included: the kernel
+ * closes its end) or called guard_stop. Then, in this order:
+ *   1. kill everything (kill_everything);
+ *   2. wait until /proc shows no live (non-zombie) process in those groups
+ *      or below them, and every registered cgroup is empty (polling every
+ *      10 ms, giving up after 10 s with an error line: a process in
+ *      uninterruptible sleep has SIGKILL pending and runs no more of its own
+ *      code, but a system call it is blocked in may complete), and remove
+ *      the emptied cgroups;
+ *   3. close its copies of the database sockets, so PostgreSQL ends the
+ *      sessions, and so releases the jobs' locks, only after step 2;
+ *   4. if step 2 confirmed every command dead and the daemon told it its
+ *      worker id, connect on its own and declare that instance gone
+ *      (the exit statement given to guard_start), so other daemons may take
+ *      its jobs over at once instead of after the fence deadline;
+ *   5. _exit(0). */
 static void __attribute__((noreturn))
 guard_main(int ch, pid_t daemon_pid, const char *conninfo, const char *exit_sql)
 {

@@ -1,12 +1,11 @@
 /* jobs_cli.c - `pgjobd jobs`, `pgjobd show` and `pgjobd retry`: what is
  * running, what failed and why, and running it again, without writing SQL.
  *
- * Each subcommand parses its own arguments (an option table per
- * subcommand; -c FILE may come before the subcommand's name, which main.c
- * passes on, or after it), loads only the [pgjobd] section's settings that
- * a connection needs, opens one blocking libpq connection and runs a few
- * parameterised statements; values from the command line only ever travel
- * as query parameters. The statements are the plain SQL interface, the
+ * Each subcommand gets its command line read (cli.c's tables: -c FILE
+ * before or after its name), judges its operands and values, loads only
+ * the [pgjobd] section's settings that a connection needs (cli_session),
+ * and runs a few parameterised statements; values from the command line
+ * only ever travel as query parameters. The statements are the plain SQL interface, the
  * same an operator would type (pgjobd(8) prints each one):
  *
  *   jobs    one SELECT on pgjobd.jobs, newest (highest id) first, filtered
@@ -33,54 +32,20 @@
 
 #include <libpq-fe.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
+#include "cli_session.h"
 #include "config.h"
 #include "parse.h"
 
-#define DEFAULT_CONFIG "/etc/pgjobd/pgjobd.ini"
 #define JOBS_LIMIT_DEFAULT "50"
 #define JOBS_LIMIT_MAX 100000
 
-/* ---------------------------------------------------------------- arguments */
-
-enum { CMD_JOBS = 1 << 0, CMD_SHOW = 1 << 1, CMD_RETRY = 1 << 2 };
-
-/* The command line, as given (strings borrowed from argv). */
-struct args {
-	const char *cmd;
-	const char *config;
-	const char *database;
-	const char *queue, *status, *group, *since, *limit;
-	bool json, failed;
-	char **operands; /* ids of show and retry; a slice of argv */
-	int noperands;
-};
-
-static const struct option {
-	const char *name;
-	const char *alias;
-	bool has_value;
-	size_t offset;
-	unsigned cmds;
-} options[] = {
-    {"--config", "-c", true, offsetof(struct args, config), CMD_JOBS | CMD_SHOW | CMD_RETRY},
-    {"--database", NULL, true, offsetof(struct args, database), CMD_JOBS | CMD_SHOW | CMD_RETRY},
-    {"--failed", NULL, false, offsetof(struct args, failed), CMD_RETRY},
-    {"--group", NULL, true, offsetof(struct args, group), CMD_JOBS},
-    {"--json", NULL, false, offsetof(struct args, json), CMD_JOBS | CMD_SHOW},
-    {"--limit", NULL, true, offsetof(struct args, limit), CMD_JOBS},
-    {"--queue", NULL, true, offsetof(struct args, queue), CMD_JOBS | CMD_RETRY},
-    {"--since", NULL, true, offsetof(struct args, since), CMD_JOBS | CMD_RETRY},
-    {"--status", NULL, true, offsetof(struct args, status), CMD_JOBS},
-};
-#define NOPTIONS (sizeof(options) / sizeof(options[0]))
+/* ---------------------------------------------------------------- usage */
 
 const char jobs_cli_jobs_usage[] =
     "usage: pgjobd jobs [--queue Q] [--status S] [--group G] [--since DURATION]\n"
@@ -95,7 +60,7 @@ const char jobs_cli_jobs_usage[] =
     "                     finished) within DURATION, e.g. 30m, 1h, 2d\n"
     "  --limit N          at most N jobs (default " JOBS_LIMIT_DEFAULT ")\n"
     "  --json             one JSON array instead of the table\n"
-    "  -c, --config FILE  the configuration file (default " DEFAULT_CONFIG ");\n"
+    "  -c, --config FILE  the configuration file (default " CLI_DEFAULT_CONFIG ");\n"
     "                     only its [pgjobd] section is used\n";
 
 const char jobs_cli_show_usage[] =
@@ -104,7 +69,7 @@ const char jobs_cli_show_usage[] =
     "run time, worker, reason, exit code or signal, CPU time, peak memory, the end\n"
     "of its stderr), and its result or error.\n"
     "  --json             the job as one JSON object\n"
-    "  -c, --config FILE  the configuration file (default " DEFAULT_CONFIG ");\n"
+    "  -c, --config FILE  the configuration file (default " CLI_DEFAULT_CONFIG ");\n"
     "                     only its [pgjobd] section is used\n";
 
 const char jobs_cli_retry_usage[] =
@@ -115,90 +80,9 @@ const char jobs_cli_retry_usage[] =
     "is not retried, nor one whose dedupe key another unfinished job holds.\n"
     "  --queue Q --failed the failed jobs of queue Q, oldest first\n"
     "  --since DURATION   only those that failed within DURATION, e.g. 1h\n"
-    "  -c, --config FILE  the configuration file (default " DEFAULT_CONFIG ");\n"
+    "  -c, --config FILE  the configuration file (default " CLI_DEFAULT_CONFIG ");\n"
     "                     only its [pgjobd] section is used\n"
     "Exit status 1 when a job could not be retried (each is named, with why).\n";
-
-struct command {
-	const char *name;
-	unsigned bit;
-	const char *usage;
-	int (*run)(const struct args *a);
-};
-
-/* A usage error: one line naming the problem, and where the usage is. */
-__attribute__((format(printf, 2, 3))) static int usage_error(const char *cmd, const char *fmt, ...)
-{
-	va_list ap;
-	fprintf(stderr, "pgjobd: %s: ", cmd);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "\nTry 'pgjobd %s --help' for more information.\n", cmd);
-	return 2;
-}
-
-static const struct option *find_option(const char *s, size_t *len)
-{
-	*len = strcspn(s, "=");
-	for (size_t i = 0; i < NOPTIONS; i++) {
-		const struct option *o = &options[i];
-		if ((strlen(o->name) == *len && strncmp(s, o->name, *len) == 0) ||
-		    (o->alias && strcmp(s, o->alias) == 0))
-			return o;
-	}
-	return NULL;
-}
-
-/* Fills *a from argv. Returns -1 to go on, else the exit status (0 after
- * printing --help, 2 after a usage error). Operands are gathered in place:
- * argv is reordered, options first. */
-static int parse_args(struct args *a, const struct command *c, int argc, char **argv)
-{
-	bool given[NOPTIONS] = {false};
-	bool end = false;
-	bool config_before = a->config != NULL;
-	a->operands = argv;
-	a->noperands = 0;
-	for (int i = 0; i < argc; i++) {
-		char *s = argv[i];
-		if (end || s[0] != '-' || s[1] == '\0') {
-			argv[a->noperands++] = s; /* i >= noperands: nothing is lost */
-			continue;
-		}
-		if (strcmp(s, "--") == 0) {
-			end = true;
-			continue;
-		}
-		if (strcmp(s, "--help") == 0 || strcmp(s, "-h") == 0) {
-			fputs(c->usage, stdout);
-			return 0;
-		}
-		size_t len;
-		const struct option *o = find_option(s, &len);
-		if (!o || !(o->cmds & c->bit))
-			return usage_error(c->name, "unknown option '%.*s'", (int)len, s);
-		if (given[o - options] ||
-		    (o->offset == offsetof(struct args, config) && config_before))
-			return usage_error(c->name, "option %s given twice", o->name);
-		given[o - options] = true;
-		char *field = (char *)a + o->offset;
-		if (!o->has_value) {
-			if (s[len] == '=')
-				return usage_error(c->name, "option %s takes no value", o->name);
-			*(bool *)field = true;
-		} else if (s[len] == '=') {
-			*(const char **)field = s + len + 1;
-		} else if (i + 1 < argc) {
-			*(const char **)field = argv[++i];
-		} else {
-			return usage_error(c->name, "option %s needs a value", o->name);
-		}
-	}
-	if (!a->config)
-		a->config = DEFAULT_CONFIG;
-	return -1;
-}
 
 /* A job id: a positive bigint, as decimal text in buf. */
 static bool parse_id(const char *s, char *buf, size_t size)
@@ -211,21 +95,20 @@ static bool parse_id(const char *s, char *buf, size_t size)
 }
 
 /* --since: a duration, as milliseconds in buf. Returns 0 or 2 (printed). */
-static int since_arg(const struct args *a, char *buf, size_t size)
+static int since_arg(const struct cli_args *a, char *buf, size_t size)
 {
 	int64_t ms;
 	const char *err = NULL;
 	if (parse_duration_ms(a->since, &ms, &err) < 0)
-		return usage_error(a->cmd, "bad --since '%s': %s", a->since, err);
+		return cli_args_usage_error(a, "bad --since '%s': %s", a->since, err);
 	snprintf(buf, size, "%lld", (long long)ms);
 	return 0;
 }
 
 /* ---------------------------------------------------------------- sessions */
 
-/* One subcommand's connection: cli.c's session, named after this command. */
+/* One subcommand's connection: a cli_session, and what its role may read. */
 struct session {
-	struct cli_args ca; /* the name and file, all cli_session needs */
 	struct cli_session cs;
 	/* The role may read jobs.worker (a producer may not: it names hosts).
 	 * PostgreSQL checks column privileges when a statement is parsed, so
@@ -236,10 +119,9 @@ struct session {
 /* Reads the file (only what [pgjobd] says is used), connects and learns
  * whether the role may read the worker. Returns 0, or the exit status
  * after printing why. */
-static int session_open(struct session *s, const struct args *a)
+static int session_open(struct session *s, const struct cli_args *a)
 {
-	s->ca = (struct cli_args){.cmd = a->cmd, .config = a->config, .database = a->database};
-	int rc = cli_session_open(&s->cs, &s->ca, false);
+	int rc = cli_session_open(&s->cs, a, false);
 	if (rc)
 		return rc;
 	PGresult *r = cli_session_query(
@@ -390,23 +272,24 @@ static void print_jobs(const PGresult *r)
 
 static const char *const statuses[] = {"queued", "running", "succeeded", "failed", "cancelled"};
 
-static int cmd_jobs(const struct args *a)
+int jobs_cli_jobs(const struct cli_args *a)
 {
 	char since[24], limit[24];
 	if (a->noperands > 0)
-		return usage_error(a->cmd, "unexpected argument '%s'", a->operands[0]);
+		return cli_args_usage_error(a, "unexpected argument '%s'", a->operands[0]);
 	if (a->queue && !parse_is_queue_name(a->queue))
-		return usage_error(a->cmd, "bad --queue '%s': use 1 to 63 of A-Z a-z 0-9 _ . -",
-				   a->queue);
+		return cli_args_usage_error(a, "bad --queue '%s': use 1 to 63 of A-Z a-z 0-9 _ . -",
+					    a->queue);
 	if (a->status) {
 		bool known = false;
 		for (size_t i = 0; i < sizeof(statuses) / sizeof(statuses[0]); i++)
 			known |= strcmp(a->status, statuses[i]) == 0;
 		if (!known)
-			return usage_error(a->cmd,
-					   "bad --status '%s': use queued, running, succeeded, "
-					   "failed or cancelled",
-					   a->status);
+			return cli_args_usage_error(
+			    a,
+			    "bad --status '%s': use queued, running, succeeded, "
+			    "failed or cancelled",
+			    a->status);
 	}
 	int rc;
 	if (a->since && (rc = since_arg(a, since, sizeof(since))))
@@ -415,8 +298,8 @@ static int cmd_jobs(const struct args *a)
 	const char *err = NULL;
 	const char *lim = a->limit ? a->limit : JOBS_LIMIT_DEFAULT;
 	if (parse_int(lim, 1, JOBS_LIMIT_MAX, &n, &err) < 0)
-		return usage_error(a->cmd, "bad --limit '%s': %s (1 to %d)", lim,
-				   err ? err : "not a number", JOBS_LIMIT_MAX);
+		return cli_args_usage_error(a, "bad --limit '%s': %s (1 to %d)", lim,
+					    err ? err : "not a number", JOBS_LIMIT_MAX);
 	snprintf(limit, sizeof(limit), "%lld", n);
 
 	struct session s;
@@ -670,16 +553,16 @@ static void print_job(const PGresult *r, const PGresult *h, const struct config 
 	}
 }
 
-static int cmd_show(const struct args *a)
+int jobs_cli_show(const struct cli_args *a)
 {
 	char id[24];
 	if (a->noperands == 0)
-		return usage_error(a->cmd, "missing ID");
+		return cli_args_usage_error(a, "missing ID");
 	if (a->noperands > 1)
-		return usage_error(a->cmd, "unexpected argument '%s'", a->operands[1]);
+		return cli_args_usage_error(a, "unexpected argument '%s'", a->operands[1]);
 	if (!parse_id(a->operands[0], id, sizeof(id)))
-		return usage_error(a->cmd, "bad ID '%s': a job id is a positive integer",
-				   a->operands[0]);
+		return cli_args_usage_error(a, "bad ID '%s': a job id is a positive integer",
+					    a->operands[0]);
 	struct session s;
 	int rc = session_open(&s, a);
 	if (rc)
@@ -764,21 +647,21 @@ static int retry_one(struct session *s, const char *id)
 	return 0;
 }
 
-static int cmd_retry(const struct args *a)
+int jobs_cli_retry(const struct cli_args *a)
 {
 	char since[24];
 	int rc;
 	if (a->failed != (a->queue != NULL))
-		return usage_error(a->cmd, "--failed and --queue go together");
+		return cli_args_usage_error(a, "--failed and --queue go together");
 	if (a->since && !a->failed)
-		return usage_error(a->cmd, "--since goes with --queue Q --failed");
+		return cli_args_usage_error(a, "--since goes with --queue Q --failed");
 	if (a->failed && a->noperands > 0)
-		return usage_error(a->cmd, "give job ids or --queue Q --failed, not both");
+		return cli_args_usage_error(a, "give job ids or --queue Q --failed, not both");
 	if (!a->failed && a->noperands == 0)
-		return usage_error(a->cmd, "missing ID (or --queue Q --failed)");
+		return cli_args_usage_error(a, "missing ID (or --queue Q --failed)");
 	if (a->queue && !parse_is_queue_name(a->queue))
-		return usage_error(a->cmd, "bad --queue '%s': use 1 to 63 of A-Z a-z 0-9 _ . -",
-				   a->queue);
+		return cli_args_usage_error(a, "bad --queue '%s': use 1 to 63 of A-Z a-z 0-9 _ . -",
+					    a->queue);
 	if (a->since && (rc = since_arg(a, since, sizeof(since))))
 		return rc;
 	/* Every id is checked before anything is retried. */
@@ -790,8 +673,8 @@ static int cmd_retry(const struct args *a)
 	for (int i = 0; i < a->noperands; i++) {
 		if (!parse_id(a->operands[i], ids[i], sizeof(ids[i]))) {
 			free(ids);
-			return usage_error(a->cmd, "bad ID '%s': a job id is a positive integer",
-					   a->operands[i]);
+			return cli_args_usage_error(
+			    a, "bad ID '%s': a job id is a positive integer", a->operands[i]);
 		}
 	}
 	struct session s;
@@ -831,37 +714,4 @@ static int cmd_retry(const struct args *a)
 	session_close(&s);
 	free(ids);
 	return rc == 0 ? 0 : 1;
-}
-
-/* ---------------------------------------------------------------- dispatch */
-
-static const struct command commands[3] = {
-    {"jobs", CMD_JOBS, jobs_cli_jobs_usage, cmd_jobs},
-    {"show", CMD_SHOW, jobs_cli_show_usage, cmd_show},
-    {"retry", CMD_RETRY, jobs_cli_retry_usage, cmd_retry},
-};
-
-static const struct command *find_command(const char *name)
-{
-	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-		if (strcmp(commands[i].name, name) == 0)
-			return &commands[i];
-	return NULL;
-}
-
-bool jobs_cli_is_command(const char *name)
-{
-	return find_command(name) != NULL;
-}
-
-int jobs_cli_main(const char *name, const char *config, int argc, char **argv)
-{
-	const struct command *c = find_command(name);
-	if (!c)
-		return 2;
-	struct args a = {.cmd = c->name, .config = config};
-	int rc = parse_args(&a, c, argc, argv);
-	if (rc >= 0)
-		return rc;
-	return c->run(&a);
 }

@@ -1,4 +1,5 @@
-/* sched_cli.c - `pgjobd schedule VERB ...` (see sched_cli.h).
+/* sched_cli.c - `pgjobd schedule VERB ...` (see sched_cli.h): each verb
+ * opens a cli_session named "schedule VERB" and calls one SQL function.
  *
  *   add NAME CRON QUEUE [options]   pgjobd.schedule(): create or replace
  *   list [--json]                   pgjobd.schedules
@@ -24,7 +25,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "cli.h"
+#include "cli_session.h"
 #include "cron.h"
 #include "parse.h"
 
@@ -52,63 +53,9 @@ const char sched_cli_usage[] =
     "them all (at most the latest 100). --overlap skip: skip a tick while a job of the\n"
     "schedule is still queued or running (counted and logged). See pgjobd(8), Schedules.\n";
 
-/* The command line of one verb. Strings are borrowed from argv. */
-struct sargs {
-	const char *config;
-	const char *database;
-	const char *verb;
-	const char *operand[3];
-	int noperands;
-	const char *data, *tz, *group, *priority, *max_attempts, *timeout, *expires_in, *missed,
-	    *overlap;
-	bool paused, json;
-};
-
-static const struct sopt {
-	const char *name;
-	bool has_value;
-	size_t offset;
-	const char *verbs; /* the verbs that take it, space-separated */
-} sopts[] = {
-    {"--data", true, offsetof(struct sargs, data), "add"},
-    {"--database", true, offsetof(struct sargs, database), "add list rm run-now pause resume"},
-    {"--expires-in", true, offsetof(struct sargs, expires_in), "add"},
-    {"--group", true, offsetof(struct sargs, group), "add"},
-    {"--json", false, offsetof(struct sargs, json), "list"},
-    {"--max-attempts", true, offsetof(struct sargs, max_attempts), "add"},
-    {"--missed", true, offsetof(struct sargs, missed), "add"},
-    {"--overlap", true, offsetof(struct sargs, overlap), "add"},
-    {"--paused", false, offsetof(struct sargs, paused), "add"},
-    {"--priority", true, offsetof(struct sargs, priority), "add"},
-    {"--timeout", true, offsetof(struct sargs, timeout), "add"},
-    {"--tz", true, offsetof(struct sargs, tz), "add"},
-};
-#define NSOPTS (sizeof(sopts) / sizeof(sopts[0]))
-
-static const struct verb {
-	const char *name;
-	int operands; /* exactly this many */
-	const char *usage;
-} verbs[] = {
-    {"add", 3, "NAME CRON QUEUE"}, {"list", 0, ""},	 {"rm", 1, "NAME"},
-    {"run-now", 1, "NAME"},	   {"pause", 1, "NAME"}, {"resume", 1, "NAME"},
-};
-#define NVERBS (sizeof(verbs) / sizeof(verbs[0]))
-
-__attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...)
-{
-	va_list ap;
-	fprintf(stderr, "pgjobd: schedule: ");
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "\n%s", sched_cli_usage);
-	return 2;
-}
-
 /* A bad value on a well-formed command line: exit status 2, no usage. */
-__attribute__((format(printf, 2, 3))) static int bad_value(const struct sargs *a, const char *fmt,
-							   ...)
+__attribute__((format(printf, 2, 3))) static int bad_value(const struct cli_args *a,
+							   const char *fmt, ...)
 {
 	va_list ap;
 	fprintf(stderr, "pgjobd: schedule %s: ", a->verb);
@@ -119,114 +66,22 @@ __attribute__((format(printf, 2, 3))) static int bad_value(const struct sargs *a
 	return 2;
 }
 
-static bool verb_takes(const struct sopt *o, const char *verb)
-{
-	size_t n = strlen(verb);
-	for (const char *p = o->verbs; (p = strstr(p, verb)); p += n)
-		if ((p == o->verbs || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0'))
-			return true;
-	return false;
-}
-
-/* Parses argv (the word "schedule" included, anywhere before the verb).
- * Returns -1 (go on), or an exit status. */
-static int parse_args(int argc, char **argv, struct sargs *a)
-{
-	bool seen_cmd = false, options_end = false;
-	bool given[NSOPTS] = {false};
-	bool config_given = false;
-	a->config = CLI_DEFAULT_CONFIG;
-	for (int i = 1; i < argc; i++) {
-		const char *s = argv[i];
-		if (options_end || s[0] != '-' || s[1] == '\0') {
-			if (!seen_cmd && strcmp(s, "schedule") == 0)
-				seen_cmd = true;
-			else if (!a->verb)
-				a->verb = s;
-			else if (a->noperands < 3)
-				a->operand[a->noperands++] = s;
-			else
-				return usage_error("unexpected argument '%s'", s);
-			continue;
-		}
-		if (strcmp(s, "--") == 0) {
-			options_end = true;
-			continue;
-		}
-		if (strcmp(s, "--help") == 0 || strcmp(s, "-h") == 0) {
-			fputs(sched_cli_usage, stdout);
-			return 0;
-		}
-		size_t len = strcspn(s, "=");
-		const char **field = NULL;
-		bool *flag = NULL;
-		if (strcmp(s, "-c") == 0 || (len == 8 && strncmp(s, "--config", 8) == 0)) {
-			if (config_given)
-				return usage_error("option --config given twice");
-			config_given = true;
-			field = &a->config;
-		} else {
-			const struct sopt *o = NULL;
-			for (size_t k = 0; k < NSOPTS && !o; k++)
-				if (strlen(sopts[k].name) == len &&
-				    strncmp(s, sopts[k].name, len) == 0)
-					o = &sopts[k];
-			if (!o)
-				return usage_error("unknown option '%s'", s);
-			if (given[o - sopts])
-				return usage_error("option %s given twice", o->name);
-			given[o - sopts] = true;
-			if (o->has_value)
-				field = (const char **)((char *)a + o->offset);
-			else
-				flag = (bool *)((char *)a + o->offset);
-		}
-		if (flag) {
-			if (s[len] == '=')
-				return usage_error("option %.*s takes no value", (int)len, s);
-			*flag = true;
-		} else if (s[len] == '=') {
-			*field = s + len + 1;
-		} else if (i + 1 < argc) {
-			*field = argv[++i];
-		} else {
-			return usage_error("option %.*s needs a value", (int)len, s);
-		}
-	}
-	if (!a->verb)
-		return usage_error("missing VERB (add, list, rm, run-now, pause or resume)");
-	const struct verb *v = NULL;
-	for (size_t k = 0; k < NVERBS && !v; k++)
-		if (strcmp(verbs[k].name, a->verb) == 0)
-			v = &verbs[k];
-	if (!v)
-		return usage_error(
-		    "unknown verb '%s' (use add, list, rm, run-now, pause or resume)", a->verb);
-	if (a->noperands != v->operands)
-		return usage_error("%s takes %s%s", v->name, v->operands ? v->usage : "no operand",
-				   a->noperands < v->operands ? "" : " only");
-	for (size_t k = 0; k < NSOPTS; k++)
-		if (given[k] && !verb_takes(&sopts[k], v->name))
-			return usage_error("%s is an option of schedule %s", sopts[k].name,
-					   sopts[k].verbs);
-	return -1;
-}
-
 /* ---------------------------------------------------------------- session */
 
-/* One verb's connection: cli.c's session, named "schedule VERB". */
+/* One verb's connection: a cli_session, named "schedule VERB". */
 struct ssession {
-	const struct sargs *a;
+	const struct cli_args *a;
 	char cmd[32];	    /* "schedule VERB", the prefix of every message */
-	struct cli_args ca; /* the name and file, all cli_session needs */
+	struct cli_args ca; /* a's, named cmd */
 	struct cli_session cs;
 };
 
-static int open_session(struct ssession *s, const struct sargs *a)
+static int open_session(struct ssession *s, const struct cli_args *a)
 {
 	s->a = a;
 	snprintf(s->cmd, sizeof(s->cmd), "schedule %s", a->verb);
-	s->ca = (struct cli_args){.cmd = s->cmd, .config = a->config, .database = a->database};
+	s->ca = *a;
+	s->ca.cmd = s->cmd;
 	return cli_session_open(&s->cs, &s->ca, false);
 }
 
@@ -247,7 +102,8 @@ static PGresult *query(struct ssession *s, const char *sql, int n, const char *c
 
 /* ---------------------------------------------------------------- verbs */
 
-static int duration_arg(const struct sargs *a, const char *name, const char *v, char *buf, size_t n)
+static int duration_arg(const struct cli_args *a, const char *name, const char *v, char *buf,
+			size_t n)
 {
 	int64_t ms;
 	const char *err = NULL;
@@ -259,7 +115,7 @@ static int duration_arg(const struct sargs *a, const char *name, const char *v, 
 	return 0;
 }
 
-static int int_arg(const struct sargs *a, const char *name, const char *v, long long min,
+static int int_arg(const struct cli_args *a, const char *name, const char *v, long long min,
 		   long long max, char *buf, size_t n)
 {
 	long long x;
@@ -272,16 +128,16 @@ static int int_arg(const struct sargs *a, const char *name, const char *v, long 
 	return 0;
 }
 
-static int name_arg(const struct sargs *a, const char *what, const char *v)
+static int name_arg(const struct cli_args *a, const char *what, const char *v)
 {
 	if (parse_is_queue_name(v))
 		return 0;
 	return bad_value(a, "bad %s '%s': use 1 to 63 of A-Z a-z 0-9 _ . -", what, v);
 }
 
-static int verb_add(const struct sargs *a)
+int sched_cli_add(const struct cli_args *a)
 {
-	const char *name = a->operand[0], *cron = a->operand[1], *queue = a->operand[2];
+	const char *name = a->operands[0], *cron = a->operands[1], *queue = a->operands[2];
 	char err[CRON_ERR_LEN];
 	struct cron c;
 	int rc;
@@ -334,7 +190,7 @@ static int verb_add(const struct sargs *a)
 	PQclear(r);
 	/* A warning only, as for enqueue: a schedule is often made before
 	 * the daemon that will serve its queue. */
-	if ((rc = cli_check_served(&s.cs, queue, false))) {
+	if ((rc = cli_session_check_served(&s.cs, queue, false))) {
 		close_session(&s);
 		return rc;
 	}
@@ -372,7 +228,7 @@ static int verb_add(const struct sargs *a)
 
 #define ISO "'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'"
 
-static int verb_list(const struct sargs *a)
+int sched_cli_list(const struct cli_args *a)
 {
 	static const char sql_table[] =
 	    "SELECT name, cron, time_zone, queue, "
@@ -432,9 +288,9 @@ static int verb_list(const struct sargs *a)
 }
 
 /* rm, run-now, pause, resume: one function of the schedule's name. */
-static int verb_one(const struct sargs *a)
+int sched_cli_one(const struct cli_args *a)
 {
-	const char *name = a->operand[0];
+	const char *name = a->operands[0];
 	int rc = name_arg(a, "NAME", name);
 	if (rc)
 		return rc;
@@ -477,18 +333,4 @@ static int verb_one(const struct sargs *a)
 	PQclear(r);
 	close_session(&s);
 	return rc;
-}
-
-int sched_cli_main(int argc, char **argv)
-{
-	struct sargs a;
-	memset(&a, 0, sizeof(a));
-	int rc = parse_args(argc, argv, &a);
-	if (rc >= 0)
-		return rc;
-	if (strcmp(a.verb, "add") == 0)
-		return verb_add(&a);
-	if (strcmp(a.verb, "list") == 0)
-		return verb_list(&a);
-	return verb_one(&a);
 }

@@ -1,4 +1,5 @@
-/* test_config.c - unit tests for config.c: reading, defaults, every class of
+/* test_config.c - unit tests for the configuration module (config_load.c,
+ * config.c, config_use.c): reading, defaults, every class of
  * diagnostic with its exact file:line text, and the inih workarounds (long
  * lines, ';' in commands, indented keys, CRLF, BOM).
  *
