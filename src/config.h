@@ -16,8 +16,8 @@
 #include "log.h"
 
 /* How a running job's claim is held (pgjobd(8), "Lock modes"): by an open
- * transaction of a session per slot (slot.c), or by a lease that the
- * daemon's lease session extends (lease.c). */
+ * transaction of one of the queue's pool sessions (hold_tx.c), or by a
+ * lease that the daemon's lease session extends (hold_lease.c). */
 enum lock_mode { LOCK_TRANSACTION = 0, LOCK_LEASE = 1 };
 /* Where a job's output lines go besides the job's row (joblog.h). */
 enum log_output { LOG_OUTPUT_NONE = 0, LOG_OUTPUT_JOURNAL };

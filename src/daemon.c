@@ -3,12 +3,12 @@
  * States: STARTING (waiting for the listener session and the schema check)
  * -> RUNNING -> DRAINING (TERM/INT: no new claims, running commands get
  * shutdown_grace, then are terminated and their jobs re-queued) -> the loop
- * ends when every slot has stopped and every lease job has finished.
+ * ends when every job has finished and its outcome is written.
  *
- * The queues, their claims, their slots and the lease session belong to
- * the dispatcher (dispatch.c); this file tells it when to serve, wake,
+ * The queues, their jobs and the sessions that hold them belong to the
+ * dispatcher (dispatch.c); this file tells it when to serve, wake,
  * reload, drain and terminate, and hears back (on_dispatch_stopped) when
- * slots have stopped, to end the loop once nothing is left.
+ * jobs are done, to end the loop once nothing is left.
  *
  * Wake-ups: a NOTIFY on channel `pgjobd`, a queue's retry timer and the
  * poll_interval fallback each kick a queue: it claims for all its idle
@@ -31,7 +31,7 @@
  *
  * Ownership: struct daemon owns the config, the listener, the fence, the
  * guard, the maintenance session and the dispatcher (which owns every queue
- * and slot, and the lease session). */
+ * and the holds' sessions). */
 #include "daemon.h"
 
 #include <assert.h>

@@ -3,7 +3,7 @@
  *
  * Owns: one entry per queue name ever seen (sorted by name, so the output is
  * stable), each with its job counters and two histograms, plus the database
- * counters. Nothing here knows about jobs, slots or libpq: slot.c and db.c call
+ * counters. Nothing here knows about jobs, slots or libpq: job.c, run.c and db.c call
  * the hooks with plain values, and report.c decides when to write the file.
  *
  * Invariants:

@@ -2,7 +2,7 @@
  *
  * Owns: turning a command's captured bytes into JSON text that PostgreSQL
  * jsonb accepts. Pure: no I/O, no globals; every function returns malloc'd
- * text the caller frees (see result.h). slot.c/claim.c call it with the bytes
+ * text the caller frees (see result.h). run.c calls it with the bytes
  * that capture.c kept.
  *
  * Invariants of everything emitted here:

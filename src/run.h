@@ -1,17 +1,11 @@
 /* run.h - running the command of one claimed job: start it, time it out,
  * cancel or kill it, and turn how it ended into the attempt's outcome.
  *
- * This is what every lock mode does the same way. How the claim is held
- * while the command runs is the owner's business, and the owner is the
- * only one that talks to PostgreSQL:
- *   lock mode `transaction`  a slot (slot.c) holds the job with row locks in
- *                            an open transaction of its own session and
- *                            writes the outcome in that transaction;
- *   lock mode `lease`        the lease session (lease.c) holds it by a
- *                            lease it extends, and writes outcomes in
- *                            batches.
- * A struct run is embedded in its owner's object; it knows no SQL and no
- * sessions, and reports the end of the command through one callback. */
+ * A struct run is embedded in its job (job.h), which decides when it
+ * starts and what its end means for the claim; how the claim is held
+ * while the command runs is the job's hold's business (hold.h). A run
+ * knows no SQL and no sessions, and reports the end of the command
+ * through one callback. */
 #ifndef PGJOBD_RUN_H
 #define PGJOBD_RUN_H
 

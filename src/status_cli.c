@@ -109,7 +109,7 @@ static void print_table(const PGresult *r)
  * transaction of a slot session, and as long as it is open PostgreSQL keeps
  * every row version it might still see, in every table of the database
  * (the VACUUM horizon). Slot sessions are the daemon's sessions named
- * "pgjobd slot TAG.N" (slot.c), TAG the first 16 hex digits of the sha256
+ * "pgjobd slot TAG.N" (hold_tx.c), TAG the first 16 hex digits of the sha256
  * of the queue's name (pg_stat_activity shows application_name to every
  * role, so the name itself is not there): a queue this role can see in
  * queue_stats is matched by its tag, any other shown as the tag. Any open
