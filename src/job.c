@@ -10,8 +10,9 @@
  * be written is given up.
  *
  * Owns: its struct run (the claimed job, the command, the outcome's JSON)
- * and the outcome to write. Its queue owns the job; its hold keeps its own
- * state for it in hold_data. */
+ * and the outcome to write. Its queue owns the job and hears from it
+ * through struct job_owner's callbacks; its hold keeps its own state for it
+ * in hold_data. */
 #include "job.h"
 
 #include <stdlib.h>
@@ -21,7 +22,6 @@
 #include "hold.h"
 #include "log.h"
 #include "metrics.h"
-#include "queue.h"
 #include "util.h"
 
 static const char *const state_names[] = {"claimed", "running", "lost", "ended", "writing", "done"};
@@ -42,7 +42,7 @@ _Static_assert(sizeof(allowed) / sizeof(allowed[0]) == JOB_DONE + 1 &&
 
 #define log_job(level, j, fmt, ...)                                                                \
 	log_msg(level, fmt " job=%lld queue=%s attempt=%d", ##__VA_ARGS__, (j)->run.cj.id,         \
-		queue_name((j)->q), (j)->run.cj.attempts)
+		(j)->run.q->name, (j)->run.cj.attempts)
 
 const char *job_state_name(enum job_state s)
 {
@@ -72,23 +72,23 @@ static void job_step(struct job *j, enum job_state to)
 
 static void on_run_done(struct run *r, const struct exec_outcome *o, void *arg);
 
-struct job *job_new(struct queue *q, struct hold *h, int slot, struct claim_job *cj,
-		    double claim_sent)
+struct job *job_new(const struct job_owner *owner, struct queue *q, struct hold *h, int slot,
+		    struct claim_job *cj, struct queue_conf *conf, double claim_sent)
 {
-	const struct queue_env *env = queue_env(q);
 	struct job *j = xcalloc(1, sizeof(*j));
+	j->owner = owner;
 	j->q = q;
 	j->hold = h;
 	j->slot = slot;
 	j->state = JOB_CLAIMED; /* where a job starts: not a move */
 	j->claim_sent = claim_sent;
-	j->claimed_by = env->fence ? fence_worker_id(env->fence) : 0;
-	run_init(&j->run, env->run_env, on_run_done, j);
+	j->claimed_by = owner->fence ? fence_worker_id(owner->fence) : 0;
+	run_init(&j->run, owner->run_env, on_run_done, j);
 	j->run.cj = *cj;
 	memset(cj, 0, sizeof(*cj));
 	/* The configuration the claim was made with: a reload never changes a
 	 * running job's timeout or output limits. */
-	run_begin(&j->run, (struct queue_conf *)queue_conf(q));
+	run_begin(&j->run, conf);
 	return j;
 }
 
@@ -124,7 +124,7 @@ static void end(struct job *j, const struct exec_outcome *o)
 		run_outcome(&j->run, o, &j->out);
 	}
 	job_step(j, JOB_ENDED);
-	queue_job_ended(j->q, j);
+	j->owner->ended(j, j->owner->arg);
 	h->ops->write(h, j);
 }
 
@@ -137,12 +137,11 @@ static void on_run_done(struct run *r, const struct exec_outcome *o, void *arg)
 void job_start(struct job *j)
 {
 	struct hold *h = j->hold;
-	const struct queue_env *env = queue_env(j->q);
-	metrics_job_started(env->metrics, queue_name(j->q), metrics_now() - j->claim_sent);
+	metrics_job_started(j->owner->metrics, j->run.q->name, metrics_now() - j->claim_sent);
 	j->run.started_ms = util_now_ms();
 	if (j->run.kill_reason == RUN_KILL_CANCELLED)
 		log_job(LOG_INFO, j, "msg=\"job cancelled before its command started\"");
-	if (j->run.kill_reason == RUN_KILL_NONE && queue_draining(j->q))
+	if (j->run.kill_reason == RUN_KILL_NONE && j->owner->draining(j->owner->arg))
 		j->run.kill_reason = RUN_KILL_SHUTDOWN; /* not started; given back */
 	if (j->run.kill_reason == RUN_KILL_NONE && !h->ops->fresh(h, j))
 		j->run.kill_reason =
@@ -169,7 +168,7 @@ void job_start(struct job *j)
 static void done(struct job *j, int64_t retry_ms)
 {
 	job_step(j, JOB_DONE);
-	queue_job_done(j->q, j, retry_ms);
+	j->owner->done(j, retry_ms, j->owner->arg);
 }
 
 void job_not_held(struct job *j, const char *why)

@@ -25,8 +25,27 @@
 #include "claim.h"
 #include "run.h"
 
+struct fence;
 struct hold;
+struct job;
+struct metrics;
 struct queue;
+
+/* What a job needs of the queue that owns it, given at job_new (the queue's
+ * own, borrowed; it outlives its jobs). The job calls back, never into
+ * queue.c: its owner sits above it. */
+struct job_owner {
+	const struct run_env *run_env; /* what the commands need (run.h) */
+	struct fence *fence;	       /* the daemon's liveness; NULL: not fenced (tests) */
+	struct metrics *metrics;       /* may be NULL */
+	/* The command ended, or will never start: j's slot is free. */
+	void (*ended)(struct job *j, void *arg);
+	/* j is DONE: to be freed; retry_in_ms >= 0: a retry is due then. */
+	void (*done)(struct job *j, int64_t retry_in_ms, void *arg);
+	/* Is the daemon draining (a job not started is given back)? */
+	bool (*draining)(void *arg);
+	void *arg;
+};
 
 enum job_state {
 	JOB_CLAIMED, /* committed `running` for us; not held yet, or its command not started */
@@ -38,7 +57,8 @@ enum job_state {
 };
 
 struct job {
-	struct queue *q;   /* its queue (it outlives its jobs) */
+	const struct job_owner *owner;
+	struct queue *q;   /* its queue (it outlives its jobs), for the holds */
 	struct hold *hold; /* what holds its claim */
 	void *hold_data;   /* the hold's own state for it */
 	int slot;	   /* index into the queue's slots while it occupies one, else -1 */
@@ -60,9 +80,11 @@ struct job {
 };
 
 /* A new job from a claim's answer (moves *cj into it, leaving *cj empty),
- * CLAIMED in slot `slot` of q, held by h. Owned by q: job_free. */
-struct job *job_new(struct queue *q, struct hold *h, int slot, struct claim_job *cj,
-		    double claim_sent);
+ * CLAIMED in slot `slot` of q, held by h, to run with conf (the
+ * configuration the claim was made with: a reference is taken). Owned by
+ * q: job_free. */
+struct job *job_new(const struct job_owner *owner, struct queue *q, struct hold *h, int slot,
+		    struct claim_job *cj, struct queue_conf *conf, double claim_sent);
 /* Kill what still runs (SIGKILL, no outcome) and free. */
 void job_free(struct job *j);
 

@@ -72,6 +72,7 @@
 
 struct queue {
 	const struct queue_env *env;
+	struct job_owner owner;	 /* what its jobs call back */
 	struct queue_conf *conf; /* a reference */
 	struct hold *hold;	 /* claims through this one */
 	bool stopped;		 /* removed from the configuration: no claims */
@@ -121,6 +122,12 @@ struct queue {
 };
 
 static void kick(struct queue *q, bool notified);
+
+/* Is the daemon draining (a job not started is given back)? */
+static bool draining(const struct queue *q)
+{
+	return q->draining || !q->env->running;
+}
 
 /* ---- slots ------------------------------------------------------------- */
 
@@ -358,7 +365,7 @@ void queue_claimed(struct queue *q, PGresult *res)
 		q->backlog = false;
 		q->again = true;
 		queue_conf_unref(conf);
-		if (queue_draining(q) || q->stopped)
+		if (draining(q) || q->stopped)
 			q->env->on_done(q->env->arg);
 		if (!ev_is_active(&q->rekick)) {
 			ev_timer_set(&q->rekick, 0., 0.);
@@ -368,10 +375,8 @@ void queue_claimed(struct queue *q, PGresult *res)
 	}
 	int rows = PQntuples(res);
 	q->dispatching = true;
-	/* The queue's configuration for the jobs: the one the claim was made
-	 * with (its ceilings), even if a reload came meanwhile. */
-	struct queue_conf *cur = q->conf;
-	q->conf = conf;
+	/* The jobs run with the configuration the claim was made with (its
+	 * ceilings), even if a reload came meanwhile. */
 	int got = 0;
 	for (int i = 0; i < rows; i++) {
 		struct claim_job cj;
@@ -381,12 +386,12 @@ void queue_claimed(struct queue *q, PGresult *res)
 			/* cannot happen: the job stays `running` for our instance
 			 * and the next orphan pass hands it back */
 			log_error("msg=\"claim returned a job for no slot\" queue=%s job=%lld",
-				  cur->name, cj.id);
+				  q->conf->name, cj.id);
 			claim_job_free(&cj);
 			continue;
 		}
 		int slot = q->claim_slots[w];
-		struct job *j = job_new(q, h, slot, &cj, q->claim_sent);
+		struct job *j = job_new(&q->owner, q, h, slot, &cj, conf, q->claim_sent);
 		q->occupant[slot] = j;
 		j->next = q->jobs;
 		q->jobs = j;
@@ -394,10 +399,9 @@ void queue_claimed(struct queue *q, PGresult *res)
 		got++;
 		h->ops->hold(h, j);
 	}
-	q->conf = cur;
 	queue_conf_unref(conf);
 	q->dispatching = false;
-	if (queue_draining(q) || q->stopped)
+	if (draining(q) || q->stopped)
 		q->env->on_done(q->env->arg); /* the claim in flight was waited for */
 	/* A NOTIFY's claim found nothing: the NOTIFYs of the next
 	 * WAKE_QUIET_MS coalesce. */
@@ -506,15 +510,11 @@ static void wake_at(struct queue *q, int64_t ms)
 		arm_wake(q);
 }
 
-/* ---- for the jobs ---------------------------------------------------------- */
+/* ---- what the jobs call back (struct job_owner) ------------------------------ */
 
-const struct queue_env *queue_env(const struct queue *q)
+static void job_ended(struct job *j, void *arg)
 {
-	return q->env;
-}
-
-void queue_job_ended(struct queue *q, struct job *j)
-{
+	struct queue *q = arg;
 	free_slot(q, j);
 	if (!q->dispatching)
 		kick(q, false);
@@ -522,8 +522,9 @@ void queue_job_ended(struct queue *q, struct job *j)
 		q->again = true;
 }
 
-void queue_job_done(struct queue *q, struct job *j, int64_t retry_in_ms)
+static void job_done(struct job *j, int64_t retry_in_ms, void *arg)
 {
+	struct queue *q = arg;
 	bool had_slot = j->slot >= 0;
 	free_slot(q, j);
 	unlink_job(q, j);
@@ -541,9 +542,9 @@ void queue_job_done(struct queue *q, struct job *j, int64_t retry_in_ms)
 	}
 }
 
-bool queue_draining(const struct queue *q)
+static bool job_draining(void *arg)
 {
-	return q->draining || !q->env->running;
+	return draining(arg);
 }
 
 /* ---- the dispatcher's side ------------------------------------------------ */
@@ -562,6 +563,15 @@ struct queue *queue_new(const struct queue_env *env, struct queue_conf *conf, st
 	q->env = env;
 	q->conf = queue_conf_ref(conf);
 	q->hold = h;
+	q->owner = (struct job_owner){
+	    .run_env = env->run_env,
+	    .fence = env->fence,
+	    .metrics = env->metrics,
+	    .ended = job_ended,
+	    .done = job_done,
+	    .draining = job_draining,
+	    .arg = q,
+	};
 	set_tag(q);
 	ev_idle_init(&q->reap, on_reap);
 	q->reap.data = q;

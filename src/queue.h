@@ -8,7 +8,8 @@
  * kicks it and wakes it, hands it a new configuration on reload (a lock
  * mode switch is a new hold) and stops it when it is removed; a stopped
  * queue lives on until its last job is DONE. The holds call the functions
- * under "for the holds"; jobs (job.c) call those under "for the jobs". */
+ * under "for the holds"; its jobs (job.c) call back through the struct
+ * job_owner it gives each of them. */
 #ifndef PGJOBD_QUEUE_H
 #define PGJOBD_QUEUE_H
 
@@ -125,15 +126,5 @@ bool queue_wants_claim(const struct queue *q);
 void queue_capacity_grew(struct queue *q);
 /* The worker name of slot i. */
 const char *queue_worker(const struct queue *q, int slot);
-
-/* ---- for the jobs --------------------------------------------------------- */
-
-const struct queue_env *queue_env(const struct queue *q);
-/* j's command ended (or it will never start): its slot is free. */
-void queue_job_ended(struct queue *q, struct job *j);
-/* j is DONE: freed soon; retry_in_ms >= 0: a retry is due then (wake). */
-void queue_job_done(struct queue *q, struct job *j, int64_t retry_in_ms);
-/* Is the daemon draining (a job not started is given back)? */
-bool queue_draining(const struct queue *q);
 
 #endif

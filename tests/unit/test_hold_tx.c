@@ -636,7 +636,7 @@ static void to_state(struct job *j, enum job_state s)
 	j->state = s;
 }
 
-/* j is DONE: the queue has the hold forget it at once (queue_job_done),
+/* j is DONE: the queue has the hold forget it at once (its job_owner.done),
  * and frees it later (reap_jobs). */
 static void done(struct job *j)
 {
