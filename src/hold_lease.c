@@ -891,8 +891,8 @@ static void start_next(struct hold_lease *l)
 }
 
 /* One start per turn of the loop (on_start): each start blocks the loop
- * until its new process has exec'd (0.3 to 0.5 ms with the cores busy, see
- * priv_raise_priority), and between two starts the loop reaps commands that
+ * until its new process has exec'd (priv_raise_priority; tests/bench/README
+ * has what it costs), and between two starts the loop reaps commands that
  * ended and sends their outcomes and the claims for their slots, so that
  * the next batch's round trip overlaps the starts. */
 static void on_start(struct ev_loop *loop, ev_check *w, int revents)
