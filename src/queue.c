@@ -512,10 +512,27 @@ static void wake_at(struct queue *q, int64_t ms)
 
 /* ---- what the jobs call back (struct job_owner) ------------------------------ */
 
+/* How many jobs a claim could ask for now: free slots, at most what the
+ * hold can take on. */
+static int claimable(struct queue *q)
+{
+	int n = q->conf->concurrency - occupied(q);
+	int cap = q->hold->ops->capacity(q->hold, q);
+	return n < cap ? n : cap;
+}
+
 static void job_ended(struct job *j, void *arg)
 {
 	struct queue *q = arg;
+	/* Claim for the slot only when that lets a claim ask for more: in
+	 * lock mode transaction the job's session is busy until its outcome
+	 * is committed, and the hold says when it is free again
+	 * (queue_capacity_grew); a claim now would find what the last one
+	 * found. */
+	int before = claimable(q);
 	free_slot(q, j);
+	if (claimable(q) <= before)
+		return;
 	if (!q->dispatching)
 		kick(q, false);
 	else

@@ -849,6 +849,33 @@ static void test_retry_wake(void)
 	no_bug("retry wake");
 }
 
+/* A pool whose sessions are all busy (the ended job's still writing its
+ * outcome): the slot freed at the command's end lets no claim ask for more,
+ * so none is made until the hold's capacity grows. */
+static void test_end_without_capacity(void)
+{
+	struct queue *q = new_queue(&tx);
+	struct claim_req r;
+	q1.concurrency = 1;
+	struct job *j = claimed(q, &tx, 42);
+	job_start(j);
+	tx.capacity = 0;
+	end_command(j, 0, 0);
+	is_str(calls(&tx), "write:42", "pool busy: the command's end makes no claim");
+	job_written(j, true);
+	tx.capacity = 1;
+	settle();
+	(void)calls(&tx);
+	queue_capacity_grew(q);
+	is_str(calls(&tx), "want", "pool busy: the session free again claims");
+	is_int(queue_claim_begin(q, &r, 0), 1, "pool busy: for the one slot");
+	queue_claimed(q, answer(0, NULL, NULL));
+	settle();
+	queue_free(q);
+	q1.concurrency = 2;
+	no_bug("end without capacity");
+}
+
 static void test_table(void)
 {
 	ok(job_move_allowed(JOB_CLAIMED, JOB_RUNNING), "table: claimed -> running");
@@ -882,6 +909,7 @@ int main(void)
 	test_not_held_and_failures();
 	test_switch();
 	test_retry_wake();
+	test_end_without_capacity();
 	test_table();
 	return tap_done();
 }
