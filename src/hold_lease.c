@@ -621,6 +621,14 @@ static bool gather(const struct hold_lease *l)
 	return true;
 }
 
+/* Hold the next batch for more outcomes, LEASE_GATHER_S at most. */
+static void hold_for_more(struct hold_lease *l)
+{
+	log_debug("msg=\"batch held for more outcomes\"");
+	ev_timer_set(&l->gather, LEASE_GATHER_S, 0.);
+	ev_timer_start(l->loop, &l->gather);
+}
+
 /* Ask for our turn on the session if there is anything to send (as soon
  * as it is idle and nobody waits, or after LEASE_GATHER_S under load). */
 static void flush(struct hold_lease *l)
@@ -630,11 +638,8 @@ static void flush(struct hold_lease *l)
 	if (!has_work(l))
 		return;
 	if (gather(l)) {
-		if (!ev_is_active(&l->gather)) {
-			log_debug("msg=\"batch held for more outcomes\"");
-			ev_timer_set(&l->gather, LEASE_GATHER_S, 0.);
-			ev_timer_start(l->loop, &l->gather);
-		}
+		if (!ev_is_active(&l->gather))
+			hold_for_more(l);
 		return;
 	}
 	ev_timer_stop(l->loop, &l->gather);
@@ -1136,6 +1141,11 @@ static void hl_write(struct hold *h, struct job *j)
 	start_remove(l, lj);
 	lj->ended = true; /* (an outcome in flight stays in flight) */
 	maybe_give_up(l);
+	/* Under load the batch is held for more from the first outcome on, as
+	 * the commands end (one at a time); flush, once this turn of the loop
+	 * is over, looks again and sends at once when holding no longer pays. */
+	if (gather(l) && !ev_is_active(&l->gather))
+		hold_for_more(l);
 	want_send(l);
 }
 
