@@ -1,7 +1,16 @@
-/* migrate.c - applies the embedded sql/NNN_*.sql migrations.
+/* migrate.c - applies the embedded sql/NNN_*.sql migrations and the current
+ * function definitions, the files of sql/functions/.
  *
  * pgjobd.schema_version records each applied version. The whole upgrade is
- * one transaction: a failed migration leaves the schema as it was. Two
+ * one transaction: the migrations the database has not had, in order, then
+ * every function file (CREATE OR REPLACE: each function's current
+ * definition, whatever the migrations left), and a failure anywhere leaves
+ * the schema as it was. A database at the newest version is left alone, so a
+ * change to a function file must come with a new migration, even one that
+ * holds only a comment: the new version is what makes `pgjobd migrate` apply
+ * the file, and what tells running daemons of the previous version to stop
+ * (sql/README, "Where the code is"; t_01_schema.sh fails when a function file
+ * changed without one). Two
  * `pgjobd migrate` run at once are serialised by an EXCLUSIVE lock on
  * pgjobd.schema_version, taken before the version is read, so the second one
  * finds the work done. Only the owner and the worker role may lock that table
@@ -74,7 +83,8 @@ static int exec_ok(PGconn *pg, const char *sql)
 {
 	PGresult *r = PQexec(pg, sql);
 	ExecStatusType st = PQresultStatus(r);
-	int ok = st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK;
+	/* a migration may hold only comments (a new version for a function file) */
+	int ok = st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK || st == PGRES_EMPTY_QUERY;
 	const char *state = ok ? NULL : PQresultErrorField(r, PG_DIAG_SQLSTATE);
 	snprintf(last_state, sizeof(last_state), "%s", state ? state : "");
 	/* a lock failure is reported by the retry loop, once it gives up */
@@ -167,6 +177,16 @@ static int apply_once(PGconn *pg, int *done)
 		}
 		PQclear(r);
 		done[applied++] = i;
+	}
+	/* The current functions, over what the migrations left. */
+	for (int i = 0; applied && i < sql_functions_count; i++) {
+		if (exec_ok(pg, sql_functions[i].sql) < 0) {
+			if (!is_lock_failure())
+				fprintf(stderr,
+					"pgjobd: migrate: sql/%s failed; nothing was changed\n",
+					sql_functions[i].name);
+			goto fail;
+		}
 	}
 	/* Running daemons look at the version again at once (delivered at
 	 * the commit): a newer one than they know makes them stop claiming. */

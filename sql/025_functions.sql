@@ -1,0 +1,23 @@
+-- 025_functions.sql - schema version 25: the functions' current definitions
+-- move to sql/functions/; claim_batch loses its two unused parameters.
+--
+-- From this version on, `pgjobd migrate` applies every file of
+-- sql/functions/ after the pending migrations, in the same transaction
+-- (src/migrate.c): each function of the schema has its one current
+-- definition there, and a migration holds what a function file cannot (tables,
+-- indexes, triggers, data, a function's removal). A change to a function file
+-- comes with a new migration, this one holding nothing else (sql/README,
+-- "Where the code is").
+--
+-- What changes with this version, all in the function files:
+--   claim_batch (ten arguments, sql/functions/claim.sql): 024's claim_batch
+--     (twelve arguments) without p_release_jobs and p_release_groups, ignored
+--     since version 9. The daemon's claim statement (sql/claim.sql, in the
+--     binary) calls it when its own quick path does not do.
+--   claim_batch (eleven and twelve arguments, sql/functions/previous.sql):
+--     each runs the ten-argument one, for the daemons of versions 6 to 24.
+--   grant_lease: EXECUTE on the ten-argument claim_batch for the worker role.
+--
+-- Locks taken: the functions' catalog rows; no table is touched. A daemon of
+-- version 24 keeps claiming meanwhile: its statement's quick path reads and
+-- writes tables only, its full path calls claim_batch with twelve arguments.
