@@ -303,7 +303,7 @@ BEGIN
         RETURN;
     END IF;
 
-    -- Marks whose time has come (see version 7).
+    -- Marks whose time has come (sql/README, "Held groups").
     IF EXISTS (SELECT 1 FROM pgjobd.jobs h
                 WHERE h.queue = p_queue AND h.status = 'queued'
                   AND h.held_until <= statement_timestamp()) THEN
@@ -321,12 +321,12 @@ BEGIN
     -- alive_until has passed. A slot that holds a job holds its group row
     -- and its job row; both are tried with SKIP LOCKED, group row first, the
     -- order every claim and hold locks them in. A lease-held job holds
-    -- neither: its lease decides (see 017_lease.sql).
+    -- neither: its lease decides (sql/README, "Lock mode lease").
     IF p_orphans THEN
         DELETE FROM pgjobd.waiting w
          WHERE w.queue = p_queue
            AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = w.pid);
-        -- [lease E2] also the claim's fence and lease
+        -- also the claim's fence and lease
         FOR r IN SELECT j.id, coalesce(j.group_key, j.group_id) AS group_id, j.attempts, j.max_attempts, j.worker_id, j.fence,
                         j.lease_until, j.lease_ms
                    FROM pgjobd.jobs j
@@ -336,7 +336,7 @@ BEGIN
             EXIT WHEN array_length(ids, 1) >= want;
             CONTINUE WHEN r.id = ANY(p_skip);
             own := r.worker_id IS NOT DISTINCT FROM p_worker_id;
-            -- [021] Our own lease-held job whose lease has run out, not in
+            -- Our own lease-held job whose lease has run out, not in
             -- p_skip: its command ran (a claim whose answer was lost is
             -- handed back by the first claim of the next session, long
             -- before its lease runs out), and its daemon gave up writing
@@ -349,7 +349,7 @@ BEGIN
                 own := false;
             END IF;
             -- Another daemon's job: only once that daemon's claim lapsed.
-            -- [lease E3] A lease-held job: once its lease and the margin have
+            -- A lease-held job: once its lease and the margin have
             -- passed, whatever its daemon's alive_until says; a job held by
             -- an open transaction: once its daemon's alive_until passed.
             CONTINUE WHEN NOT own AND r.lease_until IS NOT NULL
@@ -372,7 +372,7 @@ BEGIN
                 PERFORM 1 FROM pgjobd.groups g WHERE g.id = gid FOR UPDATE SKIP LOCKED;
                 CONTINUE WHEN NOT FOUND;
             END IF;
-            -- [lease E4] still the same claim (nobody took it over since the
+            -- Still the same claim (nobody took it over since the
             -- loop read it: a lease claim leaves no lock behind), and for a
             -- lease not extended meanwhile: the row as locked is rechecked.
             PERFORM 1 FROM pgjobd.jobs j WHERE j.id = r.id AND j.status = 'running'
@@ -385,7 +385,7 @@ BEGIN
                 -- Claimed for us, held by none of our slots: it never
                 -- started. Queued again, the attempt given back; it is a
                 -- candidate again below, in its turn.
-                -- [lease E5] its lease goes with it (as below, whenever a
+                -- Its lease goes with it (as below, whenever a
                 -- running job ends here)
                 UPDATE pgjobd.jobs j SET status = 'queued', attempts = j.attempts - 1,
                        worker = NULL, worker_id = NULL, started_at = NULL,
@@ -442,7 +442,7 @@ BEGIN
     nu := coalesce(array_length(u_ids, 1), 0);
 
     -- Grouped jobs in start order, up to the last ungrouped candidate when
-    -- there are enough of those, bounded by p_scan (see version 2). Jobs
+    -- there are enough of those, bounded by p_scan. Jobs
     -- marked held are not in jobs_ready_grouped, and not candidates.
     IF coalesce(array_length(ids, 1), 0) < want THEN
         FOR r IN SELECT j.id, coalesce(j.group_key, j.group_id) AS group_id, j.priority, j.run_at FROM pgjobd.jobs j
@@ -541,8 +541,8 @@ BEGIN
         LOOP
             EXIT WHEN array_length(ids, 1) >= want;
             IF r.run_at > statement_timestamp() THEN
-                -- A head waiting out a backoff that is not marked yet (see
-                -- version 7): mark its group while this walk meets it.
+                -- A head waiting out a backoff that is not marked yet: mark
+                -- its group while this walk meets it.
                 IF r.held_until IS NULL AND budget > 0 THEN
                     PERFORM pgjobd.hold_group(p_queue, r.group_id, r.id, r.run_at, p_scan);
                     budget := budget - 1;
@@ -599,7 +599,7 @@ BEGIN
         WITH t AS (SELECT p.id, p.gid, p.n::int AS slot
                      FROM unnest(ids, gids) WITH ORDINALITY AS p(id, gid, n)),
              u AS (
-                -- [lease E6] a lease claim commits its lease; a transaction
+                -- a lease claim commits its lease; a transaction
                 -- claim has none (also when it takes over a lease-held job)
                 UPDATE pgjobd.jobs j SET status = 'running', attempts = j.attempts + 1,
                        worker = p_workers[t.slot], worker_id = p_worker_id,
@@ -612,7 +612,7 @@ BEGIN
                  WHERE j.id = t.id AND j.status IN ('queued', 'running')
                 RETURNING t.slot, j.id, t.gid, j.group_id, j.attempts, j.max_attempts,
                           j.timeout, j.fence, j.data,
-                          j.schedule, j.scheduled_for)  -- 014
+                          j.schedule, j.scheduled_for)
         SELECT u.slot, u.id, u.gid, u.group_id, u.attempts,
                least(coalesce(u.max_attempts, p_max_attempts), p_max_attempts),
                -- NULL: the queue's timeout applies. A job's own timeout
@@ -624,7 +624,7 @@ BEGIN
                     ELSE greatest(1, ceil(extract(epoch FROM u.timeout) * 1000))::bigint END
                AS job_timeout_ms,
                u.fence, u.data::text, a.keys, a.vals,
-               -- 014: the schedule and its tick
+               -- the schedule and its tick
                u.schedule,
                to_char(u.scheduled_for AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
           FROM u, LATERAL (

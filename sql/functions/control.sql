@@ -1,3 +1,10 @@
+-- sql/functions/control.sql - what operators and the daemons' maintenance
+-- sessions call: cancel, pause and resume, retry, maintenance, queue grants,
+-- shared queues and quotas.
+
+-- cancel(id): a queued job is cancelled at once; a running one gets a
+-- cancel request (NOTIFY pgjobd_cancel, without the id) that its daemon reads
+-- and acts on. False when the job is finished or missing.
 CREATE OR REPLACE FUNCTION pgjobd.cancel(p_id bigint) RETURNS boolean
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -27,6 +34,7 @@ BEGIN
 END
 $$;
 
+-- grant_queue(role, queue or '*'): let a producer role enqueue into queue.
 CREATE OR REPLACE FUNCTION pgjobd.grant_queue(p_role name, p_queue text) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -49,6 +57,8 @@ BEGIN
 END
 $$;
 
+-- Trigger jobs_cancelled (any path to `cancelled`): finished_at and an error
+-- for the job; a finished job is left alone.
 CREATE OR REPLACE FUNCTION pgjobd.jobs_cancelled() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -70,6 +80,12 @@ BEGIN
 END
 $$;
 
+-- maintain(queues, retention_ms, limit): the maintenance pass, one daemon at
+-- a time (maintenance_lock, SKIP LOCKED): expire queued jobs past
+-- expires_at, cancel queued jobs with a cancel request, drop requests of
+-- finished jobs, delete finished jobs past each queue's retention (at most
+-- `limit`) and the group rows they leave empty. Returns whether it ran and
+-- what it did, `more` when a batch was full.
 CREATE OR REPLACE FUNCTION pgjobd.maintain(p_queues text[], p_retention_ms bigint[], p_limit integer, OUT locked boolean, OUT expired integer, OUT deleted integer, OUT more boolean) RETURNS record
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -139,6 +155,7 @@ BEGIN
 END
 $$;
 
+-- pause(queue): claims of the queue start nothing until resume().
 CREATE OR REPLACE FUNCTION pgjobd.pause(p_queue text) RETURNS boolean
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -150,6 +167,7 @@ BEGIN
 END
 $$;
 
+-- resume(queue): undo pause(), with a wake-up for the queue.
 CREATE OR REPLACE FUNCTION pgjobd.resume(p_queue text) RETURNS boolean
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -165,6 +183,8 @@ BEGIN
 END
 $$;
 
+-- retry(id): put a finished job back to `queued` as new (attempts 0, run now),
+-- unless an unfinished job has its dedupe key in its scope (then false).
 CREATE OR REPLACE FUNCTION pgjobd.retry(p_id bigint) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -202,6 +222,7 @@ BEGIN
 END
 $$;
 
+-- revoke_queue(role, queue or '*'): undo grant_queue.
 CREATE OR REPLACE FUNCTION pgjobd.revoke_queue(p_role name, p_queue text) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -214,6 +235,8 @@ BEGIN
 END
 $$;
 
+-- set_quota(role, queue or '*', max_queued): how many jobs a role may have
+-- queued in a queue (NULL: no quota).
 CREATE OR REPLACE FUNCTION pgjobd.set_quota(p_role name, p_queue text, p_max_queued integer) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -241,6 +264,8 @@ BEGIN
 END
 $$;
 
+-- share_queue(queue, shared): its producers share dedupe keys and groups
+-- (else each role's are its own).
 CREATE OR REPLACE FUNCTION pgjobd.share_queue(p_queue text, p_shared boolean DEFAULT true) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'

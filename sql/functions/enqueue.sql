@@ -1,3 +1,11 @@
+-- sql/functions/enqueue.sql - what runs when a producer inserts a job: the
+-- grant check, dedupe, group scoping, the run_at bound, quotas and the
+-- wake-up (sql/README, "The tables": the triggers in the order they matter).
+
+-- check_queue_grant(queue): may the current role enqueue into `queue`? True
+-- for roles row-level security does not restrict and for the worker role;
+-- else a grant (queue_grants) or an error that says which is missing. Used by
+-- the policy producer_insert and the trigger jobs_check_grant.
 CREATE OR REPLACE FUNCTION pgjobd.check_queue_grant(p_queue text) RETURNS boolean
     LANGUAGE plpgsql STABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -25,6 +33,8 @@ BEGIN
 END
 $$;
 
+-- check_queue_name(queue): refuse a queue name other than 1 to 63 of A-Z a-z
+-- 0-9 _ . - (the functions that take a queue name check it with this).
 CREATE OR REPLACE FUNCTION pgjobd.check_queue_name(p_queue text) RETURNS void
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -38,6 +48,8 @@ BEGIN
 END
 $_$;
 
+-- Trigger dedupe_lock_done (deferred to COMMIT): the inserting transaction's
+-- dedupe_locks row of the key goes.
 CREATE OR REPLACE FUNCTION pgjobd.dedupe_lock_done() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -49,6 +61,8 @@ BEGIN
 END
 $$;
 
+-- dedupe_scope(queue, role): the scope of a dedupe key: '' in a shared
+-- queue (queue_policies), else the inserting role.
 CREATE OR REPLACE FUNCTION pgjobd.dedupe_scope(p_queue text, p_role text) RETURNS text
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -58,6 +72,11 @@ CREATE OR REPLACE FUNCTION pgjobd.dedupe_scope(p_queue text, p_role text) RETURN
                 THEN '' ELSE coalesce(p_role, '') END
 $$;
 
+-- group_key(queue, role, group_id): the group identity of a producer's job:
+-- E'\x01' role E'\x01' group_id in a queue that is not shared, NULL (the
+-- group is group_id) for the owner, superusers, the worker role and shared
+-- queues. Every place that asks which group a job is in reads
+-- coalesce(group_key, group_id).
 CREATE OR REPLACE FUNCTION pgjobd.group_key(p_queue text, p_role text, p_group_id text) RETURNS text
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -78,6 +97,8 @@ CREATE OR REPLACE FUNCTION pgjobd.group_key(p_queue text, p_role text, p_group_i
                 ELSE E'\x01' || p_role || E'\x01' || p_group_id END
 $$;
 
+-- Trigger jobs_check_grant (BEFORE INSERT, rows with a dedupe key): the grant
+-- check before jobs_dedupe looks at other roles' keys.
 CREATE OR REPLACE FUNCTION pgjobd.jobs_check_grant() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -88,6 +109,10 @@ BEGIN
 END
 $$;
 
+-- Trigger jobs_dedupe (BEFORE INSERT, rows with a dedupe key): lock the key
+-- in its scope (lock_dedupe_key: a second inserter of it waits for the
+-- first's transaction), then insert nothing if a queued or running job has
+-- it (sql/README, "Dedupe").
 CREATE OR REPLACE FUNCTION pgjobd.jobs_dedupe() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -106,6 +131,8 @@ BEGIN
 END
 $$;
 
+-- Trigger jobs_group_key (BEFORE INSERT or UPDATE of queue, group_id,
+-- created_by): sets group_key (group_key()).
 CREATE OR REPLACE FUNCTION pgjobd.jobs_group_key() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -116,6 +143,9 @@ BEGIN
 END
 $$;
 
+-- Trigger jobs_inserted (AFTER INSERT, per statement): NOTIFY pgjobd once per
+-- queue of the statement, only for queues a claimer waits on
+-- (pgjobd.waiting), its payload wake_payload(queue) (sql/README, "Wake-ups").
 CREATE OR REPLACE FUNCTION pgjobd.jobs_inserted() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -131,6 +161,9 @@ BEGIN
 END
 $$;
 
+-- Trigger jobs_quota (AFTER INSERT, per statement, when any quota exists):
+-- refuse the statement when it leaves a role more queued jobs in a queue than
+-- its quota (the queue's row, else '*'), counted under the quota row's lock.
 CREATE OR REPLACE FUNCTION pgjobd.jobs_quota() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -166,6 +199,8 @@ BEGIN
 END
 $$;
 
+-- Trigger jobs_run_at_bound (BEFORE INSERT of a run_at more than a year
+-- ahead): refused to producers.
 CREATE OR REPLACE FUNCTION pgjobd.jobs_run_at_bound() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -184,6 +219,8 @@ BEGIN
 END
 $$;
 
+-- lock_dedupe_key(queue, key): the unscoped form, called by retry() of
+-- schema versions 16 to 19 only.
 CREATE OR REPLACE FUNCTION pgjobd.lock_dedupe_key(p_queue text, p_key text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -202,6 +239,9 @@ BEGIN
 END
 $$;
 
+-- lock_dedupe_key(queue, key, scope): take the key's row of dedupe_locks
+-- (insert it, or wait for its holder and lock it), held to the end of the
+-- transaction.
 CREATE OR REPLACE FUNCTION pgjobd.lock_dedupe_key(p_queue text, p_key text, p_scope text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -220,6 +260,9 @@ BEGIN
 END
 $$;
 
+-- wake_payload(queue): the payload of a wake-up for `queue`,
+-- sha256(secret || queue) in hex: only holders of the secret can map it to a
+-- queue.
 CREATE OR REPLACE FUNCTION pgjobd.wake_payload(p_queue text) RETURNS text
     LANGUAGE sql STABLE
     SET search_path TO 'pg_catalog', 'pg_temp'

@@ -1,3 +1,13 @@
+-- sql/functions/groups.sql - a group's order and its held marks: the
+-- triggers that keep them (sql/README, "Commit order" and "Held groups").
+-- What a claim does with them is in claim.sql (try_group_head, hold_group).
+
+-- Trigger jobs_commit_order (deferred to COMMIT, grouped rows; also when a
+-- job is put back to `queued` or moved): place the job after every
+-- unfinished job of its group visible now. A job whose id already puts it
+-- there keeps it (one index probe, no write); any other gets commit_seq =
+-- nextval of the id sequence. A transaction's own jobs keep their id order.
+-- Under REPEATABLE READ or SERIALIZABLE every grouped job is renumbered.
 CREATE OR REPLACE FUNCTION pgjobd.jobs_commit_order() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -55,6 +65,9 @@ BEGIN
 END
 $$;
 
+-- Trigger jobs_head_changed (a queued job leaves `queued`, its queue or
+-- group, its run_at changes, or it is deleted): clear the marks of the
+-- group's later jobs, in the same transaction.
 CREATE OR REPLACE FUNCTION pgjobd.jobs_head_changed() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -76,6 +89,8 @@ BEGIN
 END
 $$;
 
+-- Trigger jobs_unheld (a marked job leaves `queued`, its queue or group, or
+-- its run_at changes): its own mark goes.
 CREATE OR REPLACE FUNCTION pgjobd.jobs_unheld() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'

@@ -1,3 +1,15 @@
+-- sql/functions/lease.sql - lock mode `lease`: a running job held by a lease
+-- in its row, not by an open transaction (sql/README, "Lock mode lease";
+-- src/lease.c). The claim is claim_batch with a lease (claim.sql).
+--
+-- extend_leases and finish_leases are PL/pgSQL with one RETURN QUERY each
+-- and plan generically: the plan is kept for the session, not made per call.
+
+-- extend_leases(worker_id, ids, fences): every third of the lease, one
+-- statement for all of a daemon's leases: lease_until = now + lease_ms for
+-- each job still running under its fencing token and not run out, pointed at
+-- instance worker_id (0: left). Returns the ids extended: a job not returned
+-- lost its lease, and its command is killed.
 CREATE OR REPLACE FUNCTION pgjobd.extend_leases(p_worker_id bigint, p_ids bigint[], p_fences bigint[]) RETURNS SETOF bigint
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
@@ -17,6 +29,11 @@ BEGIN
 END
 $$;
 
+-- finish_leases(outcomes): the outcomes of lease-held jobs, a JSON array of
+-- {id, fence, status, result, error, retry_ms, give_back, entry}, one
+-- statement; each written only while the job is still `running` under its
+-- token, its lease cleared, its history entry appended, a cancelled job's
+-- request deleted. Returns the ids written.
 CREATE OR REPLACE FUNCTION pgjobd.finish_leases(p_outcomes jsonb) RETURNS SETOF bigint
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
@@ -55,6 +72,8 @@ BEGIN
 END
 $$;
 
+-- lease_margin(lease_ms): how long after lease_until a job may be taken
+-- over: a fifth of the lease, at least 1 s (the clocks' allowance).
 CREATE OR REPLACE FUNCTION pgjobd.lease_margin(p_lease_ms bigint) RETURNS interval
     LANGUAGE sql IMMUTABLE
     SET search_path TO 'pg_catalog', 'pg_temp'

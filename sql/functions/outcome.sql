@@ -1,3 +1,13 @@
+-- sql/functions/outcome.sql - the end of an attempt: its history entry and a
+-- lost claim's release.
+--
+-- The outcome itself is the slot's fenced UPDATE in its holding transaction
+-- (src/claim.c, sql_finish) or finish_leases (lease.sql); what they and
+-- release_claim append to jobs.history is built here.
+
+-- history_add(history, entry): append an attempt's entry to a job's history:
+-- at most 20 entries, the oldest dropped; the previous entry's stderr cut to
+-- its last 4 KiB. A non-array history counts as empty.
 CREATE OR REPLACE FUNCTION pgjobd.history_add(p_history jsonb, p_entry jsonb) RETURNS jsonb
     LANGUAGE plpgsql IMMUTABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -21,6 +31,10 @@ BEGIN
 END
 $$;
 
+-- Trigger jobs_attempt_ended (BEFORE UPDATE of a running job's status or
+-- fence): the entry for an attempt that ended without the daemon's own (a
+-- takeover, an operator's UPDATE, a caller of the old release_claim). A
+-- give-back (queued, attempts - 1) gets none.
 CREATE OR REPLACE FUNCTION pgjobd.jobs_attempt_ended() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -52,6 +66,13 @@ BEGIN
 END
 $$;
 
+-- release_claim(id, fence, started, error, max_attempts, retry_ms, entry): a
+-- slot whose holding session was lost (its command dead, or never started)
+-- releases the job from a new session, only while it is still `running`
+-- under that fencing token (row lock with SKIP LOCKED): never started, given
+-- back (attempts - 1); else a failed attempt: cancelled if requested, failed
+-- at the last attempt, queued for a retry after retry_ms otherwise. Returns
+-- 'released', 'locked' (the old session still holds it: try again) or 'gone'.
 CREATE OR REPLACE FUNCTION pgjobd.release_claim(p_id bigint, p_fence bigint, p_started boolean, p_error jsonb, p_max_attempts integer, p_retry_ms bigint, p_entry jsonb) RETURNS text
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'

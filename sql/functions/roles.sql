@@ -1,3 +1,10 @@
+-- sql/functions/roles.sql - the roles pgjobd_producer and pgjobd_worker and
+-- what they may do. setup_roles (`pgjobd migrate --grant`) creates them;
+-- grant_roles grants every right, through one grant_* function per concern,
+-- to whichever of them exists; every migration ends by calling it, and so does
+-- this file (below).
+
+-- grant_fencing(): the worker role's rights of fencing and the claim.
 CREATE OR REPLACE FUNCTION pgjobd.grant_fencing() RETURNS void
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -19,6 +26,7 @@ BEGIN
 END
 $$;
 
+-- grant_history(): the attempts' history.
 CREATE OR REPLACE FUNCTION pgjobd.grant_history() RETURNS void
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -35,6 +43,7 @@ BEGIN
 END
 $$;
 
+-- grant_lease(): lock mode lease, and claim_batch as the daemon calls it.
 CREATE OR REPLACE FUNCTION pgjobd.grant_lease() RETURNS void
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -52,6 +61,7 @@ BEGIN
 END
 $$;
 
+-- grant_locks(): the maintenance lock.
 CREATE OR REPLACE FUNCTION pgjobd.grant_locks() RETURNS void
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -63,6 +73,7 @@ BEGIN
 END
 $$;
 
+-- grant_ops(): the workers' queues, for `pgjobd status`.
 CREATE OR REPLACE FUNCTION pgjobd.grant_ops() RETURNS void
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -74,6 +85,7 @@ BEGIN
 END
 $$;
 
+-- grant_roles(): every grant, to the roles that exist.
 CREATE OR REPLACE FUNCTION pgjobd.grant_roles() RETURNS void
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -132,6 +144,7 @@ BEGIN
 END
 $$;
 
+-- grant_schedules(): the schedules.
 CREATE OR REPLACE FUNCTION pgjobd.grant_schedules() RETURNS void
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -152,6 +165,7 @@ BEGIN
 END
 $$;
 
+-- grant_security(): queue grants, wake-ups and row-level security.
 CREATE OR REPLACE FUNCTION pgjobd.grant_security() RETURNS void
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -195,6 +209,8 @@ BEGIN
 END
 $$;
 
+-- setup_roles(): create the NOLOGIN roles when missing (needs CREATEROLE),
+-- then grant_roles().
 CREATE OR REPLACE FUNCTION pgjobd.setup_roles() RETURNS void
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'

@@ -1,3 +1,9 @@
+-- sql/functions/schedules.sql - recurring jobs: the functions operators call
+-- to manage pgjobd.schedules, and the checks behind them. The ticks
+-- themselves are the daemons' (src/scheduler.c; sql/README, "Schedules").
+
+-- check_cron(cron): refuse an expression the daemons' parser (src/cron.c)
+-- would not take.
 CREATE OR REPLACE FUNCTION pgjobd.check_cron(p_cron text) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -155,6 +161,7 @@ BEGIN
 END
 $_$;
 
+-- check_time_zone(zone): refuse a zone PostgreSQL does not know.
 CREATE OR REPLACE FUNCTION pgjobd.check_time_zone(p_zone text) RETURNS void
     LANGUAGE plpgsql STABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -177,6 +184,7 @@ BEGIN
 END
 $_$;
 
+-- pause_schedule(name): its ticks enqueue nothing until resumed.
 CREATE OR REPLACE FUNCTION pgjobd.pause_schedule(name text) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -188,6 +196,7 @@ BEGIN
 END
 $$;
 
+-- resume_schedule(name): undo pause_schedule.
 CREATE OR REPLACE FUNCTION pgjobd.resume_schedule(name text) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -203,6 +212,8 @@ BEGIN
 END
 $$;
 
+-- run_schedule(name): enqueue the schedule's job now, outside its ticks.
+-- Returns the job's id.
 CREATE OR REPLACE FUNCTION pgjobd.run_schedule(name text) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -225,6 +236,7 @@ BEGIN
 END
 $$;
 
+-- schedule(name, cron, queue, ...): create or change a schedule.
 CREATE OR REPLACE FUNCTION pgjobd.schedule(name text, cron text, queue text, data jsonb DEFAULT '{}'::jsonb, time_zone text DEFAULT 'UTC'::text, group_id text DEFAULT NULL::text, priority integer DEFAULT 0, max_attempts integer DEFAULT NULL::integer, timeout interval DEFAULT NULL::interval, expires_in interval DEFAULT NULL::interval, missed text DEFAULT 'last'::text, overlap text DEFAULT 'allow'::text, paused boolean DEFAULT false) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -278,6 +290,8 @@ BEGIN
 END
 $_$;
 
+-- schedule_clock(real0, fake0, rate): the schedules' clock: now(), or for
+-- the tests a shifted and faster one (src/scheduler.c).
 CREATE OR REPLACE FUNCTION pgjobd.schedule_clock(p_real0 double precision, p_fake0 double precision, p_rate double precision) RETURNS timestamp with time zone
     LANGUAGE sql STABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -287,6 +301,7 @@ CREATE OR REPLACE FUNCTION pgjobd.schedule_clock(p_real0 double precision, p_fak
            END
 $$;
 
+-- unschedule(name): delete a schedule.
 CREATE OR REPLACE FUNCTION pgjobd.unschedule(name text) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'

@@ -1,3 +1,12 @@
+-- sql/functions/workers.sql - daemon instances and their liveness (fencing).
+--
+-- One row of pgjobd.workers per daemon instance; the fence session of each
+-- daemon registers it and beats its heart (src/fence.c), the supervisor or an
+-- operator declares it gone. Another daemon takes a running job over only
+-- once the instance's alive_until has passed (sql/README, "Fencing").
+
+-- fence_margin(fence_ms): how long after a daemon's deadline its claims
+-- lapse: a fifth of fence_timeout, at least 1 s.
 CREATE OR REPLACE FUNCTION pgjobd.fence_margin(p_fence_ms integer) RETURNS interval
     LANGUAGE sql IMMUTABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -5,6 +14,8 @@ CREATE OR REPLACE FUNCTION pgjobd.fence_margin(p_fence_ms integer) RETURNS inter
     SELECT greatest(1000, p_fence_ms / 5) * interval '1 millisecond'
 $$;
 
+-- forget_workers(): delete instances lapsed for a day that no running job
+-- names (the maintenance session). Returns how many.
 CREATE OR REPLACE FUNCTION pgjobd.forget_workers() RETURNS integer
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -21,6 +32,9 @@ BEGIN
 END
 $$;
 
+-- heartbeat(id): move the instance's alive_until to now + fence_ms +
+-- margin, unless it has lapsed already (then false: the daemon was declared
+-- dead and registers a new instance).
 CREATE OR REPLACE FUNCTION pgjobd.heartbeat(p_id bigint) RETURNS boolean
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -34,6 +48,8 @@ BEGIN
 END
 $$;
 
+-- register_worker(name, fence_ms, queues): a new instance (host:pid), alive
+-- for fence_ms + margin, serving `queues` (for `pgjobd status`). Returns its id.
 CREATE OR REPLACE FUNCTION pgjobd.register_worker(p_name text, p_fence_ms integer, p_queues text[]) RETURNS bigint
     LANGUAGE sql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -44,6 +60,9 @@ CREATE OR REPLACE FUNCTION pgjobd.register_worker(p_name text, p_fence_ms intege
     RETURNING id
 $$;
 
+-- release_worker('host:pid[:...]'): an operator's declaration that a daemon
+-- is dead (its commands killed): its instances lapse and their leases are
+-- voided, so that their jobs are taken over at the next orphan pass.
 CREATE OR REPLACE FUNCTION pgjobd.release_worker(p_worker text) RETURNS integer
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -62,6 +81,9 @@ BEGIN
 END
 $$;
 
+-- worker_gone(id): the supervisor's, once every command of the instance is
+-- dead (also at a clean exit): the instance and every instance of the same
+-- daemon lapse, their leases are voided.
 CREATE OR REPLACE FUNCTION pgjobd.worker_gone(p_id bigint) RETURNS void
     LANGUAGE sql
     SET search_path TO 'pg_catalog', 'pg_temp'
