@@ -34,8 +34,8 @@ if cmp -s "$T/schema.sql" "$out"; then
 	echo "sql/schema.sql is up to date ($(version "$out"))"
 	exit 0
 fi
-# the schema as printed, without the header line that names the version and pg_dump
-body() { grep -v '^-- Schema version ' "$1"; }
+# the schema as printed, without the header (up to the first blank line)
+body() { awk 'p; /^$/ { p = 1 }' "$1"; }
 if [ -f "$out" ] && [ "$(version <"$out")" = "$(version <"$T/schema.sql")" ] &&
 	[ "${ALLOW_SAME_VERSION:-}" != 1 ] && ! cmp -s <(body "$out") <(body "$T/schema.sql"); then
 	echo "make schema: the schema changed, but its version did not ($(version <"$out"))." >&2
