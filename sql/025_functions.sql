@@ -17,7 +17,11 @@
 --   claim_batch (eleven and twelve arguments, sql/functions/previous.sql):
 --     each runs the ten-argument one, for the daemons of versions 6 to 24.
 --   grant_lease: EXECUTE on the ten-argument claim_batch for the worker role.
+--   grant_roles: enables row-level security on pgjobd.jobs only while it is
+--     off. Every upgrade runs it now (roles.sql), and ALTER TABLE would wait
+--     for every transaction-mode job that runs (their rows' locks).
 --
--- Locks taken: the functions' catalog rows; no table is touched. A daemon of
+-- Locks taken: the functions' catalog rows; no table is locked
+-- (tests/integration/t_02_functions.sh upgrades from 24 while a job runs). A daemon of
 -- version 24 keeps claiming meanwhile: its statement's quick path reads and
 -- writes tables only, its full path calls claim_batch with twelve arguments.

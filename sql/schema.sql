@@ -884,7 +884,10 @@ BEGIN
             CREATE POLICY producer_select ON pgjobd.jobs FOR SELECT TO pgjobd_producer
                 USING (created_by = current_user);
         END IF;
-        ALTER TABLE pgjobd.jobs ENABLE ROW LEVEL SECURITY;
+        -- Only when off: ALTER TABLE locks the table, and every upgrade runs this.
+        IF NOT (SELECT c.relrowsecurity FROM pg_class c WHERE c.oid = 'pgjobd.jobs'::regclass) THEN
+            ALTER TABLE pgjobd.jobs ENABLE ROW LEVEL SECURITY;
+        END IF;
     END IF;
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_worker') THEN
         GRANT USAGE ON SCHEMA pgjobd TO pgjobd_worker;
