@@ -1,6 +1,7 @@
 /* claim.c - every statement of the job protocol, built for db_send, and the
  * decoding of a claim's rows. It owns no connection and knows no processes:
- * callers (claimer.c, slot.c, lease.c, fence.c, maint.c) send what it builds.
+ * callers (claimer.c, slot.c, lease.c, fence.c, maint.c, daemon.c) send what
+ * it builds.
  *
  *   claim      claim_build: the daemon's claim statement, sql/claim.sql
  *              (embedded by the build as CLAIM_SQL_CLAIM), for the idle

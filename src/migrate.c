@@ -10,8 +10,9 @@
  * holds only a comment: the new version is what makes `pgjobd migrate` apply
  * the file, and what tells running daemons of the previous version to stop
  * (sql/README, "Where the code is"; t_01_schema.sh fails when a function file
- * changed without one). Two
- * `pgjobd migrate` run at once are serialised by an EXCLUSIVE lock on
+ * changed without one).
+ *
+ * Two `pgjobd migrate` run at once are serialised by an EXCLUSIVE lock on
  * pgjobd.schema_version, taken before the version is read, so the second one
  * finds the work done. Only the owner and the worker role may lock that table
  * at all (a lock every role could take would let any role hold up an
