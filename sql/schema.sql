@@ -2082,6 +2082,12 @@ CREATE TABLE pgjobd.schedules (
     CONSTRAINT "timeout must be positive" CHECK ((timeout > '00:00:00'::interval))
 );
 
+CREATE TABLE pgjobd.schema_functions (
+    file text NOT NULL,
+    sha256 text NOT NULL,
+    applied_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
 CREATE TABLE pgjobd.schema_version (
     version integer NOT NULL,
     name text NOT NULL,
@@ -2149,6 +2155,9 @@ ALTER TABLE ONLY pgjobd.quotas
 
 ALTER TABLE ONLY pgjobd.schedules
     ADD CONSTRAINT schedules_pkey PRIMARY KEY (name);
+
+ALTER TABLE ONLY pgjobd.schema_functions
+    ADD CONSTRAINT schema_functions_pkey PRIMARY KEY (file);
 
 ALTER TABLE ONLY pgjobd.schema_version
     ADD CONSTRAINT schema_version_pkey PRIMARY KEY (version);

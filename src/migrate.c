@@ -3,14 +3,14 @@
  *
  * pgjobd.schema_version records each applied version. The whole upgrade is
  * one transaction: the migrations the database has not had, in order, then
- * every function file (CREATE OR REPLACE: each function's current
- * definition, whatever the migrations left), and a failure anywhere leaves
- * the schema as it was. A database at the newest version is left alone, so a
- * change to a function file must come with a new migration, even one that
- * holds only a comment: the new version is what makes `pgjobd migrate` apply
- * the file, and what tells running daemons of the previous version to stop
- * (sql/README, "Where the code is"; t_01_schema.sh fails when a function file
- * changed without one).
+ * each function file whose text it has not had (CREATE OR REPLACE: each
+ * function's current definition, whatever the migrations left;
+ * pgjobd.schema_functions keeps the SHA-256 of each file applied), and a
+ * failure anywhere leaves the schema as it was. A database at the newest version is left alone, so
+ * a change to a function file must come with a new migration, even one that holds only a comment:
+ * the new version is what makes `pgjobd migrate` apply the file, and what tells running daemons of
+ * the previous version to stop (sql/README, "Where the code is"; t_01_schema.sh fails when a
+ * function file changed without one).
  *
  * Two `pgjobd migrate` run at once are serialised by an EXCLUSIVE lock on
  * pgjobd.schema_version, taken before the version is read, so the second one
@@ -39,6 +39,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include "sha256.h"
 
 int migrate_latest(void)
 {
@@ -118,6 +120,48 @@ int migrate_current(PGconn *pg)
 	return v;
 }
 
+/* Function file f, unless the database has had its text already (its SHA-256
+ * in pgjobd.schema_functions): then nothing is sent, and a migration that
+ * locked a table (which stays locked until the commit) holds it no longer
+ * for the function files. Returns 1 (applied), 0 (had it) or -1. */
+static int apply_function_file(PGconn *pg, const struct sql_file *f)
+{
+	char digest[SHA256_HEX_LEN + 1];
+	sha256_hex2(f->sql, "", digest);
+	const char *vals[2] = {f->name, digest};
+	PGresult *r = PQexecParams(pg,
+				   "SELECT 1 FROM pgjobd.schema_functions "
+				   "WHERE file = $1 AND sha256 = $2",
+				   2, NULL, vals, NULL, NULL, 0);
+	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+		fprintf(stderr, "pgjobd: migrate: %s", PQerrorMessage(pg));
+		PQclear(r);
+		return -1;
+	}
+	int had = PQntuples(r) > 0;
+	PQclear(r);
+	if (had)
+		return 0;
+	if (exec_ok(pg, f->sql) < 0) {
+		if (!is_lock_failure())
+			fprintf(stderr, "pgjobd: migrate: sql/%s failed; nothing was changed\n",
+				f->name);
+		return -1;
+	}
+	r = PQexecParams(pg,
+			 "INSERT INTO pgjobd.schema_functions (file, sha256) VALUES ($1, $2) "
+			 "ON CONFLICT (file) DO UPDATE SET sha256 = EXCLUDED.sha256, "
+			 "applied_at = now()",
+			 2, NULL, vals, NULL, NULL, 0);
+	if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+		fprintf(stderr, "pgjobd: migrate: %s", PQerrorMessage(pg));
+		PQclear(r);
+		return -1;
+	}
+	PQclear(r);
+	return 1;
+}
+
 /* One try of the whole upgrade, in one transaction. Returns the number of
  * migrations applied (committed) with their indexes in done[], or -1 (the
  * transaction rolled back; last_state tells whether a lock was the cause),
@@ -180,15 +224,9 @@ static int apply_once(PGconn *pg, int *done)
 		done[applied++] = i;
 	}
 	/* The current functions, over what the migrations left. */
-	for (int i = 0; applied && i < sql_functions_count; i++) {
-		if (exec_ok(pg, sql_functions[i].sql) < 0) {
-			if (!is_lock_failure())
-				fprintf(stderr,
-					"pgjobd: migrate: sql/%s failed; nothing was changed\n",
-					sql_functions[i].name);
+	for (int i = 0; applied && i < sql_functions_count; i++)
+		if (apply_function_file(pg, &sql_functions[i]) < 0)
 			goto fail;
-		}
-	}
 	/* Running daemons look at the version again at once (delivered at
 	 * the commit): a newer one than they know makes them stop claiming. */
 	if (applied && exec_ok(pg, "NOTIFY " MIGRATE_CHANNEL) < 0)

@@ -4,7 +4,8 @@
 # the newest, while a job of lock mode `transaction` holds its row. A version that
 # changes functions only takes no lock that running jobs hold: the migrate goes through
 # at once, claim_batch has its ten-argument form for the worker role (and not for
-# PUBLIC), and the overloads earlier daemons call still claim. The database at version
+# PUBLIC), the overloads earlier daemons call still claim, and pgjobd.schema_functions
+# records each file applied; the next version's migrate applies none of them again. The database at version
 # 24 is made from sql/001..024 the way `pgjobd migrate` applies them.
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
@@ -13,7 +14,7 @@ own_cluster # setup_roles creates the roles (cluster-wide)
 empty_database
 pg_start
 
-plan 6
+plan 8
 
 {
 	echo "SET client_min_messages = warning;"
@@ -74,4 +75,17 @@ SQL
 )
 is "$(echo $got)" "1 1 1" "each form claims a job: ten, twelve, eleven arguments"
 is "$(psql_q "SELECT count(*) FROM pgjobd.jobs WHERE status = 'running'")" 4 "four jobs running"
+is "$(psql_q "SELECT count(*) FROM pgjobd.schema_functions WHERE sha256 ~ '^[0-9a-f]{64}\$'")" \
+	"$(ls "$REPO_ROOT"/sql/functions/*.sql | wc -l)" "each function file applied is recorded with its SHA-256"
 kill "$(cat "$T/hold.pid")" 2>/dev/null
+wait "$(cat "$T/hold.pid")" 2>/dev/null
+
+# The next version (tests/integration/next/: one migration more, the same function
+# files): its migrate applies none of them again.
+NEXT=${PGJOBD_NEXT:-$(dirname "$PGJOBD")/tests/pgjobd-next}
+before=$(psql_q "SELECT string_agg(file || ' ' || applied_at, ', ' ORDER BY file) FROM pgjobd.schema_functions")
+xmin=$(psql_q "SELECT xmin FROM pg_proc WHERE oid = 'pgjobd.claim_batch(text, bigint, text[], int, bigint, bigint, int, boolean, bigint[], bigint)'::regprocedure")
+timeout 30 "$NEXT" migrate -c "$T/m.ini" >"$T/next.out" 2>&1
+is "$?:$(psql_q "SELECT string_agg(file || ' ' || applied_at, ', ' ORDER BY file) FROM pgjobd.schema_functions"):$(psql_q "SELECT xmin FROM pg_proc WHERE oid = 'pgjobd.claim_batch(text, bigint, text[], int, bigint, bigint, int, boolean, bigint[], bigint)'::regprocedure")" \
+	"0:$before:$xmin" "the next version's migrate applies no function file it did not change" ||
+	diag "$(cat "$T/next.out")"
