@@ -34,6 +34,14 @@ VERSION := 0.1.0
 SRCS := $(filter-out src/main.c,$(wildcard src/*.c))
 OBJS := $(patsubst src/%.c,$(B)/%.o,$(SRCS)) $(B)/sql_embed.o
 MIGRATIONS := $(sort $(wildcard sql/[0-9][0-9][0-9]_*.sql))
+# The current definitions of the schema's functions, applied after the migrations in
+# this order (sql/README, "Where the code is"): a file may name a function of a file
+# before it. Every file of sql/functions/ must be listed.
+FUNCTIONS := $(addprefix sql/functions/,workers.sql outcome.sql lease.sql claim.sql \
+	groups.sql enqueue.sql control.sql schedules.sql previous.sql roles.sql)
+ifneq ($(sort $(FUNCTIONS)),$(sort $(wildcard sql/functions/*.sql)))
+$(error FUNCTIONS in the Makefile must list every file of sql/functions/)
+endif
 
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(B)/tests/%,$(wildcard tests/unit/test_*.c))
 # Helpers of `make bench` (tests/bench/): the spawn ceiling, the pickup-latency client
@@ -58,8 +66,13 @@ $(B)/pgjobd: $(B)/main.o $(OBJS)
 $(B)/%.o: src/%.c | $(B)
 	$(CC) $(ALL_CFLAGS) -DPGJOBD_VERSION='"$(VERSION)"' -c -o $@ $<
 
-$(B)/sql_embed.c: $(MIGRATIONS) src/embed-sql.sh | $(B)
-	sh src/embed-sql.sh $(MIGRATIONS) > $@.tmp && mv $@.tmp $@
+$(B)/sql_embed.c: $(MIGRATIONS) $(FUNCTIONS) src/embed-sql.sh | $(B)
+	sh src/embed-sql.sh $(MIGRATIONS) -- $(FUNCTIONS) > $@.tmp && mv $@.tmp $@
+
+# The daemon's claim statement (sql/claim.sql), a string literal for claim.c.
+$(B)/claim_sql.h: sql/claim.sql src/embed-sql.sh | $(B)
+	sh src/embed-sql.sh --define CLAIM_SQL_CLAIM sql/claim.sql > $@.tmp && mv $@.tmp $@
+$(B)/claim.o: $(B)/claim_sql.h
 
 $(B)/sql_embed.o: $(B)/sql_embed.c
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<
@@ -125,8 +138,8 @@ $(B)/tests/claim-sql: tests/integration/claim-sql.c $(addprefix $(B)/,$(addsuffi
 # The "next version" of t_29_rolling_upgrade.sh: the same objects, with one migration
 # more (tests/integration/next/) embedded; nothing of it is in src/.
 NEXT_MIGRATIONS := $(MIGRATIONS) $(sort $(wildcard tests/integration/next/[0-9][0-9][0-9]_*.sql))
-$(B)/tests/sql_embed_next.c: $(NEXT_MIGRATIONS) src/embed-sql.sh | $(B)
-	sh src/embed-sql.sh $(NEXT_MIGRATIONS) > $@.tmp && mv $@.tmp $@
+$(B)/tests/sql_embed_next.c: $(NEXT_MIGRATIONS) $(FUNCTIONS) src/embed-sql.sh | $(B)
+	sh src/embed-sql.sh $(NEXT_MIGRATIONS) -- $(FUNCTIONS) > $@.tmp && mv $@.tmp $@
 $(B)/tests/sql_embed_next.o: $(B)/tests/sql_embed_next.c
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<
 $(B)/tests/pgjobd-next: $(B)/main.o $(filter-out $(B)/sql_embed.o,$(OBJS)) $(B)/tests/sql_embed_next.o

@@ -1,160 +1,49 @@
-/* claim.c - the SQL of the job protocol (lock mode `transaction`).
+/* claim.c - every statement of the job protocol, built for db_send, and the
+ * decoding of a claim's rows. It owns no connection and knows no processes:
+ * callers (claimer.c, slot.c, lease.c, fence.c, maint.c, daemon.c) send what
+ * it builds.
  *
- * Claims are made in batches by one session per queue, the claimer, for the
- * queue's idle slots; each slot then holds its job in its own session:
+ *   claim      claim_build: the daemon's claim statement, sql/claim.sql
+ *              (embedded by the build as CLAIM_SQL_CLAIM), for the idle
+ *              slots of one queue -- its own transaction; the rows are
+ *              claim_decode's
+ *   hold       claim_build_hold: BEGIN; lock the group row; lock the job
+ *              row if still this claim's -- the transaction stays open
+ *   outcome    claim_build_finish: UPDATE ... WHERE id AND fence; COMMIT
+ *   release    claim_build_release: pgjobd.release_claim, from a new
+ *              session, for a job whose holding session was lost
+ *   lease      claim_build_extend, claim_build_finish_leases (lock mode
+ *              lease: no hold, the row's lease instead)
+ *   liveness   register, heartbeat, set_queues, forget_workers, worker_gone
+ *   upkeep     maintain, cancel requests, the wake-up secret
  *
- *   claimer    one statement (claim_sql_claim below): the best ready
- *              ungrouped jobs when nothing else may start, otherwise
- *              pgjobd.claim_batch(queue, worker_id, ...)
- *              -- own transaction: marks up to one job per idle slot
- *              -- `running` (worker, worker_id, attempts+1, a new fencing
- *              -- token) and commits; nothing stays locked
- *   slot       BEGIN
- *              SELECT ... FROM pgjobd.groups ... FOR UPDATE   -- group row
- *              SELECT ... FROM pgjobd.jobs ... FOR UPDATE     -- job row, if
- *              -- still running for this worker and fencing token, and our
- *              -- daemon is alive by the server's clock; Sync, tx open
- *   slot       UPDATE pgjobd.jobs ... WHERE id AND fence; COMMIT  -- outcome
- *
- * So a busy slot makes two round trips and one commit per job, and the
- * claimer one round trip and one commit per batch. Between the claim's
- * commit and the hold, the job is `running` and locked by nobody; it is
- * protected by who may take a running job: another daemon only once our
- * daemon's claims have lapsed (fence.c; sql/006_fencing.sql explains the
- * bound), and then our slot's hold finds it gone or our daemon dead and
- * starts nothing; our own orphan pass not while the claimer answers for it
- * (claimer.c: p_skip); and a group with a running job starts no other job
- * (sql/009_row_locks.sql). A job of our own that none of our slots
- * holds is handed back by our own orphan pass (never started), or released by
- * the slot that lost it (pgjobd.release_claim: a failed attempt).
- *
- * The finish UPDATE runs in the transaction that holds the job's row lock,
- * so it cannot race with anyone; when the connection is lost before COMMIT
- * the slot releases the job from its next session. */
+ * The SQL side is in sql/: the claim statement in sql/claim.sql, the
+ * functions it and the others call in sql/functions/ (one current definition
+ * each), and the protocol as a whole, its invariants and its windows in
+ * sql/README. Statements are prepared once per session (db.c); the sessions
+ * that claim plan them generically (claim_sql_generic_plans). */
 #include "claim.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "claim_sql.h"
 #include "log.h"
 #include "util.h"
 
-/* Step 1, the claimer's own transaction (in lock mode lease, the lease
- * session's). The scan bound keeps a claim's cost bounded when many ready rows
- * are blocked (groups whose head is running or waiting for a retry).
- *
- * Most claims need little of claim_batch: no orphan pass is due, the queue is
- * not paused and no grouped job of it could start now (none ready and
- * unmarked, no mark due). Then claim_batch would take the best ready
- * ungrouped jobs, fail those whose data is too large, mark the rest running,
- * keep the waiting row, and find nothing else to do, in a dozen statements,
- * each an executor start-up and a turn of PL/pgSQL. The statement below does
- * that work itself (measured on a throwaway server, from its log: an idle
- * daemon's claim of a freshly queued job 0.47 ms against claim_batch's 0.58
- * at the median of 200; under load 0.26 to 0.28 ms a claim against 0.38 to
- * 0.41). It first reads those conditions once (CTE k, the quick case); in
- * the quick case its own CTEs do that work, and claim_batch is called with
- * no worker (it returns at once, and the join's filter does not call it at
- * all); otherwise they do nothing and claim_batch does everything, as
- * before. The quick case's CTE c locks the rows before the others change
- * them, each data-modifying CTE runs once, and the slots are numbered in
- * start order as claim_batch numbers them (a job failed for its size keeps
- * its number, its slot idle for this call). Its races are claim_batch's: a
- * grouped job that becomes ready after k read the queue is the next claim's,
- * as one that commits after claim_batch's grouped scan is; and it takes no
- * grouped job, so group order and exclusivity are claim_batch's alone. The
- * grouped check reads the first ready job in start order rather than EXISTS:
- * a generic plan of EXISTS drops the ORDER BY and LIMIT and scans the table
- * for a match, and a queue with no grouped work has none. Both paths return
- * claim_batch's columns. sql/README explains both, and tests/integration's
- * t_44_claim_paths.sh holds them to the same answers. */
-/* The two empty arrays are claim_batch's p_release_jobs and p_release_groups,
- * which the schema ignores since version 9 (sql/009_row_locks.sql). The
- * sessions that claim plan it once (claim_sql_generic_plans). */
-/* The leading comment names the statement where operators and tests see
- * it: pg_stat_activity shows only the first 1 kB of a query's text. */
-const char claim_sql_claim[] =
-    "/* pgjobd claim */ WITH k AS MATERIALIZED ("
-    "SELECT cardinality($3::text[]) > 0 AND NOT $8::boolean "
-    "AND EXISTS (SELECT 1 FROM pgjobd.workers w "
-    "WHERE w.id = $2::bigint AND w.alive_until > clock_timestamp()) "
-    "AND NOT EXISTS (SELECT 1 FROM pgjobd.paused_queues p WHERE p.queue = $1) "
-    "AND (SELECT j.id FROM pgjobd.jobs j "
-    "WHERE j.queue = $1 AND j.status = 'queued' AND j.group_id IS NOT NULL "
-    "AND j.held_until IS NULL AND j.run_at <= statement_timestamp() "
-    "ORDER BY j.priority, j.run_at, j.id LIMIT 1) IS NULL "
-    "AND NOT EXISTS (SELECT 1 FROM pgjobd.jobs h WHERE h.queue = $1 AND h.status = 'queued' "
-    "AND h.held_until <= statement_timestamp()) AS quick), "
-    /* the best ready ungrouped jobs, one probe of jobs_ready_free, locked */
-    "c AS (SELECT j.id, j.priority, j.run_at, "
-    "(pg_column_size(j.data) > $6::bigint OR (pg_column_compression(j.data) IS NOT NULL "
-    "AND octet_length(j.data::text) > 16 * $6::bigint)) AS big "
-    "FROM pgjobd.jobs j WHERE (SELECT k.quick FROM k) "
-    "AND j.queue = $1 AND j.status = 'queued' AND j.group_id IS NULL "
-    "AND j.run_at <= statement_timestamp() "
-    "AND (j.expires_at IS NULL OR j.expires_at > statement_timestamp()) "
-    "ORDER BY j.priority, j.run_at, j.id FOR UPDATE SKIP LOCKED "
-    "LIMIT cardinality($3::text[])), "
-    "t AS (SELECT c.id, c.big, "
-    "(row_number() OVER (ORDER BY c.priority, c.run_at, c.id))::int AS slot FROM c), "
-    /* slots left idle: wake me (pgjobd.waiting) */
-    "wi AS (INSERT INTO pgjobd.waiting (queue, pid) SELECT $1, pg_backend_pid() "
-    "WHERE (SELECT k.quick FROM k) AND (SELECT count(*) FROM t) < cardinality($3::text[]) "
-    "ON CONFLICT DO NOTHING), "
-    "wd AS (DELETE FROM pgjobd.waiting w WHERE (SELECT k.quick FROM k) "
-    "AND w.queue = $1 AND w.pid = pg_backend_pid() "
-    "AND (SELECT count(*) FROM t) >= cardinality($3::text[])), "
-    /* data larger than max_data fails the job, unloaded (claim_batch's rule) */
-    "f AS (UPDATE pgjobd.jobs j SET status = 'failed', finished_at = clock_timestamp(), "
-    "updated_at = clock_timestamp(), worker = NULL, worker_id = NULL, "
-    "lease_until = NULL, lease_ms = NULL, "
-    "error = jsonb_build_object('reason', 'data_too_large', 'exit_code', NULL, "
-    "'signal', NULL, 'stderr', NULL, 'message', 'data is larger than the queue''s max_data', "
-    "'data_bytes', pg_column_size(j.data), "
-    "'text_bytes', CASE WHEN pg_column_compression(j.data) IS NOT NULL "
-    "THEN octet_length(j.data::text) END, 'max_data', $6::bigint) "
-    "WHERE j.id = ANY (ARRAY(SELECT t.id FROM t WHERE t.big))), "
-    "u AS (UPDATE pgjobd.jobs j SET status = 'running', attempts = j.attempts + 1, "
-    "worker = ($3::text[])[(SELECT t.slot FROM t WHERE t.id = j.id)], worker_id = $2::bigint, "
-    "fence = nextval('pgjobd.fence_seq'), "
-    "lease_until = clock_timestamp() + $10::bigint * interval '1 millisecond', "
-    "lease_ms = $10::bigint, started_at = clock_timestamp(), "
-    "updated_at = clock_timestamp(), finished_at = NULL "
-    "WHERE j.id = ANY (ARRAY(SELECT t.id FROM t WHERE NOT t.big)) AND j.status = 'queued' "
-    "RETURNING (SELECT t.slot FROM t WHERE t.id = j.id) AS slot, j.id, j.group_id, j.attempts, "
-    "j.max_attempts, j.timeout, j.fence, "
-    "j.data, j.schedule, j.scheduled_for) "
-    /* claim_batch's columns, computed as it computes them */
-    "(SELECT u.slot, u.id AS job_id, NULL::bigint AS group_row, u.group_id, u.attempts, "
-    "least(coalesce(u.max_attempts, $4::int), $4::int) AS max_attempts, "
-    "CASE WHEN u.timeout IS NULL THEN NULL WHEN $5::bigint > 0 "
-    "THEN least($5::bigint, greatest(1, ceil(extract(epoch FROM u.timeout) * 1000)))::bigint "
-    "ELSE greatest(1, ceil(extract(epoch FROM u.timeout) * 1000))::bigint END AS timeout_ms, "
-    "u.fence, u.data::text AS data, a.keys AS arg_keys, a.vals AS arg_vals, u.schedule, "
-    "to_char(u.scheduled_for AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"') "
-    "AS scheduled_for "
-    "FROM u, LATERAL (SELECT coalesce(array_agg(e.key ORDER BY e.key), '{}') AS keys, "
-    "coalesce(array_agg(e.value #>> '{}' ORDER BY e.key), '{}') AS vals "
-    "FROM jsonb_each(CASE WHEN jsonb_typeof(u.data) = 'object' THEN u.data ELSE '{}' END) e "
-    "WHERE jsonb_typeof(e.value) IN ('string', 'number', 'boolean')) a "
-    "ORDER BY u.slot) "
-    "UNION ALL "
-    "(SELECT b.slot, b.job_id, b.group_row, b.group_id, b.attempts, b.max_attempts, "
-    "b.timeout_ms, b.fence, b.data, b.arg_keys, b.arg_vals, b.schedule, b.scheduled_for "
-    "FROM k, LATERAL pgjobd.claim_batch($1, $2::bigint, "
-    "CASE WHEN k.quick THEN '{}' ELSE $3::text[] END, $4::int, $5::bigint, $6::bigint, "
-    "$7::int, $8::boolean, '{}', '{}', $9::bigint[], $10::bigint) b "
-    "WHERE NOT k.quick)";
+/* The claim (sql/claim.sql explains it): its parameters are claim_build's,
+ * its rows claim_batch's. */
+const char claim_sql_claim[] = CLAIM_SQL_CLAIM;
+
 /* Run at every connect of the sessions that claim. Left to choose, the plan
  * cache planned the claim statement anew at every execution (a custom plan
  * costs less than a generic one that cannot know the queue or the number of
- * slots): 0.54 ms of planning for 0.26 ms of execution on a throwaway server,
- * 1,600 plans in 1,599 claims. Every statement of these sessions is written
- * for a generic plan: the claim's joins are index probes by id (= ANY of an
- * array of ids rather than a join, which a generic plan made a merge join over
- * jobs_pkey), and the functions they call (claim_batch, extend_leases,
- * finish_leases) plan generically anyway (sql/019_plans.sql). */
+ * slots), and planning it costs more than running it (tests/bench/README,
+ * "The claim"). Every statement of these sessions is written for a generic
+ * plan: the claim's joins are index probes by id, and the functions they call
+ * (claim_batch, extend_leases, finish_leases) plan generically anyway
+ * (plan_cache_mode in their definitions, sql/functions/). */
 const char claim_sql_generic_plans[] = "SET plan_cache_mode = force_generic_plan";
 
 /* Step 2, the slot's transaction: the group row first, then the job row,
@@ -162,7 +51,7 @@ const char claim_sql_generic_plans[] = "SET plan_cache_mode = force_generic_plan
  * of other claimers can hold them, briefly. The job row is locked only if it
  * is still this claim's (same worker and fencing token: an orphan pass may
  * have taken it over if our daemon's heartbeat lapsed meanwhile) and our
- * daemon is still alive by the server's clock (sql/006_fencing.sql). */
+ * daemon is still alive by the server's clock (sql/README, "Fencing"). */
 static const char sql_begin[] = "BEGIN";
 static const char sql_hold_group[] = "SELECT 1 FROM pgjobd.groups WHERE id = $1::bigint FOR UPDATE";
 /* An ungrouped job's stand-in, in the same place of the batch: no row, no
@@ -182,7 +71,7 @@ const char claim_sql_commit[] = "COMMIT";
  * moves run_at; a shutdown gives the attempt back. $8, the attempt's entry
  * from the daemon (NULL: no entry, the command never started), is completed
  * with the row's attempt, worker and start and appended to history
- * (pgjobd.history_add, sql/016_history.sql). */
+ * (pgjobd.history_add, sql/functions/outcome.sql). */
 /* clock_timestamp(), not now(): this transaction began when the job was
  * claimed, so now() is the start time, and a retry's delay must count from
  * the end of the attempt. Read once (FROM), so that finished_at and the
@@ -205,26 +94,26 @@ static const char sql_finish[] =
 static const char sql_drop_cancel[] =
     "DELETE FROM pgjobd.cancel_requests WHERE job_id = $1::bigint";
 
-/* Housekeeping (sql/003_job_control.sql, sql/009_row_locks.sql): under a row
+/* Housekeeping (pgjobd.maintain, sql/functions/control.sql): under a row
  * lock taken with SKIP LOCKED, so one daemon at a time; bounded batches with
  * SKIP LOCKED. Then the pending cancel requests: a plain read of a table that
  * is empty nearly always, and the only source of the ids of jobs to cancel. Only the owner and the
  * worker role may write it; a NOTIFY on pgjobd_cancel, which any role can send, only makes the
- * daemon read it at once (sql/008_security.sql). */
+ * daemon read it at once (sql/README, "Wake-ups"). */
 static const char sql_maintain[] = "SELECT locked, expired, deleted, more "
 				   "FROM pgjobd.maintain($1::text[], $2::bigint[], $3::int)";
 const char claim_sql_cancel_requests[] = "SELECT job_id FROM pgjobd.cancel_requests";
 
-/* The installation's secret for wake-up payloads (sql/008_security.sql),
+/* The installation's secret for wake-up payloads (sql/README, "Wake-ups"),
  * read by the listener at each connect. */
 const char claim_sql_wake_secret[] = "SELECT secret FROM pgjobd.wake_secret";
 
-/* A slot's own release of a claim it lost (sql/006_fencing.sql). */
+/* A slot's own release of a claim it lost (sql/functions/outcome.sql). */
 static const char sql_release[] =
     "SELECT pgjobd.release_claim($1::bigint, $2::bigint, $3::boolean, $4::jsonb, $5::int, "
     "$6::bigint, $7::jsonb)";
 
-/* Lock mode `lease` (lease.c, sql/017_lease.sql), on the lease session.
+/* Lock mode `lease` (lease.c, sql/functions/lease.sql), on the lease session.
  * The extension: one statement for every lease the daemon holds, keyed by
  * (id, fencing token); it returns the ids of the leases it extended, each
  * row locked for the statement's own short transaction only. */
@@ -237,7 +126,7 @@ static const char sql_finish_leases[] = "SELECT * FROM pgjobd.finish_leases($1::
 
 /* The daemon's liveness, on the fence session (fence.c). */
 static const char sql_register[] = "SELECT pgjobd.register_worker($1, $2::int, $3::text[])";
-/* After a reload: the queues the instance serves now (sql/012_ops.sql). Its
+/* After a reload: the queues the instance serves now (workers.queues). Its
  * own row only, which nothing else writes but the heartbeat. */
 static const char sql_set_queues[] =
     "UPDATE pgjobd.workers SET queues = $2::text[] WHERE id = $1::bigint";

@@ -1,8 +1,8 @@
 /* claim.h - the job protocol's SQL and the decoding of its rows.
  *
  * claim builds statements (struct db_stmt) and decodes results; it knows no
- * processes and owns no connection. The protocol itself is explained at the
- * top of claim.c and of sql/002_fast_claim.sql. */
+ * processes and owns no connection. The top of claim.c lists the statements;
+ * the protocol itself is explained in sql/README. */
 #ifndef PGJOBD_CLAIM_H
 #define PGJOBD_CLAIM_H
 
@@ -63,8 +63,8 @@ struct claim_params {
 void claim_params_init(struct claim_params *p);
 void claim_params_fini(struct claim_params *p);
 
-/* The claim statement's SQL (claim.c explains its two paths); exposed for
- * the tests. */
+/* The claim statement's SQL (sql/claim.sql, which explains its two paths);
+ * exposed for the tests. */
 extern const char claim_sql_claim[];
 /* The setting every session that claims runs at connect (generic plans). */
 extern const char claim_sql_generic_plans[];

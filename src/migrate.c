@@ -1,8 +1,18 @@
-/* migrate.c - applies the embedded sql/NNN_*.sql migrations.
+/* migrate.c - applies the embedded sql/NNN_*.sql migrations and the current
+ * function definitions, the files of sql/functions/.
  *
  * pgjobd.schema_version records each applied version. The whole upgrade is
- * one transaction: a failed migration leaves the schema as it was. Two
- * `pgjobd migrate` run at once are serialised by an EXCLUSIVE lock on
+ * one transaction: the migrations the database has not had, in order, then
+ * each function file whose text it has not had (CREATE OR REPLACE: each
+ * function's current definition, whatever the migrations left;
+ * pgjobd.schema_functions keeps the SHA-256 of each file applied), and a
+ * failure anywhere leaves the schema as it was. A database at the newest version is left alone, so
+ * a change to a function file must come with a new migration, even one that holds only a comment:
+ * the new version is what makes `pgjobd migrate` apply the file, and what tells running daemons of
+ * the previous version to stop (sql/README, "Where the code is"; t_01_schema.sh fails when a
+ * function file changed without one).
+ *
+ * Two `pgjobd migrate` run at once are serialised by an EXCLUSIVE lock on
  * pgjobd.schema_version, taken before the version is read, so the second one
  * finds the work done. Only the owner and the worker role may lock that table
  * at all (a lock every role could take would let any role hold up an
@@ -29,6 +39,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include "sha256.h"
 
 int migrate_latest(void)
 {
@@ -74,7 +86,8 @@ static int exec_ok(PGconn *pg, const char *sql)
 {
 	PGresult *r = PQexec(pg, sql);
 	ExecStatusType st = PQresultStatus(r);
-	int ok = st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK;
+	/* a migration may hold only comments (a new version for a function file) */
+	int ok = st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK || st == PGRES_EMPTY_QUERY;
 	const char *state = ok ? NULL : PQresultErrorField(r, PG_DIAG_SQLSTATE);
 	snprintf(last_state, sizeof(last_state), "%s", state ? state : "");
 	/* a lock failure is reported by the retry loop, once it gives up */
@@ -105,6 +118,48 @@ int migrate_current(PGconn *pg)
 	int v = atoi(PQgetvalue(r, 0, 0));
 	PQclear(r);
 	return v;
+}
+
+/* Function file f, unless the database has had its text already (its SHA-256
+ * in pgjobd.schema_functions): then nothing is sent, and a migration that
+ * locked a table (which stays locked until the commit) holds it no longer
+ * for the function files. Returns 1 (applied), 0 (had it) or -1. */
+static int apply_function_file(PGconn *pg, const struct sql_file *f)
+{
+	char digest[SHA256_HEX_LEN + 1];
+	sha256_hex2(f->sql, "", digest);
+	const char *vals[2] = {f->name, digest};
+	PGresult *r = PQexecParams(pg,
+				   "SELECT 1 FROM pgjobd.schema_functions "
+				   "WHERE file = $1 AND sha256 = $2",
+				   2, NULL, vals, NULL, NULL, 0);
+	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+		fprintf(stderr, "pgjobd: migrate: %s", PQerrorMessage(pg));
+		PQclear(r);
+		return -1;
+	}
+	int had = PQntuples(r) > 0;
+	PQclear(r);
+	if (had)
+		return 0;
+	if (exec_ok(pg, f->sql) < 0) {
+		if (!is_lock_failure())
+			fprintf(stderr, "pgjobd: migrate: sql/%s failed; nothing was changed\n",
+				f->name);
+		return -1;
+	}
+	r = PQexecParams(pg,
+			 "INSERT INTO pgjobd.schema_functions (file, sha256) VALUES ($1, $2) "
+			 "ON CONFLICT (file) DO UPDATE SET sha256 = EXCLUDED.sha256, "
+			 "applied_at = now()",
+			 2, NULL, vals, NULL, NULL, 0);
+	if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+		fprintf(stderr, "pgjobd: migrate: %s", PQerrorMessage(pg));
+		PQclear(r);
+		return -1;
+	}
+	PQclear(r);
+	return 1;
 }
 
 /* One try of the whole upgrade, in one transaction. Returns the number of
@@ -168,6 +223,10 @@ static int apply_once(PGconn *pg, int *done)
 		PQclear(r);
 		done[applied++] = i;
 	}
+	/* The current functions, over what the migrations left. */
+	for (int i = 0; applied && i < sql_functions_count; i++)
+		if (apply_function_file(pg, &sql_functions[i]) < 0)
+			goto fail;
 	/* Running daemons look at the version again at once (delivered at
 	 * the commit): a newer one than they know makes them stop claiming. */
 	if (applied && exec_ok(pg, "NOTIFY " MIGRATE_CHANNEL) < 0)

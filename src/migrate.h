@@ -1,6 +1,7 @@
-/* migrate.h - the SQL migrations compiled into the binary (build/sql_embed.c,
- * generated from sql/NNN_*.sql) and the blocking code that applies them.
- * Used by the CLI subcommands only, never by the running daemon's loop. */
+/* migrate.h - the SQL compiled into the binary (build/sql_embed.c, generated
+ * from sql/NNN_*.sql and the files of sql/functions/) and the blocking code that
+ * applies it. Used by the CLI subcommands only, never by the running daemon's
+ * loop. */
 #ifndef PGJOBD_MIGRATE_H
 #define PGJOBD_MIGRATE_H
 
@@ -13,6 +14,15 @@ struct migration {
 };
 extern const struct migration migrations[];
 extern const int migrations_count;
+
+/* The current definitions of the schema's functions (sql/functions/), in the
+ * order they are applied after the migrations. */
+struct sql_file {
+	const char *name; /* functions/claim.sql */
+	const char *sql;
+};
+extern const struct sql_file sql_functions[];
+extern const int sql_functions_count;
 
 /* The schema version this binary needs (the newest migration). */
 int migrate_latest(void);
@@ -30,7 +40,8 @@ int migrate_verdict(int have);
  * running daemons look at the schema version again at once. */
 #define MIGRATE_CHANNEL "pgjobd_schema"
 
-/* Create or upgrade schema pgjobd in one transaction, serialised against
+/* Create or upgrade schema pgjobd in one transaction (the pending
+ * migrations, then every function file when any was pending), serialised against
  * concurrent runs by a lock on pgjobd.schema_version; idempotent. Each lock
  * waits a moment at most (lock_timeout), and the transaction is tried again
  * with back-off while a lock is not had. Prints what it did to stdout, once

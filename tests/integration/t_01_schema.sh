@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# sql/schema.sql is what the migrations produce: a fresh database migrated with
-# `pgjobd migrate --grant` and printed by tests/schema-dump.sh (exactly what
-# `make schema` writes) must equal it byte for byte. When a migration changed the
-# schema without the file being regenerated, this prints the difference and says to
-# run `make schema`. Also: the dump is stable (a second one prints the same bytes),
+# sql/schema.sql is what the migrations and the function files produce: a fresh
+# database migrated with `pgjobd migrate --grant` and printed by tests/schema-dump.sh
+# (exactly what `make schema` writes) must equal it byte for byte. When a migration or
+# a function file changed the schema without the file being regenerated, this prints
+# the difference and says to run `make schema` (which refuses a change to the schema
+# that comes without a new version). Also: the dump is stable (a second one prints the same bytes),
 # keeps the grants and policies, and drops what would differ from run to run; and the
 # function list: no version-suffixed name is left (018_names.sql renamed the last one).
 . "$(dirname "$0")/lib.sh"
@@ -64,7 +65,12 @@ else
 		diff -u --label sql/schema.sql --label "what the migrations produce" "$snapshot" "$T/schema.sql" \
 			>"$T/schema.diff"
 		ok $? "sql/schema.sql is what the migrations produce" || {
-			diag "sql/schema.sql is stale: run make schema (and commit sql/schema.sql)" \
+			why=("sql/schema.sql is stale: run make schema (and commit sql/schema.sql)")
+			# the same version, another schema: `make schema` refuses it
+			[ "$(grep '^-- Schema version ' "$snapshot" | cut -d, -f1)" = \
+				"$(grep '^-- Schema version ' "$T/schema.sql" | cut -d, -f1)" ] &&
+				why+=("... at the same schema version: a changed function file (sql/functions/) needs a new migration first (sql/README, \"Where the code is\")")
+			diag "${why[@]}" \
 				"$(head -n 300 "$T/schema.diff")"
 			[ "$(wc -l <"$T/schema.diff")" -gt 300 ] && diag "(diff cut at 300 of $(wc -l <"$T/schema.diff") lines)"
 		}

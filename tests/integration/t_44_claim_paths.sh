@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The claim statement has two paths (src/claim.c, claim_sql_claim): when no
-# orphan pass is asked for, the queue is not paused and no grouped job of it
+# The claim statement has two paths (sql/claim.sql, sent by src/claim.c): when
+# no orphan pass is asked for, the queue is not paused and no grouped job of it
 # could start, it claims the best ready ungrouped jobs itself; otherwise it
-# calls pgjobd.claim_batch, which does everything. Both must give the same
+# calls pgjobd.claim_batch (sql/functions/claim.sql), which does everything. Both must give the same
 # answer. Each case below sets a queue up, then claims twice on the same state,
 # each in a transaction that is rolled back: once with the daemon's statement
 # (as the helper claim-sql prints it, prepared and planned as the daemon's
@@ -62,7 +62,7 @@ same() {
 	local args="'cq', $W, '$workers', 5, $timeout, $max_data, 1000, $orphans, '{}', $lease"
 	claim_run "$T/$name.stmt" "$prefix" "EXECUTE qc($args)"
 	claim_run "$T/$name.batch" "$prefix" "SELECT * FROM pgjobd.claim_batch('cq', $W, '$workers', 5,
-		$timeout, $max_data, 1000, $orphans, '{}', '{}', '{}', $lease)"
+		$timeout, $max_data, 1000, $orphans, '{}', $lease)"
 	local f ok=0
 	for f in stmt batch; do
 		[ -s "$T/$name.$f.log" ] && { diag "$name ($f): $(cat "$T/$name.$f.log")"; ok=1; }

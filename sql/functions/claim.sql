@@ -1,0 +1,518 @@
+-- sql/functions/claim.sql - the claim: how a daemon takes queued jobs.
+--
+-- The current definitions; `pgjobd migrate` applies this file after the
+-- migrations (sql/README, "Where the code is"). The daemon claims with one
+-- statement, sql/claim.sql: the common case there, everything else here. The
+-- protocol around these functions (the hold, the outcome, the windows between
+-- them) is sql/README's "The claim protocol".
+--
+--   claim_batch     the whole claim: up to one job per idle slot, marked
+--                   `running` for it and returned
+--   try_group_head  may this group start its head now? (the group row lock)
+--   hold_group      mark the later jobs of a group whose head waits out a
+--                   backoff, so that claims do not scan them
+--
+-- claim_batch plans its statements generically (plan_cache_mode): a claim is
+-- the statement a busy daemon sends most, and a plan made once per session
+-- costs less than one made per call. Like every function of the schema, each
+-- runs with search_path = pg_catalog, pg_temp.
+
+-- claim_batch(queue, worker_id, workers, max_attempts, timeout_ms, max_data,
+-- scan, orphans, skip, lease_ms): claim up to cardinality(workers) jobs of
+-- `queue` for instance worker_id, the i-th for slot i (its worker name
+-- workers[i]); lease_ms NULL in lock mode `transaction`, the lease in lock mode
+-- `lease`; skip: the running jobs of the queue the caller answers for, which
+-- its orphan pass leaves alone. Runs in the caller's transaction, which is the
+-- claim: nothing stays locked after its commit. Returns one row per job: its
+-- slot (1-based), id, group row (NULL: ungrouped), group id, this attempt's
+-- number, the effective max_attempts and timeout, the new fencing token, the
+-- data and its top-level scalars as argument keys and values, and the
+-- schedule and tick that enqueued it.
+--
+-- In order: nothing unless the instance is alive and the queue not paused;
+-- the marks of held groups that are due cleared; if asked, the orphan pass
+-- over the queue's running jobs not in skip; the best ready ungrouped jobs
+-- (one probe, locked); the ready grouped jobs in start order (at most scan),
+-- each group's head tried under its group row's lock (try_group_head), heads
+-- waiting out a backoff marked (hold_group); if that walk met only busy
+-- groups, one loose index scan over the groups' heads; the waiting row; jobs
+-- too large failed; the rest marked `running`. sql/README, "The claim
+-- protocol", explains each step and its races.
+--
+-- The daemon calls it through its claim statement, sql/claim.sql, which does
+-- the common case (only ungrouped jobs may start) itself and calls this
+-- function for everything else.
+CREATE OR REPLACE FUNCTION pgjobd.claim_batch(p_queue text, p_worker_id bigint, p_workers text[], p_max_attempts integer, p_timeout_ms bigint, p_max_data bigint, p_scan integer, p_orphans boolean, p_skip bigint[], p_lease_ms bigint) RETURNS TABLE(slot integer, job_id bigint, group_row bigint, group_id text, attempts integer, max_attempts integer, timeout_ms bigint, fence bigint, data text, arg_keys text[], arg_vals text[], schedule text, scheduled_for text)
+    LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    want int := coalesce(array_length(p_workers, 1), 0);
+    ids bigint[] := '{}';   -- picked jobs, in start order
+    gids bigint[] := '{}';  -- their group rows (NULL: ungrouped)
+    r record;
+    gid bigint;
+    u_ids bigint[];
+    u_pri int[];
+    u_run timestamptz[];
+    nu int;
+    ui int := 1;
+    busy text[] := '{}';
+    n int := 0;
+    scan_cut boolean := false;
+    own boolean;
+    head record;
+    budget int := p_scan;   -- groups this call may still mark held
+BEGIN
+    IF want = 0 THEN
+        RETURN;
+    END IF;
+
+    -- A daemon whose heartbeat lapsed may have lost its jobs already: it
+    -- starts nothing until it has registered again.
+    IF NOT EXISTS (SELECT 1 FROM pgjobd.workers w
+                    WHERE w.id = p_worker_id AND w.alive_until > clock_timestamp()) THEN
+        RETURN;
+    END IF;
+
+    -- Paused: start nothing, not even orphans (running one again is a
+    -- start). resume() sends the NOTIFY that brings us back.
+    IF EXISTS (SELECT 1 FROM pgjobd.paused_queues p WHERE p.queue = p_queue) THEN
+        DELETE FROM pgjobd.waiting w WHERE w.queue = p_queue AND w.pid = pg_backend_pid();
+        RETURN;
+    END IF;
+
+    -- Marks whose time has come (sql/README, "Held groups").
+    IF EXISTS (SELECT 1 FROM pgjobd.jobs h
+                WHERE h.queue = p_queue AND h.status = 'queued'
+                  AND h.held_until <= statement_timestamp()) THEN
+        UPDATE pgjobd.jobs j SET held_until = NULL
+         WHERE j.id IN (SELECT h.id FROM pgjobd.jobs h
+                         WHERE h.queue = p_queue AND h.status = 'queued'
+                           AND h.held_until <= statement_timestamp()
+                         ORDER BY h.held_until LIMIT p_scan
+                         FOR UPDATE SKIP LOCKED);
+    END IF;
+
+    -- Orphans first: running jobs that no slot holds and that may be taken,
+    -- our own that none of our slots answers for (not in p_skip: claimed
+    -- for us, but never started) and other daemons' whose daemon's
+    -- alive_until has passed. A slot that holds a job holds its group row
+    -- and its job row; both are tried with SKIP LOCKED, group row first, the
+    -- order every claim and hold locks them in. A lease-held job holds
+    -- neither: its lease decides (sql/README, "Lock mode lease").
+    IF p_orphans THEN
+        DELETE FROM pgjobd.waiting w
+         WHERE w.queue = p_queue
+           AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = w.pid);
+        -- also the claim's fence and lease
+        FOR r IN SELECT j.id, coalesce(j.group_key, j.group_id) AS group_id, j.attempts, j.max_attempts, j.worker_id, j.fence,
+                        j.lease_until, j.lease_ms
+                   FROM pgjobd.jobs j
+                  WHERE j.queue = p_queue AND j.status = 'running'
+                  ORDER BY j.id
+        LOOP
+            EXIT WHEN array_length(ids, 1) >= want;
+            CONTINUE WHEN r.id = ANY(p_skip);
+            own := r.worker_id IS NOT DISTINCT FROM p_worker_id;
+            -- Our own lease-held job whose lease has run out, not in
+            -- p_skip: its command ran (a claim whose answer was lost is
+            -- handed back by the first claim of the next session, long
+            -- before its lease runs out), and its daemon gave up writing
+            -- its outcome. It is taken over as another daemon's would be,
+            -- once the margin has passed too: a new attempt, and the
+            -- trigger jobs_attempt_ended records the lost run. Given back,
+            -- it would run again under the same attempt, its first run in
+            -- no history entry.
+            IF own AND r.lease_until IS NOT NULL AND r.lease_until <= clock_timestamp() THEN
+                own := false;
+            END IF;
+            -- Another daemon's job: only once that daemon's claim lapsed.
+            -- A lease-held job: once its lease and the margin have
+            -- passed, whatever its daemon's alive_until says; a job held by
+            -- an open transaction: once its daemon's alive_until passed.
+            CONTINUE WHEN NOT own AND r.lease_until IS NOT NULL
+                          AND r.lease_until + pgjobd.lease_margin(r.lease_ms) > clock_timestamp();
+            CONTINUE WHEN NOT own AND r.lease_until IS NULL AND EXISTS (
+                SELECT 1 FROM pgjobd.workers w
+                 WHERE w.id = r.worker_id AND w.alive_until > clock_timestamp());
+            gid := NULL;
+            IF r.group_id IS NOT NULL THEN
+                SELECT g.id INTO gid FROM pgjobd.groups g
+                 WHERE g.queue = p_queue AND g.group_id = r.group_id;
+                IF gid IS NULL THEN
+                    -- maintain() deleted it in a race with this job's
+                    -- claim; the job row lock (below) still tells whether
+                    -- a slot holds it.
+                    INSERT INTO pgjobd.groups (queue, group_id) VALUES (p_queue, r.group_id)
+                        ON CONFLICT DO NOTHING RETURNING id INTO gid;
+                END IF;
+                CONTINUE WHEN gid IS NULL;
+                PERFORM 1 FROM pgjobd.groups g WHERE g.id = gid FOR UPDATE SKIP LOCKED;
+                CONTINUE WHEN NOT FOUND;
+            END IF;
+            -- Still the same claim (nobody took it over since the
+            -- loop read it: a lease claim leaves no lock behind), and for a
+            -- lease not extended meanwhile: the row as locked is rechecked.
+            PERFORM 1 FROM pgjobd.jobs j WHERE j.id = r.id AND j.status = 'running'
+               AND j.fence IS NOT DISTINCT FROM r.fence
+               AND (own OR j.lease_until IS NULL
+                    OR j.lease_until + pgjobd.lease_margin(j.lease_ms) <= clock_timestamp())
+             FOR UPDATE SKIP LOCKED;
+            CONTINUE WHEN NOT FOUND;
+            IF own THEN
+                -- Claimed for us, held by none of our slots: it never
+                -- started. Queued again, the attempt given back; it is a
+                -- candidate again below, in its turn.
+                -- Its lease goes with it (as below, whenever a
+                -- running job ends here)
+                UPDATE pgjobd.jobs j SET status = 'queued', attempts = j.attempts - 1,
+                       worker = NULL, worker_id = NULL, started_at = NULL,
+                       lease_until = NULL, lease_ms = NULL,
+                       updated_at = clock_timestamp()
+                 WHERE j.id = r.id;
+                CONTINUE;
+            END IF;
+            IF EXISTS (SELECT 1 FROM pgjobd.cancel_requests c WHERE c.job_id = r.id) THEN
+                -- Cancelled while its daemon died: it stays cancelled.
+                UPDATE pgjobd.jobs j SET status = 'cancelled', finished_at = clock_timestamp(),
+                       updated_at = clock_timestamp(), lease_until = NULL, lease_ms = NULL,
+                       error = jsonb_build_object('reason', 'cancelled', 'exit_code', NULL,
+                               'signal', NULL, 'stderr', NULL,
+                               'message', 'cancelled; the daemon running it was gone')
+                 WHERE j.id = r.id;
+                DELETE FROM pgjobd.cancel_requests c WHERE c.job_id = r.id;
+                CONTINUE;
+            END IF;
+            IF r.attempts >= least(coalesce(r.max_attempts, p_max_attempts), p_max_attempts) THEN
+                -- Its last attempt died with its daemon: a failed attempt.
+                UPDATE pgjobd.jobs j SET status = 'failed', finished_at = clock_timestamp(),
+                       updated_at = clock_timestamp(), lease_until = NULL, lease_ms = NULL,
+                       error = jsonb_build_object('reason', 'lost_lock', 'exit_code', NULL,
+                               'signal', NULL, 'stderr', NULL,
+                               'message', 'the daemon running this job lost its claim')
+                 WHERE j.id = r.id;
+                CONTINUE;
+            END IF;
+            -- An orphan: run it again, counting a new attempt.
+            ids := ids || r.id;
+            gids := gids || gid;
+            IF r.group_id IS NOT NULL THEN
+                busy := busy || r.group_id;
+            END IF;
+        END LOOP;
+    END IF;
+
+    -- The best ready ungrouped jobs: one probe of jobs_ready_free, locked.
+    -- (Expired rows are filtered here until maintain() cancels them.) A
+    -- locked queued job is ours to start: any other claim of it would have
+    -- to lock it first.
+    SELECT array_agg(c.id ORDER BY c.priority, c.run_at, c.id),
+           array_agg(c.priority ORDER BY c.priority, c.run_at, c.id),
+           array_agg(c.run_at ORDER BY c.priority, c.run_at, c.id)
+      INTO u_ids, u_pri, u_run
+      FROM (SELECT j.id, j.priority, j.run_at FROM pgjobd.jobs j
+             WHERE j.queue = p_queue AND j.status = 'queued' AND j.group_id IS NULL
+               AND j.run_at <= statement_timestamp()
+               AND (j.expires_at IS NULL OR j.expires_at > statement_timestamp())
+             ORDER BY j.priority, j.run_at, j.id
+             FOR UPDATE SKIP LOCKED
+             LIMIT want - coalesce(array_length(ids, 1), 0)) c;
+    nu := coalesce(array_length(u_ids, 1), 0);
+
+    -- Grouped jobs in start order, up to the last ungrouped candidate when
+    -- there are enough of those, bounded by p_scan. Jobs
+    -- marked held are not in jobs_ready_grouped, and not candidates.
+    IF coalesce(array_length(ids, 1), 0) < want THEN
+        FOR r IN SELECT j.id, coalesce(j.group_key, j.group_id) AS group_id, j.priority, j.run_at FROM pgjobd.jobs j
+                  WHERE j.queue = p_queue AND j.status = 'queued' AND j.group_id IS NOT NULL
+                    AND j.held_until IS NULL AND j.run_at <= statement_timestamp()
+                    AND (j.expires_at IS NULL OR j.expires_at > statement_timestamp())
+                    AND (j.priority, j.run_at, j.id) <
+                        (CASE WHEN nu > 0 AND nu + coalesce(array_length(ids, 1), 0) >= want
+                              THEN u_pri[nu] ELSE 2147483647 END,
+                         CASE WHEN nu > 0 AND nu + coalesce(array_length(ids, 1), 0) >= want
+                              THEN u_run[nu] ELSE 'infinity' END,
+                         CASE WHEN nu > 0 AND nu + coalesce(array_length(ids, 1), 0) >= want
+                              THEN u_ids[nu] ELSE 9223372036854775807 END)
+                  ORDER BY j.priority, j.run_at, j.id
+                  LIMIT p_scan + 1
+        LOOP
+            WHILE ui <= nu AND coalesce(array_length(ids, 1), 0) < want
+                  AND (u_pri[ui], u_run[ui], u_ids[ui]) < (r.priority, r.run_at, r.id) LOOP
+                ids := ids || u_ids[ui];
+                gids := gids || NULL::bigint;
+                ui := ui + 1;
+            END LOOP;
+            EXIT WHEN array_length(ids, 1) >= want;
+            n := n + 1;
+            IF n > p_scan THEN
+                scan_cut := true;
+                EXIT;
+            END IF;
+            CONTINUE WHEN r.group_id = ANY(busy);
+            -- The group's head, by a plain read of jobs_group_head (no lock,
+            -- nothing written). Only a candidate that heads its group goes
+            -- on to try_group_head, which locks the group row and checks
+            -- the head again under that lock.
+            SELECT j.id, j.status, j.run_at, j.expires_at INTO head FROM pgjobd.jobs j
+             WHERE j.queue = p_queue AND coalesce(j.group_key, j.group_id) = r.group_id
+               AND j.status IN ('queued', 'running')
+             ORDER BY coalesce(j.commit_seq, j.id) LIMIT 1;
+            IF head.id IS DISTINCT FROM r.id THEN
+                -- A ready head comes later in this scan (or in a later
+                -- call); a running head, or one that expired, keeps the
+                -- group busy.
+                CONTINUE WHEN head.status = 'queued'
+                              AND (head.expires_at IS NULL
+                                   OR head.expires_at > statement_timestamp())
+                              AND head.run_at <= statement_timestamp();
+                busy := busy || r.group_id;
+                -- A head waiting out a backoff: take the group's later jobs
+                -- out of the scan until it is due.
+                IF head.status = 'queued' AND head.run_at > statement_timestamp()
+                   AND (head.expires_at IS NULL OR head.expires_at > statement_timestamp())
+                   AND budget > 0 THEN
+                    PERFORM pgjobd.hold_group(p_queue, r.group_id, head.id, head.run_at,
+                                              p_scan);
+                    budget := budget - 1;
+                END IF;
+                CONTINUE;
+            END IF;
+            gid := pgjobd.try_group_head(p_queue, r.group_id, r.id);
+            IF gid > 0 THEN
+                ids := ids || r.id;
+                gids := gids || gid;
+                busy := busy || r.group_id;
+            ELSIF gid = 0 THEN
+                busy := busy || r.group_id;
+            END IF;
+        END LOOP;
+    END IF;
+    WHILE ui <= nu AND coalesce(array_length(ids, 1), 0) < want LOOP
+        ids := ids || u_ids[ui];
+        gids := gids || NULL::bigint;
+        ui := ui + 1;
+    END LOOP;
+
+    -- The bounded scan met only busy groups: visit each group's head once
+    -- (a loose index scan over jobs_group_head), O(groups). Only ready heads
+    -- are tried, so only groups that may start have their row locked.
+    IF scan_cut AND coalesce(array_length(ids, 1), 0) < want THEN
+        FOR r IN WITH RECURSIVE heads AS (
+                     (SELECT coalesce(j.group_key, j.group_id) AS group_id, j.id, j.status, j.run_at, j.expires_at, j.held_until
+                        FROM pgjobd.jobs j
+                       WHERE j.queue = p_queue AND coalesce(j.group_key, j.group_id) IS NOT NULL
+                         AND j.status IN ('queued', 'running')
+                       ORDER BY coalesce(j.group_key, j.group_id), coalesce(j.commit_seq, j.id) LIMIT 1)
+                     UNION ALL
+                     SELECT nx.group_id, nx.id, nx.status, nx.run_at, nx.expires_at,
+                            nx.held_until FROM heads h,
+                       LATERAL (SELECT coalesce(j.group_key, j.group_id) AS group_id, j.id, j.status, j.run_at, j.expires_at,
+                                       j.held_until
+                                  FROM pgjobd.jobs j
+                                 WHERE j.queue = p_queue AND coalesce(j.group_key, j.group_id) > h.group_id
+                                   AND j.status IN ('queued', 'running')
+                                 ORDER BY coalesce(j.group_key, j.group_id), coalesce(j.commit_seq, j.id) LIMIT 1) nx)
+                 SELECT h.group_id, h.id, h.run_at, h.held_until FROM heads h
+                  WHERE h.status = 'queued'
+                    AND (h.expires_at IS NULL OR h.expires_at > statement_timestamp())
+        LOOP
+            EXIT WHEN array_length(ids, 1) >= want;
+            IF r.run_at > statement_timestamp() THEN
+                -- A head waiting out a backoff that is not marked yet: mark
+                -- its group while this walk meets it.
+                IF r.held_until IS NULL AND budget > 0 THEN
+                    PERFORM pgjobd.hold_group(p_queue, r.group_id, r.id, r.run_at, p_scan);
+                    budget := budget - 1;
+                END IF;
+                CONTINUE;
+            END IF;
+            CONTINUE WHEN r.group_id = ANY(busy);
+            gid := pgjobd.try_group_head(p_queue, r.group_id, r.id);
+            IF gid > 0 THEN
+                ids := ids || r.id;
+                gids := gids || gid;
+                busy := busy || r.group_id;
+            ELSIF gid = 0 THEN
+                busy := busy || r.group_id;
+            END IF;
+        END LOOP;
+    END IF;
+
+    -- Slots left idle: wake me (see pgjobd.waiting).
+    IF coalesce(array_length(ids, 1), 0) < want THEN
+        INSERT INTO pgjobd.waiting (queue, pid) VALUES (p_queue, pg_backend_pid())
+            ON CONFLICT DO NOTHING;
+    ELSE
+        DELETE FROM pgjobd.waiting w WHERE w.queue = p_queue AND w.pid = pg_backend_pid();
+    END IF;
+    IF coalesce(array_length(ids, 1), 0) = 0 THEN
+        RETURN;
+    END IF;
+
+    -- Data larger than max_data is never loaded: the job fails and its slot
+    -- stays idle for this call; a group's next job may start after it. The
+    -- size is the data's as stored (pg_column_size reads it without loading
+    -- a TOASTed value). A value that compresses very well (20 MB of one
+    -- repeated character is stored in about 230 kB) would still bring far
+    -- more than that into the daemon, so a compressed value whose text is
+    -- longer than 16 times max_data fails too: a daemon never loads more
+    -- than that per job. Only compressed values are decompressed for this.
+    UPDATE pgjobd.jobs j SET status = 'failed', finished_at = clock_timestamp(),
+           updated_at = clock_timestamp(), worker = NULL, worker_id = NULL,
+           lease_until = NULL, lease_ms = NULL,
+           error = jsonb_build_object('reason', 'data_too_large', 'exit_code', NULL,
+                   'signal', NULL, 'stderr', NULL,
+                   'message', 'data is larger than the queue''s max_data',
+                   'data_bytes', pg_column_size(j.data),
+                   'text_bytes', CASE WHEN pg_column_compression(j.data) IS NOT NULL
+                                      THEN octet_length(j.data::text) END,
+                   'max_data', p_max_data)
+     WHERE j.id = ANY(ids)
+       AND (pg_column_size(j.data) > p_max_data
+            OR (pg_column_compression(j.data) IS NOT NULL
+                AND octet_length(j.data::text) > 16 * p_max_data));
+
+    RETURN QUERY
+        WITH t AS (SELECT p.id, p.gid, p.n::int AS slot
+                     FROM unnest(ids, gids) WITH ORDINALITY AS p(id, gid, n)),
+             u AS (
+                -- a lease claim commits its lease; a transaction
+                -- claim has none (also when it takes over a lease-held job)
+                UPDATE pgjobd.jobs j SET status = 'running', attempts = j.attempts + 1,
+                       worker = p_workers[t.slot], worker_id = p_worker_id,
+                       fence = nextval('pgjobd.fence_seq'),
+                       lease_until = clock_timestamp() + p_lease_ms * interval '1 millisecond',
+                       lease_ms = p_lease_ms,
+                       started_at = clock_timestamp(),
+                       updated_at = clock_timestamp(), finished_at = NULL
+                  FROM t
+                 WHERE j.id = t.id AND j.status IN ('queued', 'running')
+                RETURNING t.slot, j.id, t.gid, j.group_id, j.attempts, j.max_attempts,
+                          j.timeout, j.fence, j.data,
+                          j.schedule, j.scheduled_for)
+        SELECT u.slot, u.id, u.gid, u.group_id, u.attempts,
+               least(coalesce(u.max_attempts, p_max_attempts), p_max_attempts),
+               -- NULL: the queue's timeout applies. A job's own timeout
+               -- is at least 1 ms and never above a queue's non-zero one.
+               CASE WHEN u.timeout IS NULL THEN NULL
+                    WHEN p_timeout_ms > 0
+                    THEN least(p_timeout_ms,
+                               greatest(1, ceil(extract(epoch FROM u.timeout) * 1000)))::bigint
+                    ELSE greatest(1, ceil(extract(epoch FROM u.timeout) * 1000))::bigint END
+               AS job_timeout_ms,
+               u.fence, u.data::text, a.keys, a.vals,
+               -- the schedule and its tick
+               u.schedule,
+               to_char(u.scheduled_for AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+          FROM u, LATERAL (
+              SELECT coalesce(array_agg(e.key ORDER BY e.key), '{}') AS keys,
+                     coalesce(array_agg(e.value #>> '{}' ORDER BY e.key), '{}') AS vals
+                FROM jsonb_each(CASE WHEN jsonb_typeof(u.data) = 'object'
+                                     THEN u.data ELSE '{}' END) e
+               WHERE jsonb_typeof(e.value) IN ('string', 'number', 'boolean')) a
+         ORDER BY u.slot;
+END
+$$;
+
+REVOKE ALL ON FUNCTION pgjobd.claim_batch(text, bigint, text[], int, bigint, bigint, int, boolean,
+                                          bigint[], bigint) FROM PUBLIC;
+
+
+-- try_group_head(queue, group, job): may job, which headed its group by a
+-- plain read, start now? Locks the group row FOR UPDATE SKIP LOCKED (creating
+-- it if missing), reads the head again under that lock, checks that no job
+-- of the group is `running`, and locks the job row (SKIP LOCKED). Returns the
+-- group row's id (> 0: start it), 0 (the group is busy: skip its other jobs
+-- in this claim) or -1 (this job only is not startable now).
+CREATE OR REPLACE FUNCTION pgjobd.try_group_head(q text, g text, jid bigint) RETURNS bigint
+    LANGUAGE plpgsql
+    SET enable_seqscan TO 'off'
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    gid bigint;
+    head record;
+BEGIN
+    SELECT gr.id INTO gid FROM pgjobd.groups gr
+     WHERE gr.queue = q AND gr.group_id = g FOR UPDATE SKIP LOCKED;
+    IF gid IS NULL THEN
+        IF EXISTS (SELECT 1 FROM pgjobd.groups gr WHERE gr.queue = q AND gr.group_id = g) THEN
+            RETURN 0; -- locked: busy
+        END IF;
+        INSERT INTO pgjobd.groups (queue, group_id) VALUES (q, g)
+            ON CONFLICT DO NOTHING RETURNING id INTO gid;
+        IF gid IS NULL THEN
+            RETURN 0; -- another claim created it since our first look
+        END IF;
+    END IF;
+    SELECT j.id, j.status, j.run_at, j.expires_at INTO head FROM pgjobd.jobs j
+     WHERE j.queue = q AND coalesce(j.group_key, j.group_id) = g AND j.status IN ('queued', 'running')
+     ORDER BY coalesce(j.commit_seq, j.id) LIMIT 1;
+    IF head.id IS DISTINCT FROM jid THEN
+        -- Only a ready, queued head can start (later in the caller's scan);
+        -- a running head, one waiting out a retry, or an expired one keeps
+        -- the group busy.
+        IF head.status = 'queued' AND head.run_at <= statement_timestamp()
+           AND (head.expires_at IS NULL OR head.expires_at > statement_timestamp()) THEN
+            RETURN -1;
+        END IF;
+        RETURN 0;
+    END IF;
+    -- jid heads the group, but a job later in its order may run: one that a
+    -- claim started before jid became visible (or queued again), whose slot
+    -- does not hold the group row yet, or whose daemon died.
+    IF EXISTS (SELECT 1 FROM pgjobd.jobs j
+                WHERE j.queue = q AND coalesce(j.group_key, j.group_id) = g AND j.status = 'running') THEN
+        RETURN 0;
+    END IF;
+    PERFORM 1 FROM pgjobd.jobs j
+     WHERE j.id = jid AND j.status = 'queued' AND j.run_at <= statement_timestamp()
+       AND (j.expires_at IS NULL OR j.expires_at > statement_timestamp())
+     FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        RETURN -1;
+    END IF;
+    RETURN gid;
+END
+$$;
+
+-- hold_group(queue, group, head, until, limit): the head of the group waits
+-- out a backoff until `until`: mark the group's later queued jobs held_until
+-- = until (at most `limit`), so that claims leave them out of their scan
+-- (jobs_ready_grouped skips marked rows). Locks the head's row FOR UPDATE SKIP
+-- LOCKED first: whoever changes the head locks it too (sql/README, "Held
+-- groups"). Returns the number of jobs marked.
+CREATE OR REPLACE FUNCTION pgjobd.hold_group(q text, g text, p_head bigint, p_until timestamp with time zone, p_limit integer) RETURNS integer
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    n int;
+    head_key bigint;
+BEGIN
+    SELECT coalesce(j.commit_seq, j.id) INTO head_key FROM pgjobd.jobs j
+     WHERE j.id = p_head AND j.queue = q AND coalesce(j.group_key, j.group_id) = g AND j.status = 'queued'
+       AND j.run_at = p_until AND j.run_at > statement_timestamp()
+       AND (j.expires_at IS NULL OR j.expires_at > statement_timestamp())
+     FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        RETURN 0;
+    END IF;
+    -- Of the later jobs only ready ones: one with a later run_at of its own
+    -- is not in the scan's range; when it is, a claim marks it if need be.
+    UPDATE pgjobd.jobs j SET held_until = p_until
+     WHERE j.id IN (SELECT s.id FROM pgjobd.jobs s
+                     WHERE s.queue = q AND coalesce(s.group_key, s.group_id) = g
+                       AND coalesce(s.commit_seq, s.id) >= head_key
+                       AND s.status = 'queued' AND s.held_until IS NULL
+                       AND (s.id = p_head OR s.run_at <= statement_timestamp())
+                     ORDER BY coalesce(s.commit_seq, s.id) LIMIT p_limit
+                     FOR UPDATE SKIP LOCKED);
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
+$$;
+
