@@ -1,6 +1,6 @@
 /* claim.c - every statement of the job protocol, built for db_send, and the
  * decoding of a claim's rows. It owns no connection and knows no processes:
- * callers (claimer.c, slot.c, lease.c, fence.c, maint.c, daemon.c) send what
+ * callers (hold_tx.c, hold_lease.c, fence.c, maint.c, daemon.c) send what
  * it builds.
  *
  *   claim      claim_build: the daemon's claim statement, sql/claim.sql
@@ -113,7 +113,7 @@ static const char sql_release[] =
     "SELECT pgjobd.release_claim($1::bigint, $2::bigint, $3::boolean, $4::jsonb, $5::int, "
     "$6::bigint, $7::jsonb)";
 
-/* Lock mode `lease` (lease.c, sql/functions/lease.sql), on the lease session.
+/* Lock mode `lease` (hold_lease.c, sql/functions/lease.sql), on the lease session.
  * The extension: one statement for every lease the daemon holds, keyed by
  * (id, fencing token); it returns the ids of the leases it extended, each
  * row locked for the statement's own short transaction only. */

@@ -156,7 +156,7 @@ struct release_params {
 int claim_build_release(struct db_stmt *st, struct release_params *p, const struct claim_job *j,
 			bool started, const char *error, const char *entry, int64_t retry_ms);
 
-/* Lock mode `lease` (lease.c). The extension of the leases of jobs ids[i]
+/* Lock mode `lease` (hold_lease.c). The extension of the leases of jobs ids[i]
  * under fencing tokens fences[i] (n of them), pointing them at instance
  * worker_id (0: leave them): 1 statement returning one id per lease
  * extended. p must be initialised with buf_init on both bufs and outlive

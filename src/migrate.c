@@ -62,7 +62,7 @@ int migrate_verdict(int have)
  * tries again: LOCK_TRIES times, the back-off doubling from
  * LOCK_BACKOFF_MIN_MS to LOCK_BACKOFF_MAX_MS (about five minutes in all).
  * LOCK_TIMEOUT stays below the lease session's own lock_timeout (200 ms,
- * lease.c): a lease extension queued behind a waiting migration gets its
+ * hold_lease.c): a lease extension queued behind a waiting migration gets its
  * lock before it gives up, so that no lease runs out (and no command is
  * killed) because a migration waits for a transaction-mode job. */
 #define LOCK_TIMEOUT "100ms"
