@@ -128,7 +128,7 @@ cmp_ok "${held_idle_wal:-999999}" -le $((${none_idle_wal:-0} + 64)) \
 # of a held group. While the first claims take the groups out of their scan (p_scan of
 # them per call), a claim may take a job that comes later in start order than a grouped
 # job its bounded scan did not reach, as any claim whose scan is cut (see
-# sql/README, "The claim"); from then on, start order.
+# sql/README, "The claim protocol"); from then on, start order.
 claimed() { awk -v from="$2" -v n="$3" 'NR >= from && NR < from + n && $NF != "got" { print $NF }' "$T/claims.$1" | tr '\n' ' '; }
 work_ids() { # QUEUE ORDER-BY
 	psql_q "SELECT string_agg(id::text, ' ' ORDER BY $2) || ' ' FROM pgjobd.jobs
