@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Lock mode lease under load: outcomes are gathered (src/lease.c, gather()). With a
+# Lock mode lease under load: outcomes are gathered (src/hold_lease.c, gather()). With a
 # backlog in the queue and commands still running, the outcome of the first command to
 # end waits up to 3 ms for more, so that one statement (and one commit) writes several;
 # finish_leases stamps every job of one statement with the same finished_at. Eight
