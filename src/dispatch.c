@@ -261,7 +261,7 @@ size_t dispatch_busy(const struct dispatch *x)
 {
 	size_t n = 0;
 	for (size_t i = 0; i < x->nqueues; i++)
-		n += queue_busy(x->queues[i]);
+		n += queue_jobs(x->queues[i]);
 	return n;
 }
 

@@ -80,8 +80,8 @@ void dispatch_fence_lost(struct dispatch *x);
  * terminated and the job recorded `cancelled`. */
 void dispatch_cancel(struct dispatch *x, long long id);
 
-/* Jobs being held or run by the queues' slots, and lease jobs not finished
- * (retiring slots not counted). */
+/* Jobs of the served queues being held or run, or whose outcome is not
+ * written yet (a removed queue's are not counted). */
 size_t dispatch_busy(const struct dispatch *x);
 /* Claim no more: every slot stops once its job is done, and so does the
  * lease session. */

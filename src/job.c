@@ -164,6 +164,12 @@ void job_start(struct job *j)
 	end(j, NULL);
 }
 
+/* The outcome's status for a log line ("released": the server decides). */
+static const char *outcome_name(const struct job *j)
+{
+	return j->release ? "released" : claim_status_name(j->out.status);
+}
+
 /* j is DONE: to its queue, which frees it (retry_ms >= 0: a retry due). */
 static void done(struct job *j, int64_t retry_ms)
 {
@@ -211,8 +217,7 @@ bool job_write_failed(struct job *j, const char *why)
 	log_job(LOG_ERROR, j,
 		"msg=\"cannot record outcome; giving up, %s (the job runs again, this run "
 		"recorded in its history as lost)\" status=%s tries=%d err=%s",
-		j->hold->ops->lapsed_why,
-		j->release ? "released" : claim_status_name(j->out.status), j->tries,
+		j->hold->ops->lapsed_why, outcome_name(j), j->tries,
 		log_value(why ? why : "no result"));
 	done(j, -1);
 	return false;
@@ -222,8 +227,7 @@ void job_give_up(struct job *j, const char *why)
 {
 	if (j->state == JOB_WRITING)
 		job_step(j, JOB_ENDED);
-	log_job(LOG_ERROR, j, "msg=\"%s\" status=%s", why,
-		j->release ? "released" : claim_status_name(j->out.status));
+	log_job(LOG_ERROR, j, "msg=\"%s\" status=%s", why, outcome_name(j));
 	done(j, -1);
 }
 

@@ -76,7 +76,6 @@ struct queue {
 	struct queue_conf *conf; /* a reference */
 	struct hold *hold;	 /* claims through this one */
 	bool stopped;		 /* removed from the configuration: no claims */
-	bool draining;
 	char tag[17];
 	char wake_payload[SHA256_HEX_LEN + 1]; /* of NOTIFY pgjobd; "" while unknown */
 
@@ -126,7 +125,7 @@ static void kick(struct queue *q, bool notified);
 /* Is the daemon draining (a job not started is given back)? */
 static bool draining(const struct queue *q)
 {
-	return q->draining || !q->env->running;
+	return !q->env->running;
 }
 
 /* ---- slots ------------------------------------------------------------- */
@@ -160,6 +159,15 @@ static int occupied(const struct queue *q)
 	for (int i = 0; i < q->nslots_cap; i++)
 		n += q->occupant[i] != NULL;
 	return n;
+}
+
+/* How many jobs a claim could ask for now: free slots, at most what the
+ * hold can take on. */
+static int claimable(struct queue *q)
+{
+	int n = q->conf->concurrency - occupied(q);
+	int cap = q->hold->ops->capacity(q->hold, q);
+	return n < cap ? n : cap;
 }
 
 static void free_slot(struct queue *q, struct job *j)
@@ -201,7 +209,7 @@ static void on_reap(struct ev_loop *loop, ev_idle *w, int revents)
  * daemon's fence is stale; the host's pause arms the backoff timer. */
 static bool may_claim(struct queue *q)
 {
-	if (!q->env->running || q->stopped || q->draining)
+	if (draining(q) || q->stopped)
 		return false;
 	if (q->env->fence && !fence_may_claim(q->env->fence)) {
 		q->again = true;
@@ -295,10 +303,7 @@ int queue_claim_begin(struct queue *q, struct claim_req *r, int64_t lease_ms)
 	if (!wanted || q->claiming || !may_claim(q))
 		return 0;
 	int conc = q->conf->concurrency;
-	int n = conc - occupied(q);
-	int cap = q->hold->ops->capacity(q->hold, q);
-	if (n > cap)
-		n = cap;
+	int n = claimable(q);
 	if (n <= 0)
 		return 0; /* the next slot or session to become free kicks again */
 	grow_slots(q, conc);
@@ -357,23 +362,9 @@ void queue_claimed(struct queue *q, PGresult *res)
 	q->nclaim = 0;
 	q->claim_hold = NULL;
 	q->claim_conf = NULL;
-	if (!res) {
-		/* Nothing claimed that will run here (a claim whose answer was
-		 * lost is handed back by the next orphan pass). Claim again when
-		 * the hold can (it backs off, or reconnects and calls
-		 * queue_hold_up). */
-		q->backlog = false;
-		q->again = true;
-		queue_conf_unref(conf);
-		if (draining(q) || q->stopped)
-			q->env->on_done(q->env->arg);
-		if (!ev_is_active(&q->rekick)) {
-			ev_timer_set(&q->rekick, 0., 0.);
-			ev_timer_start(q->env->loop, &q->rekick);
-		}
-		return;
-	}
-	int rows = PQntuples(res);
+	/* res NULL: nothing claimed that will run here (a claim whose answer
+	 * was lost is handed back by the next orphan pass). */
+	int rows = res ? PQntuples(res) : 0;
 	q->dispatching = true;
 	/* The jobs run with the configuration the claim was made with (its
 	 * ceilings), even if a reload came meanwhile. */
@@ -403,21 +394,25 @@ void queue_claimed(struct queue *q, PGresult *res)
 	q->dispatching = false;
 	if (draining(q) || q->stopped)
 		q->env->on_done(q->env->arg); /* the claim in flight was waited for */
-	/* A NOTIFY's claim found nothing: the NOTIFYs of the next
-	 * WAKE_QUIET_MS coalesce. */
-	if (by_notify && asked > 0 && got == 0)
-		q->quiet_until = util_now_ms() + WAKE_QUIET_MS;
-	q->backlog = asked > 0 && rows == asked;
-	/* Just registered as waiting: once more (claim_recheck). A full batch:
-	 * there may be more. Or a kick came meanwhile. */
-	bool recheck = claim_recheck(&q->waiting, asked, rows);
-	if (q->backlog || recheck)
+	if (!res) {
+		/* Claim again when the hold can (it backs off, or reconnects and
+		 * calls queue_hold_up). */
+		q->backlog = false;
 		q->again = true;
-	if (q->again || q->notify_again) {
-		if (!ev_is_active(&q->rekick)) {
-			ev_timer_set(&q->rekick, 0., 0.);
-			ev_timer_start(q->env->loop, &q->rekick);
-		}
+	} else {
+		/* A NOTIFY's claim found nothing: the NOTIFYs of the next
+		 * WAKE_QUIET_MS coalesce. */
+		if (by_notify && asked > 0 && got == 0)
+			q->quiet_until = util_now_ms() + WAKE_QUIET_MS;
+		q->backlog = asked > 0 && rows == asked;
+		/* Just registered as waiting: once more (claim_recheck). A full
+		 * batch: there may be more. Or a kick came meanwhile. */
+		if (claim_recheck(&q->waiting, asked, rows) || q->backlog)
+			q->again = true;
+	}
+	if ((q->again || q->notify_again) && !ev_is_active(&q->rekick)) {
+		ev_timer_set(&q->rekick, 0., 0.);
+		ev_timer_start(q->env->loop, &q->rekick);
 	}
 }
 
@@ -512,23 +507,13 @@ static void wake_at(struct queue *q, int64_t ms)
 
 /* ---- what the jobs call back (struct job_owner) ------------------------------ */
 
-/* How many jobs a claim could ask for now: free slots, at most what the
- * hold can take on. */
-static int claimable(struct queue *q)
+/* j leaves its slot (if it still has one). Claim for the slot only when
+ * that lets a claim ask for more: in lock mode transaction the job's
+ * session is busy until its outcome is committed, and the hold says when it
+ * is free again (queue_capacity_grew); a claim now would find what the last
+ * one found. */
+static void leave_slot(struct queue *q, struct job *j)
 {
-	int n = q->conf->concurrency - occupied(q);
-	int cap = q->hold->ops->capacity(q->hold, q);
-	return n < cap ? n : cap;
-}
-
-static void job_ended(struct job *j, void *arg)
-{
-	struct queue *q = arg;
-	/* Claim for the slot only when that lets a claim ask for more: in
-	 * lock mode transaction the job's session is busy until its outcome
-	 * is committed, and the hold says when it is free again
-	 * (queue_capacity_grew); a claim now would find what the last one
-	 * found. */
 	int before = claimable(q);
 	free_slot(q, j);
 	if (claimable(q) <= before)
@@ -539,24 +524,22 @@ static void job_ended(struct job *j, void *arg)
 		q->again = true;
 }
 
+static void job_ended(struct job *j, void *arg)
+{
+	leave_slot(arg, j);
+}
+
 static void job_done(struct job *j, int64_t retry_in_ms, void *arg)
 {
 	struct queue *q = arg;
-	bool had_slot = j->slot >= 0;
-	free_slot(q, j);
 	unlink_job(q, j);
 	j->hold->ops->forget(j->hold, j);
 	j->next = q->dead;
 	q->dead = j;
 	ev_idle_start(q->env->loop, &q->reap);
-	if (retry_in_ms >= 0 && q->env->running && !q->stopped && !q->draining)
+	if (retry_in_ms >= 0 && !draining(q) && !q->stopped)
 		wake_at(q, retry_in_ms);
-	if (had_slot) {
-		if (!q->dispatching)
-			kick(q, false);
-		else
-			q->again = true;
-	}
+	leave_slot(q, j);
 }
 
 static bool job_draining(void *arg)
@@ -769,7 +752,6 @@ void queue_fence_lost(struct queue *q)
 
 void queue_drain(struct queue *q)
 {
-	q->draining = true;
 	q->want = false;
 	stop_timers(q);
 }
@@ -782,11 +764,6 @@ size_t queue_jobs(const struct queue *q)
 size_t queue_left(const struct queue *q)
 {
 	return q->njobs + (q->claiming ? 1 : 0);
-}
-
-size_t queue_busy(const struct queue *q)
-{
-	return q->njobs;
 }
 
 bool queue_reaping(const struct queue *q)

@@ -86,7 +86,8 @@ bool queue_cancel(struct queue *q, long long id);
 void queue_terminate(struct queue *q);
 /* The daemon's fence is lost: job_fence_lost on every job of a fenced hold. */
 void queue_fence_lost(struct queue *q);
-/* Draining: no more claims, no retry timers; jobs finish. */
+/* Draining (the dispatcher has set queue_env.running false): no claim asked
+ * for or pending, no retry timers; jobs finish. */
 void queue_drain(struct queue *q);
 
 /* Jobs being held, run, or whose outcome is not written yet. */
@@ -94,9 +95,6 @@ size_t queue_jobs(const struct queue *q);
 /* Jobs, and a claim in flight whose answer is to be waited for (a drain
  * ends once this is 0 everywhere). */
 size_t queue_left(const struct queue *q);
-/* Of those, the ones in a slot (CLAIMED or RUNNING) of a slot that serves
- * the queue (not retiring). */
-size_t queue_busy(const struct queue *q);
 /* DONE jobs wait to be freed (an idle watcher frees them). */
 bool queue_reaping(const struct queue *q);
 
