@@ -10,7 +10,7 @@
 -- their grants and row-level security policies show), normalised by
 -- tests/schema-dump.sh: no owners, no SET preamble, no pg_dump comments.
 --
--- Schema version 25 (025_functions), dumped by pg_dump 15.
+-- Schema version 40 (040_limits), dumped by pg_dump 15.
 
 CREATE SCHEMA pgjobd;
 
@@ -199,6 +199,18 @@ BEGIN
     END IF;
 END
 $_$;
+
+CREATE FUNCTION pgjobd.check_limit(p_name text, p_value integer) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF p_value < 1 THEN
+        RAISE EXCEPTION 'bad %: %: must be at least 1 (NULL removes the limit)', p_name, p_value
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+END
+$$;
 
 CREATE FUNCTION pgjobd.check_queue_grant(p_queue text) RETURNS boolean
     LANGUAGE plpgsql STABLE
@@ -755,6 +767,18 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION pgjobd.format_rate(p_n integer, p_period interval) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+SELECT p_n::text || '/' || string_agg(((x.ms / u.mult) % u.modulo)::text || u.unit, ''
+                                      ORDER BY u.mult DESC)
+  FROM (SELECT (extract(epoch FROM p_period) * 1000)::bigint AS ms) x,
+       (VALUES ('d', 86400000::bigint, 1000000000::bigint), ('h', 3600000, 24),
+               ('m', 60000, 60), ('s', 1000, 60), ('ms', 1, 1000)) u(unit, mult, modulo)
+ WHERE (x.ms / u.mult) % u.modulo > 0
+$$;
+
 CREATE FUNCTION pgjobd.grant_fencing() RETURNS void
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -805,6 +829,43 @@ BEGIN
                                  bigint[], bigint),
               pgjobd.extend_leases(bigint, bigint[], bigint[]), pgjobd.finish_leases(jsonb)
               TO pgjobd_worker;
+    END IF;
+END
+$$;
+
+CREATE FUNCTION pgjobd.grant_limits() RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_producer') THEN
+        GRANT SELECT ON pgjobd.queue_limits TO pgjobd_producer;
+        IF NOT EXISTS (SELECT 1 FROM pg_policies
+                        WHERE schemaname = 'pgjobd' AND tablename = 'queue_limits'
+                          AND policyname = 'producer_select') THEN
+            CREATE POLICY producer_select ON pgjobd.queue_limits FOR SELECT
+                TO pgjobd_producer
+                USING (EXISTS (SELECT 1 FROM pgjobd.queue_grants g
+                                WHERE g.queue IN (queue_limits.queue, '*')
+                                  AND pg_catalog.pg_has_role(current_user, g.role, 'MEMBER')));
+        END IF;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_worker') THEN
+        GRANT SELECT, INSERT, UPDATE, DELETE ON pgjobd.queue_limits TO pgjobd_worker;
+        GRANT EXECUTE ON FUNCTION pgjobd.set_limits(text, integer, integer, text, text),
+              pgjobd.parse_rate(text, text), pgjobd.check_limit(text, integer)
+              TO pgjobd_worker;
+        IF NOT EXISTS (SELECT 1 FROM pg_policies
+                        WHERE schemaname = 'pgjobd' AND tablename = 'queue_limits'
+                          AND policyname = 'worker_all') THEN
+            CREATE POLICY worker_all ON pgjobd.queue_limits TO pgjobd_worker
+                USING (true) WITH CHECK (true);
+        END IF;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_producer')
+       AND NOT (SELECT c.relrowsecurity FROM pg_class c
+                 WHERE c.oid = 'pgjobd.queue_limits'::regclass) THEN
+        ALTER TABLE pgjobd.queue_limits ENABLE ROW LEVEL SECURITY;
     END IF;
 END
 $$;
@@ -911,6 +972,7 @@ BEGIN
     PERFORM pgjobd.grant_schedules();
     PERFORM pgjobd.grant_history();
     PERFORM pgjobd.grant_lease();
+    PERFORM pgjobd.grant_limits();
 END
 $$;
 
@@ -1317,6 +1379,107 @@ CREATE FUNCTION pgjobd.lease_margin(p_lease_ms bigint) RETURNS interval
     SELECT greatest(1000, coalesce(p_lease_ms, 0) / 5) * interval '1 millisecond'
 $$;
 
+CREATE FUNCTION pgjobd.limit_stats() RETURNS TABLE(queue text, concurrency integer, concurrency_used bigint, group_concurrency integer, group_concurrency_used bigint, rate text, rate_used bigint, group_rate text, group_rate_used bigint, throttled text)
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+BEGIN
+    IF NOT has_table_privilege('pgjobd.queue_limits', 'SELECT') THEN
+        RETURN;
+    END IF;
+    IF NOT has_column_privilege('pgjobd.jobs', 'queue', 'SELECT')
+       OR NOT has_column_privilege('pgjobd.jobs', 'status', 'SELECT')
+       OR NOT has_column_privilege('pgjobd.jobs', 'run_at', 'SELECT')
+       OR NOT has_column_privilege('pgjobd.jobs', 'started_at', 'SELECT')
+       OR NOT has_column_privilege('pgjobd.jobs', 'finished_at', 'SELECT')
+       OR NOT has_column_privilege('pgjobd.jobs', 'group_id', 'SELECT')
+       OR NOT has_column_privilege('pgjobd.jobs', 'group_key', 'SELECT') THEN
+        RETURN QUERY
+        SELECT l.queue, l.concurrency, NULL::bigint, l.group_concurrency, NULL::bigint,
+               pgjobd.format_rate(l.rate_n, l.rate_period), NULL::bigint,
+               pgjobd.format_rate(l.group_rate_n, l.group_rate_period), NULL::bigint, NULL::text
+          FROM pgjobd.queue_limits l;
+        RETURN;
+    END IF;
+    RETURN QUERY
+    WITH u AS (
+        SELECT l.*,
+               -- jobs_running
+               (SELECT count(*) FROM pgjobd.jobs r
+                 WHERE r.queue = l.queue AND r.status = 'running') AS running,
+               -- jobs_group_running
+               CASE WHEN l.group_concurrency IS NOT NULL THEN
+                   coalesce((SELECT max(g.n) FROM (
+                       SELECT count(*) AS n FROM pgjobd.jobs r
+                        WHERE r.queue = l.queue AND r.status = 'running'
+                          AND coalesce(r.group_key, r.group_id) IS NOT NULL
+                        GROUP BY coalesce(r.group_key, r.group_id)) g), 0)
+               END AS gc_used,
+               -- jobs_running and jobs_finished: a job started within the
+               -- period runs, or finished within it.
+               CASE WHEN l.rate_n IS NOT NULL THEN
+                   (SELECT count(*) FROM pgjobd.jobs r
+                     WHERE r.queue = l.queue AND r.status = 'running'
+                       AND r.started_at > now() - l.rate_period)
+                 + (SELECT count(*) FROM pgjobd.jobs r
+                     WHERE r.queue = l.queue
+                       AND r.status IN ('succeeded', 'failed', 'cancelled')
+                       AND r.finished_at > now() - l.rate_period
+                       AND r.started_at > now() - l.rate_period)
+               END AS r_used,
+               CASE WHEN l.group_rate_n IS NOT NULL THEN
+                   coalesce((SELECT max(g.n) FROM (
+                       SELECT count(*) AS n FROM pgjobd.jobs r
+                        WHERE r.queue = l.queue
+                          AND (r.status = 'running'
+                               OR (r.status IN ('succeeded', 'failed', 'cancelled')
+                                   AND r.finished_at > now() - l.group_rate_period))
+                          AND r.started_at > now() - l.group_rate_period
+                          AND coalesce(r.group_key, r.group_id) IS NOT NULL
+                        GROUP BY coalesce(r.group_key, r.group_id)) g), 0)
+               END AS gr_used,
+               -- jobs_ready_free, jobs_ready_grouped
+               EXISTS (SELECT 1 FROM pgjobd.jobs w
+                        WHERE w.queue = l.queue AND w.status = 'queued'
+                          AND w.run_at <= now()) AS ready
+          FROM pgjobd.queue_limits l)
+    SELECT u.queue, u.concurrency,
+           CASE WHEN u.concurrency IS NOT NULL THEN u.running END,
+           u.group_concurrency, u.gc_used,
+           pgjobd.format_rate(u.rate_n, u.rate_period), u.r_used,
+           pgjobd.format_rate(u.group_rate_n, u.group_rate_period), u.gr_used,
+           CASE
+               WHEN NOT u.ready THEN NULL
+               WHEN u.running >= u.concurrency THEN 'concurrency'
+               WHEN u.r_used >= u.rate_n THEN 'rate'
+               WHEN u.gc_used >= u.group_concurrency AND EXISTS (
+                   SELECT 1 FROM pgjobd.jobs w
+                    WHERE w.queue = u.queue AND w.status = 'queued' AND w.run_at <= now()
+                      AND coalesce(w.group_key, w.group_id) IS NOT NULL
+                      AND (SELECT count(*) FROM pgjobd.jobs r
+                            WHERE r.queue = w.queue AND r.status = 'running'
+                              AND coalesce(r.group_key, r.group_id)
+                                  = coalesce(w.group_key, w.group_id))
+                          >= u.group_concurrency) THEN 'group_concurrency'
+               WHEN u.gr_used >= u.group_rate_n AND EXISTS (
+                   SELECT 1 FROM pgjobd.jobs w
+                    WHERE w.queue = u.queue AND w.status = 'queued' AND w.run_at <= now()
+                      AND coalesce(w.group_key, w.group_id) IS NOT NULL
+                      AND (SELECT count(*) FROM pgjobd.jobs r
+                            WHERE r.queue = w.queue
+                              AND (r.status = 'running'
+                                   OR (r.status IN ('succeeded', 'failed', 'cancelled')
+                                       AND r.finished_at > now() - u.group_rate_period))
+                              AND r.started_at > now() - u.group_rate_period
+                              AND coalesce(r.group_key, r.group_id)
+                                  = coalesce(w.group_key, w.group_id))
+                          >= u.group_rate_n) THEN 'group_rate'
+           END
+      FROM u;
+END
+$$;
+
 CREATE FUNCTION pgjobd.lock_dedupe_key(p_queue text, p_key text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1421,6 +1584,38 @@ BEGIN
     END LOOP;
 END
 $$;
+
+CREATE FUNCTION pgjobd.parse_rate(p_name text, p_value text, OUT n integer, OUT period interval) RETURNS record
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+DECLARE
+    m text[];
+    ms numeric;
+BEGIN
+    -- m[1] the count; m[2..6] d h m s ms (an "m" followed by "s" is ms).
+    m := regexp_match(p_value,
+        '^([0-9]{1,10})/(?:([0-9]{1,12})d)?(?:([0-9]{1,12})h)?(?:([0-9]{1,12})m(?!s))?(?:([0-9]{1,12})s)?(?:([0-9]{1,12})ms)?$');
+    IF m IS NULL OR num_nonnulls(m[2], m[3], m[4], m[5], m[6]) = 0 THEN
+        RAISE EXCEPTION 'bad %: %', p_name, coalesce(quote_literal(p_value), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'write N/PERIOD: N starts per PERIOD, a duration such as 1s, 1m, 1h30m or 500ms';
+    END IF;
+    IF m[1]::bigint NOT BETWEEN 1 AND 2147483647 THEN
+        RAISE EXCEPTION 'bad %: %: the count must be from 1 to 2147483647', p_name,
+            quote_literal(p_value) USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    ms := coalesce(m[2]::numeric, 0) * 86400000 + coalesce(m[3]::numeric, 0) * 3600000
+        + coalesce(m[4]::numeric, 0) * 60000 + coalesce(m[5]::numeric, 0) * 1000
+        + coalesce(m[6]::numeric, 0);
+    IF ms < 1 OR ms > 100 * 365 * 86400000::numeric THEN
+        RAISE EXCEPTION 'bad %: %: the period must be from 1ms to 100 years', p_name,
+            quote_literal(p_value) USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    n := m[1]::integer;
+    period := ms * interval '1 millisecond';
+END
+$_$;
 
 CREATE FUNCTION pgjobd.pause(p_queue text) RETURNS boolean
     LANGUAGE plpgsql
@@ -1738,6 +1933,78 @@ CREATE FUNCTION pgjobd.schedule_clock(p_real0 double precision, p_fake0 double p
            END
 $$;
 
+CREATE FUNCTION pgjobd.set_limits(queue text, concurrency integer DEFAULT '-1'::integer, group_concurrency integer DEFAULT '-1'::integer, rate text DEFAULT 'keep'::text, group_rate text DEFAULT 'keep'::text) RETURNS boolean
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    p_queue text := set_limits.queue;
+    c integer := set_limits.concurrency;
+    gc integer := set_limits.group_concurrency;
+    r text := set_limits.rate;
+    gr text := set_limits.group_rate;
+    had pgjobd.queue_limits;
+    want pgjobd.queue_limits;
+BEGIN
+    PERFORM pgjobd.check_queue_name(p_queue);
+    IF c IS DISTINCT FROM -1 THEN
+        PERFORM pgjobd.check_limit('concurrency', c);
+    END IF;
+    IF gc IS DISTINCT FROM -1 THEN
+        PERFORM pgjobd.check_limit('group_concurrency', gc);
+    END IF;
+    -- One writer of a queue's row at a time: the row's lock, or for a
+    -- queue without one, the primary key's (ON CONFLICT below).
+    SELECT * INTO had FROM pgjobd.queue_limits l WHERE l.queue = p_queue FOR UPDATE;
+    want := had;
+    want.queue := p_queue;
+    IF c IS DISTINCT FROM -1 THEN
+        want.concurrency := c;
+    END IF;
+    IF gc IS DISTINCT FROM -1 THEN
+        want.group_concurrency := gc;
+    END IF;
+    IF r IS NULL THEN
+        want.rate_n := NULL;
+        want.rate_period := NULL;
+    ELSIF r <> 'keep' THEN
+        SELECT p.n, p.period INTO want.rate_n, want.rate_period
+          FROM pgjobd.parse_rate('rate', r) p;
+    END IF;
+    IF gr IS NULL THEN
+        want.group_rate_n := NULL;
+        want.group_rate_period := NULL;
+    ELSIF gr <> 'keep' THEN
+        SELECT p.n, p.period INTO want.group_rate_n, want.group_rate_period
+          FROM pgjobd.parse_rate('group_rate', gr) p;
+    END IF;
+    IF (want.concurrency, want.group_concurrency, want.rate_n, want.rate_period,
+        want.group_rate_n, want.group_rate_period)
+       IS NOT DISTINCT FROM
+       (had.concurrency, had.group_concurrency, had.rate_n, had.rate_period,
+        had.group_rate_n, had.group_rate_period) THEN
+        RETURN false;
+    END IF;
+    IF num_nonnulls(want.concurrency, want.group_concurrency, want.rate_n, want.group_rate_n) = 0 THEN
+        DELETE FROM pgjobd.queue_limits l WHERE l.queue = p_queue;
+    ELSE
+        INSERT INTO pgjobd.queue_limits AS l (queue, concurrency, group_concurrency, rate_n,
+                                              rate_period, group_rate_n, group_rate_period)
+        VALUES (p_queue, want.concurrency, want.group_concurrency, want.rate_n, want.rate_period,
+                want.group_rate_n, want.group_rate_period)
+        ON CONFLICT ON CONSTRAINT queue_limits_pkey DO UPDATE
+           SET concurrency = EXCLUDED.concurrency,
+               group_concurrency = EXCLUDED.group_concurrency,
+               rate_n = EXCLUDED.rate_n, rate_period = EXCLUDED.rate_period,
+               group_rate_n = EXCLUDED.group_rate_n,
+               group_rate_period = EXCLUDED.group_rate_period,
+               updated_at = now(), updated_by = session_user;
+    END IF;
+    PERFORM pg_notify('pgjobd', pgjobd.wake_payload(p_queue));
+    RETURN true;
+END
+$$;
+
 CREATE FUNCTION pgjobd.set_quota(p_role name, p_queue text, p_max_queued integer) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -2009,6 +2276,28 @@ CREATE TABLE pgjobd.queue_grants (
     CONSTRAINT "queue must be * or 1 to 63 characters of A-Z a-z 0-9 _ . -" CHECK (((queue = '*'::text) OR (queue ~ '^[A-Za-z0-9_.-]{1,63}$'::text)))
 );
 
+CREATE TABLE pgjobd.queue_limits (
+    queue text NOT NULL,
+    concurrency integer,
+    group_concurrency integer,
+    rate_n integer,
+    rate_period interval,
+    group_rate_n integer,
+    group_rate_period interval,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_by text DEFAULT SESSION_USER NOT NULL,
+    CONSTRAINT "a row holds at least one limit" CHECK ((num_nonnulls(concurrency, group_concurrency, rate_n, group_rate_n) > 0)),
+    CONSTRAINT "concurrency must be at least 1" CHECK ((concurrency >= 1)),
+    CONSTRAINT "group_concurrency must be at least 1" CHECK ((group_concurrency >= 1)),
+    CONSTRAINT "group_rate must be at least 1 per period" CHECK ((group_rate_n >= 1)),
+    CONSTRAINT "group_rate needs both a count and a period" CHECK (((group_rate_n IS NULL) = (group_rate_period IS NULL))),
+    CONSTRAINT "group_rate period must be 1 ms to 100 years" CHECK (((group_rate_period >= '00:00:00.001'::interval) AND (group_rate_period <= '876000:00:00'::interval))),
+    CONSTRAINT "queue must be 1 to 63 characters of A-Z a-z 0-9 _ . -" CHECK ((queue ~ '^[A-Za-z0-9_.-]{1,63}$'::text)),
+    CONSTRAINT "rate must be at least 1 per period" CHECK ((rate_n >= 1)),
+    CONSTRAINT "rate needs both a count and a period" CHECK (((rate_n IS NULL) = (rate_period IS NULL))),
+    CONSTRAINT "rate period must be 1 ms to 100 years" CHECK (((rate_period >= '00:00:00.001'::interval) AND (rate_period <= '876000:00:00'::interval)))
+);
+
 CREATE TABLE pgjobd.queue_policies (
     queue text NOT NULL,
     shared boolean DEFAULT false NOT NULL,
@@ -2030,7 +2319,7 @@ CREATE VIEW pgjobd.queue_stats WITH (security_invoker='true') AS
            FROM pgjobd.jobs
           GROUP BY jobs.queue
         )
- SELECT COALESCE(s.queue, p.queue) AS queue,
+ SELECT COALESCE(s.queue, p.queue, l.queue) AS queue,
     COALESCE(s.queued, (0)::bigint) AS queued,
     COALESCE(s.running, (0)::bigint) AS running,
     COALESCE(s.succeeded, (0)::bigint) AS succeeded,
@@ -2038,9 +2327,19 @@ CREATE VIEW pgjobd.queue_stats WITH (security_invoker='true') AS
     COALESCE(s.cancelled, (0)::bigint) AS cancelled,
     s.oldest_queued_age,
     (p.queue IS NOT NULL) AS paused,
-    COALESCE(s.failed_last_hour, (0)::bigint) AS failed_last_hour
-   FROM (s
-     FULL JOIN pgjobd.paused_queues p ON ((p.queue = s.queue)));
+    COALESCE(s.failed_last_hour, (0)::bigint) AS failed_last_hour,
+    l.concurrency,
+    l.concurrency_used,
+    l.group_concurrency,
+    l.group_concurrency_used,
+    l.rate,
+    l.rate_used,
+    l.group_rate,
+    l.group_rate_used,
+    l.throttled
+   FROM ((s
+     FULL JOIN pgjobd.paused_queues p ON ((p.queue = s.queue)))
+     FULL JOIN pgjobd.limit_stats() l(queue, concurrency, concurrency_used, group_concurrency, group_concurrency_used, rate, rate_used, group_rate, group_rate_used, throttled) ON ((l.queue = COALESCE(s.queue, p.queue))));
 
 CREATE TABLE pgjobd.quotas (
     role regrole NOT NULL,
@@ -2147,6 +2446,9 @@ ALTER TABLE ONLY pgjobd.paused_queues
 ALTER TABLE ONLY pgjobd.queue_grants
     ADD CONSTRAINT queue_grants_pkey PRIMARY KEY (queue, role);
 
+ALTER TABLE ONLY pgjobd.queue_limits
+    ADD CONSTRAINT queue_limits_pkey PRIMARY KEY (queue);
+
 ALTER TABLE ONLY pgjobd.queue_policies
     ADD CONSTRAINT queue_policies_pkey PRIMARY KEY (queue);
 
@@ -2238,17 +2540,28 @@ CREATE POLICY producer_select ON pgjobd.paused_queues FOR SELECT TO pgjobd_produ
 
 CREATE POLICY producer_select ON pgjobd.queue_grants FOR SELECT TO pgjobd_producer USING (pg_has_role(CURRENT_USER, (role)::oid, 'MEMBER'::text));
 
+CREATE POLICY producer_select ON pgjobd.queue_limits FOR SELECT TO pgjobd_producer USING ((EXISTS ( SELECT 1
+   FROM pgjobd.queue_grants g
+  WHERE ((g.queue = ANY (ARRAY[queue_limits.queue, '*'::text])) AND pg_has_role(CURRENT_USER, (g.role)::oid, 'MEMBER'::text)))));
+
 ALTER TABLE pgjobd.queue_grants ENABLE ROW LEVEL SECURITY;
+
+ALTER TABLE pgjobd.queue_limits ENABLE ROW LEVEL SECURITY;
 
 CREATE POLICY worker_all ON pgjobd.jobs TO pgjobd_worker USING (true) WITH CHECK (true);
 
 CREATE POLICY worker_all ON pgjobd.paused_queues TO pgjobd_worker USING (true) WITH CHECK (true);
+
+CREATE POLICY worker_all ON pgjobd.queue_limits TO pgjobd_worker USING (true) WITH CHECK (true);
 
 GRANT USAGE ON SCHEMA pgjobd TO pgjobd_producer;
 GRANT USAGE ON SCHEMA pgjobd TO pgjobd_worker;
 
 REVOKE ALL ON FUNCTION pgjobd.cancel(p_id bigint) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.cancel(p_id bigint) TO pgjobd_worker;
+
+REVOKE ALL ON FUNCTION pgjobd.check_limit(p_name text, p_value integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgjobd.check_limit(p_name text, p_value integer) TO pgjobd_worker;
 
 REVOKE ALL ON FUNCTION pgjobd.claim_batch(p_queue text, p_worker_id bigint, p_workers text[], p_max_attempts integer, p_timeout_ms bigint, p_max_data bigint, p_scan integer, p_orphans boolean, p_skip bigint[], p_lease_ms bigint) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.claim_batch(p_queue text, p_worker_id bigint, p_workers text[], p_max_attempts integer, p_timeout_ms bigint, p_max_data bigint, p_scan integer, p_orphans boolean, p_skip bigint[], p_lease_ms bigint) TO pgjobd_worker;
@@ -2275,6 +2588,8 @@ REVOKE ALL ON FUNCTION pgjobd.grant_fencing() FROM PUBLIC;
 REVOKE ALL ON FUNCTION pgjobd.grant_history() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgjobd.grant_lease() FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION pgjobd.grant_limits() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgjobd.grant_locks() FROM PUBLIC;
 
@@ -2305,6 +2620,9 @@ REVOKE ALL ON FUNCTION pgjobd.lock_dedupe_key(p_queue text, p_key text, p_scope 
 
 REVOKE ALL ON FUNCTION pgjobd.maintain(p_queues text[], p_retention_ms bigint[], p_limit integer, OUT locked boolean, OUT expired integer, OUT deleted integer, OUT more boolean) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.maintain(p_queues text[], p_retention_ms bigint[], p_limit integer, OUT locked boolean, OUT expired integer, OUT deleted integer, OUT more boolean) TO pgjobd_worker;
+
+REVOKE ALL ON FUNCTION pgjobd.parse_rate(p_name text, p_value text, OUT n integer, OUT period interval) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgjobd.parse_rate(p_name text, p_value text, OUT n integer, OUT period interval) TO pgjobd_worker;
 
 REVOKE ALL ON FUNCTION pgjobd.pause(p_queue text) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.pause(p_queue text) TO pgjobd_worker;
@@ -2346,6 +2664,9 @@ GRANT ALL ON FUNCTION pgjobd.schedule(name text, cron text, queue text, data jso
 
 REVOKE ALL ON FUNCTION pgjobd.schedule_clock(p_real0 double precision, p_fake0 double precision, p_rate double precision) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.schedule_clock(p_real0 double precision, p_fake0 double precision, p_rate double precision) TO pgjobd_worker;
+
+REVOKE ALL ON FUNCTION pgjobd.set_limits(queue text, concurrency integer, group_concurrency integer, rate text, group_rate text) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgjobd.set_limits(queue text, concurrency integer, group_concurrency integer, rate text, group_rate text) TO pgjobd_worker;
 
 REVOKE ALL ON FUNCTION pgjobd.set_quota(p_role name, p_queue text, p_max_queued integer) FROM PUBLIC;
 
@@ -2422,6 +2743,9 @@ GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE pgjobd.paused_queues TO pgjobd_worker
 GRANT SELECT(queue) ON TABLE pgjobd.paused_queues TO pgjobd_producer;
 
 GRANT SELECT ON TABLE pgjobd.queue_grants TO pgjobd_producer;
+
+GRANT SELECT ON TABLE pgjobd.queue_limits TO pgjobd_producer;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE pgjobd.queue_limits TO pgjobd_worker;
 
 GRANT SELECT ON TABLE pgjobd.queue_stats TO pgjobd_producer;
 GRANT SELECT ON TABLE pgjobd.queue_stats TO pgjobd_worker;
