@@ -253,6 +253,54 @@ int parse_duration_ms(const char *s, int64_t *out, const char **err)
 	return 0;
 }
 
+int parse_rate(const char *s, int64_t *n, int64_t *period_ms, const char **err)
+{
+	if (!s || !*s) {
+		set_err(err, "empty value");
+		return -1;
+	}
+	const char *slash = strchr(s, '/');
+	if (!slash) {
+		set_err(err, "expected N/PERIOD (e.g. 10/1s)");
+		return -1;
+	}
+	/* The count: digits only, no sign, before the slash. */
+	char count[16];
+	size_t len = (size_t)(slash - s);
+	if (len == 0 || len >= sizeof(count)) {
+		set_err(err, len ? "the count is too large (at most 2147483647)"
+				 : "missing the count before '/' (e.g. 10/1s)");
+		return -1;
+	}
+	for (size_t i = 0; i < len; i++) {
+		if (!is_digit(s[i])) {
+			set_err(err, "the count before '/' must be a whole number (e.g. 10/1s)");
+			return -1;
+		}
+	}
+	memcpy(count, s, len);
+	count[len] = '\0';
+	long long c;
+	if (parse_int(count, 1, INT32_MAX, &c, NULL) < 0) {
+		set_err(err, "the count must be from 1 to 2147483647");
+		return -1;
+	}
+	int64_t ms;
+	if (!slash[1]) {
+		set_err(err, "missing the period after '/' (e.g. 10/1s)");
+		return -1;
+	}
+	if (parse_duration_ms(slash + 1, &ms, err) < 0)
+		return -1;
+	if (ms == 0) {
+		set_err(err, "the period must be more than 0 (e.g. 10/1s)");
+		return -1;
+	}
+	*n = c;
+	*period_ms = ms;
+	return 0;
+}
+
 static const struct unit size_units[] = {
     {"B", 1},
     {"KiB", (int64_t)1 << 10},

@@ -48,6 +48,12 @@ int parse_time(const char *s, int bare_sign, struct parse_time *out, const char 
  * word longer than buf) and so cannot be judged. */
 bool parse_command_program(const char *command, char *buf, size_t n);
 
+/* A rate limit, "N/PERIOD" (pgjobd limit --rate, --group-rate): N starts
+ * per PERIOD, N from 1 to 2147483647, PERIOD a duration as above of at
+ * least 1 ms ("10/1s", "100/1m", "5/1h30m"). The same grammar as
+ * pgjobd.parse_rate() in sql/functions/limits.sql. */
+int parse_rate(const char *s, int64_t *n, int64_t *period_ms, const char **err);
+
 /* Decimal integer within [min, max]. */
 int parse_int(const char *s, long long min, long long max, long long *out, const char **err);
 

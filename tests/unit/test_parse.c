@@ -345,8 +345,59 @@ static void test_times(void)
 	time_bad("", "empty");
 }
 
+static void rate_ok(const char *s, int64_t n, int64_t ms)
+{
+	int64_t gn = -1, gms = -1;
+	const char *err = NULL;
+	int rc = parse_rate(s, &gn, &gms, &err);
+	ok(rc == 0 && gn == n && gms == ms, "rate '%s' = %lld per %lld ms", s, (long long)n,
+	   (long long)ms);
+}
+
+static void rate_bad(const char *s, const char *needle)
+{
+	int64_t gn = -12345, gms = -12345;
+	const char *err = NULL;
+	int rc = parse_rate(s, &gn, &gms, &err);
+	if (!ok(rc == -1 && gn == -12345 && gms == -12345 && err && strstr(err, needle),
+		"rate '%s' rejected (%s)", s, needle))
+		printf("#   err: %s\n", err ? err : "(null)");
+}
+
+/* N/PERIOD, as pgjobd.parse_rate() reads it too. */
+static void test_rates(void)
+{
+	rate_ok("10/1s", 10, 1000);
+	rate_ok("1/1ms", 1, 1);
+	rate_ok("100/1m", 100, 60000);
+	rate_ok("5/1h30m", 5, 5400000);
+	rate_ok("2147483647/1d", 2147483647, 86400000);
+	rate_ok("007/500ms", 7, 500);
+	rate_ok("3/36500d", 3, 36500LL * 86400000);
+	rate_bad("10", "N/PERIOD");
+	rate_bad("", "empty");
+	rate_bad("/1s", "missing the count");
+	rate_bad("10/", "missing the period");
+	rate_bad("0/1s", "from 1 to 2147483647");
+	rate_bad("2147483648/1s", "from 1 to 2147483647");
+	rate_bad("99999999999999999/1s", "too large");
+	rate_bad("-1/1s", "whole number");
+	rate_bad("1.5/1s", "whole number");
+	rate_bad(" 10/1s", "whole number");
+	rate_bad("10/0", "more than 0");
+	rate_bad("10/0s", "more than 0");
+	rate_bad("10/1", "missing unit");
+	rate_bad("10/s", "missing number");
+	rate_bad("10/1x", "unknown unit");
+	rate_bad("10/1s1m", "largest to smallest");
+	rate_bad("10/1.5s", "fractions");
+	rate_bad("10/36501d", "too large");
+	rate_bad("10/1s/2", "expected a number");
+}
+
 int main(void)
 {
+	test_rates();
 	test_times();
 	test_durations();
 	test_sizes();
