@@ -5,7 +5,8 @@
  * Who runs what: each row of cli_commands names its run function, in the
  * file of its concern: admin_cli (check, reload, migrate), queue_cli
  * (enqueue, cancel, pause, resume, grant-queue, revoke-queue), status_cli
- * (status), jobs_cli (jobs, show, retry), sched_cli (schedule's verbs).
+ * (status), jobs_cli (jobs, show, retry), sched_cli (schedule's verbs),
+ * limit_cli (limit).
  * `run` has none: main.c runs the daemon, which no CLI file knows. Those
  * files include cli_args.h and cli_session.h, never this file: the arrows
  * point from main.c down through here to them.
@@ -25,6 +26,7 @@
 
 #include "admin_cli.h"
 #include "jobs_cli.h"
+#include "limit_cli.h"
 #include "migrate.h"
 #include "queue_cli.h"
 #include "sched_cli.h"
@@ -121,6 +123,20 @@ static const char help_resume[] =
     "Warns about a queue that neither FILE nor any live daemon serves;\n"
     "  --strict   refuse it instead (exit 1)\n";
 
+static const char help_limit[] =
+    "usage: pgjobd limit QUEUE [--concurrency N] [--group-concurrency N]\n"
+    "                    [--rate N/PERIOD] [--group-rate N/PERIOD] [--clear] [-c FILE]\n"
+    "Show QUEUE's limits, which every daemon obeys, and what is in use; with options,\n"
+    "change them first (pgjobd.set_limits). A limit not given stays as it is; the\n"
+    "word none removes it.\n"
+    "  --concurrency N          at most N running jobs of QUEUE across all daemons\n"
+    "  --group-concurrency N    at most N running jobs per group (without: 1)\n"
+    "  --rate N/PERIOD          at most N starts of QUEUE per PERIOD, spread over it\n"
+    "  --group-rate N/PERIOD    at most N starts per group per PERIOD\n"
+    "  --clear                  remove every limit not given\n"
+    "N is from 1 to 2147483647; PERIOD a duration such as 500ms, 1s, 1m or 1h30m.\n"
+    "Only the schema's owner and the worker role may change limits.\n";
+
 static const char help_grant_queue[] =
     "usage: pgjobd grant-queue ROLE QUEUE [-c FILE]\n"
     "Let ROLE (and its members) enqueue into QUEUE ('*': every queue). Only the\n"
@@ -176,7 +192,8 @@ enum {
 	CLI_SCHED_RESUME = 1 << 21,
 	CLI_SCHED_ALL = CLI_SCHED_ADD | CLI_SCHED_LIST | CLI_SCHED_RM | CLI_SCHED_RUN_NOW |
 			CLI_SCHED_PAUSE | CLI_SCHED_RESUME,
-	CLI_ALL = (1 << 22) - 1,
+	CLI_LIMIT = 1 << 22,
+	CLI_ALL = (1 << 23) - 1,
 };
 
 static int help_run_command(const struct cli_args *a);
@@ -219,6 +236,8 @@ static const struct cli_command commands[] = {
      help_pause, NULL, queue_cli_pause},
     {"resume", CLI_RESUME, CLI_STYLE_TRY, "QUEUE", 1, 1, NULL, 0, "start jobs of QUEUE again",
      help_resume, NULL, queue_cli_resume},
+    {"limit", CLI_LIMIT, CLI_STYLE_TRY, "QUEUE", 1, 1, NULL, 0,
+     "show or set QUEUE's limits (concurrency, rates)", help_limit, NULL, limit_cli_run},
     {"grant-queue", CLI_GRANT_QUEUE, CLI_STYLE_TRY, "ROLE QUEUE", 2, 2, NULL, 0,
      "let ROLE enqueue into QUEUE", help_grant_queue, NULL, queue_cli_grant_queue},
     {"revoke-queue", CLI_REVOKE_QUEUE, CLI_STYLE_TRY, "ROLE QUEUE", 2, 2, NULL, 0,
@@ -245,6 +264,8 @@ static const struct cli_command commands[] = {
 /* Alphabetical. */
 static const struct cli_option options[] = {
     {"--claim-warn", NULL, CLI_VALUE, F(claim_warn), CLI_STATUS},
+    {"--clear", NULL, CLI_FLAG, F(clear), CLI_LIMIT},
+    {"--concurrency", NULL, CLI_VALUE, F(concurrency), CLI_LIMIT},
     {"--config", "-c", CLI_VALUE, F(config), CLI_ALL},
     {"--data", NULL, CLI_VALUE, F(data), CLI_ENQUEUE | CLI_SCHED_ADD},
     {"--database", NULL, CLI_VALUE, F(database),
@@ -255,6 +276,8 @@ static const struct cli_option options[] = {
     {"--failed", NULL, CLI_FLAG, F(failed), CLI_RETRY},
     {"--grant", NULL, CLI_FLAG, F(grant), CLI_MIGRATE},
     {"--group", NULL, CLI_VALUE, F(group), CLI_ENQUEUE | CLI_JOBS | CLI_SCHED_ADD},
+    {"--group-concurrency", NULL, CLI_VALUE, F(group_concurrency), CLI_LIMIT},
+    {"--group-rate", NULL, CLI_VALUE, F(group_rate), CLI_LIMIT},
     {"--json", NULL, CLI_FLAG, F(json), CLI_STATUS | CLI_JOBS | CLI_SHOW | CLI_SCHED_LIST},
     {"--json-object", NULL, CLI_FLAG, F(json_object), CLI_STATUS},
     {"--limit", NULL, CLI_VALUE, F(limit), CLI_JOBS},
@@ -265,6 +288,7 @@ static const struct cli_option options[] = {
     {"--pid", NULL, CLI_VALUE, F(pid), CLI_RELOAD},
     {"--priority", NULL, CLI_VALUE, F(priority), CLI_ENQUEUE | CLI_SCHED_ADD},
     {"--queue", NULL, CLI_VALUE, F(queue), CLI_JOBS | CLI_RETRY},
+    {"--rate", NULL, CLI_VALUE, F(rate), CLI_LIMIT},
     {"--run-at", NULL, CLI_VALUE, F(run_at), CLI_ENQUEUE},
     {"--since", NULL, CLI_VALUE, F(since), CLI_JOBS | CLI_RETRY},
     {"--status", NULL, CLI_VALUE, F(status), CLI_JOBS},
