@@ -1992,12 +1992,23 @@ BEGIN
                                               rate_period, group_rate_n, group_rate_period)
         VALUES (p_queue, want.concurrency, want.group_concurrency, want.rate_n, want.rate_period,
                 want.group_rate_n, want.group_rate_period)
+        -- The row is there after all (another set_limits created it since
+        -- our look): only what was given changes, as if we had waited.
         ON CONFLICT ON CONSTRAINT queue_limits_pkey DO UPDATE
-           SET concurrency = EXCLUDED.concurrency,
-               group_concurrency = EXCLUDED.group_concurrency,
-               rate_n = EXCLUDED.rate_n, rate_period = EXCLUDED.rate_period,
-               group_rate_n = EXCLUDED.group_rate_n,
-               group_rate_period = EXCLUDED.group_rate_period,
+           SET concurrency = CASE WHEN c IS DISTINCT FROM -1 THEN EXCLUDED.concurrency
+                                  ELSE l.concurrency END,
+               group_concurrency = CASE WHEN gc IS DISTINCT FROM -1
+                                        THEN EXCLUDED.group_concurrency
+                                        ELSE l.group_concurrency END,
+               rate_n = CASE WHEN r IS DISTINCT FROM 'keep' THEN EXCLUDED.rate_n
+                             ELSE l.rate_n END,
+               rate_period = CASE WHEN r IS DISTINCT FROM 'keep' THEN EXCLUDED.rate_period
+                                  ELSE l.rate_period END,
+               group_rate_n = CASE WHEN gr IS DISTINCT FROM 'keep' THEN EXCLUDED.group_rate_n
+                                   ELSE l.group_rate_n END,
+               group_rate_period = CASE WHEN gr IS DISTINCT FROM 'keep'
+                                        THEN EXCLUDED.group_rate_period
+                                        ELSE l.group_rate_period END,
                updated_at = now(), updated_by = session_user;
     END IF;
     PERFORM pg_notify('pgjobd', pgjobd.wake_payload(p_queue));

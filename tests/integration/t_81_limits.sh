@@ -69,6 +69,18 @@ is "$(limits api)" "4 2 100/00:01:00 1/00:00:00.5" "positional arguments work to
 psql_q "SELECT pgjobd.set_limits('api', NULL, NULL, NULL, NULL)" >/dev/null
 is "$(limits api)" "" "all four NULL: cleared"
 
+# Two set_limits of a queue without a row, at once: neither loses the other's limit.
+psql -X -q -c "BEGIN" -c "SELECT pgjobd.set_limits('race', concurrency => 3)" \
+	-c "SELECT pg_sleep(1.5)" -c "COMMIT" >/dev/null 2>&1 &
+race=$!
+wait_until 10 "[ \"\$(psql_q \"SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'SELECT pg_sleep(1.5)%'\")\" = 1 ]"
+ok $? "a first set_limits('race', concurrency => 3) is in its open transaction"
+is "$(psql_q "SELECT pgjobd.set_limits('race', rate => '5/1s')")" t \
+	"a second, rate => '5/1s', waits for it and changes the rate"
+wait "$race"
+is "$(limits race)" "3 - 5/00:00:01 -" "... and the concurrency limit of the first is kept"
+psql_q "SELECT pgjobd.set_limits('race', NULL, NULL, NULL, NULL)" >/dev/null
+
 # ---------------------------------------------------------------- validation
 
 for bad in "concurrency => 0" "concurrency => -2" "group_concurrency => 0" \
@@ -171,7 +183,10 @@ cli() {
 	out=$(cat "$T/out.txt")
 	err=$(cat "$T/err.txt")
 }
-psql_q "SELECT pgjobd.set_limits('api', NULL, NULL, NULL, NULL); SELECT pgjobd.resume('api')" >/dev/null
+# The jobs above started an hour ago, so that no rate's period holds their starts.
+psql_q "SELECT pgjobd.set_limits('api', NULL, NULL, NULL, NULL); SELECT pgjobd.resume('api');
+        UPDATE pgjobd.jobs SET started_at = started_at - interval '1 hour',
+                               finished_at = finished_at - interval '1 hour' WHERE queue = 'api'" >/dev/null
 cli limit api -c "$conf"
 is "$rc:$err" "0:" "pgjobd limit api: exit 0"
 is "$out" "queue api
