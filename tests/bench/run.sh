@@ -30,6 +30,7 @@ N_SPAWNS=${BENCH_SPAWNS:-$((20000 / div))}    # 1: spawns per ceiling run
 N_JOBS=${BENCH_JOBS:-$((20000 / div))}        # 2: jobs per throughput run
 N_GROUPS=${BENCH_GROUPS:-100}                 # 2b: groups of the grouped throughput run
 N_PICKUP=${BENCH_PICKUP:-$((200 / div))}      # 3: single-row INSERTs per pickup run
+N_PTRACE=${BENCH_PICKUP_TRACE:-$((50 / div))} # 3t, 8t: INSERTs of the pickup run under strace
 PICKUP_MIN_MS=${BENCH_PICKUP_MIN_MS:-20}      # 3: random pause before each INSERT
 PICKUP_MAX_MS=${BENCH_PICKUP_MAX_MS:-50}
 N_SMALL=${BENCH_SMALL:-1000}                  # 4: small backlog, drained entirely (not
@@ -45,6 +46,10 @@ FOOT_SLEEP=${BENCH_FOOT_SLEEP:-3}             # 6a: seconds each job sleeps (not
                                               #    64 claims must fit in it on a busy machine)
 N_STRACE=${BENCH_STRACE_JOBS:-$((2000 / div))} # 6d: jobs of the straced run
 N_HELD=${BENCH_HELD:-$((20000 / div))}        # 7: groups held back by a retry
+N_BO_JOBS=${BENCH_BO_JOBS:-$((100000 / div))}  # 7b: grouped jobs queued
+N_BO_GROUPS=${BENCH_BO_GROUPS:-$((25000 / div))} # 7b: their groups (jobs enqueued group by group)
+N_BO_HELD=${BENCH_BO_HELD:-$((20000 / div))}  # 7b: the first groups, their heads in a backoff
+N_BO_STOP=${BENCH_BO_STOP:-$((5000 / div))}   # 7b: finished jobs measured
 N_TICKS=${BENCH_TICKS:-8}                     # 9a, 9b: schedule ticks measured (1 a second)
 N_CANCEL=${BENCH_CANCEL:-5}                   # 9c: jobs cancelled
 WD_SECS=${BENCH_WD_SECS:-5}                   # 9d: seconds of watchdog pings
@@ -73,6 +78,7 @@ TGT_STMTS=""                 # SQL statements per job (no target; shown)
 TGT_WAL=""                   # bytes per job, right after a checkpoint (no target; shown)
 TGT_TRIPS="<= 3"             # round trips to PostgreSQL per job on the hot path
 TGT_HELD_RATIO="<= 2"        # a claim with 20,000 retry-held groups / the same claim without
+TGT_BO_RATIO=">= 0.8"         # claim rate behind 20,000 backed-off heads / with none
 TGT_LEASE_CEILING=">= 0.85"  # lock mode lease: throughput / spawn ceiling, ungrouped and grouped
 TGT_LEASE_P50="<= 2"         # ms, lock mode lease: INSERT commit -> command start
 TGT_LEASE_SESSIONS="<= 3"    # the daemon's sessions in lock mode lease
@@ -474,9 +480,157 @@ EOF
 	pickup_started pickup "$stamps"
 	# The daemon's claim statement names claim_batch (its full path calls it).
 	claims=$(stats_calls '%pgjobd.claim_batch(%')
+	pickup_server
 	daemon_down
 	pickup_figs "$key" "$ins" "$stamps" "$lat" || return
 	[ -n "$claims" ] && fig $key.claims "$(ratio "$claims" "$(wc -l <"$lat")")"
+	pickup_server_figs "$key" "$(wc -l <"$lat")"
+}
+
+# The pickup at the server: what the daemon's statements cost PostgreSQL during
+# bench_pickup's run (pg_stat_statements, reset before the first INSERT; the executor's
+# time, neither planning, once per session, nor the commits' WAL flushes). pickup_server:
+# once the last outcome is written (the queue drained), the daemon's statements by step
+# into $W/pickup-srv: "STEP CALLS TOTAL_MS". The steps: claim (the claim statement),
+# hold (lock mode transaction: the slot's lock statements, the group row's or its
+# stand-in and the job row's), outcome (the outcome's UPDATE; finish_leases in lock mode
+# lease), other (BEGIN, COMMIT, the lease extension, the heartbeat, maintenance). The
+# INSERTs of build/bench/pickup, which connects as the daemon's user, are left out.
+PICKUP_INSERT='INSERT INTO pgjobd.jobs (queue) VALUES'
+# pickup_server_figs KEY JOBS: figures KEY.srv.STEP (ms per job) and KEY.stmts.
+pickup_server() {
+	: >"$W/pickup-srv"
+	[ -n "$PGSS_LIB" ] || return 0
+	wait_until 30 "[ \"\$(unfinished pickup)\" = f ]" ||
+		problem "rep $REP: pickup: jobs still unfinished 30 s after the last start"
+	psql_q "SELECT s.step, sum(s.calls), round(sum(s.total_exec_time)::numeric, 4)
+		FROM (SELECT CASE WHEN query LIKE '%pgjobd.claim_batch(%' THEN 'claim'
+		                  WHEN query LIKE '%FROM pgjobd.groups WHERE id = \$1::bigint FOR UPDATE'
+		                    OR query LIKE 'SELECT \$_ WHERE \$_'
+		                    OR query LIKE '%FROM pgjobd.jobs j WHERE j.id = \$1::bigint%FOR UPDATE OF j' THEN 'hold'
+		                  WHEN query LIKE 'UPDATE pgjobd.jobs SET status = \$2,%'
+		                    OR query LIKE '%pgjobd.finish_leases(%' THEN 'outcome'
+		                  ELSE 'other' END AS step, calls, total_exec_time
+		        FROM pg_stat_statements WHERE userid = 'postgres'::regrole
+		         AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+		         AND query NOT LIKE '$PICKUP_INSERT%') s
+		GROUP BY s.step" | tr '|' ' ' >"$W/pickup-srv"
+	[ "$REP" = 1 ] && {
+		echo "== pickup ($key): the daemon's statements, $N_PICKUP INSERTs"
+		psql -X -q -P pager=off -c "SELECT calls, round(mean_exec_time::numeric, 4) AS mean_ms,
+			round(total_exec_time::numeric, 3) AS total_ms, left(regexp_replace(query, '\s+', ' ', 'g'), 90) AS query
+			FROM pg_stat_statements WHERE userid = 'postgres'::regrole
+			AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+			AND query NOT LIKE '$PICKUP_INSERT%'
+			ORDER BY total_exec_time DESC, query"
+	} >>"$OUT/statements.txt"
+	return 0
+}
+pickup_server_figs() {
+	local step calls ms all_calls=0 all_ms=0
+	[ -s "$W/pickup-srv" ] && [ "$2" -gt 0 ] || return 0
+	while read -r step calls ms; do
+		all_calls=$((all_calls + calls))
+		all_ms=$(calc "$all_ms + $ms")
+		[ "$step" = other ] && continue
+		[ "$step" = hold ] && [ "$1" = lease.pickup ] && continue
+		fig "$1.srv.$step" "$(calc "$ms / $2")"
+	done <"$W/pickup-srv"
+	fig "$1.srv.all" "$(calc "$all_ms / $2")"
+	fig "$1.stmts" "$(ratio "$all_calls" "$2")"
+}
+
+# bench_pickup_trace [lease]: the daemon's part of a pickup seen from outside (figures 3t,
+# 8t): N_PTRACE INSERTs as in bench_pickup to an idle daemon under strace (its own
+# process only, not -f: the commands are not traced), -ttt -T for each call's start and
+# duration. The daemon's spawn is a clone that shares its memory and suspends it until
+# the new process has exec'd (src/exec.c), so the clone's return is the execve of
+# /bin/sh. Per pickup, from the trace, in order:
+#   the listener's read of the NOTIFY (a recvfrom whose data starts with a
+#   NotificationResponse, 'A'),
+#   the next send on another database socket (the claim),
+#   the next read of data on that socket (the claim's answer),
+#   the next clone (in lock mode transaction after the slot's hold, a round trip of its
+#   own) and its return.
+# Figures KEY.trace.STEP: the p50 of each step in ms, and KEY.trace.n, the pickups found
+# whole. strace stops the daemon at every call it traces and at every other one (no
+# seccomp filter can be installed in a process it attaches to): each step is longer
+# than without it, by tens of microseconds a call.
+bench_pickup_trace() {
+	local mode=${1:-} key=pickup spid out steps
+	[ "$mode" = lease ] && key=lease.pickup
+	command -v strace >/dev/null 2>&1 || {
+		[ "$REP" = 1 ] && problem "strace not installed: $key.trace skipped"
+		return
+	}
+	local stamps=$T/$key-trace-stamps.$REP
+	pickup_reset
+	cat >"$W/$key-trace.ini" <<EOF
+$(conf_header log_level=warn poll_interval=30s)
+
+[queue.pickup]
+command = exec $BIN/stamp stamp $stamps
+concurrency = $CONCURRENCY
+lock_mode = ${mode:-transaction}
+EOF
+	daemon_up "$key-trace-$REP" "$W/$key-trace.ini"
+	if [ "$mode" = lease ]; then
+		if ! pickup_waiting; then
+			problem "rep $REP: $key trace: the daemon did not become idle"
+			daemon_down
+			return
+		fi
+	elif ! daemon_idle "$CONCURRENCY"; then
+		daemon_down
+		return
+	fi
+	out=$T/$key-trace.$REP
+	# shellcheck disable=SC2046 # one -p per task: word splitting wanted
+	strace -qq -ttt -T -yy -s 24 -e trace=recvfrom,sendto,clone,clone3 -o "$out" \
+		$(printf -- '-p %s ' $(ls "/proc/$DAEMON/task")) 2>"$T/$key-trace-err.$REP" &
+	spid=$!
+	echo "$spid" >"$T/$key-trace-strace.pid" # killed by lib.sh's cleanup if we die first
+	if ! wait_until 10 "awk '/^TracerPid:/ { exit \$2 == 0 }' /proc/$DAEMON/status"; then
+		problem "rep $REP: $key trace: strace could not attach ($(head -c 200 "$T/$key-trace-err.$REP"))"
+		kill "$spid" 2>/dev/null
+		wait "$spid" 2>/dev/null
+		daemon_down
+		return
+	fi
+	"$BIN/pickup" insert "$DB_CONNINFO" pickup "$N_PTRACE" "$PICKUP_MIN_MS" "$PICKUP_MAX_MS" "$T/$key-trace-ins.$REP" ||
+		problem "rep $REP: $key trace: pickup client failed"
+	wait_until 30 "[ -f $stamps ] && [ \$(wc -l <$stamps) -ge $N_PTRACE ]" ||
+		problem "rep $REP: $key trace: only $(wc -l <"$stamps" 2>/dev/null || echo 0) of $N_PTRACE jobs started within 30 s"
+	kill -INT "$spid" 2>/dev/null
+	wait "$spid" 2>/dev/null
+	daemon_down
+	# One line per pickup found whole: the four steps in ms.
+	steps=$T/$key-trace-steps.$REP
+	awk '
+		function fdof(l,    f) { f = l; sub(/^[0-9.]+ [a-z0-9]+\(/, "", f); sub(/<.*/, "", f); return f }
+		function ret(l,    r) { r = l; sub(/.*\) = /, "", r); sub(/ .*/, "", r); return r + 0 }
+		function dur(l,    d) { d = l; sub(/.*</, "", d); sub(/>$/, "", d); return d + 0 }
+		{ t = $1 + 0 }
+		/ recvfrom\(/ && / = [1-9]/ && $0 ~ /, "A\\0\\0\\0/ { lfd = fdof($0); t0 = t; t1 = t2 = 0; next }
+		!t0 { next }
+		/ sendto\(/ && !t1 && $0 ~ /<(UNIX-STREAM|TCP|TCPv6):/ && fdof($0) != lfd { t1 = t; cfd = fdof($0); next }
+		/ recvfrom\(/ && t1 && !t2 && fdof($0) == cfd && ret($0) > 0 { t2 = t; next }
+		/ clone3?\(/ && t2 {
+			printf "%.3f %.3f %.3f %.3f %.3f\n", (t1 - t0) * 1000, (t2 - t1) * 1000, (t - t2) * 1000,
+				dur($0) * 1000, (t + dur($0) - t0) * 1000
+			t0 = 0
+		}' "$out" >"$steps"
+	fig "$key.trace.n" "$(wc -l <"$steps")"
+	[ -s "$steps" ] || {
+		problem "rep $REP: $key trace: no pickup found whole in the trace"
+		return
+	}
+	local i name
+	i=0
+	for name in notify_claim claim_answer answer_clone clone_exec total; do
+		i=$((i + 1))
+		fig "$key.trace.$name" "$(awk -v c=$i '{ print $c }' "$steps" | sort -g | awk '{ a[NR] = $1 } END { if (NR) print a[int((NR + 1) / 2)] }')"
+	done
 }
 
 # pickup_figs KEY INS STAMPS LAT: the latencies (command start - INSERT return, in ms,
@@ -981,6 +1135,88 @@ bench_held() {
 		problem "rep $REP: held: not every ready job was claimed"
 }
 
+# ---------------------------------------------------------------- 7b. a backlog behind backed-off heads
+
+# bench_backoff MODE CASE: the claim rate of a running daemon (16 slots of `true`, lock
+# mode MODE: transaction or lease) over a backlog of N_BO_JOBS grouped jobs, enqueued
+# group by group (group k holds ids k*S+1 .. k*S+S, S = N_BO_JOBS / N_BO_GROUPS), with
+# CASE free: nothing held; held: the heads of the first N_BO_HELD groups (the lowest
+# ids: what a claim's scan meets first) failed once and wait out an hour's backoff,
+# as an outcome `queued` with a retry leaves them (attempts 1, run_at ahead, an error),
+# so the later jobs of those groups are held back and the claim must find the other
+# groups' jobs behind them. Nothing is marked held beforehand: the daemon's claims mark
+# the groups (hold_group, sql/functions/claim.sql) as they meet them, as after real
+# retries. The daemon starts after the fill (VACUUM ANALYZE, CHECKPOINT, as 4) and is
+# stopped once N_BO_STOP jobs have finished; rate = N_BO_STOP / (the N_BO_STOP-th finish -
+# the first start), as 4. Figures backoff.MODE.CASE (jobs/s) and backoff.claim_ms.MODE.CASE
+# (the claim statement's mean execution time, pg_stat_statements).
+bench_backoff() {
+	local mode=$1 case=$2 key size got secs
+	key=$mode.$case
+	size=$((N_BO_JOBS / N_BO_GROUPS))
+	cat >"$W/backoff-$mode.ini" <<EOF
+$(conf_header log_level=warn poll_interval=2s)
+
+[queue.backoff]
+command = true
+concurrency = $CONCURRENCY
+lock_mode = $mode
+EOF
+	reset_tables
+	sql "INSERT INTO pgjobd.jobs (queue, group_id)
+		SELECT 'backoff', 'g' || ((i - 1) / $size) FROM generate_series(1, $N_BO_JOBS) i ORDER BY i"
+	# The heads of the first N_BO_HELD groups fail once: claimed (as the claim marks a
+	# job running), then the outcome of a failed attempt with a retry left, in the form
+	# of the daemon's outcome statement (src/claim.c, sql_finish): queued again, run_at an
+	# hour ahead, the attempt's history entry. Two statements, so that whatever reacts
+	# to a real failure (triggers) sees one.
+	if [ "$case" != free ]; then
+		sql "UPDATE pgjobd.jobs SET status = 'running', attempts = attempts + 1, worker = 'bench:1',
+			fence = nextval('pgjobd.fence_seq'), started_at = now(), updated_at = now()
+			WHERE queue = 'backoff' AND (id - (SELECT min(id) FROM pgjobd.jobs)) % $size = 0
+			  AND id - (SELECT min(id) FROM pgjobd.jobs) < $N_BO_HELD * $size" >/dev/null
+		sql "UPDATE pgjobd.jobs SET status = 'queued', error = '{\"reason\": \"exit\", \"exit_code\": 1, \"signal\": null, \"stderr\": null}',
+			run_at = c.t + interval '1 hour', finished_at = NULL, updated_at = c.t,
+			history = pgjobd.history_add(history, jsonb_build_object('attempt', attempts,
+				'worker', worker, 'started_at', started_at, 'finished_at', c.t, 'exit_code', 1))
+			FROM (SELECT clock_timestamp() AS t) c
+			WHERE queue = 'backoff' AND status = 'running'" >/dev/null
+	fi
+	# marked: as the claims would leave those groups once they have met them (the
+	# heads' groups marked held until their run_at), before the daemon starts.
+	[ "$case" = marked ] && sql "SELECT sum(pgjobd.hold_group('backoff', coalesce(group_key, group_id), id, run_at, 1000))
+		FROM pgjobd.jobs WHERE queue = 'backoff' AND status = 'queued' AND run_at > now()" >/dev/null
+	sql "VACUUM ANALYZE pgjobd.jobs"
+	sql "VACUUM ANALYZE pgjobd.groups"
+	sql "CHECKPOINT"
+	stats_reset
+	daemon_up "backoff-$mode-$case-$REP" "$W/backoff-$mode.ini"
+	# jobs_finished covers finished jobs: the count reads at most N_BO_STOP index entries.
+	poll_until "$STEP_TIMEOUT" "[ \"\$(psql_q \"SELECT count(*) FROM pgjobd.jobs WHERE queue = 'backoff' AND status = 'succeeded'\")\" -ge $N_BO_STOP ] || ! pid_alive $DAEMON" ||
+		problem "rep $REP: backoff $key: $N_BO_STOP jobs not finished after ${STEP_TIMEOUT}s"
+	pid_alive "$DAEMON" || problem "rep $REP: daemon ${CUR_LOG##*/} died"
+	daemon_down
+	# The held heads stay queued (their backoff has an hour to run): only this run's
+	# starts count.
+	IFS='|' read -r got secs < <(sql "WITH s AS (SELECT started_at, finished_at FROM pgjobd.jobs
+			WHERE queue = 'backoff' AND status <> 'queued')
+		SELECT (SELECT count(*) FROM s WHERE finished_at IS NOT NULL),
+		       extract(epoch FROM (SELECT finished_at FROM s WHERE finished_at IS NOT NULL
+		                           ORDER BY finished_at OFFSET $N_BO_STOP - 1 LIMIT 1)
+		                          - (SELECT min(started_at) FROM s))")
+	if [ "${got:-0}" -lt "$N_BO_STOP" ]; then
+		problem "rep $REP: backoff $key: $got of $N_BO_STOP jobs finished; no figures from this run"
+		return
+	fi
+	fig "backoff.$key" "$(ratio "$N_BO_STOP" "$secs")"
+	[ -n "$PGSS_LIB" ] && fig "backoff.claim_ms.$key" "$(sql "SELECT sum(total_exec_time) / nullif(sum(calls), 0)
+		FROM pg_stat_statements WHERE userid = 'postgres'::regrole AND query LIKE '%pgjobd.claim_batch(%'")"
+	[ -n "$PGSS_LIB" ] && [ "$REP" = 1 ] && stats_dump "backoff $key" "$got"
+	[ "$case" != free ] && fig "backoff.ratio.$mode.$case" "$(ratio "$(awk -F'\t' -v k="backoff.$key" -v r="$REP" '$1 == k && $2 == r { print $3 }' "$W/figs")" \
+		"$(awk -F'\t' -v k="backoff.$mode.free" -v r="$REP" '$1 == k && $2 == r { print $3 }' "$W/figs")")"
+	return 0
+}
+
 only() { [ -z "$ONLY" ] || [[ " $ONLY " == *" $1 "* ]]; }
 
 # ---------------------------------------------------------------- setup
@@ -1087,6 +1323,17 @@ def pickup.p50 "3  p50 INSERT return -> command start" ms 2 "$TGT_PICKUP_P50"
 def pickup.p99 "3  p99" ms 2 "$TGT_PICKUP_P99"
 def pickup.max "3  max" ms 2 "$TGT_PICKUP_MAX"
 def pickup.claims "3  claims per job (idle daemon)" calls 2 ""
+def pickup.srv.claim "3  server, per job: the claim statements" ms 3 ""
+def pickup.srv.hold "3  server, per job: the hold's lock statements" ms 3 ""
+def pickup.srv.outcome "3  server, per job: the outcome" ms 3 ""
+def pickup.srv.all "3  server, per job: all the daemon's statements" ms 3 ""
+def pickup.stmts "3  the daemon's statements per job" stmts 2 ""
+def pickup.trace.n "3t under strace, $N_PTRACE INSERTs: traced whole" jobs 0 ""
+def pickup.trace.notify_claim "3t p50 NOTIFY read -> claim sent" ms 3 ""
+def pickup.trace.claim_answer "3t p50 claim sent -> its answer read" ms 3 ""
+def pickup.trace.answer_clone "3t p50 answer read -> clone (the hold between)" ms 3 ""
+def pickup.trace.clone_exec "3t p50 clone -> /bin/sh exec'd" ms 3 ""
+def pickup.trace.total "3t p50 NOTIFY read -> /bin/sh exec'd" ms 3 ""
 section "4. backlog: claim rate, $N_SMALL jobs/$G_SMALL groups vs $N_LARGE/$G_LARGE"
 def backlog.small "4  small backlog, drained" jobs/s 1 ""
 def backlog.large "4  large backlog, first $N_LARGE_STOP" jobs/s 1 ""
@@ -1132,6 +1379,23 @@ def held.wal.job "7  WAL per claim taking a job, held groups" bytes 0 ""
 def held.wal.idle "7  WAL per claim finding nothing, held groups" bytes 0 ""
 def held.warm.ms "7  first $((N_HELD / 1000 + 5)) claims, taking the groups out" ms 0 ""
 def held.warm.wal "7  WAL of those claims (after a CHECKPOINT)" KiB 0 ""
+section "7b. $N_BO_JOBS jobs in $N_BO_GROUPS groups, the first $N_BO_HELD groups' heads in a backoff: claim rate"
+def backoff.transaction.free "7b nothing held, first $N_BO_STOP" jobs/s 1 ""
+def backoff.transaction.held "7b $N_BO_HELD groups held, first $N_BO_STOP" jobs/s 1 ""
+def backoff.ratio.transaction.held "7b held / nothing held" ratio 3 "$TGT_BO_RATIO"
+def backoff.transaction.marked "7b held, marked beforehand" jobs/s 1 ""
+def backoff.ratio.transaction.marked "7b marked beforehand / nothing held" ratio 3 ""
+def backoff.claim_ms.transaction.free "7b claim execution, nothing held" ms/call 3 ""
+def backoff.claim_ms.transaction.held "7b claim execution, held" ms/call 3 ""
+def backoff.claim_ms.transaction.marked "7b claim execution, marked beforehand" ms/call 3 ""
+def backoff.lease.free "7b lease: nothing held" jobs/s 1 ""
+def backoff.lease.held "7b lease: $N_BO_HELD groups held" jobs/s 1 ""
+def backoff.ratio.lease.held "7b lease: held / nothing held" ratio 3 "$TGT_BO_RATIO"
+def backoff.lease.marked "7b lease: held, marked beforehand" jobs/s 1 ""
+def backoff.ratio.lease.marked "7b lease: marked beforehand / nothing held" ratio 3 ""
+def backoff.claim_ms.lease.free "7b lease: claim execution, nothing held" ms/call 3 ""
+def backoff.claim_ms.lease.held "7b lease: claim execution, held" ms/call 3 ""
+def backoff.claim_ms.lease.marked "7b lease: claim execution, marked beforehand" ms/call 3 ""
 section "8. lock mode lease: 2 and 3 again with lock_mode = lease"
 def tput.lease.ungrouped "8a ungrouped" jobs/s 1 ""
 def ratio.lease.ungrouped "8a ungrouped / ceiling" ratio 3 "$TGT_LEASE_CEILING"
@@ -1142,6 +1406,17 @@ def lease.pickup.missing "8c INSERTs not picked up within 30 s" jobs 0 "<= 0"
 def lease.pickup.p50 "8c p50 INSERT return -> command start" ms 2 "$TGT_LEASE_P50"
 def lease.pickup.p99 "8c p99" ms 2 "$TGT_PICKUP_P99"
 def lease.pickup.max "8c max" ms 2 ""
+def lease.pickup.claims "8c claims per job (idle daemon)" calls 2 ""
+def lease.pickup.srv.claim "8c server, per job: the claim statements" ms 3 ""
+def lease.pickup.srv.outcome "8c server, per job: the outcome (finish_leases)" ms 3 ""
+def lease.pickup.srv.all "8c server, per job: all the daemon's statements" ms 3 ""
+def lease.pickup.stmts "8c the daemon's statements per job" stmts 2 ""
+def lease.pickup.trace.n "8t under strace, $N_PTRACE INSERTs: traced whole" jobs 0 ""
+def lease.pickup.trace.notify_claim "8t p50 NOTIFY read -> claim sent" ms 3 ""
+def lease.pickup.trace.claim_answer "8t p50 claim sent -> its answer read" ms 3 ""
+def lease.pickup.trace.answer_clone "8t p50 answer read -> clone" ms 3 ""
+def lease.pickup.trace.clone_exec "8t p50 clone -> /bin/sh exec'd" ms 3 ""
+def lease.pickup.trace.total "8t p50 NOTIFY read -> /bin/sh exec'd" ms 3 ""
 def lease.floor.missing "8d INSERTs not picked up within 30 s" jobs 0 "<= 0"
 def lease.floor.p50 "8d p50, no daemon: the floor of 8c" ms 2 ""
 def lease.floor.p99 "8d p99" ms 2 ""
@@ -1176,15 +1451,22 @@ for REP in $(seq 1 "$REPS"); do
 	only throughput && log "2a throughput ungrouped" && bench_throughput ungrouped
 	only throughput && log "2b throughput grouped" && bench_throughput grouped
 	only pickup && log "3 pickup latency" && bench_pickup
+	only pickup && log "3t pickup under strace" && bench_pickup_trace
 	only backlog && log "4 backlog small" && bench_backlog small
 	only backlog && log "4 backlog large" && bench_backlog large
 	only enqueue && log "5 enqueue" && bench_enqueue
 	only footprint && log "6a footprint" && bench_footprint
 	only strace && log "6d sends per job" && bench_strace
 	only held && log "7 claims over retry-held groups" && bench_held
+	for m in transaction lease; do
+		for c in free held marked; do
+			only held && log "7b backlog behind backed-off heads, $m, $c" && bench_backoff "$m" "$c"
+		done
+	done
 	only lease && log "8a throughput ungrouped, lock mode lease" && bench_throughput ungrouped lease
 	only lease && log "8b throughput grouped, lock mode lease" && bench_throughput grouped lease
 	only lease && log "8c pickup latency, lock mode lease" && bench_pickup lease
+	only lease && log "8t pickup under strace, lock mode lease" && bench_pickup_trace lease
 	only lease && log "8d pickup latency floor, no daemon" && bench_floor
 	only timers && log "9a schedule tick lateness" && bench_tick
 	only timers && log "9b schedule tick lateness, lock mode lease" && bench_tick lease
