@@ -548,10 +548,12 @@ pickup_server_figs() {
 # /bin/sh. Per pickup, from the trace, in order:
 #   the listener's read of the NOTIFY (a recvfrom whose data starts with a
 #   NotificationResponse, 'A'),
-#   the next send on another database socket (the claim),
-#   the next read of data on that socket (the claim's answer),
+#   the claim's send: the last send, after that read, on the socket of
+#   the claim's answer: the next read of a row description of 13 columns, the first
+#   named slot (claim_batch's columns; "\rslot\0" in strace's quoting),
 #   the next clone (in lock mode transaction after the slot's hold, a round trip of its
 #   own) and its return.
+# Sends of other sessions between (a heartbeat) are not mistaken for the claim.
 # Figures KEY.trace.STEP: the p50 of each step in ms, and KEY.trace.n, the pickups found
 # whole. strace stops the daemon at every call it traces and at every other one (no
 # seccomp filter can be installed in a process it attaches to): each step is longer
@@ -586,7 +588,7 @@ EOF
 	fi
 	out=$T/$key-trace.$REP
 	# shellcheck disable=SC2046 # one -p per task: word splitting wanted
-	strace -qq -ttt -T -yy -s 24 -e trace=recvfrom,sendto,clone,clone3 -o "$out" \
+	strace -qq -ttt -T -yy -s 32 -e trace=recvfrom,sendto,clone,clone3 -o "$out" \
 		$(printf -- '-p %s ' $(ls "/proc/$DAEMON/task")) 2>"$T/$key-trace-err.$REP" &
 	spid=$!
 	echo "$spid" >"$T/$key-trace-strace.pid" # killed by lib.sh's cleanup if we die first
@@ -611,10 +613,10 @@ EOF
 		function ret(l,    r) { r = l; sub(/.*\) = /, "", r); sub(/ .*/, "", r); return r + 0 }
 		function dur(l,    d) { d = l; sub(/.*</, "", d); sub(/>$/, "", d); return d + 0 }
 		{ t = $1 + 0 }
-		/ recvfrom\(/ && / = [1-9]/ && $0 ~ /, "A\\0\\0\\0/ { lfd = fdof($0); t0 = t; t1 = t2 = 0; next }
+		/ recvfrom\(/ && / = [1-9]/ && $0 ~ /, "A\\0\\0\\0/ { t0 = t; t2 = 0; delete sent; next }
 		!t0 { next }
-		/ sendto\(/ && !t1 && $0 ~ /<(UNIX-STREAM|TCP|TCPv6):/ && fdof($0) != lfd { t1 = t; cfd = fdof($0); next }
-		/ recvfrom\(/ && t1 && !t2 && fdof($0) == cfd && ret($0) > 0 { t2 = t; next }
+		/ sendto\(/ { sent[fdof($0)] = t; next }
+		/ recvfrom\(/ && !t2 && ret($0) > 0 && $0 ~ /\\rslot\\0/ && (fdof($0) in sent) { t1 = sent[fdof($0)]; t2 = t; next }
 		/ clone3?\(/ && t2 {
 			printf "%.3f %.3f %.3f %.3f %.3f\n", (t1 - t0) * 1000, (t2 - t1) * 1000, (t - t2) * 1000,
 				dur($0) * 1000, (t + dur($0) - t0) * 1000
