@@ -48,7 +48,7 @@ N_HELD=${BENCH_HELD:-$((20000 / div))}        # 7: groups held back by a retry
 N_TICKS=${BENCH_TICKS:-8}                     # 9a, 9b: schedule ticks measured (1 a second)
 N_CANCEL=${BENCH_CANCEL:-5}                   # 9c: jobs cancelled
 WD_SECS=${BENCH_WD_SECS:-5}                   # 9d: seconds of watchdog pings
-# BENCH_ONLY: a subset of "ceiling throughput pickup backlog enqueue footprint strace held lease
+# BENCH_ONLY: a subset of "ceiling throughput burst pickup backlog enqueue footprint strace held lease
 # timers"
 # (default all), for working on one measurement.
 ONLY=${BENCH_ONLY:-}
@@ -61,6 +61,12 @@ NOTIFY_SINK=${NOTIFY_SINK:-$repo/build/tests/notify-sink} # 9d: systemd's notify
 # the build. Each is "OP VALUE" with OP one of <= >=; empty: no target.
 TGT_RATIO_CEILING=">= 0.8"   # ungrouped throughput / spawn ceiling
 TGT_RATIO_GROUPED=">= 0.7"   # 100 groups throughput / spawn ceiling
+TGT_BURST_TX=">= 0.5"        # the burst case, transaction mode: throughput / spawn ceiling
+TGT_BURST_LEASE=">= 0.7"     # the burst case, lease mode
+TGT_CPUBOUND=">= 0.9"        # throughput / what the machine's CPU allows (every core busy)
+TGT_PGCPU_TX="<= 0.30"       # ms, PostgreSQL backends' CPU per job, transaction mode
+TGT_PGCPU_LEASE="<= 0.12"    # ms, lease mode
+TGT_DAEMON_CPU="<= 0.08"     # ms, the daemon's own CPU per job
 TGT_PICKUP_P50="<= 5"        # ms, INSERT commit -> command start
 TGT_PICKUP_P99="<= 20"       # ms
 TGT_PICKUP_MAX=""            # ms (no target; shown)
@@ -411,6 +417,62 @@ bench_throughput() { # ungrouped|grouped [lease]
 			echo
 		} >>"$OUT/statements.txt"
 	fi
+}
+
+# ---------------------------------------------------------------- 2c. the burst case
+
+# bench_burst VARIANT MODE: what users send. The daemon is already running and waiting
+# when N_JOBS jobs arrive in one INSERT ... SELECT, with no VACUUM, ANALYZE or CHECKPOINT
+# in between (autovacuum may run during the drain, as it would). The rate is counted from
+# the INSERT's commit to the last outcome. Keyed burst.MODE.VARIANT (MODE tx or lease).
+bench_burst() { # ungrouped|grouped tx|lease
+	local v=$1 mode=$2 groups=0 g=NULL key conf t0 cpu0 cpu1 pm pg0 pg1 m0 n secs calls
+	[ "$v" = grouped ] && groups=$N_GROUPS && g="'g' || (i % $N_GROUPS)"
+	key=burst.$mode.$v conf=$W/tput.ini
+	[ "$mode" = lease ] && conf=$W/tput-lease.ini
+	reset_tables
+	sql "TRUNCATE pgjobd.waiting" >/dev/null
+	daemon_up "burst-$mode-$v-$REP" "$conf"
+	if ! wait_until 30 "[ \"\$(psql_q \"SELECT count(*) FROM pgjobd.waiting WHERE queue = 'tput'\")\" = 1 ] || ! pid_alive $DAEMON" ||
+		! pid_alive "$DAEMON"; then
+		problem "rep $REP: burst $mode $v: the daemon never waited for work"
+		daemon_down
+		return
+	fi
+	stats_reset
+	pm=$(head -n 1 "$T/pg/postmaster.pid")
+	pg0=$(cpu_s "$pm" children)
+	cpu0=$(cpu_s "$DAEMON")
+	m0=$(machine_cpu)
+	t0=$(sql "INSERT INTO pgjobd.jobs (queue, group_id) SELECT 'tput', $g FROM generate_series(1, $N_JOBS) i;
+		SELECT extract(epoch FROM clock_timestamp())")
+	if wait_drained tput "$W/waits.$key.$REP"; then
+		machine_figs "$key" "$N_JOBS" "$m0"
+		cpu1=$(cpu_s "$DAEMON")
+		calls=$(stats_calls)
+	fi
+	daemon_down
+	wait_until 10 "! pgrep -P $pm -f 'postgres: postgres pgjobd_test' >/dev/null"
+	pg1=$(cpu_s "$pm" children)
+	IFS='|' read -r n secs < <(sql "SELECT count(*), max(extract(epoch FROM finished_at)) - $t0
+		FROM pgjobd.jobs WHERE queue = 'tput' AND status = 'succeeded'")
+	if [ "$n" != "$N_JOBS" ]; then
+		problem "rep $REP: burst $mode $v: $n of $N_JOBS jobs succeeded; no figures from this run"
+		return
+	fi
+	fig "tput.$key" "$(ratio "$n" "$secs")"
+	[ -n "$cpu1" ] && fig "cpu.$key" "$(calc "($cpu1 - $cpu0) * 1000 / $n")"
+	[ -n "$pg0" ] && [ -n "$pg1" ] && fig "pgcpu.$key" "$(calc "($pg1 - $pg0) * 1000 / $n")"
+	[ -n "$PGSS_LIB" ] && [ -n "$calls" ] && fig "stmts.$key" "$(ratio "$calls" "$n")"
+	if [ "$REP" = 1 ]; then
+		stats_dump "burst $mode $v" "$n"
+		[ -s "$W/waits.$key.$REP" ] && {
+			echo "== burst $mode $v: the daemon's active sessions, sampled every 0.5 s (wait event, statement)"
+			sort "$W/waits.$key.$REP" | uniq -c | sort -rn | head -n 15
+			echo
+		} >>"$OUT/statements.txt"
+	fi
+	return 0
 }
 
 # ---------------------------------------------------------------- 3. pickup latency
@@ -1081,6 +1143,20 @@ def tput.ungrouped "2a ungrouped" jobs/s 1 ""
 def ratio.ungrouped "2a ungrouped / ceiling" ratio 3 "$TGT_RATIO_CEILING"
 def tput.grouped "2b $N_GROUPS groups" jobs/s 1 ""
 def ratio.grouped "2b grouped / ceiling" ratio 3 "$TGT_RATIO_GROUPED"
+section "2c. the burst case: the daemon waits, then $N_JOBS jobs in one INSERT, no VACUUM/ANALYZE"
+for m in tx lease; do
+	for v in ungrouped grouped; do
+		ml=transaction tgt=$TGT_BURST_TX
+		[ $m = lease ] && ml=lease tgt=$TGT_BURST_LEASE
+		def "tput.burst.$m.$v" "2c $ml, $v" jobs/s 1 ""
+		def "ratio.burst.$m.$v" "2c $ml, $v / ceiling" ratio 3 "$tgt"
+		def "cpubound.burst.$m.$v" "2c $ml, $v: most / ceiling the CPU allows (every core busy)" ratio 3 ""
+		def "busy.burst.$m.$v" "2c $ml, $v: share of what the CPU allows (cores busy)" ratio 2 "$TGT_CPUBOUND"
+		def "pgcpu.burst.$m.$v" "2c $ml, $v: PostgreSQL CPU per job" ms 3 "$([ $m = lease ] && echo "$TGT_PGCPU_LEASE" || echo "$TGT_PGCPU_TX")"
+		def "cpu.burst.$m.$v" "2c $ml, $v: daemon CPU per job" ms 3 "$TGT_DAEMON_CPU"
+		def "stmts.burst.$m.$v" "2c $ml, $v: SQL statements per job" stmts 2 ""
+	done
+done
 section "3. pickup latency: $N_PICKUP INSERTs to an idle daemon (poll 30s)"
 def pickup.missing "3  INSERTs not picked up within 30 s" jobs 0 "<= 0"
 def pickup.p50 "3  p50 INSERT return -> command start" ms 2 "$TGT_PICKUP_P50"
@@ -1175,6 +1251,11 @@ for REP in $(seq 1 "$REPS"); do
 	only ceiling && log "1 ceiling" && bench_ceiling
 	only throughput && log "2a throughput ungrouped" && bench_throughput ungrouped
 	only throughput && log "2b throughput grouped" && bench_throughput grouped
+	for m in tx lease; do
+		for v in ungrouped grouped; do
+			only burst && log "2c burst $v, $m" && bench_burst $v $m
+		done
+	done
 	only pickup && log "3 pickup latency" && bench_pickup
 	only backlog && log "4 backlog small" && bench_backlog small
 	only backlog && log "4 backlog large" && bench_backlog large
@@ -1205,6 +1286,11 @@ derive ratio.ungrouped tput.ungrouped ceiling
 derive ratio.grouped tput.grouped ceiling
 derive ratio.lease.ungrouped tput.lease.ungrouped ceiling
 derive ratio.lease.grouped tput.lease.grouped ceiling
+for m in tx lease; do
+	for v in ungrouped grouped; do
+		derive "ratio.burst.$m.$v" "tput.burst.$m.$v" ceiling
+	done
+done
 # What CPU alone allows 8a and 8b: with every core busy, at most cores / mcpu.lease.X
 # jobs/s; the ceiling was cores * busy.ceiling / mcpu.ceiling spawns/s. Their ratio is
 # mcpu.ceiling / (busy.ceiling * mcpu.lease.X).
@@ -1214,6 +1300,12 @@ for r in $(seq 1 "$REPS"); do
 			END { if (f["busy.ceiling"] > 0 && f[m] > 0)
 				printf "%.6f", f["mcpu.ceiling"] / (f["busy.ceiling"] * f[m]) }' "$W/figs")
 		[ -n "$v" ] && REP=$r fig "cpubound.lease.$x" "$v" >/dev/null
+	done
+	for x in burst.tx.ungrouped burst.tx.grouped burst.lease.ungrouped burst.lease.grouped; do
+		v=$(awk -F'\t' -v r="$r" -v m="mcpu.$x" '$2 == r { f[$1] = $3 }
+			END { if (f["busy.ceiling"] > 0 && f[m] > 0)
+				printf "%.6f", f["mcpu.ceiling"] / (f["busy.ceiling"] * f[m]) }' "$W/figs")
+		[ -n "$v" ] && REP=$r fig "cpubound.$x" "$v" >/dev/null
 	done
 done
 derive backlog.ratio backlog.large backlog.small
