@@ -48,7 +48,7 @@ N_HELD=${BENCH_HELD:-$((20000 / div))}        # 7: groups held back by a retry
 N_TICKS=${BENCH_TICKS:-8}                     # 9a, 9b: schedule ticks measured (1 a second)
 N_CANCEL=${BENCH_CANCEL:-5}                   # 9c: jobs cancelled
 WD_SECS=${BENCH_WD_SECS:-5}                   # 9d: seconds of watchdog pings
-# BENCH_ONLY: a subset of "ceiling throughput burst pickup backlog enqueue footprint strace held lease
+# BENCH_ONLY: a subset of "ceiling throughput burst pickup steps backlog enqueue footprint strace held lease
 # timers"
 # (default all), for working on one measurement.
 ONLY=${BENCH_ONLY:-}
@@ -539,6 +539,51 @@ EOF
 	daemon_down
 	pickup_figs "$key" "$ins" "$stamps" "$lat" || return
 	[ -n "$claims" ] && fig $key.claims "$(ratio "$claims" "$(wc -l <"$lat")")"
+}
+
+# bench_pickup_steps tx|lease: 3's INSERTs again, the daemon at log_level = debug, which
+# logs each job's pickup step by step (msg="pickup", src/job.c): the NOTIFY read -> the
+# claim sent -> its answer read -> the hold's answer -> the command exec'd. The p50 of
+# each step, and of INSERT return -> command start in this run (debug logging costs a
+# little: compare with 3 and 8c, not with the targets).
+bench_pickup_steps() {
+	local mode=$1 key=steps.$1 lm=transaction ins stamps lat f v
+	[ "$mode" = lease ] && lm=lease
+	ins=$T/$key-ins.$REP stamps=$T/$key-stamps.$REP lat=$T/$key-lat.$REP
+	pickup_reset
+	cat >"$W/$key.ini" <<EOF
+$(conf_header log_level=debug poll_interval=30s)
+
+[queue.pickup]
+command = exec $BIN/stamp stamp $stamps
+concurrency = $CONCURRENCY
+lock_mode = $lm
+EOF
+	daemon_up "$key-$REP" "$W/$key.ini"
+	if ! pickup_waiting; then
+		problem "rep $REP: pickup steps $mode: the daemon did not become idle"
+		daemon_down
+		return
+	fi
+	if ! pickup_insert "$ins"; then
+		daemon_down
+		return
+	fi
+	pickup_started "pickup steps $mode" "$stamps"
+	# At log_level = debug every line would count as a warning in daemon_down: stop
+	# the daemon here instead.
+	stop_daemon "$DAEMON" 60 || problem "rep $REP: pickup steps $mode: the daemon exited with status $?"
+	DAEMON=
+	awk 'NR == FNR { t[$1] = $2; next } ($1 in t) && !seen[$1]++ { printf "%.3f\n", ($2 - t[$1]) / 1e6 }' \
+		"$ins" "$stamps" 2>/dev/null | sort -n >"$lat"
+	v=$(percentile 0.5 "$lat")
+	[ -n "$v" ] && fig "$key.total" "$v"
+	for f in notify claim hold spawn; do
+		grep 'msg="pickup"' "$CUR_LOG" | sed -n "s/.* ${f}_ms=\([0-9.]*\) .*/\1/p" | sort -n >"$T/$key.$f"
+		v=$(percentile 0.5 "$T/$key.$f")
+		[ -n "$v" ] && fig "$key.$f" "$v"
+	done
+	return 0
 }
 
 # pickup_figs KEY INS STAMPS LAT: the latencies (command start - INSERT return, in ms,
@@ -1163,6 +1208,16 @@ def pickup.p50 "3  p50 INSERT return -> command start" ms 2 "$TGT_PICKUP_P50"
 def pickup.p99 "3  p99" ms 2 "$TGT_PICKUP_P99"
 def pickup.max "3  max" ms 2 "$TGT_PICKUP_MAX"
 def pickup.claims "3  claims per job (idle daemon)" calls 2 ""
+section "3b. pickup step by step: 3 again at log_level = debug (msg=\"pickup\"), p50 of each step"
+for m in tx lease; do
+	ml=transaction
+	[ $m = lease ] && ml=lease
+	def "steps.$m.notify" "3b $ml: NOTIFY read -> claim sent" ms 3 ""
+	def "steps.$m.claim" "3b $ml: claim sent -> its answer read" ms 3 ""
+	def "steps.$m.hold" "3b $ml: answer -> hold's answer (slot's locks)" ms 3 ""
+	def "steps.$m.spawn" "3b $ml: hold -> command exec'd" ms 3 ""
+	def "steps.$m.total" "3b $ml: INSERT return -> command start, this run" ms 2 ""
+done
 section "4. backlog: claim rate, $N_SMALL jobs/$G_SMALL groups vs $N_LARGE/$G_LARGE"
 def backlog.small "4  small backlog, drained" jobs/s 1 ""
 def backlog.large "4  large backlog, first $N_LARGE_STOP" jobs/s 1 ""
@@ -1257,6 +1312,8 @@ for REP in $(seq 1 "$REPS"); do
 		done
 	done
 	only pickup && log "3 pickup latency" && bench_pickup
+	only steps && log "3b pickup step by step, transaction" && bench_pickup_steps tx
+	only steps && log "3b pickup step by step, lease" && bench_pickup_steps lease
 	only backlog && log "4 backlog small" && bench_backlog small
 	only backlog && log "4 backlog large" && bench_backlog large
 	only enqueue && log "5 enqueue" && bench_enqueue
