@@ -46,6 +46,17 @@ const char claim_sql_claim[] = CLAIM_SQL_CLAIM;
  * (plan_cache_mode in their definitions, sql/functions/). */
 const char claim_sql_generic_plans[] = "SET plan_cache_mode = force_generic_plan";
 
+/* Run next to it. A generic plan is made once, from the statistics of the
+ * moment, and kept: a daemon that starts beside an empty or never analysed
+ * pgjobd.jobs plans the claim for a table of a few rows, and a burst of jobs
+ * then met sequential scans of the whole table in every claim (the updates of
+ * the claimed rows, and claim_batch's statements) until an autovacuum's
+ * ANALYZE happened to replan them (tests/bench/README, "The burst case").
+ * Every statement of these sessions reaches the rows it needs through an
+ * index or by ctid, so no plan is better with a sequential scan of jobs than
+ * without, whatever the statistics say. */
+const char claim_sql_index_plans[] = "SET enable_seqscan = off";
+
 /* Step 2, the slot's transaction: the group row first, then the job row,
  * the order every claimer locks them in. Both wait: only SKIP LOCKED probes
  * of other claimers can hold them, briefly. The job row is locked only if it

@@ -66,8 +66,10 @@ void claim_params_fini(struct claim_params *p);
 /* The claim statement's SQL (sql/claim.sql, which explains its two paths);
  * exposed for the tests. */
 extern const char claim_sql_claim[];
-/* The setting every session that claims runs at connect (generic plans). */
+/* The settings every session that claims runs at connect: generic plans,
+ * through indexes. */
 extern const char claim_sql_generic_plans[];
+extern const char claim_sql_index_plans[];
 /* The claim batch: one statement, its own transaction -> 1 statement in st. */
 int claim_build(struct db_stmt *st, struct claim_params *p, const struct claim_req *r);
 /* Decode row `row` of a claim batch's result into *out and the slot index

@@ -53,7 +53,7 @@ N_BO_STOP=${BENCH_BO_STOP:-$((5000 / div))}   # 7b: finished jobs measured
 N_TICKS=${BENCH_TICKS:-8}                     # 9a, 9b: schedule ticks measured (1 a second)
 N_CANCEL=${BENCH_CANCEL:-5}                   # 9c: jobs cancelled
 WD_SECS=${BENCH_WD_SECS:-5}                   # 9d: seconds of watchdog pings
-# BENCH_ONLY: a subset of "ceiling throughput pickup backlog enqueue footprint strace held lease
+# BENCH_ONLY: a subset of "ceiling throughput burst pickup steps backlog enqueue footprint strace held lease
 # timers"
 # (default all), for working on one measurement.
 ONLY=${BENCH_ONLY:-}
@@ -66,6 +66,12 @@ NOTIFY_SINK=${NOTIFY_SINK:-$repo/build/tests/notify-sink} # 9d: systemd's notify
 # the build. Each is "OP VALUE" with OP one of <= >=; empty: no target.
 TGT_RATIO_CEILING=">= 0.8"   # ungrouped throughput / spawn ceiling
 TGT_RATIO_GROUPED=">= 0.7"   # 100 groups throughput / spawn ceiling
+TGT_BURST_TX=">= 0.5"        # the burst case, transaction mode: throughput / spawn ceiling
+TGT_BURST_LEASE=">= 0.7"     # the burst case, lease mode
+TGT_CPUBOUND=">= 0.9"        # throughput / what the machine's CPU allows (every core busy)
+TGT_PGCPU_TX="<= 0.30"       # ms, PostgreSQL backends' CPU per job, transaction mode
+TGT_PGCPU_LEASE="<= 0.12"    # ms, lease mode
+TGT_DAEMON_CPU="<= 0.08"     # ms, the daemon's own CPU per job
 TGT_PICKUP_P50="<= 5"        # ms, INSERT commit -> command start
 TGT_PICKUP_P99="<= 20"       # ms
 TGT_PICKUP_MAX=""            # ms (no target; shown)
@@ -419,6 +425,62 @@ bench_throughput() { # ungrouped|grouped [lease]
 	fi
 }
 
+# ---------------------------------------------------------------- 2c. the burst case
+
+# bench_burst VARIANT MODE: what users send. The daemon is already running and waiting
+# when N_JOBS jobs arrive in one INSERT ... SELECT, with no VACUUM, ANALYZE or CHECKPOINT
+# in between (autovacuum may run during the drain, as it would). The rate is counted from
+# the INSERT's commit to the last outcome. Keyed burst.MODE.VARIANT (MODE tx or lease).
+bench_burst() { # ungrouped|grouped tx|lease
+	local v=$1 mode=$2 groups=0 g=NULL key conf t0 cpu0 cpu1 pm pg0 pg1 m0 n secs calls
+	[ "$v" = grouped ] && groups=$N_GROUPS && g="'g' || (i % $N_GROUPS)"
+	key=burst.$mode.$v conf=$W/tput.ini
+	[ "$mode" = lease ] && conf=$W/tput-lease.ini
+	reset_tables
+	sql "TRUNCATE pgjobd.waiting" >/dev/null
+	daemon_up "burst-$mode-$v-$REP" "$conf"
+	if ! wait_until 30 "[ \"\$(psql_q \"SELECT count(*) FROM pgjobd.waiting WHERE queue = 'tput'\")\" = 1 ] || ! pid_alive $DAEMON" ||
+		! pid_alive "$DAEMON"; then
+		problem "rep $REP: burst $mode $v: the daemon never waited for work"
+		daemon_down
+		return
+	fi
+	stats_reset
+	pm=$(head -n 1 "$T/pg/postmaster.pid")
+	pg0=$(cpu_s "$pm" children)
+	cpu0=$(cpu_s "$DAEMON")
+	m0=$(machine_cpu)
+	t0=$(sql "INSERT INTO pgjobd.jobs (queue, group_id) SELECT 'tput', $g FROM generate_series(1, $N_JOBS) i;
+		SELECT extract(epoch FROM clock_timestamp())")
+	if wait_drained tput "$W/waits.$key.$REP"; then
+		machine_figs "$key" "$N_JOBS" "$m0"
+		cpu1=$(cpu_s "$DAEMON")
+		calls=$(stats_calls)
+	fi
+	daemon_down
+	wait_until 10 "! pgrep -P $pm -f 'postgres: postgres pgjobd_test' >/dev/null"
+	pg1=$(cpu_s "$pm" children)
+	IFS='|' read -r n secs < <(sql "SELECT count(*), max(extract(epoch FROM finished_at)) - $t0
+		FROM pgjobd.jobs WHERE queue = 'tput' AND status = 'succeeded'")
+	if [ "$n" != "$N_JOBS" ]; then
+		problem "rep $REP: burst $mode $v: $n of $N_JOBS jobs succeeded; no figures from this run"
+		return
+	fi
+	fig "tput.$key" "$(ratio "$n" "$secs")"
+	[ -n "$cpu1" ] && fig "cpu.$key" "$(calc "($cpu1 - $cpu0) * 1000 / $n")"
+	[ -n "$pg0" ] && [ -n "$pg1" ] && fig "pgcpu.$key" "$(calc "($pg1 - $pg0) * 1000 / $n")"
+	[ -n "$PGSS_LIB" ] && [ -n "$calls" ] && fig "stmts.$key" "$(ratio "$calls" "$n")"
+	if [ "$REP" = 1 ]; then
+		stats_dump "burst $mode $v" "$n"
+		[ -s "$W/waits.$key.$REP" ] && {
+			echo "== burst $mode $v: the daemon's active sessions, sampled every 0.5 s (wait event, statement)"
+			sort "$W/waits.$key.$REP" | uniq -c | sort -rn | head -n 15
+			echo
+		} >>"$OUT/statements.txt"
+	fi
+	return 0
+}
+
 # ---------------------------------------------------------------- 3. pickup latency
 
 # The steps bench_pickup and bench_floor share. pickup_reset: empty tables, no waiting
@@ -633,6 +695,51 @@ EOF
 		i=$((i + 1))
 		fig "$key.trace.$name" "$(awk -v c=$i '{ print $c }' "$steps" | sort -g | awk '{ a[NR] = $1 } END { if (NR) print a[int((NR + 1) / 2)] }')"
 	done
+}
+
+# bench_pickup_steps tx|lease: 3's INSERTs again, the daemon at log_level = debug, which
+# logs each job's pickup step by step (msg="pickup", src/job.c): the NOTIFY read -> the
+# claim sent -> its answer read -> the hold's answer -> the command exec'd. The p50 of
+# each step, and of INSERT return -> command start in this run (debug logging costs a
+# little: compare with 3 and 8c, not with the targets).
+bench_pickup_steps() {
+	local mode=$1 key=steps.$1 lm=transaction ins stamps lat f v
+	[ "$mode" = lease ] && lm=lease
+	ins=$T/$key-ins.$REP stamps=$T/$key-stamps.$REP lat=$T/$key-lat.$REP
+	pickup_reset
+	cat >"$W/$key.ini" <<EOF
+$(conf_header log_level=debug poll_interval=30s)
+
+[queue.pickup]
+command = exec $BIN/stamp stamp $stamps
+concurrency = $CONCURRENCY
+lock_mode = $lm
+EOF
+	daemon_up "$key-$REP" "$W/$key.ini"
+	if ! pickup_waiting; then
+		problem "rep $REP: pickup steps $mode: the daemon did not become idle"
+		daemon_down
+		return
+	fi
+	if ! pickup_insert "$ins"; then
+		daemon_down
+		return
+	fi
+	pickup_started "pickup steps $mode" "$stamps"
+	# At log_level = debug every line would count as a warning in daemon_down: stop
+	# the daemon here instead.
+	stop_daemon "$DAEMON" 60 || problem "rep $REP: pickup steps $mode: the daemon exited with status $?"
+	DAEMON=
+	awk 'NR == FNR { t[$1] = $2; next } ($1 in t) && !seen[$1]++ { printf "%.3f\n", ($2 - t[$1]) / 1e6 }' \
+		"$ins" "$stamps" 2>/dev/null | sort -n >"$lat"
+	v=$(percentile 0.5 "$lat")
+	[ -n "$v" ] && fig "$key.total" "$v"
+	for f in notify claim hold spawn; do
+		grep 'msg="pickup"' "$CUR_LOG" | sed -n "s/.* ${f}_ms=\([0-9.]*\) .*/\1/p" | sort -n >"$T/$key.$f"
+		v=$(percentile 0.5 "$T/$key.$f")
+		[ -n "$v" ] && fig "$key.$f" "$v"
+	done
+	return 0
 }
 
 # pickup_figs KEY INS STAMPS LAT: the latencies (command start - INSERT return, in ms,
@@ -1319,6 +1426,20 @@ def tput.ungrouped "2a ungrouped" jobs/s 1 ""
 def ratio.ungrouped "2a ungrouped / ceiling" ratio 3 "$TGT_RATIO_CEILING"
 def tput.grouped "2b $N_GROUPS groups" jobs/s 1 ""
 def ratio.grouped "2b grouped / ceiling" ratio 3 "$TGT_RATIO_GROUPED"
+section "2c. the burst case: the daemon waits, then $N_JOBS jobs in one INSERT, no VACUUM/ANALYZE"
+for m in tx lease; do
+	for v in ungrouped grouped; do
+		ml=transaction tgt=$TGT_BURST_TX
+		[ $m = lease ] && ml=lease tgt=$TGT_BURST_LEASE
+		def "tput.burst.$m.$v" "2c $ml, $v" jobs/s 1 ""
+		def "ratio.burst.$m.$v" "2c $ml, $v / ceiling" ratio 3 "$tgt"
+		def "cpubound.burst.$m.$v" "2c $ml, $v: most / ceiling the CPU allows (every core busy)" ratio 3 ""
+		def "busy.burst.$m.$v" "2c $ml, $v: share of what the CPU allows (cores busy)" ratio 2 "$TGT_CPUBOUND"
+		def "pgcpu.burst.$m.$v" "2c $ml, $v: PostgreSQL CPU per job" ms 3 "$([ $m = lease ] && echo "$TGT_PGCPU_LEASE" || echo "$TGT_PGCPU_TX")"
+		def "cpu.burst.$m.$v" "2c $ml, $v: daemon CPU per job" ms 3 "$TGT_DAEMON_CPU"
+		def "stmts.burst.$m.$v" "2c $ml, $v: SQL statements per job" stmts 2 ""
+	done
+done
 section "3. pickup latency: $N_PICKUP INSERTs to an idle daemon (poll 30s)"
 def pickup.missing "3  INSERTs not picked up within 30 s" jobs 0 "<= 0"
 def pickup.p50 "3  p50 INSERT return -> command start" ms 2 "$TGT_PICKUP_P50"
@@ -1336,6 +1457,16 @@ def pickup.trace.claim_answer "3t p50 claim sent -> its answer read" ms 3 ""
 def pickup.trace.answer_clone "3t p50 answer read -> clone (the hold between)" ms 3 ""
 def pickup.trace.clone_exec "3t p50 clone -> /bin/sh exec'd" ms 3 ""
 def pickup.trace.total "3t p50 NOTIFY read -> /bin/sh exec'd" ms 3 ""
+section "3b. pickup step by step: 3 again at log_level = debug (msg=\"pickup\"), p50 of each step"
+for m in tx lease; do
+	ml=transaction
+	[ $m = lease ] && ml=lease
+	def "steps.$m.notify" "3b $ml: NOTIFY read -> claim sent" ms 3 ""
+	def "steps.$m.claim" "3b $ml: claim sent -> its answer read" ms 3 ""
+	def "steps.$m.hold" "3b $ml: answer -> hold's answer (slot's locks)" ms 3 ""
+	def "steps.$m.spawn" "3b $ml: hold -> command exec'd" ms 3 ""
+	def "steps.$m.total" "3b $ml: INSERT return -> command start, this run" ms 2 ""
+done
 section "4. backlog: claim rate, $N_SMALL jobs/$G_SMALL groups vs $N_LARGE/$G_LARGE"
 def backlog.small "4  small backlog, drained" jobs/s 1 ""
 def backlog.large "4  large backlog, first $N_LARGE_STOP" jobs/s 1 ""
@@ -1452,8 +1583,15 @@ for REP in $(seq 1 "$REPS"); do
 	only ceiling && log "1 ceiling" && bench_ceiling
 	only throughput && log "2a throughput ungrouped" && bench_throughput ungrouped
 	only throughput && log "2b throughput grouped" && bench_throughput grouped
+	for m in tx lease; do
+		for v in ungrouped grouped; do
+			only burst && log "2c burst $v, $m" && bench_burst $v $m
+		done
+	done
 	only pickup && log "3 pickup latency" && bench_pickup
 	only pickup && log "3t pickup under strace" && bench_pickup_trace
+	only steps && log "3b pickup step by step, transaction" && bench_pickup_steps tx
+	only steps && log "3b pickup step by step, lease" && bench_pickup_steps lease
 	only backlog && log "4 backlog small" && bench_backlog small
 	only backlog && log "4 backlog large" && bench_backlog large
 	only enqueue && log "5 enqueue" && bench_enqueue
@@ -1489,6 +1627,11 @@ derive ratio.ungrouped tput.ungrouped ceiling
 derive ratio.grouped tput.grouped ceiling
 derive ratio.lease.ungrouped tput.lease.ungrouped ceiling
 derive ratio.lease.grouped tput.lease.grouped ceiling
+for m in tx lease; do
+	for v in ungrouped grouped; do
+		derive "ratio.burst.$m.$v" "tput.burst.$m.$v" ceiling
+	done
+done
 # What CPU alone allows 8a and 8b: with every core busy, at most cores / mcpu.lease.X
 # jobs/s; the ceiling was cores * busy.ceiling / mcpu.ceiling spawns/s. Their ratio is
 # mcpu.ceiling / (busy.ceiling * mcpu.lease.X).
@@ -1498,6 +1641,12 @@ for r in $(seq 1 "$REPS"); do
 			END { if (f["busy.ceiling"] > 0 && f[m] > 0)
 				printf "%.6f", f["mcpu.ceiling"] / (f["busy.ceiling"] * f[m]) }' "$W/figs")
 		[ -n "$v" ] && REP=$r fig "cpubound.lease.$x" "$v" >/dev/null
+	done
+	for x in burst.tx.ungrouped burst.tx.grouped burst.lease.ungrouped burst.lease.grouped; do
+		v=$(awk -F'\t' -v r="$r" -v m="mcpu.$x" '$2 == r { f[$1] = $3 }
+			END { if (f["busy.ceiling"] > 0 && f[m] > 0)
+				printf "%.6f", f["mcpu.ceiling"] / (f["busy.ceiling"] * f[m]) }' "$W/figs")
+		[ -n "$v" ] && REP=$r fig "cpubound.$x" "$v" >/dev/null
 	done
 done
 derive backlog.ratio backlog.large backlog.small
