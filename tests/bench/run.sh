@@ -1291,12 +1291,18 @@ EOF
 			FROM (SELECT clock_timestamp() AS t) c
 			WHERE queue = 'backoff' AND status = 'running'" >/dev/null
 	fi
-	# marked: as the claims would leave those groups once they have met them (the
-	# heads' groups marked held until their run_at), before the daemon starts.
-	[ "$case" = marked ] && sql "SELECT sum(pgjobd.hold_group('backoff', coalesce(group_key, group_id), id, run_at, 1000))
-		FROM pgjobd.jobs WHERE queue = 'backoff' AND status = 'queued' AND run_at > now()" >/dev/null
 	sql "VACUUM ANALYZE pgjobd.jobs"
 	sql "VACUUM ANALYZE pgjobd.groups"
+	# marked: as the claims would leave those groups once they have met them (the
+	# heads' groups marked held until their run_at), before the daemon starts; then
+	# VACUUM again, for the marked rows' old index entries. After the ANALYZE: before
+	# it (no statistics since the TRUNCATE) the marking was much slower, once over 5
+	# minutes instead of under one.
+	if [ "$case" = marked ]; then
+		sql "SELECT sum(pgjobd.hold_group('backoff', coalesce(group_key, group_id), id, run_at, 1000))
+			FROM pgjobd.jobs WHERE queue = 'backoff' AND status = 'queued' AND run_at > now()" >/dev/null
+		sql "VACUUM ANALYZE pgjobd.jobs"
+	fi
 	sql "CHECKPOINT"
 	stats_reset
 	daemon_up "backoff-$mode-$case-$REP" "$W/backoff-$mode.ini"
