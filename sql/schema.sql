@@ -10,7 +10,7 @@
 -- their grants and row-level security policies show), normalised by
 -- tests/schema-dump.sh: no owners, no SET preamble, no pg_dump comments.
 --
--- Schema version 25 (025_functions), dumped by pg_dump 15.
+-- Schema version 30 (030_backoff_marks), dumped by pg_dump 15.
 
 CREATE SCHEMA pgjobd;
 
@@ -1092,6 +1092,20 @@ BEGIN
                            'started_at', OLD.started_at, 'finished_at', clock_timestamp(),
                            'cpu_ms', NULL, 'max_rss_kb', NULL, 'duration_ms', NULL) || e);
     RETURN NEW;
+END
+$$;
+
+CREATE FUNCTION pgjobd.jobs_backed_off() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF NEW.run_at > clock_timestamp() + interval '1 second'
+       AND (NEW.expires_at IS NULL OR NEW.expires_at > NEW.run_at) THEN
+        PERFORM pgjobd.hold_group(NEW.queue, coalesce(NEW.group_key, NEW.group_id), NEW.id,
+                                  NEW.run_at, 1000);
+    END IF;
+    RETURN NULL;
 END
 $$;
 
@@ -2199,6 +2213,8 @@ CREATE INDEX workers_name ON pgjobd.workers USING btree (name);
 CREATE CONSTRAINT TRIGGER dedupe_lock_done AFTER INSERT ON pgjobd.dedupe_locks DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION pgjobd.dedupe_lock_done();
 
 CREATE TRIGGER jobs_attempt_ended BEFORE UPDATE OF status, fence ON pgjobd.jobs FOR EACH ROW WHEN (((old.status = 'running'::text) AND ((new.status <> 'running'::text) OR (new.fence IS DISTINCT FROM old.fence)) AND (NOT (new.history IS DISTINCT FROM old.history)))) EXECUTE FUNCTION pgjobd.jobs_attempt_ended();
+
+CREATE TRIGGER jobs_backed_off AFTER UPDATE OF status ON pgjobd.jobs FOR EACH ROW WHEN (((old.status = 'running'::text) AND (new.status = 'queued'::text) AND (new.group_id IS NOT NULL))) EXECUTE FUNCTION pgjobd.jobs_backed_off();
 
 CREATE TRIGGER jobs_cancelled BEFORE UPDATE OF status ON pgjobd.jobs FOR EACH ROW WHEN (((new.status = 'cancelled'::text) AND (old.status <> 'cancelled'::text))) EXECUTE FUNCTION pgjobd.jobs_cancelled();
 
