@@ -2,6 +2,12 @@
 -- marked held by the outcome that backs it off (trigger jobs_backed_off,
 -- sql/functions/groups.sql), not only later by the claims that meet it.
 --
+-- Also in this version, in the function files: claim_batch's orphan pass
+-- reads only the running jobs it may take (ours not in the skip list, and
+-- other daemons' whose claim has lapsed) instead of every running job of the
+-- queue, and finds the waiting rows of ended sessions by pid
+-- (pg_stat_get_activity) rather than through pg_stat_activity.
+--
 -- Marks only keep a group's later jobs out of the claim's scan (sql/README,
 -- "Held groups"); which job may start is still decided under the group row's
 -- lock, so what changes is where the marking costs: on the failed attempt's

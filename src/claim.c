@@ -56,6 +56,12 @@ const char claim_sql_generic_plans[] = "SET plan_cache_mode = force_generic_plan
  * index or by ctid, so no plan is better with a sequential scan of jobs than
  * without, whatever the statistics say. */
 const char claim_sql_index_plans[] = "SET enable_seqscan = off";
+/* And with it: a statement that has no other way than a sequential scan (the
+ * one-row pgjobd.maintenance_lock, which the lease session also reads) is
+ * costed above jit_above_cost once sequential scans are off, and compiling it
+ * took 70 to 190 ms a call for a scan of one row (tests/bench/README, 10).
+ * Nothing these sessions send is worth compiling. */
+const char claim_sql_no_jit[] = "SET jit = off";
 
 /* Step 2, the slot's transaction: the group row first, then the job row,
  * the order every claimer locks them in. Both wait: only SKIP LOCKED probes

@@ -216,7 +216,7 @@ struct db_conn {
 	db_result_fn *cb; /* the batch in flight */
 	void *cb_arg;
 	int nstmts;
-	char setup[96]; /* its first setup statement */
+	char setup[256]; /* its setup statements, ";"-separated */
 };
 /* Every connection open (NULL: freed). */
 static struct db_conn *conns[MAX_CONNS];
@@ -229,7 +229,8 @@ struct db_conn *db_conn_new(struct ev_loop *loop, const char *conninfo, const ch
 	struct db_conn *c = xcalloc(1, sizeof(*c));
 	snprintf(c->name, sizeof(c->name), "%s",
 		 strncmp(appname, "pgjobd ", 7) == 0 ? appname + 7 : appname);
-	snprintf(c->setup, sizeof(c->setup), "%s", setup && setup[0] ? setup[0] : "");
+	for (int i = 0; setup && setup[i]; i++)
+		append(c->setup, sizeof(c->setup), setup[i]);
 	c->cbs = *cbs;
 	for (int i = 0; i < MAX_CONNS; i++) {
 		if (!conns[i]) {
@@ -952,6 +953,9 @@ static void test_happy_path(void)
 	is_int(nconns(), 2, "happy: attach opens a claimer and one session per slot");
 	ok(conn("claimer t") && strstr(conn("claimer t")->setup, "plan_cache_mode"),
 	   "happy: ... the claimer 'pgjobd claimer t', with generic plans");
+	ok(conn("claimer t") && strstr(conn("claimer t")->setup, claim_sql_index_plans) &&
+	       strstr(conn("claimer t")->setup, claim_sql_no_jit),
+	   "happy: ... through indexes, never compiled");
 	ok(conn("slot t.0") && strstr(conn("slot t.0")->setup, "idle_in_transaction"),
 	   "happy: ... the session 'pgjobd slot t.0', never timed out while idle in a transaction");
 	is_str(st(0), "connecting", "happy: a new session connects");
