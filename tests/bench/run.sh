@@ -1737,6 +1737,7 @@ json_str() { # STRING -> a JSON string literal
 		for kv in $PG_SETTINGS; do printf '%s%s: %s' "$sep" "$(json_str "${kv%%=*}")" "$(json_str "${kv#*=}")"; sep=', '; done
 	)}},"
 	echo "  \"sizes\": {\"concurrency\": $CONCURRENCY, \"spawns\": $N_SPAWNS, \"jobs\": $N_JOBS, \"groups\": $N_GROUPS, \"pickup_inserts\": $N_PICKUP, \"pickup_pause_ms\": [$PICKUP_MIN_MS, $PICKUP_MAX_MS], \"backlog_small\": [$N_SMALL, $G_SMALL], \"backlog_large\": [$N_LARGE, $G_LARGE], \"backlog_large_measured\": $N_LARGE_STOP, \"enqueue_seconds\": $ENQ_SECS, \"enqueue_clients\": $ENQ_CLIENTS, \"enqueue_groups\": $ENQ_GROUPS, \"footprint_slots\": $FOOT_SLOTS, \"strace_jobs\": $N_STRACE, \"held_groups\": $N_HELD},"
+	echo "  \"scale_sizes\": {\"daemons\": $SCALE_DAEMONS, \"slots\": $SCALE_SLOTS, \"sleep_s\": $SCALE_SLEEP, \"jobs\": $N_SCALE, \"idle_queues\": $SCALE_QUEUES, \"poll_s\": $SCALE_POLL_S, \"idle_window_s\": $SCALE_IDLE_SECS, \"notify_rate\": $SCALE_NOTIFY_RATE, \"max_connections\": $SCALE_MAX_CONN},"
 	echo "  \"figures\": {"
 	awk -F'\t' '
 		BEGIN { CONVFMT = "%.10g"; OFMT = "%.10g" }
