@@ -54,7 +54,7 @@ N_TICKS=${BENCH_TICKS:-8}                     # 9a, 9b: schedule ticks measured 
 N_CANCEL=${BENCH_CANCEL:-5}                   # 9c: jobs cancelled
 WD_SECS=${BENCH_WD_SECS:-5}                   # 9d: seconds of watchdog pings
 # BENCH_ONLY: a subset of "ceiling throughput burst pickup steps backlog enqueue footprint strace held lease
-# timers"
+# timers scale"
 # (default all), for working on one measurement.
 ONLY=${BENCH_ONLY:-}
 STEP_TIMEOUT=${BENCH_STEP_TIMEOUT:-600}       # seconds any single run may take
@@ -120,8 +120,9 @@ require_pgjobd
 PGSS_LIB=
 pg_opts() {
 	echo "-c listen_addresses='' -c unix_socket_directories=$T/sock -c port=$PG_PORT" \
-		"-c max_connections=300${PGSS_LIB:+ -c shared_preload_libraries=$PGSS_LIB}"
+		"-c max_connections=$PG_MAX_CONN${PGSS_LIB:+ -c shared_preload_libraries=$PGSS_LIB}"
 }
+PG_MAX_CONN=300 # 10 raises it (scale_server)
 
 BENCH_T0=$(now_ms)
 PROBLEMS=()
@@ -1280,6 +1281,9 @@ EOF
 	# hour ahead, the attempt's history entry. Two statements, so that whatever reacts
 	# to a real failure (triggers) sees one.
 	if [ "$case" != free ]; then
+		# Statistics first: the outcome of a failure marks its group held (trigger
+		# jobs_backed_off), and plans made on the table as TRUNCATE left it are slow.
+		sql "ANALYZE pgjobd.jobs"
 		sql "UPDATE pgjobd.jobs SET status = 'running', attempts = attempts + 1, worker = 'bench:1',
 			fence = nextval('pgjobd.fence_seq'), started_at = now(), updated_at = now()
 			WHERE queue = 'backoff' AND (id - (SELECT min(id) FROM pgjobd.jobs)) % $size = 0
@@ -1330,6 +1334,406 @@ EOF
 	[ "$case" != free ] && fig "backoff.ratio.$mode.$case" "$(ratio "$(awk -F'\t' -v k="backoff.$key" -v r="$REP" '$1 == k && $2 == r { print $3 }' "$W/figs")" \
 		"$(awk -F'\t' -v k="backoff.$mode.free" -v r="$REP" '$1 == k && $2 == r { print $3 }' "$W/figs")")"
 	return 0
+}
+
+# ---------------------------------------------------------------- 10. many daemons on one server
+
+# Sizes of measurement 10 (env overrides; BENCH_ONLY=scale runs it alone). The commands
+# sleep, so that the spawns do not bind on a small machine: what is measured is what the
+# daemons cost the server.
+SCALE_DAEMONS=${BENCH_SCALE_DAEMONS:-16}        # 10a, 10c: daemons; 10b, 10d: one daemon
+SCALE_SLOTS=${BENCH_SCALE_SLOTS:-16}            #   with DAEMONS x SLOTS slots
+SCALE_SLEEP=${BENCH_SCALE_SLEEP:-2}             #   seconds each job sleeps (not shrunk)
+SCALE_ROUNDS=${BENCH_SCALE_ROUNDS:-$([ "$QUICK" = 1 ] && echo 3 || echo 6)} # jobs per slot
+N_SCALE=${BENCH_SCALE_JOBS:-$((SCALE_ROUNDS * SCALE_DAEMONS * SCALE_SLOTS))}
+SCALE_QUEUES=${BENCH_SCALE_QUEUES:-20}          # 10e-10h: queues of each idle daemon
+SCALE_POLL_S=${BENCH_SCALE_POLL:-2}             #   poll_interval in s (2s: conf/ and the default)
+SCALE_IDLE_SECS=${BENCH_SCALE_IDLE_SECS:-$([ "$QUICK" = 1 ] && echo 8 || echo 20)} # each window
+SCALE_NOTIFY_RATE=${BENCH_SCALE_NOTIFY_RATE:-200} # NOTIFYs a second sent by a stranger role
+SCALE_MAX_CONN=${BENCH_SCALE_MAX_CONNECTIONS:-800} # the server's max_connections during 10
+TGT_SCALE_PGCPU="<= 1.5"      # server CPU per job, many daemons / one daemon of as many slots
+TGT_SCALE_LEASE_SESSIONS="<= 3" # sessions per daemon in lock mode lease
+TGT_SCALE_IDLE_POLLS="<= 1.05" # claims per queue per poll_interval, idle (1 but noise)
+TGT_SCALE_IDLE_OTHER="<= 0"   # other statements per daemon per poll_interval, idle
+TGT_SCALE_NOTIFY_OTHER="<= 0.02" # statements per NOTIFY for a queue nobody waits for (0 but noise)
+
+# scale_server N: the server with max_connections = N, restarted when it has another
+# value. In lock mode transaction every slot is a session: 16 daemons of 16 slots need
+# 16 x 20, 16 idle daemons of 20 queues 16 x 43. The other measurements run with 300.
+scale_server() {
+	[ "$PG_MAX_CONN" = "$1" ] && return 0
+	PG_MAX_CONN=$1
+	log "    (restarting the server with max_connections=$1)"
+	pg_restart || harness_fail "PostgreSQL did not restart with max_connections=$1 (see $T/pg.log)"
+}
+
+# The daemons of a run of 10: scale_up KEY N MODE SLOTS QUEUES COMMAND starts N daemons
+# named scale-KEY-REP-I, each serving QUEUES queues (QUEUES 1: queue `scale`; otherwise
+# q01, q02, ...) of SLOTS slots, lock mode MODE, running COMMAND, and writing its metrics
+# to $W/scale-KEY-I.prom. Their pids are SCALE_PIDS. scale_down stops them all (SIGTERM
+# to every one first), with daemon_down's checks.
+SCALE_PIDS=()
+scale_up() {
+	local key=$1 n=$2 mode=$3 slots=$4 queues=$5 cmd=$6 i q conf
+	SCALE_PIDS=()
+	rm -f "$W"/scale-"$key"-*.prom
+	for ((i = 1; i <= n; i++)); do
+		conf=$W/scale-$key-$i.ini
+		{
+			conf_header log_level=warn poll_interval="${SCALE_POLL_S}s" metrics_file="$W/scale-$key-$i.prom"
+			for ((q = 1; q <= queues; q++)); do
+				echo
+				if [ "$queues" = 1 ]; then echo "[queue.scale]"; else printf '[queue.q%02d]\n' "$q"; fi
+				echo "command = $cmd"
+				echo "concurrency = $slots"
+				echo "lock_mode = $mode"
+			done
+		} >"$conf"
+		start_daemon "scale-$key-$REP-$i" "$conf"
+		SCALE_PIDS+=("$DAEMON_PID")
+	done
+}
+scale_down() {
+	local i pid warned
+	for pid in "${SCALE_PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null; done
+	# One SIGTERM each (a second one would stop a daemon at once), then as daemon_down.
+	for i in "${!SCALE_PIDS[@]}"; do
+		pid=${SCALE_PIDS[$i]}
+		CUR_LOG=$T/scale-$1-$REP-$((i + 1)).log
+		wait_daemon_exit "$pid" 60
+		if [ "$DAEMON_STATUS" = 999 ]; then
+			kill -KILL "$pid" 2>/dev/null
+			wait "$pid" 2>/dev/null
+			forget_daemon "$pid"
+			problem "rep $REP: daemon ${CUR_LOG##*/} did not stop within 60 s (killed)"
+		elif [ "$DAEMON_STATUS" != 0 ]; then
+			problem "rep $REP: daemon ${CUR_LOG##*/} exited with status $DAEMON_STATUS"
+		fi
+		warned=$(grep -v 'msg="commands run as the daemon.s own user' "$CUR_LOG" 2>/dev/null)
+		if [ -n "$warned" ]; then
+			{
+				echo "== ${CUR_LOG##*/}"
+				echo "$warned"
+			} >>"$OUT/daemon-warnings.log"
+			problem "rep $REP: daemon ${CUR_LOG##*/} logged $(wc -l <<<"$warned") warning/error lines (${OUT#"$repo"/}/daemon-warnings.log)"
+		fi
+	done
+	SCALE_PIDS=()
+}
+# scale_alive: every daemon of the run lives (a problem is recorded for one that died).
+scale_alive() {
+	local i
+	for i in "${!SCALE_PIDS[@]}"; do
+		pid_alive "${SCALE_PIDS[$i]}" && continue
+		problem "rep $REP: daemon scale-$1-$REP-$((i + 1)) died"
+		return 1
+	done
+}
+# daemon_backends_cpu: CPU seconds so far of the backends of the daemons' sessions that
+# live now (user postgres: the daemons'; the bench's sessions are user bench), from
+# /proc/PID/schedstat (nanoseconds on a CPU; /proc/PID/stat counts in clock ticks, 10 ms,
+# too coarse for hundreds of mostly idle backends).
+daemon_backends_cpu() {
+	local pm pids
+	pm=$(head -n 1 "$T/pg/postmaster.pid")
+	pids=$(pgrep -P "$pm" -f 'postgres: postgres pgjobd_test')
+	[ -n "$pids" ] || {
+		echo 0
+		return
+	}
+	# shellcheck disable=SC2046,SC2086 # one file per pid
+	awk '{ s += $1 } END { printf "%.6f", s / 1e9 }' $(printf '/proc/%s/schedstat ' $pids) 2>/dev/null
+}
+
+# The monitoring session of a run of 10: one psql (user bench) for every query made while
+# the daemons run. Its backend's CPU is read before it ends and taken out of the server's
+# CPU of the run; a psql per query would add a backend start each. mon_q SQL prints the
+# rows of one statement.
+mon_start() {
+	coproc MON { exec stdbuf -oL psql -X -qAt 2>&1; }
+	MON_BACKEND=$(mon_q "SELECT pg_backend_pid()")
+}
+mon_q() {
+	local line
+	printf '%s;\n\\echo __mon_end__\n' "$1" >&"${MON[1]}" || return 1
+	while IFS= read -r -t 60 line <&"${MON[0]}"; do
+		[ "$line" = __mon_end__ ] && return 0
+		printf '%s\n' "$line"
+	done
+	return 1
+}
+# mon_stop: end the session; prints its backend's CPU seconds.
+mon_stop() {
+	local cpu pid=$MON_PID
+	cpu=$(cpu_s "$MON_BACKEND")
+	printf '\\q\n' >&"${MON[1]}"
+	wait "$pid" 2>/dev/null
+	echo "$cpu"
+}
+
+# claim_p99_ms FILE...: the 99th percentile of pgjobd_claim_seconds (a claim sent ->
+# its job's command starting, src/metrics.c) of queue `scale`, all the daemons' metrics
+# files together, in ms: linear within its bucket, as Prometheus' histogram_quantile
+# does (the buckets' bounds are 0.5, 1, 2.5, 5, 10, 25, 50, 100 ms, ...). Empty when it
+# falls beyond the last bound.
+claim_p99_ms() {
+	awk '/^pgjobd_claim_seconds_bucket\{queue="scale",le="/ {
+			le = $0
+			sub(/.*le="/, "", le)
+			sub(/".*/, "", le)
+			if (!(le in c)) les[++n] = le
+			c[le] += $NF
+		}
+		END {
+			for (i = 2; i <= n; i++) for (j = i; j > 1 && (les[j - 1] == "+Inf" || (les[j] != "+Inf" && les[j - 1] + 0 > les[j] + 0)); j--) { t = les[j]; les[j] = les[j - 1]; les[j - 1] = t }
+			tot = c["+Inf"]
+			if (tot == 0) exit
+			rank = 0.99 * tot
+			pb = 0; pc = 0
+			for (i = 1; i <= n; i++) {
+				if (c[les[i]] >= rank) {
+					if (les[i] == "+Inf") exit
+					printf "%.3f", (pb + (les[i] - pb) * (rank - pc) / (c[les[i]] - pc)) * 1000
+					exit
+				}
+				pb = les[i]; pc = c[les[i]]
+			}
+		}' "$@" 2>/dev/null
+}
+
+# bench_scale MODE many|one: 10a-10d. N_SCALE jobs `sleep SCALE_SLEEP`, ungrouped, queued
+# before the daemons start (as in 2): SCALE_DAEMONS daemons of SCALE_SLOTS slots (many) or
+# one daemon of all those slots (one), lock mode MODE. Every 0.5 s the monitoring session
+# samples the queue, the daemons' sessions, those waiting for a lock and the daemons'
+# statements so far, and the bench reads their backends' CPU (daemon_backends_cpu).
+# Whole-run figures: after the run, every backend of the run must have ended before the
+# postmaster's children's CPU is read again (their connections included). Steady-state
+# figures: from the first sample after a job finished (every daemon connected, every slot
+# busy) to the last one with jobs still queued.
+bench_scale() {
+	local mode=$1 shape=$2 key nd slots pm pg0 pg1 moncpu calls claim_ms samples n secs row
+	local steady sj scpu scalls sess lw
+	key=$mode.$shape
+	if [ "$shape" = many ]; then
+		nd=$SCALE_DAEMONS slots=$SCALE_SLOTS
+	else
+		nd=1 slots=$((SCALE_DAEMONS * SCALE_SLOTS))
+	fi
+	samples=$W/scale-samples.$key.$REP
+	: >"$samples"
+	scale_server "$SCALE_MAX_CONN"
+	reset_tables
+	fill scale "$N_SCALE" 0
+	stats_reset
+	pm=$(head -n 1 "$T/pg/postmaster.pid")
+	pg0=$(cpu_s "$pm" children)
+	mon_start
+	scale_up "$key" "$nd" "$mode" "$slots" 1 "sleep $SCALE_SLEEP"
+	# "queued running succeeded sessions lock-waiters statements cpu" every 0.5 s, until
+	# nothing is left
+	while :; do
+		row=$(mon_q "SELECT (SELECT count(*) FROM pgjobd.jobs WHERE queue = 'scale' AND status = 'queued'),
+			(SELECT count(*) FROM pgjobd.jobs WHERE queue = 'scale' AND status = 'running'),
+			(SELECT count(*) FROM pgjobd.jobs WHERE queue = 'scale' AND status = 'succeeded'),
+			count(*) FILTER (WHERE application_name LIKE 'pgjobd %'),
+			count(*) FILTER (WHERE application_name LIKE 'pgjobd %' AND wait_event_type = 'Lock'),
+			(SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE userid = 'postgres'::regrole)
+			FROM pg_stat_activity WHERE datname = current_database()") || break
+		echo "${row//|/ } $(daemon_backends_cpu)" >>"$samples"
+		[[ $row == 0\|0\|* ]] && break
+		scale_alive "$key" || break
+		[ "$(wc -l <"$samples")" -gt $((STEP_TIMEOUT * 2)) ] && {
+			problem "rep $REP: scale $key: queue not drained after ${STEP_TIMEOUT}s"
+			break
+		}
+		sleep 0.5
+	done
+	calls=$(mon_q "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE userid = 'postgres'::regrole
+		AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database())")
+	claim_ms=$(mon_q "SELECT sum(total_exec_time) / nullif(sum(calls), 0), max(max_exec_time) FROM pg_stat_statements
+		WHERE userid = 'postgres'::regrole AND query LIKE '%pgjobd.claim_batch(%'")
+	moncpu=$(mon_stop)
+	scale_down "$key"
+	# Every backend of the run has ended (and the postmaster has reaped it).
+	wait_until 30 "! pgrep -P $pm -f 'postgres: (postgres|bench) pgjobd_test' >/dev/null" ||
+		problem "rep $REP: scale $key: backends still running 30 s after the daemons stopped"
+	pg1=$(cpu_s "$pm" children)
+	IFS='|' read -r n secs < <(sql "SELECT count(*), extract(epoch FROM max(finished_at) - min(started_at))
+		FROM pgjobd.jobs WHERE queue = 'scale' AND status = 'succeeded'")
+	if [ "$n" != "$N_SCALE" ]; then
+		problem "rep $REP: scale $key: $n of $N_SCALE jobs succeeded; no figures from this run"
+		return
+	fi
+	fig "scale.tput.$key" "$(ratio "$n" "$secs")"
+	[ -n "$pg0" ] && [ -n "$pg1" ] && [ -n "$moncpu" ] &&
+		fig "scale.pgcpu.$key" "$(calc "($pg1 - $pg0 - $moncpu) * 1000 / $n")"
+	[ -n "$PGSS_LIB" ] && fig "scale.stmts.$key" "$(ratio "$calls" "$n")"
+	# Steady state: "JOBS CPU STATEMENTS SESSIONS LOCKWAITS" over its samples.
+	steady=$(awk '$3 > 0 && $1 > 0 { if (!k++) { j0 = $3; s0 = $6; c0 = $7 } j1 = $3; s1 = $6; c1 = $7
+			ss[k] = $4; w += $5 }
+		END { if (k < 2 || j1 <= j0) exit
+			for (i = 2; i <= k; i++) for (j = i; j > 1 && ss[j - 1] > ss[j]; j--) { t = ss[j]; ss[j] = ss[j - 1]; ss[j - 1] = t }
+			printf "%d %.6f %d %s %.3f\n", j1 - j0, c1 - c0, s1 - s0, ss[int((k + 1) / 2)], w / k }' "$samples")
+	if [ -n "$steady" ]; then
+		read -r sj scpu scalls sess lw <<<"$steady"
+		fig "scale.pgcpu_steady.$key" "$(calc "$scpu * 1000 / $sj")"
+		[ -n "$PGSS_LIB" ] && fig "scale.stmts_steady.$key" "$(ratio "$scalls" "$sj")"
+		fig "scale.sessions.$key" "$(ratio "$sess" "$nd")"
+		fig "scale.lockwaits.$key" "$lw"
+	else
+		problem "rep $REP: scale $key: no steady state sampled (more jobs: BENCH_SCALE_ROUNDS)"
+	fi
+	fig "scale.lockmax.$key" "$(awk '{ if ($5 > m) m = $5 } END { print m + 0 }' "$samples")"
+	fig "scale.claim_p99.$key" "$(claim_p99_ms "$W"/scale-"$key"-*.prom)"
+	if [ -n "$PGSS_LIB" ]; then
+		fig "scale.claim_exec.$key" "${claim_ms%|*}"
+		fig "scale.claim_max.$key" "${claim_ms#*|}"
+	fi
+	[ "$REP" = 1 ] && stats_dump "many daemons: $nd x $slots slots, lock mode $mode" "$n"
+}
+
+# idle_window SECS: a window of SECS seconds over the idle daemons, opened and closed on
+# the monitoring session. Prints "STATEMENTS CLAIMS CPU SECS NOTIFIES": the daemons'
+# statements and claim statements at the server (pg_stat_statements, user postgres),
+# their live backends' CPU (s), the window's length (s), and the NOTIFYs the role
+# stranger sent meanwhile. The daemons' statements of the window, one line each ("calls
+# mean-execution-ms query"), go to $W/scale-window.
+idle_window() {
+	local c0 c1 t0 t1 row calls claims sent
+	c0=$(daemon_backends_cpu)
+	t0=$(now_ms)
+	mon_q "SELECT pg_stat_statements_reset()" >/dev/null
+	sleep "$1"
+	row=$(mon_q "SELECT coalesce(sum(calls) FILTER (WHERE userid = 'postgres'::regrole), 0),
+		coalesce(sum(calls) FILTER (WHERE userid = 'postgres'::regrole AND query LIKE '%pgjobd.claim_batch(%'), 0),
+		coalesce(sum(calls) FILTER (WHERE userid = 'stranger'::regrole AND query LIKE 'NOTIFY%'), 0)
+		FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())")
+	t1=$(now_ms)
+	c1=$(daemon_backends_cpu)
+	mon_q "SELECT calls || ' ' || round(mean_exec_time::numeric, 3) || ' ' || left(regexp_replace(query, '\s+', ' ', 'g'), 90)
+		FROM pg_stat_statements WHERE userid = 'postgres'::regrole ORDER BY calls DESC, query" >"$W/scale-window"
+	IFS='|' read -r calls claims sent <<<"$row"
+	echo "$calls $claims $(calc "$c1 - $c0") $(calc "($t1 - $t0) / 1000") $sent"
+}
+# scale_dump TITLE DIVISOR UNIT: the statements of the last idle_window ($W/scale-window),
+# calls divided by DIVISOR, into statements.txt.
+scale_dump() {
+	{
+		echo "== $1 (calls $3; mean execution ms; statement)"
+		awk -v d="$2" '{ c = $1; m = $2; $1 = $2 = ""; sub(/^  /, ""); printf "%10.3f %8.3f  %s\n", c / d, m, $0 }' "$W/scale-window"
+		echo
+	} >>"$OUT/statements.txt"
+}
+# notify_start PAYLOAD: the role stranger (no grant) sends NOTIFY pgjobd, 'PAYLOAD'
+# SCALE_NOTIFY_RATE times a second (pgbench -R), from now until a little after the next
+# idle_window; notify_stop waits for it.
+notify_start() {
+	printf "NOTIFY pgjobd, '%s';\n" "$1" >"$W/scale-notify.sql"
+	"$PG_BINDIR/pgbench" -n -U stranger -c 1 -R "$SCALE_NOTIFY_RATE" -T $((SCALE_IDLE_SECS + 3)) \
+		-f "$W/scale-notify.sql" >"$T/scale-pgbench.out" 2>&1 &
+	NOTIFY_PID=$!
+	sleep 1
+}
+notify_stop() {
+	wait "$NOTIFY_PID" ||
+		problem "rep $REP: pgbench sending NOTIFYs failed: $(tail -n 2 "$T/scale-pgbench.out")"
+}
+# notify_cost KEY MODE BASE WINDOW: figures KEY.stmts.MODE (the daemons' statements per
+# NOTIFY), KEY.cpu.MODE (their backends' CPU per NOTIFY, µs) and KEY.rate.MODE (statements
+# per daemon per second beyond BASE's): a window with NOTIFYs (idle_window's
+# output) less the quiet window BASE, scaled to the same length.
+notify_cost() {
+	local v
+	local stmts cpu rate
+	read -r stmts cpu rate < <(awk -v b="$3" -v o="$4" -v nd="$SCALE_DAEMONS" 'BEGIN {
+		split(b, x, " "); split(o, y, " ")
+		if (y[5] > 0 && x[4] > 0 && y[4] > 0)
+			printf "%.4f %.2f %.3f\n", (y[1] - x[1] / x[4] * y[4]) / y[5],
+				(y[3] - x[3] / x[4] * y[4]) * 1e6 / y[5], (y[1] / y[4] - x[1] / x[4]) / nd }')
+	[ -n "$stmts" ] || {
+		problem "rep $REP: $1: no NOTIFY sent in the window"
+		return
+	}
+	fig "$1.stmts.$2" "$stmts"
+	fig "$1.cpu.$2" "$cpu"
+	fig "$1.rate.$2" "$rate"
+}
+
+# bench_scale_idle MODE: 10e (transaction), 10f (lease). SCALE_DAEMONS daemons of
+# SCALE_QUEUES queues each (the same names q01, q02, ... in every daemon; concurrency 1;
+# command true), nothing queued. Once every queue of every daemon waits for a wake-up (a
+# row in pgjobd.waiting each) and a poll_interval and a second more have passed (the
+# first claims make the orphan pass), three windows of SCALE_IDLE_SECS, a multiple of
+# poll_interval, so that each daemon's timers fire as often in every window: nothing
+# happens; the role stranger NOTIFYs for a queue nobody waits for (a payload no queue
+# has); the same for queue q01, whose payload it learned by LISTEN while a job was
+# inserted there. Figures per second and per NOTIFY, against the quiet window.
+bench_scale_idle() {
+	local mode=$1 key=idle.$1 nd=$SCALE_DAEMONS nq=$SCALE_QUEUES want base win payload lpid
+	local calls claims cpu secs sent
+	[ -n "$PGSS_LIB" ] || return 0
+	scale_server "$SCALE_MAX_CONN"
+	reset_tables
+	sql "TRUNCATE pgjobd.waiting" >/dev/null
+	[ "$(sql "SELECT count(*) FROM pg_roles WHERE rolname = 'stranger'")" = 1 ] ||
+		sql "CREATE ROLE stranger LOGIN" >/dev/null
+	scale_up "$key" "$nd" "$mode" 1 "$nq" true
+	want=$((nd * nq))
+	if ! wait_until 120 "[ \"\$(psql_q 'SELECT count(*) FROM pgjobd.waiting')\" -ge $want ]"; then
+		problem "rep $REP: idle $mode: $(psql_q 'SELECT count(*) FROM pgjobd.waiting') of $want queues waiting after 120 s"
+		scale_down "$key"
+		return
+	fi
+	sleep $((SCALE_POLL_S + 1))
+	if ! scale_alive "$key"; then
+		scale_down "$key"
+		return
+	fi
+	fig "scale.idle.sessions.$mode" "$(ratio "$(psql_q "SELECT count(*) FROM pg_stat_activity
+		WHERE datname = current_database() AND application_name LIKE 'pgjobd %'")" "$nd")"
+	mon_start
+	base=$(idle_window "$SCALE_IDLE_SECS")
+	read -r calls claims cpu secs sent <<<"$base"
+	[ "$REP" = 1 ] && scale_dump "idle: $nd daemons x $nq queues, lock mode $mode: a ${secs}s window" \
+		"$(calc "$nd * $secs")" "per daemon per second"
+	fig "scale.idle.stmts.$mode" "$(calc "$calls / $secs")"
+	fig "scale.idle.stmts_daemon.$mode" "$(calc "$calls / $secs / $nd")"
+	fig "scale.idle.claims.$mode" "$(calc "$claims / ($secs / $SCALE_POLL_S) / ($nd * $nq)")"
+	fig "scale.idle.other.$mode" "$(calc "($calls - $claims) / ($secs / $SCALE_POLL_S) / $nd")"
+	fig "scale.idle.pgcpu.$mode" "$(calc "$cpu * 1000 / $secs")"
+	# NOTIFYs for a queue nobody waits for.
+	notify_start 0000000000000000000000000000000000000000000000000000000000000000
+	win=$(idle_window "$SCALE_IDLE_SECS")
+	notify_stop
+	notify_cost scale.notify.other "$mode" "$base" "$win"
+	read -r calls claims cpu secs sent <<<"$win"
+	[ "$REP" = 1 ] && scale_dump "the same, while a stranger sent $sent NOTIFYs for a queue nobody waits for" \
+		"$(calc "$nd * $secs")" "per daemon per second"
+	# The stranger learns q01's payload by LISTEN while a job is inserted there.
+	psql -X -U stranger -c "LISTEN pgjobd" -c "SELECT pg_sleep(3)" >"$T/scale-listen.out" 2>&1 &
+	lpid=$!
+	wait_until 10 "[ \"\$(psql_q \"SELECT count(*) FROM pg_stat_activity WHERE usename = 'stranger'\")\" = 1 ]"
+	sql "INSERT INTO pgjobd.jobs (queue) VALUES ('q01')" >/dev/null
+	wait "$lpid"
+	payload=$(sed -n 's/.*with payload "\([0-9a-f]*\)".*/\1/p' "$T/scale-listen.out" | head -n 1)
+	if [ -z "$payload" ]; then
+		problem "rep $REP: idle $mode: no wake-up payload for q01 ($(head -c 200 "$T/scale-listen.out"))"
+	elif wait_until 30 "[ \"\$(count_jobs \"queue = 'q01' AND status = 'succeeded'\")\" = 1 ]" &&
+		wait_until 30 "[ \"\$(psql_q 'SELECT count(*) FROM pgjobd.waiting')\" -ge $want ]"; then
+		sleep $((SCALE_POLL_S + 1))
+		notify_start "$payload"
+		win=$(idle_window "$SCALE_IDLE_SECS")
+		notify_stop
+		notify_cost scale.notify.waited "$mode" "$base" "$win"
+		read -r calls claims cpu secs sent <<<"$win"
+		[ "$REP" = 1 ] && scale_dump "the same, while a stranger sent $sent NOTIFYs for q01, which every daemon waits for" \
+			"$(calc "$nd * $secs")" "per daemon per second"
+	else
+		problem "rep $REP: idle $mode: the job in q01 did not run, or the daemons did not wait again"
+	fi
+	mon_stop >/dev/null
+	scale_alive "$key"
+	scale_down "$key"
 }
 
 only() { [ -z "$ONLY" ] || [[ " $ONLY " == *" $1 "* ]]; }
@@ -1581,6 +1985,42 @@ def cancel.p50 "9c p50 pgjobd.cancel() -> outcome cancelled" ms 1 ""
 def cancel.max "9c max" ms 1 "$TGT_CANCEL"
 def watchdog.interval "9d mean interval of WATCHDOG=1 (aim: 500)" ms 1 ""
 def watchdog.gap "9d longest gap between WATCHDOG=1" ms 1 "$TGT_WD_GAP"
+section "10. many daemons on one server (max_connections $SCALE_MAX_CONN): $N_SCALE jobs 'sleep $SCALE_SLEEP', $((SCALE_DAEMONS * SCALE_SLOTS)) slots (at most $((SCALE_DAEMONS * SCALE_SLOTS / SCALE_SLEEP)) jobs/s)"
+for m in transaction lease; do
+	for s in many one; do
+		if [ "$m.$s" = transaction.many ]; then l=10a; elif [ "$m.$s" = transaction.one ]; then l=10b; elif [ "$s" = many ]; then l=10c; else l=10d; fi
+		if [ "$s" = many ]; then d="$SCALE_DAEMONS daemons x $SCALE_SLOTS slots"; else d="1 daemon x $((SCALE_DAEMONS * SCALE_SLOTS)) slots"; fi
+		def "scale.tput.$m.$s" "$l $m, $d" jobs/s 1 ""
+		def "scale.pgcpu_steady.$m.$s" "$l  PostgreSQL backends' CPU per job, steady" ms 3 ""
+		def "scale.pgcpu.$m.$s" "$l  the same, whole run (connections too)" ms 3 ""
+		def "scale.stmts_steady.$m.$s" "$l  SQL statements per job, steady" stmts 2 ""
+		def "scale.stmts.$m.$s" "$l  the same, whole run" stmts 2 ""
+		def "scale.sessions.$m.$s" "$l  sessions per daemon (steady state)" sessions 1 "$([ "$m" = lease ] && echo "$TGT_SCALE_LEASE_SESSIONS")"
+		def "scale.claim_p99.$m.$s" "$l  p99 claim sent -> command start (metrics)" ms 2 ""
+		def "scale.claim_exec.$m.$s" "$l  claim statement's execution, mean" ms 3 ""
+		def "scale.claim_max.$m.$s" "$l  claim statement's execution, max" ms 2 ""
+		def "scale.lockwaits.$m.$s" "$l  sessions waiting for a lock, mean of samples" sessions 2 ""
+		def "scale.lockmax.$m.$s" "$l  the same, most in one sample" sessions 0 ""
+	done
+	l=$([ "$m" = lease ] && echo 10c/d || echo 10a/b)
+	def "scale.pgcpu_ratio_steady.$m" "$l server CPU per job, $SCALE_DAEMONS daemons / 1, steady" ratio 2 "$TGT_SCALE_PGCPU"
+	def "scale.pgcpu_ratio.$m" "$l  the same, whole run" ratio 2 ""
+done
+section "10. idle: $SCALE_DAEMONS daemons x $SCALE_QUEUES queues, nothing queued, poll_interval ${SCALE_POLL_S}s, ${SCALE_IDLE_SECS}s windows"
+for m in transaction lease; do
+	l=$([ "$m" = lease ] && echo 10f || echo 10e)
+	def "scale.idle.sessions.$m" "$l $m: sessions per daemon" sessions 1 "$([ "$m" = lease ] && echo "$TGT_SCALE_LEASE_SESSIONS")"
+	def "scale.idle.stmts.$m" "$l  statements a second at the server" stmts/s 1 ""
+	def "scale.idle.stmts_daemon.$m" "$l  the same per daemon" stmts/s 2 ""
+	def "scale.idle.claims.$m" "$l  claims per queue per poll_interval" calls 2 "$TGT_SCALE_IDLE_POLLS"
+	def "scale.idle.other.$m" "$l  other stmts per daemon per poll_interval" stmts 2 "$TGT_SCALE_IDLE_OTHER"
+	def "scale.idle.pgcpu.$m" "$l  the daemons' backends' CPU" ms/s 1 ""
+	def "scale.notify.other.stmts.$m" "$l  NOTIFY for nobody's queue: statements each" stmts 3 "$TGT_SCALE_NOTIFY_OTHER"
+	def "scale.notify.other.cpu.$m" "$l  NOTIFY for nobody's queue: backends' CPU each" us 1 ""
+	def "scale.notify.waited.stmts.$m" "$l  NOTIFY for a waited queue: statements each" stmts 3 ""
+	def "scale.notify.waited.cpu.$m" "$l  NOTIFY for a waited queue: backends' CPU each" us 1 ""
+	def "scale.notify.waited.rate.$m" "$l   the same: more statements per daemon" stmts/s 2 ""
+done
 
 # ---------------------------------------------------------------- the runs
 
@@ -1618,6 +2058,16 @@ for REP in $(seq 1 "$REPS"); do
 	only timers && log "9b schedule tick lateness, lock mode lease" && bench_tick lease
 	only timers && log "9c cancel latency" && bench_cancel
 	only timers && log "9d watchdog pings" && bench_watchdog
+	if only scale; then
+		log "10a many daemons, lock mode transaction" && bench_scale transaction many
+		log "10b one daemon, as many slots, lock mode transaction" && bench_scale transaction one
+		log "10c many daemons, lock mode lease" && bench_scale lease many
+		log "10d one daemon, as many slots, lock mode lease" && bench_scale lease one
+		log "10e idle daemons, lock mode transaction" && bench_scale_idle transaction
+		log "10f idle daemons, lock mode lease" && bench_scale_idle lease
+		# the other measurements run with the server's usual max_connections
+		[ "$REP" -lt "$REPS" ] && scale_server 300
+	fi
 done
 
 # Ratios between figures of different runs, per repetition.
@@ -1656,6 +2106,10 @@ for r in $(seq 1 "$REPS"); do
 	done
 done
 derive backlog.ratio backlog.large backlog.small
+for m in transaction lease; do
+	derive "scale.pgcpu_ratio_steady.$m" "scale.pgcpu_steady.$m.many" "scale.pgcpu_steady.$m.one"
+	derive "scale.pgcpu_ratio.$m" "scale.pgcpu.$m.many" "scale.pgcpu.$m.one"
+done
 
 BENCH_SECS=$(((($(now_ms) - BENCH_T0) + 500) / 1000))
 LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -1725,6 +2179,7 @@ json_str() { # STRING -> a JSON string literal
 		for kv in $PG_SETTINGS; do printf '%s%s: %s' "$sep" "$(json_str "${kv%%=*}")" "$(json_str "${kv#*=}")"; sep=', '; done
 	)}},"
 	echo "  \"sizes\": {\"concurrency\": $CONCURRENCY, \"spawns\": $N_SPAWNS, \"jobs\": $N_JOBS, \"groups\": $N_GROUPS, \"pickup_inserts\": $N_PICKUP, \"pickup_pause_ms\": [$PICKUP_MIN_MS, $PICKUP_MAX_MS], \"backlog_small\": [$N_SMALL, $G_SMALL], \"backlog_large\": [$N_LARGE, $G_LARGE], \"backlog_large_measured\": $N_LARGE_STOP, \"enqueue_seconds\": $ENQ_SECS, \"enqueue_clients\": $ENQ_CLIENTS, \"enqueue_groups\": $ENQ_GROUPS, \"footprint_slots\": $FOOT_SLOTS, \"strace_jobs\": $N_STRACE, \"held_groups\": $N_HELD},"
+	echo "  \"scale_sizes\": {\"daemons\": $SCALE_DAEMONS, \"slots\": $SCALE_SLOTS, \"sleep_s\": $SCALE_SLEEP, \"jobs\": $N_SCALE, \"idle_queues\": $SCALE_QUEUES, \"poll_s\": $SCALE_POLL_S, \"idle_window_s\": $SCALE_IDLE_SECS, \"notify_rate\": $SCALE_NOTIFY_RATE, \"max_connections\": $SCALE_MAX_CONN},"
 	echo "  \"figures\": {"
 	awk -F'\t' '
 		BEGIN { CONVFMT = "%.10g"; OFMT = "%.10g" }
