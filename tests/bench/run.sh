@@ -1254,9 +1254,10 @@ bench_held() {
 # ids: what a claim's scan meets first) failed once and wait out an hour's backoff,
 # as an outcome `queued` with a retry leaves them (attempts 1, run_at ahead, an error),
 # so the later jobs of those groups are held back and the claim must find the other
-# groups' jobs behind them. Nothing is marked held beforehand: the daemon's claims mark
-# the groups (hold_group, sql/functions/claim.sql) as they meet them, as after real
-# retries. The daemon starts after the fill (VACUUM ANALYZE, CHECKPOINT, as 4) and is
+# groups' jobs behind them. The failures are made as they happen, so the groups are
+# marked held where real failures mark them (the outcome's trigger jobs_backed_off, and
+# the claims that meet what it left); marked: hold_group marks them once more before the
+# daemon starts. The daemon starts after the fill (VACUUM ANALYZE, CHECKPOINT, as 4) and is
 # stopped once N_BO_STOP jobs have finished; rate = N_BO_STOP / (the N_BO_STOP-th finish -
 # the first start), as 4. Figures backoff.MODE.CASE (jobs/s) and backoff.claim_ms.MODE.CASE
 # (the claim statement's mean execution time, pg_stat_statements).
