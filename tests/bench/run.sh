@@ -555,8 +555,8 @@ EOF
 # time, neither planning, once per session, nor the commits' WAL flushes). pickup_server:
 # once the last outcome is written (the queue drained), the daemon's statements by step
 # into $W/pickup-srv: "STEP CALLS TOTAL_MS". The steps: claim (the claim statement),
-# hold (lock mode transaction: the slot's lock statements, the group row's or its
-# stand-in and the job row's), outcome (the outcome's UPDATE; finish_leases in lock mode
+# hold (lock mode transaction: the slot's lock statements, the group row's for a grouped
+# job and the job row's; older daemons sent a stand-in for an ungrouped job's), outcome (the outcome's UPDATE; finish_leases in lock mode
 # lease), other (BEGIN, COMMIT, the lease extension, the heartbeat, maintenance). The
 # INSERTs of build/bench/pickup, which connects as the daemon's user, are left out.
 PICKUP_INSERT='INSERT INTO pgjobd.jobs (queue) VALUES'
