@@ -1052,6 +1052,7 @@ $$;
 
 CREATE FUNCTION pgjobd.hold_group(q text, g text, p_head bigint, p_until timestamp with time zone, p_limit integer) RETURNS integer
     LANGUAGE plpgsql
+    SET enable_seqscan TO 'off'
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE

@@ -501,9 +501,12 @@ $$;
 -- = until (at most `limit`), so that claims leave them out of their scan
 -- (jobs_ready_grouped skips marked rows). Locks the head's row FOR UPDATE SKIP
 -- LOCKED first: whoever changes the head locks it too (sql/README, "Held
--- groups"). Returns the number of jobs marked.
+-- groups"). Returns the number of jobs marked. Through indexes only, as
+-- try_group_head: it also runs from an outcome's trigger (jobs_backed_off),
+-- on sessions whose plans may have been made for an empty table.
 CREATE OR REPLACE FUNCTION pgjobd.hold_group(q text, g text, p_head bigint, p_until timestamp with time zone, p_limit integer) RETURNS integer
     LANGUAGE plpgsql
+    SET enable_seqscan TO 'off'
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE
