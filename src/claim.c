@@ -51,7 +51,7 @@ const char claim_sql_generic_plans[] = "SET plan_cache_mode = force_generic_plan
  * pgjobd.jobs plans the claim for a table of a few rows, and a burst of jobs
  * then met sequential scans of the whole table in every claim (the updates of
  * the claimed rows, and claim_batch's statements) until an autovacuum's
- * ANALYZE happened to replan them (tests/bench/README, "The burst case").
+ * ANALYZE happened to replan them (tests/bench/README, "Round 3").
  * Every statement of these sessions reaches the rows it needs through an
  * index or by ctid, so no plan is better with a sequential scan of jobs than
  * without, whatever the statistics say. */
@@ -59,7 +59,7 @@ const char claim_sql_index_plans[] = "SET enable_seqscan = off";
 /* And with it: a statement that has no other way than a sequential scan (the
  * one-row pgjobd.maintenance_lock, which the lease session also reads) is
  * costed above jit_above_cost once sequential scans are off, and compiling it
- * took 70 to 190 ms a call for a scan of one row (tests/bench/README, 10).
+ * took 70 to 190 ms a call for a scan of one row (tests/bench/README, "Round 3").
  * Nothing these sessions send is worth compiling. */
 const char claim_sql_no_jit[] = "SET jit = off";
 

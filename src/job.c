@@ -136,11 +136,11 @@ static void on_run_done(struct run *r, const struct exec_outcome *o, void *arg)
 	end(arg, o);
 }
 
-/* The pickup, step by step, in ms: NOTIFY read -> claim sent (0 when the
- * claim was not for a NOTIFY: none), -> its answer read, -> the hold's answer
+/* The pickup, step by step, in ms: NOTIFY read -> claim sent ("none" when
+ * the claim was not for a NOTIFY), -> its answer read, -> the hold's answer
  * (transaction mode: the slot's locks; lease mode: at once), -> the command
  * exec'd, logged once the command has started (after the info line "job
- * started"). tests/bench/README, "Pickup, step by step", reads them. */
+ * started"). Bench 3b reads them (tests/bench/README). */
 static void log_started(const struct job *j)
 {
 	if (log_get_level() < LOG_DEBUG)
