@@ -71,6 +71,8 @@ extern const char claim_sql_claim[];
 extern const char claim_sql_generic_plans[];
 extern const char claim_sql_index_plans[];
 extern const char claim_sql_no_jit[];
+/* All of them, for a session's setup list (db_conn_new). */
+#define CLAIM_SQL_SESSION_SETUP claim_sql_generic_plans, claim_sql_index_plans, claim_sql_no_jit
 /* The claim batch: one statement, its own transaction -> 1 statement in st. */
 int claim_build(struct db_stmt *st, struct claim_params *p, const struct claim_req *r);
 /* Decode row `row` of a claim batch's result into *out and the slot index

@@ -894,8 +894,7 @@ static void open_claimer(struct txq *tq)
 	snprintf(app, sizeof(app), "pgjobd claimer %s", tq->tag);
 	struct db_callbacks cbs = {
 	    .on_event = on_claimer_event, .arg = tq, .metrics = tq->h->env.metrics};
-	static const char *const setup[] = {claim_sql_generic_plans, claim_sql_index_plans,
-					    claim_sql_no_jit, NULL};
+	static const char *const setup[] = {CLAIM_SQL_SESSION_SETUP, NULL};
 	tq->claimer = db_conn_new(tq->h->env.loop, tq->h->env.conninfo, app, setup, &cbs);
 }
 

@@ -221,15 +221,6 @@ daemon_down() {
 	fi
 	DAEMON=
 }
-# unfinished QUEUE: t while QUEUE has a queued or running job. Four probes of the partial
-# indexes (jobs_ready_free, jobs_ready_grouped, jobs_held: grouped jobs held back by a
-# head that waits out a backoff, jobs_running): cheap on any backlog.
-unfinished() {
-	psql_q "SELECT EXISTS (SELECT 1 FROM pgjobd.jobs WHERE queue = '$1' AND status = 'queued' AND group_id IS NULL)
-		OR EXISTS (SELECT 1 FROM pgjobd.jobs WHERE queue = '$1' AND status = 'queued' AND group_id IS NOT NULL AND held_until IS NULL)
-		OR EXISTS (SELECT 1 FROM pgjobd.jobs WHERE queue = '$1' AND status = 'queued' AND held_until IS NOT NULL)
-		OR EXISTS (SELECT 1 FROM pgjobd.jobs WHERE queue = '$1' AND status = 'running')"
-}
 # poll_until SECONDS 'condition': like lib.sh's wait_until, but every 0.5 s. Each check is
 # a psql process and a connection; 20 of them a second (wait_until's pace) would take a
 # noticeable share of a 2-core machine away from the run being measured. Figures come

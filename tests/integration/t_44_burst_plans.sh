@@ -44,13 +44,6 @@ seq_scans() {
 	sleep 2
 	psql_q "SELECT seq_scan FROM pg_stat_user_tables WHERE relid = 'pgjobd.jobs'::regclass"
 }
-# unfinished QUEUE: t while QUEUE has a queued or running job (index probes).
-unfinished() {
-	psql_q "SELECT EXISTS (SELECT 1 FROM pgjobd.jobs WHERE queue = '$1' AND status = 'queued' AND group_id IS NULL)
-		OR EXISTS (SELECT 1 FROM pgjobd.jobs WHERE queue = '$1' AND status = 'queued' AND group_id IS NOT NULL AND held_until IS NULL)
-		OR EXISTS (SELECT 1 FROM pgjobd.jobs WHERE queue = '$1' AND status = 'queued' AND held_until IS NOT NULL)
-		OR EXISTS (SELECT 1 FROM pgjobd.jobs WHERE queue = '$1' AND status = 'running')"
-}
 
 s0=$(seq_scans)
 for q in btx blease; do
