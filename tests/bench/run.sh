@@ -239,6 +239,16 @@ sample_waits() {
 		left(regexp_replace(query, '\s+', ' ', 'g'), 60)
 		FROM pg_stat_activity WHERE application_name LIKE 'pgjobd %' AND state = 'active'" >>"$1"
 }
+# waits_dump TITLE FILE: sample_waits' samples in FILE, most frequent first, for the
+# record (statements.txt).
+waits_dump() {
+	[ -s "$2" ] || return 0
+	{
+		echo "== $1: the daemon's active sessions, sampled every 0.5 s (wait event, statement)"
+		sort "$2" | uniq -c | sort -rn | head -n 15
+		echo
+	} >>"$OUT/statements.txt"
+}
 # wait_drained QUEUE [SAMPLES]: until QUEUE has nothing left (0), the daemon died or
 # STEP_TIMEOUT (1). With SAMPLES, each check also appends sample_waits to that file.
 wait_drained() {
@@ -408,13 +418,8 @@ bench_throughput() { # ungrouped|grouped [lease]
 		fig "stmts.$v" "$(ratio "$calls" "$n")"
 		[ "$REP" = 1 ] && stats_dump "throughput $v" "$n"
 	fi
-	if [ "$REP" = 1 ] && [ -s "$W/waits.$v.$REP" ]; then
-		{
-			echo "== throughput $v: the daemon's active sessions, sampled every 0.5 s (wait event, statement)"
-			sort "$W/waits.$v.$REP" | uniq -c | sort -rn | head -n 15
-			echo
-		} >>"$OUT/statements.txt"
-	fi
+	[ "$REP" = 1 ] && waits_dump "throughput $v" "$W/waits.$v.$REP"
+	return 0
 }
 
 # ---------------------------------------------------------------- 2c. the burst case
@@ -464,11 +469,7 @@ bench_burst() { # ungrouped|grouped tx|lease
 	[ -n "$PGSS_LIB" ] && [ -n "$calls" ] && fig "stmts.$key" "$(ratio "$calls" "$n")"
 	if [ "$REP" = 1 ]; then
 		stats_dump "burst $mode $v" "$n"
-		[ -s "$W/waits.$key.$REP" ] && {
-			echo "== burst $mode $v: the daemon's active sessions, sampled every 0.5 s (wait event, statement)"
-			sort "$W/waits.$key.$REP" | uniq -c | sort -rn | head -n 15
-			echo
-		} >>"$OUT/statements.txt"
+		waits_dump "burst $mode $v" "$W/waits.$key.$REP"
 	fi
 	return 0
 }
