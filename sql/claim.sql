@@ -32,11 +32,14 @@
 -- so group order and exclusivity are claim_batch's alone. The grouped check
 -- reads the first ready job in start order rather than EXISTS: a generic plan
 -- of EXISTS drops the ORDER BY and LIMIT and scans the table for a match, and
--- a queue with no grouped work has none. Its joins are index probes by id (=
--- ANY of an array rather than a join, which a generic plan made a merge join
--- over jobs_pkey): the sessions that claim plan it once, generically
--- (claim_sql_generic_plans in src/claim.c). Both paths answer alike
--- (tests/integration/t_44_claim_paths.sh).
+-- a queue with no grouped work has none. The rows c locked are updated by
+-- their ctid (= ANY of an array: a TID scan, rather than a join, which a
+-- generic plan made a merge join over jobs_pkey, or probes by id, which a plan
+-- made while the table was empty made a sequential scan): the sessions that
+-- claim plan it once, generically, and never with a sequential scan
+-- (claim_sql_generic_plans, claim_sql_index_plans in src/claim.c). A row c
+-- locked is not updated by anyone else before u, so its ctid still names it.
+-- Both paths answer alike (tests/integration/t_44_claim_paths.sh).
 --
 -- The comment that opens the statement names it where operators and tests
 -- see it: pg_stat_activity shows only the first 1 kB of a query's text.
@@ -55,7 +58,7 @@ WITH k AS MATERIALIZED (
                               AND h.held_until <= statement_timestamp()) AS quick),
 -- the best ready ungrouped jobs, one probe of jobs_ready_free, locked
 c AS (
-    SELECT j.id, j.priority, j.run_at,
+    SELECT j.id, j.ctid, j.priority, j.run_at,
            (pg_column_size(j.data) > $6::bigint
             OR (pg_column_compression(j.data) IS NOT NULL
                 AND octet_length(j.data::text) > 16 * $6::bigint)) AS big
@@ -67,7 +70,7 @@ c AS (
      ORDER BY j.priority, j.run_at, j.id FOR UPDATE SKIP LOCKED
      LIMIT cardinality($3::text[])),
 t AS (
-    SELECT c.id, c.big, (row_number() OVER (ORDER BY c.priority, c.run_at, c.id))::int AS slot
+    SELECT c.id, c.ctid, c.big, (row_number() OVER (ORDER BY c.priority, c.run_at, c.id))::int AS slot
       FROM c),
 -- slots left idle: wake me (pgjobd.waiting)
 wi AS (
@@ -91,7 +94,7 @@ f AS (
                    'text_bytes', CASE WHEN pg_column_compression(j.data) IS NOT NULL
                                       THEN octet_length(j.data::text) END,
                    'max_data', $6::bigint)
-     WHERE j.id = ANY (ARRAY(SELECT t.id FROM t WHERE t.big))),
+     WHERE j.ctid = ANY (ARRAY(SELECT t.ctid FROM t WHERE t.big))),
 u AS (
     UPDATE pgjobd.jobs j
        SET status = 'running', attempts = j.attempts + 1,
@@ -100,7 +103,7 @@ u AS (
            lease_until = clock_timestamp() + $10::bigint * interval '1 millisecond',
            lease_ms = $10::bigint, started_at = clock_timestamp(),
            updated_at = clock_timestamp(), finished_at = NULL
-     WHERE j.id = ANY (ARRAY(SELECT t.id FROM t WHERE NOT t.big)) AND j.status = 'queued'
+     WHERE j.ctid = ANY (ARRAY(SELECT t.ctid FROM t WHERE NOT t.big)) AND j.status = 'queued'
     RETURNING (SELECT t.slot FROM t WHERE t.id = j.id) AS slot, j.id, j.group_id, j.attempts,
               j.max_attempts, j.timeout, j.fence, j.data, j.schedule, j.scheduled_for)
 -- claim_batch's columns, computed as it computes them

@@ -46,6 +46,23 @@ const char claim_sql_claim[] = CLAIM_SQL_CLAIM;
  * (plan_cache_mode in their definitions, sql/functions/). */
 const char claim_sql_generic_plans[] = "SET plan_cache_mode = force_generic_plan";
 
+/* Run next to it. A generic plan is made once, from the statistics of the
+ * moment, and kept: a daemon that starts beside an empty or never analysed
+ * pgjobd.jobs plans the claim for a table of a few rows, and a burst of jobs
+ * then met sequential scans of the whole table in every claim (the updates of
+ * the claimed rows, and claim_batch's statements) until an autovacuum's
+ * ANALYZE happened to replan them (tests/bench/README, "Round 3").
+ * Every statement of these sessions reaches the rows it needs through an
+ * index or by ctid, so no plan is better with a sequential scan of jobs than
+ * without, whatever the statistics say. */
+const char claim_sql_index_plans[] = "SET enable_seqscan = off";
+/* And with it: a statement that has no other way than a sequential scan (the
+ * one-row pgjobd.maintenance_lock, which the lease session also reads) is
+ * costed above jit_above_cost once sequential scans are off, and compiling it
+ * took 70 to 190 ms a call for a scan of one row (tests/bench/README, "Round 3").
+ * Nothing these sessions send is worth compiling. */
+const char claim_sql_no_jit[] = "SET jit = off";
+
 /* Step 2, the slot's transaction: the group row first, then the job row,
  * the order every claimer locks them in. Both wait: only SKIP LOCKED probes
  * of other claimers can hold them, briefly. The job row is locked only if it
@@ -54,10 +71,6 @@ const char claim_sql_generic_plans[] = "SET plan_cache_mode = force_generic_plan
  * daemon is still alive by the server's clock (sql/README, "Fencing"). */
 static const char sql_begin[] = "BEGIN";
 static const char sql_hold_group[] = "SELECT 1 FROM pgjobd.groups WHERE id = $1::bigint FOR UPDATE";
-/* An ungrouped job's stand-in, in the same place of the batch: no row, no
- * lock. (The statement above with a NULL id answers the same, but a NULL
- * makes PostgreSQL plan it anew at every execution.) */
-static const char sql_hold_no_group[] = "SELECT 1 WHERE false";
 /* The second column: pgjobd.cancel() was called for the job before the slot
  * got it (a request made later reaches the daemon by NOTIFY). */
 static const char sql_hold_job[] =
@@ -212,21 +225,20 @@ int claim_build_hold(struct db_stmt *st, struct hold_params *p, const struct cla
 	snprintf(p->id, sizeof(p->id), "%lld", j->id);
 	snprintf(p->group_row, sizeof(p->group_row), "%lld", j->group_row);
 	snprintf(p->fence, sizeof(p->fence), "%lld", j->fence);
-	memset(st, 0, 3 * sizeof(*st));
-	st[0].sql = sql_begin;
+	memset(st, 0, CLAIM_HOLD_MAX * sizeof(*st));
+	int n = 0;
+	st[n++].sql = sql_begin;
 	if (j->group_row) {
-		st[1].sql = sql_hold_group;
-		st[1].nparams = 1;
-		st[1].params[0] = p->group_row;
-	} else {
-		st[1].sql = sql_hold_no_group;
+		st[n].sql = sql_hold_group;
+		st[n].nparams = 1;
+		st[n++].params[0] = p->group_row;
 	}
-	st[CLAIM_HOLD_JOB].sql = sql_hold_job;
-	st[CLAIM_HOLD_JOB].nparams = 3;
-	st[CLAIM_HOLD_JOB].params[0] = p->id;
-	st[CLAIM_HOLD_JOB].params[1] = worker;
-	st[CLAIM_HOLD_JOB].params[2] = p->fence;
-	return 3;
+	st[n].sql = sql_hold_job;
+	st[n].nparams = 3;
+	st[n].params[0] = p->id;
+	st[n].params[1] = worker;
+	st[n++].params[2] = p->fence;
+	return n;
 }
 
 bool claim_recheck(bool *waiting, int asked, int got)

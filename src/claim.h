@@ -66,8 +66,13 @@ void claim_params_fini(struct claim_params *p);
 /* The claim statement's SQL (sql/claim.sql, which explains its two paths);
  * exposed for the tests. */
 extern const char claim_sql_claim[];
-/* The setting every session that claims runs at connect (generic plans). */
+/* The settings every session that claims runs at connect: generic plans,
+ * through indexes. */
 extern const char claim_sql_generic_plans[];
+extern const char claim_sql_index_plans[];
+extern const char claim_sql_no_jit[];
+/* All of them, for a session's setup list (db_conn_new). */
+#define CLAIM_SQL_SESSION_SETUP claim_sql_generic_plans, claim_sql_index_plans, claim_sql_no_jit
 /* The claim batch: one statement, its own transaction -> 1 statement in st. */
 int claim_build(struct db_stmt *st, struct claim_params *p, const struct claim_req *r);
 /* Decode row `row` of a claim batch's result into *out and the slot index
@@ -88,13 +93,14 @@ void claim_job_free(struct claim_job *j);
  * True only for the claim that registered it; asked == 0 changes nothing. */
 bool claim_recheck(bool *waiting, int asked, int got);
 
-/* The hold batch, a slot's own session: BEGIN; lock the group row (for an
- * ungrouped job a statement that returns nothing); lock the job row if it is
- * still the one claimed for this worker and fence, and its daemon is still
- * alive -> 3 statements. The transaction stays open: it is the claim. The job is
- * held when statement CLAIM_HOLD_JOB returns one row; its second column is 't' when the job's
- * cancellation was requested already. */
-#define CLAIM_HOLD_JOB 2
+/* The hold batch, a slot's own session: BEGIN; lock the group row (grouped
+ * jobs only); lock the job row if it is still the one claimed for this worker
+ * and fence, and its daemon is still alive -> 2 or 3 statements (at most
+ * CLAIM_HOLD_MAX). The transaction stays open: it is the claim. The job is held
+ * when the last statement returns one row (and, for a grouped job, the one
+ * before it too); its second column is 't' when the job's cancellation was
+ * requested already. */
+#define CLAIM_HOLD_MAX 3
 struct hold_params {
 	char id[24];
 	char group_row[24];

@@ -1290,7 +1290,7 @@ struct hold *hold_lease_new(struct ev_loop *loop, const char *conninfo, struct f
 	l->starter.data = l->starter_idle.data = l;
 	struct db_callbacks dcb = {.on_event = on_db_event, .arg = l, .metrics = metrics};
 	static const char *const setup[] = {"SET lock_timeout = " LEASE_LOCK_TIMEOUT,
-					    claim_sql_generic_plans, NULL};
+					    CLAIM_SQL_SESSION_SETUP, NULL};
 	l->db = db_conn_new(loop, conninfo, "pgjobd lease", setup, &dcb);
 	return &l->base;
 }

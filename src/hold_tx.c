@@ -463,8 +463,9 @@ static void on_held(struct db_conn *c, PGresult *const *res, int n, void *arg)
 		reconnect(s);
 		return;
 	}
-	bool group_lost = j->run.cj.group_row && PQntuples(res[CLAIM_HOLD_JOB - 1]) != 1;
-	if (PQntuples(res[CLAIM_HOLD_JOB]) != 1 || group_lost) {
+	const PGresult *held = res[n - 1];
+	bool group_lost = j->run.cj.group_row && (n < 3 || PQntuples(res[n - 2]) != 1);
+	if (PQntuples(held) != 1 || group_lost) {
 		/* Not ours any more (our daemon's claims lapsed and another
 		 * daemon took the job over), or the group's lock row went away
 		 * between claim and hold: running without it would leave the
@@ -482,7 +483,7 @@ static void on_held(struct db_conn *c, PGresult *const *res, int n, void *arg)
 	sess_step(s, S_RUNNING);
 	/* Its cancellation was requested already: job_start logs it and
 	 * has it written `cancelled`. */
-	if (PQgetvalue(res[CLAIM_HOLD_JOB], 0, 1)[0] == 't')
+	if (PQgetvalue(held, 0, 1)[0] == 't')
 		job_cancel(j);
 	/* May end the job at once (then write() comes before this returns):
 	 * j is not touched after it. */
@@ -526,7 +527,7 @@ static void hold_job(struct hold *hh, struct job *j)
 		job_not_held(j, NULL);
 		return;
 	}
-	struct db_stmt st[3];
+	struct db_stmt st[CLAIM_HOLD_MAX];
 	int n = claim_build_hold(st, &s->hparams, &j->run.cj, queue_worker(j->q, j->slot));
 	sess_link(s, j);
 	sess_step(s, S_HOLDING);
@@ -893,7 +894,7 @@ static void open_claimer(struct txq *tq)
 	snprintf(app, sizeof(app), "pgjobd claimer %s", tq->tag);
 	struct db_callbacks cbs = {
 	    .on_event = on_claimer_event, .arg = tq, .metrics = tq->h->env.metrics};
-	static const char *const setup[] = {claim_sql_generic_plans, NULL};
+	static const char *const setup[] = {CLAIM_SQL_SESSION_SETUP, NULL};
 	tq->claimer = db_conn_new(tq->h->env.loop, tq->h->env.conninfo, app, setup, &cbs);
 }
 

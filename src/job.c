@@ -73,7 +73,7 @@ static void job_step(struct job *j, enum job_state to)
 static void on_run_done(struct run *r, const struct exec_outcome *o, void *arg);
 
 struct job *job_new(const struct job_owner *owner, struct queue *q, struct hold *h, int slot,
-		    struct claim_job *cj, struct queue_conf *conf, double claim_sent)
+		    struct claim_job *cj, struct queue_conf *conf, double woken, double claim_sent)
 {
 	struct job *j = xcalloc(1, sizeof(*j));
 	j->owner = owner;
@@ -81,7 +81,9 @@ struct job *job_new(const struct job_owner *owner, struct queue *q, struct hold 
 	j->hold = h;
 	j->slot = slot;
 	j->state = JOB_CLAIMED; /* where a job starts: not a move */
+	j->woken = woken;
 	j->claim_sent = claim_sent;
+	j->claimed = metrics_now();
 	j->claimed_by = owner->fence ? fence_worker_id(owner->fence) : 0;
 	run_init(&j->run, owner->run_env, on_run_done, j);
 	j->run.cj = *cj;
@@ -134,10 +136,30 @@ static void on_run_done(struct run *r, const struct exec_outcome *o, void *arg)
 	end(arg, o);
 }
 
+/* The pickup, step by step, in ms: NOTIFY read -> claim sent ("none" when
+ * the claim was not for a NOTIFY), -> its answer read, -> the hold's answer
+ * (transaction mode: the slot's locks; lease mode: at once), -> the command
+ * exec'd, logged once the command has started (after the info line "job
+ * started"). Bench 3b reads them (tests/bench/README). */
+static void log_started(const struct job *j)
+{
+	if (log_get_level() < LOG_DEBUG)
+		return;
+	double now = metrics_now();
+	char notify_ms[32] = "none";
+	if (j->woken > 0)
+		snprintf(notify_ms, sizeof(notify_ms), "%.3f", (j->claim_sent - j->woken) * 1e3);
+	log_job(LOG_DEBUG, j,
+		"msg=\"pickup\" notify_ms=%s claim_ms=%.3f hold_ms=%.3f spawn_ms=%.3f", notify_ms,
+		(j->claimed - j->claim_sent) * 1e3, (j->held - j->claimed) * 1e3,
+		(now - j->held) * 1e3);
+}
+
 void job_start(struct job *j)
 {
 	struct hold *h = j->hold;
-	metrics_job_started(j->owner->metrics, j->run.q->name, metrics_now() - j->claim_sent);
+	j->held = metrics_now();
+	metrics_job_started(j->owner->metrics, j->run.q->name, j->held - j->claim_sent);
 	j->run.started_ms = util_now_ms();
 	if (j->run.kill_reason == RUN_KILL_CANCELLED)
 		log_job(LOG_INFO, j, "msg=\"job cancelled before its command started\"");
@@ -154,6 +176,7 @@ void job_start(struct job *j)
 	if (j->run.kill_reason == RUN_KILL_NONE) {
 		if (run_exec(&j->run) == 0) {
 			job_step(j, JOB_RUNNING);
+			log_started(j);
 			return;
 		}
 		/* EMFILE and the like: the environment, not the job. Give the

@@ -73,8 +73,12 @@ struct job {
 	 * the outcome is run.error/run.entry, the status is the server's to
 	 * decide (pgjobd.release_claim). */
 	bool release;
-	int tries;	      /* failed writes of the outcome */
-	double claim_sent;    /* metrics_now() when the claim was sent */
+	int tries; /* failed writes of the outcome */
+	/* The pickup's steps, metrics_now() seconds: the first NOTIFY since the
+	 * queue's previous claim (0: the claim was not for one), the claim sent,
+	 * its answer read, the hold's answer (job_start). Logged at debug level
+	 * when the command has started (msg="pickup"). */
+	double woken, claim_sent, claimed, held;
 	long long claimed_by; /* the daemon's instance (fence_worker_id) at the claim */
 	struct job *next;     /* in its queue's list */
 };
@@ -84,7 +88,7 @@ struct job {
  * configuration the claim was made with: a reference is taken). Owned by
  * q: job_free. */
 struct job *job_new(const struct job_owner *owner, struct queue *q, struct hold *h, int slot,
-		    struct claim_job *cj, struct queue_conf *conf, double claim_sent);
+		    struct claim_job *cj, struct queue_conf *conf, double woken, double claim_sent);
 /* Kill what still runs (SIGKILL, no outcome) and free. */
 void job_free(struct job *j);
 

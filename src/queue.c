@@ -95,7 +95,7 @@ struct queue {
 	bool again; /* a kick came while a claim was wanted, in flight or handed out */
 	struct hold *claim_hold;
 	struct queue_conf *claim_conf; /* a reference while in flight */
-	double claim_sent;
+	double claim_sent, claim_woken;
 	int *claim_slots;
 	const char **workers;
 	int nclaim;
@@ -111,6 +111,7 @@ struct queue {
 	 * the one in flight is; notify_again: one came while a claim was on its
 	 * way. */
 	int64_t quiet_until;
+	double notified_at; /* metrics_now() of the first NOTIFY since the last claim; 0: none */
 	bool notify_want, claim_notified, notify_again;
 	ev_timer quiet;
 
@@ -262,6 +263,8 @@ void queue_kick(struct queue *q)
  * nothing (one claim at the end of that time). */
 static void notify(struct queue *q)
 {
+	if (q->notified_at == 0)
+		q->notified_at = metrics_now();
 	int64_t now = util_now_ms();
 	if (now < q->quiet_until) {
 		if (!ev_is_active(&q->quiet)) {
@@ -345,6 +348,8 @@ int queue_claim_begin(struct queue *q, struct claim_req *r, int64_t lease_ms)
 	q->claim_hold = q->hold;
 	q->claim_conf = queue_conf_ref(q->conf);
 	q->claim_sent = metrics_now();
+	q->claim_woken = q->notified_at;
+	q->notified_at = 0;
 	q->claim_notified = q->notify_want;
 	q->notify_want = false;
 	return k;
@@ -382,7 +387,8 @@ void queue_claimed(struct queue *q, PGresult *res)
 			continue;
 		}
 		int slot = q->claim_slots[w];
-		struct job *j = job_new(&q->owner, q, h, slot, &cj, conf, q->claim_sent);
+		struct job *j =
+		    job_new(&q->owner, q, h, slot, &cj, conf, q->claim_woken, q->claim_sent);
 		q->occupant[slot] = j;
 		j->next = q->jobs;
 		q->jobs = j;

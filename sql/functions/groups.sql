@@ -65,6 +65,29 @@ BEGIN
 END
 $$;
 
+-- Trigger jobs_backed_off (a running grouped job goes back to `queued` to
+-- wait out a backoff: its attempt failed with attempts left): mark the group
+-- held at once (hold_group, sql/functions/claim.sql), in the outcome's own
+-- transaction. The claims would otherwise mark it when their scan first met
+-- the group's later jobs, on the claim path: with many groups backing off at
+-- once, a claim spent its time marking (up to a thousand groups a call, and a
+-- walk over every group's head when its scan met only held ones) while the
+-- other groups' jobs waited (tests/bench/README, 7b). A short backoff (under a
+-- second) is left to the claims: its marks would be cleared again at once.
+CREATE OR REPLACE FUNCTION pgjobd.jobs_backed_off() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF NEW.run_at > clock_timestamp() + interval '1 second'
+       AND (NEW.expires_at IS NULL OR NEW.expires_at > NEW.run_at) THEN
+        PERFORM pgjobd.hold_group(NEW.queue, coalesce(NEW.group_key, NEW.group_id), NEW.id,
+                                  NEW.run_at, 1000);
+    END IF;
+    RETURN NULL;
+END
+$$;
+
 -- Trigger jobs_head_changed (a queued job leaves `queued`, its queue or
 -- group, its run_at changes, or it is deleted): clear the marks of the
 -- group's later jobs, in the same transaction.

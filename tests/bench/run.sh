@@ -30,6 +30,7 @@ N_SPAWNS=${BENCH_SPAWNS:-$((20000 / div))}    # 1: spawns per ceiling run
 N_JOBS=${BENCH_JOBS:-$((20000 / div))}        # 2: jobs per throughput run
 N_GROUPS=${BENCH_GROUPS:-100}                 # 2b: groups of the grouped throughput run
 N_PICKUP=${BENCH_PICKUP:-$((200 / div))}      # 3: single-row INSERTs per pickup run
+N_PTRACE=${BENCH_PICKUP_TRACE:-$((50 / div))} # 3t, 8t: INSERTs of the pickup run under strace
 PICKUP_MIN_MS=${BENCH_PICKUP_MIN_MS:-20}      # 3: random pause before each INSERT
 PICKUP_MAX_MS=${BENCH_PICKUP_MAX_MS:-50}
 N_SMALL=${BENCH_SMALL:-1000}                  # 4: small backlog, drained entirely (not
@@ -45,11 +46,15 @@ FOOT_SLEEP=${BENCH_FOOT_SLEEP:-3}             # 6a: seconds each job sleeps (not
                                               #    64 claims must fit in it on a busy machine)
 N_STRACE=${BENCH_STRACE_JOBS:-$((2000 / div))} # 6d: jobs of the straced run
 N_HELD=${BENCH_HELD:-$((20000 / div))}        # 7: groups held back by a retry
+N_BO_JOBS=${BENCH_BO_JOBS:-$((100000 / div))}  # 7b: grouped jobs queued
+N_BO_GROUPS=${BENCH_BO_GROUPS:-$((25000 / div))} # 7b: their groups (jobs enqueued group by group)
+N_BO_HELD=${BENCH_BO_HELD:-$((20000 / div))}  # 7b: the first groups, their heads in a backoff
+N_BO_STOP=${BENCH_BO_STOP:-$((5000 / div))}   # 7b: finished jobs measured
 N_TICKS=${BENCH_TICKS:-8}                     # 9a, 9b: schedule ticks measured (1 a second)
 N_CANCEL=${BENCH_CANCEL:-5}                   # 9c: jobs cancelled
 WD_SECS=${BENCH_WD_SECS:-5}                   # 9d: seconds of watchdog pings
-# BENCH_ONLY: a subset of "ceiling throughput pickup backlog enqueue footprint strace held lease
-# timers"
+# BENCH_ONLY: a subset of "ceiling throughput burst pickup steps backlog enqueue footprint strace held lease
+# timers scale"
 # (default all), for working on one measurement.
 ONLY=${BENCH_ONLY:-}
 STEP_TIMEOUT=${BENCH_STEP_TIMEOUT:-600}       # seconds any single run may take
@@ -61,6 +66,12 @@ NOTIFY_SINK=${NOTIFY_SINK:-$repo/build/tests/notify-sink} # 9d: systemd's notify
 # the build. Each is "OP VALUE" with OP one of <= >=; empty: no target.
 TGT_RATIO_CEILING=">= 0.8"   # ungrouped throughput / spawn ceiling
 TGT_RATIO_GROUPED=">= 0.7"   # 100 groups throughput / spawn ceiling
+TGT_BURST_TX=">= 0.5"        # the burst case, transaction mode: throughput / spawn ceiling
+TGT_BURST_LEASE=">= 0.7"     # the burst case, lease mode
+TGT_CPUBOUND=">= 0.9"        # throughput / what the machine's CPU allows (every core busy)
+TGT_PGCPU_TX="<= 0.30"       # ms, PostgreSQL backends' CPU per job, transaction mode
+TGT_PGCPU_LEASE="<= 0.12"    # ms, lease mode
+TGT_DAEMON_CPU="<= 0.08"     # ms, the daemon's own CPU per job
 TGT_PICKUP_P50="<= 5"        # ms, INSERT commit -> command start
 TGT_PICKUP_P99="<= 20"       # ms
 TGT_PICKUP_MAX=""            # ms (no target; shown)
@@ -73,6 +84,7 @@ TGT_STMTS=""                 # SQL statements per job (no target; shown)
 TGT_WAL=""                   # bytes per job, right after a checkpoint (no target; shown)
 TGT_TRIPS="<= 3"             # round trips to PostgreSQL per job on the hot path
 TGT_HELD_RATIO="<= 2"        # a claim with 20,000 retry-held groups / the same claim without
+TGT_BO_RATIO=">= 0.8"         # claim rate behind 20,000 backed-off heads / with none
 TGT_LEASE_CEILING=">= 0.85"  # lock mode lease: throughput / spawn ceiling, ungrouped and grouped
 TGT_LEASE_P50="<= 2"         # ms, lock mode lease: INSERT commit -> command start
 TGT_LEASE_SESSIONS="<= 3"    # the daemon's sessions in lock mode lease
@@ -108,8 +120,9 @@ require_pgjobd
 PGSS_LIB=
 pg_opts() {
 	echo "-c listen_addresses='' -c unix_socket_directories=$T/sock -c port=$PG_PORT" \
-		"-c max_connections=300${PGSS_LIB:+ -c shared_preload_libraries=$PGSS_LIB}"
+		"-c max_connections=$PG_MAX_CONN${PGSS_LIB:+ -c shared_preload_libraries=$PGSS_LIB}"
 }
+PG_MAX_CONN=300 # 10 raises it (scale_server)
 
 BENCH_T0=$(now_ms)
 PROBLEMS=()
@@ -208,15 +221,6 @@ daemon_down() {
 	fi
 	DAEMON=
 }
-# unfinished QUEUE: t while QUEUE has a queued or running job. Four probes of the partial
-# indexes (jobs_ready_free, jobs_ready_grouped, jobs_held: grouped jobs held back by a
-# head that waits out a backoff, jobs_running): cheap on any backlog.
-unfinished() {
-	psql_q "SELECT EXISTS (SELECT 1 FROM pgjobd.jobs WHERE queue = '$1' AND status = 'queued' AND group_id IS NULL)
-		OR EXISTS (SELECT 1 FROM pgjobd.jobs WHERE queue = '$1' AND status = 'queued' AND group_id IS NOT NULL AND held_until IS NULL)
-		OR EXISTS (SELECT 1 FROM pgjobd.jobs WHERE queue = '$1' AND status = 'queued' AND held_until IS NOT NULL)
-		OR EXISTS (SELECT 1 FROM pgjobd.jobs WHERE queue = '$1' AND status = 'running')"
-}
 # poll_until SECONDS 'condition': like lib.sh's wait_until, but every 0.5 s. Each check is
 # a psql process and a connection; 20 of them a second (wait_until's pace) would take a
 # noticeable share of a 2-core machine away from the run being measured. Figures come
@@ -234,6 +238,16 @@ sample_waits() {
 	psql_q "SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU') || ' ' ||
 		left(regexp_replace(query, '\s+', ' ', 'g'), 60)
 		FROM pg_stat_activity WHERE application_name LIKE 'pgjobd %' AND state = 'active'" >>"$1"
+}
+# waits_dump TITLE FILE: sample_waits' samples in FILE, most frequent first, for the
+# record (statements.txt).
+waits_dump() {
+	[ -s "$2" ] || return 0
+	{
+		echo "== $1: the daemon's active sessions, sampled every 0.5 s (wait event, statement)"
+		sort "$2" | uniq -c | sort -rn | head -n 15
+		echo
+	} >>"$OUT/statements.txt"
 }
 # wait_drained QUEUE [SAMPLES]: until QUEUE has nothing left (0), the daemon died or
 # STEP_TIMEOUT (1). With SAMPLES, each check also appends sample_waits to that file.
@@ -404,13 +418,60 @@ bench_throughput() { # ungrouped|grouped [lease]
 		fig "stmts.$v" "$(ratio "$calls" "$n")"
 		[ "$REP" = 1 ] && stats_dump "throughput $v" "$n"
 	fi
-	if [ "$REP" = 1 ] && [ -s "$W/waits.$v.$REP" ]; then
-		{
-			echo "== throughput $v: the daemon's active sessions, sampled every 0.5 s (wait event, statement)"
-			sort "$W/waits.$v.$REP" | uniq -c | sort -rn | head -n 15
-			echo
-		} >>"$OUT/statements.txt"
+	[ "$REP" = 1 ] && waits_dump "throughput $v" "$W/waits.$v.$REP"
+	return 0
+}
+
+# ---------------------------------------------------------------- 2c. the burst case
+
+# bench_burst VARIANT MODE: what users send. The daemon is already running and waiting
+# when N_JOBS jobs arrive in one INSERT ... SELECT, with no VACUUM, ANALYZE or CHECKPOINT
+# in between (autovacuum may run during the drain, as it would). The rate is counted from
+# the INSERT's commit to the last outcome. Keyed burst.MODE.VARIANT (MODE tx or lease).
+bench_burst() { # ungrouped|grouped tx|lease
+	local v=$1 mode=$2 groups=0 g=NULL key conf t0 cpu0 cpu1 pm pg0 pg1 m0 n secs calls
+	[ "$v" = grouped ] && groups=$N_GROUPS && g="'g' || (i % $N_GROUPS)"
+	key=burst.$mode.$v conf=$W/tput.ini
+	[ "$mode" = lease ] && conf=$W/tput-lease.ini
+	reset_tables
+	sql "TRUNCATE pgjobd.waiting" >/dev/null
+	daemon_up "burst-$mode-$v-$REP" "$conf"
+	if ! wait_until 30 "[ \"\$(psql_q \"SELECT count(*) FROM pgjobd.waiting WHERE queue = 'tput'\")\" = 1 ] || ! pid_alive $DAEMON" ||
+		! pid_alive "$DAEMON"; then
+		problem "rep $REP: burst $mode $v: the daemon never waited for work"
+		daemon_down
+		return
 	fi
+	stats_reset
+	pm=$(head -n 1 "$T/pg/postmaster.pid")
+	pg0=$(cpu_s "$pm" children)
+	cpu0=$(cpu_s "$DAEMON")
+	m0=$(machine_cpu)
+	t0=$(sql "INSERT INTO pgjobd.jobs (queue, group_id) SELECT 'tput', $g FROM generate_series(1, $N_JOBS) i;
+		SELECT extract(epoch FROM clock_timestamp())")
+	if wait_drained tput "$W/waits.$key.$REP"; then
+		machine_figs "$key" "$N_JOBS" "$m0"
+		cpu1=$(cpu_s "$DAEMON")
+		calls=$(stats_calls)
+	fi
+	daemon_down
+	wait_until 10 "! pgrep -P $pm -f 'postgres: postgres pgjobd_test' >/dev/null"
+	pg1=$(cpu_s "$pm" children)
+	IFS='|' read -r n secs < <(sql "SELECT count(*), max(extract(epoch FROM finished_at)) - $t0
+		FROM pgjobd.jobs WHERE queue = 'tput' AND status = 'succeeded'")
+	if [ "$n" != "$N_JOBS" ]; then
+		problem "rep $REP: burst $mode $v: $n of $N_JOBS jobs succeeded; no figures from this run"
+		return
+	fi
+	fig "tput.$key" "$(ratio "$n" "$secs")"
+	[ -n "$cpu1" ] && fig "cpu.$key" "$(calc "($cpu1 - $cpu0) * 1000 / $n")"
+	[ -n "$pg0" ] && [ -n "$pg1" ] && fig "pgcpu.$key" "$(calc "($pg1 - $pg0) * 1000 / $n")"
+	[ -n "$PGSS_LIB" ] && [ -n "$calls" ] && fig "stmts.$key" "$(ratio "$calls" "$n")"
+	if [ "$REP" = 1 ]; then
+		stats_dump "burst $mode $v" "$n"
+		waits_dump "burst $mode $v" "$W/waits.$key.$REP"
+	fi
+	return 0
 }
 
 # ---------------------------------------------------------------- 3. pickup latency
@@ -474,9 +535,204 @@ EOF
 	pickup_started pickup "$stamps"
 	# The daemon's claim statement names claim_batch (its full path calls it).
 	claims=$(stats_calls '%pgjobd.claim_batch(%')
+	pickup_server
 	daemon_down
 	pickup_figs "$key" "$ins" "$stamps" "$lat" || return
 	[ -n "$claims" ] && fig $key.claims "$(ratio "$claims" "$(wc -l <"$lat")")"
+	pickup_server_figs "$key" "$(wc -l <"$lat")"
+}
+
+# The pickup at the server: what the daemon's statements cost PostgreSQL during
+# bench_pickup's run (pg_stat_statements, reset before the first INSERT; the executor's
+# time, neither planning, once per session, nor the commits' WAL flushes). pickup_server:
+# once the last outcome is written (the queue drained), the daemon's statements by step
+# into $W/pickup-srv: "STEP CALLS TOTAL_MS". The steps: claim (the claim statement),
+# hold (lock mode transaction: the slot's lock statements, the group row's for a grouped
+# job and the job row's; older daemons sent a stand-in for an ungrouped job's), outcome (the outcome's UPDATE; finish_leases in lock mode
+# lease), other (BEGIN, COMMIT, the lease extension, the heartbeat, maintenance). The
+# INSERTs of build/bench/pickup, which connects as the daemon's user, are left out.
+PICKUP_INSERT='INSERT INTO pgjobd.jobs (queue) VALUES'
+# pickup_server_figs KEY JOBS: figures KEY.srv.STEP (ms per job) and KEY.stmts.
+pickup_server() {
+	: >"$W/pickup-srv"
+	[ -n "$PGSS_LIB" ] || return 0
+	wait_until 30 "[ \"\$(unfinished pickup)\" = f ]" ||
+		problem "rep $REP: pickup: jobs still unfinished 30 s after the last start"
+	psql_q "SELECT s.step, sum(s.calls), round(sum(s.total_exec_time)::numeric, 4)
+		FROM (SELECT CASE WHEN query LIKE '%pgjobd.claim_batch(%' THEN 'claim'
+		                  WHEN query LIKE '%FROM pgjobd.groups WHERE id = \$1::bigint FOR UPDATE'
+		                    OR query LIKE 'SELECT \$_ WHERE \$_'
+		                    OR query LIKE '%FROM pgjobd.jobs j WHERE j.id = \$1::bigint%FOR UPDATE OF j' THEN 'hold'
+		                  WHEN query LIKE 'UPDATE pgjobd.jobs SET status = \$2,%'
+		                    OR query LIKE '%pgjobd.finish_leases(%' THEN 'outcome'
+		                  ELSE 'other' END AS step, calls, total_exec_time
+		        FROM pg_stat_statements WHERE userid = 'postgres'::regrole
+		         AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+		         AND query NOT LIKE '$PICKUP_INSERT%') s
+		GROUP BY s.step" | tr '|' ' ' >"$W/pickup-srv"
+	[ "$REP" = 1 ] && {
+		echo "== pickup ($key): the daemon's statements, $N_PICKUP INSERTs"
+		psql -X -q -P pager=off -c "SELECT calls, round(mean_exec_time::numeric, 4) AS mean_ms,
+			round(total_exec_time::numeric, 3) AS total_ms, left(regexp_replace(query, '\s+', ' ', 'g'), 90) AS query
+			FROM pg_stat_statements WHERE userid = 'postgres'::regrole
+			AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+			AND query NOT LIKE '$PICKUP_INSERT%'
+			ORDER BY total_exec_time DESC, query"
+	} >>"$OUT/statements.txt"
+	return 0
+}
+pickup_server_figs() {
+	local step calls ms all_calls=0 all_ms=0
+	[ -s "$W/pickup-srv" ] && [ "$2" -gt 0 ] || return 0
+	while read -r step calls ms; do
+		all_calls=$((all_calls + calls))
+		all_ms=$(calc "$all_ms + $ms")
+		[ "$step" = other ] && continue
+		[ "$step" = hold ] && [ "$1" = lease.pickup ] && continue
+		fig "$1.srv.$step" "$(calc "$ms / $2")"
+	done <"$W/pickup-srv"
+	fig "$1.srv.all" "$(calc "$all_ms / $2")"
+	fig "$1.stmts" "$(ratio "$all_calls" "$2")"
+}
+
+# bench_pickup_trace [lease]: the daemon's part of a pickup seen from outside (figures 3t,
+# 8t): N_PTRACE INSERTs as in bench_pickup to an idle daemon under strace (its own
+# process only, not -f: the commands are not traced), -ttt -T for each call's start and
+# duration. The daemon's spawn is a clone that shares its memory and suspends it until
+# the new process has exec'd (src/exec.c), so the clone's return is the execve of
+# /bin/sh. Per pickup, from the trace, in order:
+#   the listener's read of the NOTIFY (a recvfrom whose data starts with a
+#   NotificationResponse, 'A'),
+#   the claim's send: the last send, after that read, on the socket of
+#   the claim's answer: the next read of a row description of 13 columns, the first
+#   named slot (claim_batch's columns; "\rslot\0" in strace's quoting),
+#   the next clone (in lock mode transaction after the slot's hold, a round trip of its
+#   own) and its return.
+# Sends of other sessions between (a heartbeat) are not mistaken for the claim.
+# Figures KEY.trace.STEP: the p50 of each step in ms, and KEY.trace.n, the pickups found
+# whole. strace stops the daemon at every call it traces and at every other one (no
+# seccomp filter can be installed in a process it attaches to): each step is longer
+# than without it, by tens of microseconds a call.
+bench_pickup_trace() {
+	local mode=${1:-} key=pickup spid out steps
+	[ "$mode" = lease ] && key=lease.pickup
+	command -v strace >/dev/null 2>&1 || {
+		[ "$REP" = 1 ] && problem "strace not installed: $key.trace skipped"
+		return
+	}
+	local stamps=$T/$key-trace-stamps.$REP
+	pickup_reset
+	cat >"$W/$key-trace.ini" <<EOF
+$(conf_header log_level=warn poll_interval=30s)
+
+[queue.pickup]
+command = exec $BIN/stamp stamp $stamps
+concurrency = $CONCURRENCY
+lock_mode = ${mode:-transaction}
+EOF
+	daemon_up "$key-trace-$REP" "$W/$key-trace.ini"
+	if [ "$mode" = lease ]; then
+		if ! pickup_waiting; then
+			problem "rep $REP: $key trace: the daemon did not become idle"
+			daemon_down
+			return
+		fi
+	elif ! daemon_idle "$CONCURRENCY"; then
+		daemon_down
+		return
+	fi
+	out=$T/$key-trace.$REP
+	# shellcheck disable=SC2046 # one -p per task: word splitting wanted
+	strace -qq -ttt -T -yy -s 32 -e trace=recvfrom,sendto,clone,clone3 -o "$out" \
+		$(printf -- '-p %s ' $(ls "/proc/$DAEMON/task")) 2>"$T/$key-trace-err.$REP" &
+	spid=$!
+	echo "$spid" >"$T/$key-trace-strace.pid" # killed by lib.sh's cleanup if we die first
+	if ! wait_until 10 "awk '/^TracerPid:/ { exit \$2 == 0 }' /proc/$DAEMON/status"; then
+		problem "rep $REP: $key trace: strace could not attach ($(head -c 200 "$T/$key-trace-err.$REP"))"
+		kill "$spid" 2>/dev/null
+		wait "$spid" 2>/dev/null
+		daemon_down
+		return
+	fi
+	"$BIN/pickup" insert "$DB_CONNINFO" pickup "$N_PTRACE" "$PICKUP_MIN_MS" "$PICKUP_MAX_MS" "$T/$key-trace-ins.$REP" ||
+		problem "rep $REP: $key trace: pickup client failed"
+	wait_until 30 "[ -f $stamps ] && [ \$(wc -l <$stamps) -ge $N_PTRACE ]" ||
+		problem "rep $REP: $key trace: only $(wc -l <"$stamps" 2>/dev/null || echo 0) of $N_PTRACE jobs started within 30 s"
+	kill -INT "$spid" 2>/dev/null
+	wait "$spid" 2>/dev/null
+	daemon_down
+	# One line per pickup found whole: the four steps in ms.
+	steps=$T/$key-trace-steps.$REP
+	awk '
+		function fdof(l,    f) { f = l; sub(/^[0-9.]+ [a-z0-9]+\(/, "", f); sub(/<.*/, "", f); return f }
+		function ret(l,    r) { r = l; sub(/.*\) = /, "", r); sub(/ .*/, "", r); return r + 0 }
+		function dur(l,    d) { d = l; sub(/.*</, "", d); sub(/>$/, "", d); return d + 0 }
+		{ t = $1 + 0 }
+		/ recvfrom\(/ && / = [1-9]/ && $0 ~ /, "A\\0\\0\\0/ { t0 = t; t2 = 0; delete sent; next }
+		!t0 { next }
+		/ sendto\(/ { sent[fdof($0)] = t; next }
+		/ recvfrom\(/ && !t2 && ret($0) > 0 && $0 ~ /\\rslot\\0/ && (fdof($0) in sent) { t1 = sent[fdof($0)]; t2 = t; next }
+		/ clone3?\(/ && t2 {
+			printf "%.3f %.3f %.3f %.3f %.3f\n", (t1 - t0) * 1000, (t2 - t1) * 1000, (t - t2) * 1000,
+				dur($0) * 1000, (t + dur($0) - t0) * 1000
+			t0 = 0
+		}' "$out" >"$steps"
+	fig "$key.trace.n" "$(wc -l <"$steps")"
+	[ -s "$steps" ] || {
+		problem "rep $REP: $key trace: no pickup found whole in the trace"
+		return
+	}
+	local i name
+	i=0
+	for name in notify_claim claim_answer answer_clone clone_exec total; do
+		i=$((i + 1))
+		fig "$key.trace.$name" "$(awk -v c=$i '{ print $c }' "$steps" | sort -g | awk '{ a[NR] = $1 } END { if (NR) print a[int((NR + 1) / 2)] }')"
+	done
+}
+
+# bench_pickup_steps tx|lease: 3's INSERTs again, the daemon at log_level = debug, which
+# logs each job's pickup step by step (msg="pickup", src/job.c): the NOTIFY read -> the
+# claim sent -> its answer read -> the hold's answer -> the command exec'd. The p50 of
+# each step, and of INSERT return -> command start in this run (debug logging costs a
+# little: compare with 3 and 8c, not with the targets).
+bench_pickup_steps() {
+	local mode=$1 key=steps.$1 lm=transaction ins stamps lat f v
+	[ "$mode" = lease ] && lm=lease
+	ins=$T/$key-ins.$REP stamps=$T/$key-stamps.$REP lat=$T/$key-lat.$REP
+	pickup_reset
+	cat >"$W/$key.ini" <<EOF
+$(conf_header log_level=debug poll_interval=30s)
+
+[queue.pickup]
+command = exec $BIN/stamp stamp $stamps
+concurrency = $CONCURRENCY
+lock_mode = $lm
+EOF
+	daemon_up "$key-$REP" "$W/$key.ini"
+	if ! pickup_waiting; then
+		problem "rep $REP: pickup steps $mode: the daemon did not become idle"
+		daemon_down
+		return
+	fi
+	if ! pickup_insert "$ins"; then
+		daemon_down
+		return
+	fi
+	pickup_started "pickup steps $mode" "$stamps"
+	# At log_level = debug every line would count as a warning in daemon_down: stop
+	# the daemon here instead.
+	stop_daemon "$DAEMON" 60 || problem "rep $REP: pickup steps $mode: the daemon exited with status $?"
+	DAEMON=
+	awk 'NR == FNR { t[$1] = $2; next } ($1 in t) && !seen[$1]++ { printf "%.3f\n", ($2 - t[$1]) / 1e6 }' \
+		"$ins" "$stamps" 2>/dev/null | sort -n >"$lat"
+	v=$(percentile 0.5 "$lat")
+	[ -n "$v" ] && fig "$key.total" "$v"
+	for f in notify claim hold spawn; do
+		grep 'msg="pickup"' "$CUR_LOG" | sed -n "s/.* ${f}_ms=\([0-9.]*\) .*/\1/p" | sort -n >"$T/$key.$f"
+		v=$(percentile 0.5 "$T/$key.$f")
+		[ -n "$v" ] && fig "$key.$f" "$v"
+	done
+	return 0
 }
 
 # pickup_figs KEY INS STAMPS LAT: the latencies (command start - INSERT return, in ms,
@@ -981,6 +1237,498 @@ bench_held() {
 		problem "rep $REP: held: not every ready job was claimed"
 }
 
+# ---------------------------------------------------------------- 7b. a backlog behind backed-off heads
+
+# bench_backoff MODE CASE: the claim rate of a running daemon (16 slots of `true`, lock
+# mode MODE: transaction or lease) over a backlog of N_BO_JOBS grouped jobs, enqueued
+# group by group (group k holds ids k*S+1 .. k*S+S, S = N_BO_JOBS / N_BO_GROUPS), with
+# CASE free: nothing held; held: the heads of the first N_BO_HELD groups (the lowest
+# ids: what a claim's scan meets first) failed once and wait out an hour's backoff,
+# as an outcome `queued` with a retry leaves them (attempts 1, run_at ahead, an error),
+# so the later jobs of those groups are held back and the claim must find the other
+# groups' jobs behind them. The failures are made as they happen, so the groups are
+# marked held where real failures mark them (the outcome's trigger jobs_backed_off, and
+# the claims that meet what it left); marked: hold_group marks them once more before the
+# daemon starts. The daemon starts after the fill (VACUUM ANALYZE, CHECKPOINT, as 4) and is
+# stopped once N_BO_STOP jobs have finished; rate = N_BO_STOP / (the N_BO_STOP-th finish -
+# the first start), as 4. Figures backoff.MODE.CASE (jobs/s) and backoff.claim_ms.MODE.CASE
+# (the claim statement's mean execution time, pg_stat_statements).
+bench_backoff() {
+	local mode=$1 case=$2 key size got secs
+	key=$mode.$case
+	size=$((N_BO_JOBS / N_BO_GROUPS))
+	cat >"$W/backoff-$mode.ini" <<EOF
+$(conf_header log_level=warn poll_interval=2s)
+
+[queue.backoff]
+command = true
+concurrency = $CONCURRENCY
+lock_mode = $mode
+EOF
+	reset_tables
+	sql "INSERT INTO pgjobd.jobs (queue, group_id)
+		SELECT 'backoff', 'g' || ((i - 1) / $size) FROM generate_series(1, $N_BO_JOBS) i ORDER BY i"
+	# The heads of the first N_BO_HELD groups fail once: claimed (as the claim marks a
+	# job running), then the outcome of a failed attempt with a retry left, in the form
+	# of the daemon's outcome statement (src/claim.c, sql_finish): queued again, run_at an
+	# hour ahead, the attempt's history entry. Two statements, so that whatever reacts
+	# to a real failure (triggers) sees one.
+	if [ "$case" != free ]; then
+		# Statistics first: the outcome of a failure marks its group held (trigger
+		# jobs_backed_off), and plans made on the table as TRUNCATE left it are slow.
+		sql "ANALYZE pgjobd.jobs"
+		sql "UPDATE pgjobd.jobs SET status = 'running', attempts = attempts + 1, worker = 'bench:1',
+			fence = nextval('pgjobd.fence_seq'), started_at = now(), updated_at = now()
+			WHERE queue = 'backoff' AND (id - (SELECT min(id) FROM pgjobd.jobs)) % $size = 0
+			  AND id - (SELECT min(id) FROM pgjobd.jobs) < $N_BO_HELD * $size" >/dev/null
+		sql "UPDATE pgjobd.jobs SET status = 'queued', error = '{\"reason\": \"exit\", \"exit_code\": 1, \"signal\": null, \"stderr\": null}',
+			run_at = c.t + interval '1 hour', finished_at = NULL, updated_at = c.t,
+			history = pgjobd.history_add(history, jsonb_build_object('attempt', attempts,
+				'worker', worker, 'started_at', started_at, 'finished_at', c.t, 'exit_code', 1))
+			FROM (SELECT clock_timestamp() AS t) c
+			WHERE queue = 'backoff' AND status = 'running'" >/dev/null
+	fi
+	sql "VACUUM ANALYZE pgjobd.jobs"
+	sql "VACUUM ANALYZE pgjobd.groups"
+	# marked: as the claims would leave those groups once they have met them (the
+	# heads' groups marked held until their run_at), before the daemon starts; then
+	# VACUUM again, for the marked rows' old index entries. After the ANALYZE: before
+	# it (no statistics since the TRUNCATE) the marking was much slower, once over 5
+	# minutes instead of under one.
+	if [ "$case" = marked ]; then
+		sql "SELECT sum(pgjobd.hold_group('backoff', coalesce(group_key, group_id), id, run_at, 1000))
+			FROM pgjobd.jobs WHERE queue = 'backoff' AND status = 'queued' AND run_at > now()" >/dev/null
+		sql "VACUUM ANALYZE pgjobd.jobs"
+	fi
+	sql "CHECKPOINT"
+	stats_reset
+	daemon_up "backoff-$mode-$case-$REP" "$W/backoff-$mode.ini"
+	# jobs_finished covers finished jobs: the count reads at most N_BO_STOP index entries.
+	poll_until "$STEP_TIMEOUT" "[ \"\$(psql_q \"SELECT count(*) FROM pgjobd.jobs WHERE queue = 'backoff' AND status = 'succeeded'\")\" -ge $N_BO_STOP ] || ! pid_alive $DAEMON" ||
+		problem "rep $REP: backoff $key: $N_BO_STOP jobs not finished after ${STEP_TIMEOUT}s"
+	pid_alive "$DAEMON" || problem "rep $REP: daemon ${CUR_LOG##*/} died"
+	daemon_down
+	# The held heads stay queued (their backoff has an hour to run): only this run's
+	# starts count.
+	IFS='|' read -r got secs < <(sql "WITH s AS (SELECT started_at, finished_at FROM pgjobd.jobs
+			WHERE queue = 'backoff' AND status <> 'queued')
+		SELECT (SELECT count(*) FROM s WHERE finished_at IS NOT NULL),
+		       extract(epoch FROM (SELECT finished_at FROM s WHERE finished_at IS NOT NULL
+		                           ORDER BY finished_at OFFSET $N_BO_STOP - 1 LIMIT 1)
+		                          - (SELECT min(started_at) FROM s))")
+	if [ "${got:-0}" -lt "$N_BO_STOP" ]; then
+		problem "rep $REP: backoff $key: $got of $N_BO_STOP jobs finished; no figures from this run"
+		return
+	fi
+	fig "backoff.$key" "$(ratio "$N_BO_STOP" "$secs")"
+	[ -n "$PGSS_LIB" ] && fig "backoff.claim_ms.$key" "$(sql "SELECT sum(total_exec_time) / nullif(sum(calls), 0)
+		FROM pg_stat_statements WHERE userid = 'postgres'::regrole AND query LIKE '%pgjobd.claim_batch(%'")"
+	[ -n "$PGSS_LIB" ] && [ "$REP" = 1 ] && stats_dump "backoff $key" "$got"
+	[ "$case" != free ] && fig "backoff.ratio.$mode.$case" "$(ratio "$(awk -F'\t' -v k="backoff.$key" -v r="$REP" '$1 == k && $2 == r { print $3 }' "$W/figs")" \
+		"$(awk -F'\t' -v k="backoff.$mode.free" -v r="$REP" '$1 == k && $2 == r { print $3 }' "$W/figs")")"
+	return 0
+}
+
+# ---------------------------------------------------------------- 10. many daemons on one server
+
+# Sizes of measurement 10 (env overrides; BENCH_ONLY=scale runs it alone). The commands
+# sleep, so that the spawns do not bind on a small machine: what is measured is what the
+# daemons cost the server.
+SCALE_DAEMONS=${BENCH_SCALE_DAEMONS:-16}        # 10a, 10c: daemons; 10b, 10d: one daemon
+SCALE_SLOTS=${BENCH_SCALE_SLOTS:-16}            #   with DAEMONS x SLOTS slots
+SCALE_SLEEP=${BENCH_SCALE_SLEEP:-2}             #   seconds each job sleeps (not shrunk)
+SCALE_ROUNDS=${BENCH_SCALE_ROUNDS:-$([ "$QUICK" = 1 ] && echo 3 || echo 6)} # jobs per slot
+N_SCALE=${BENCH_SCALE_JOBS:-$((SCALE_ROUNDS * SCALE_DAEMONS * SCALE_SLOTS))}
+SCALE_QUEUES=${BENCH_SCALE_QUEUES:-20}          # 10e-10h: queues of each idle daemon
+SCALE_POLL_S=${BENCH_SCALE_POLL:-2}             #   poll_interval in s (2s: conf/ and the default)
+SCALE_IDLE_SECS=${BENCH_SCALE_IDLE_SECS:-$([ "$QUICK" = 1 ] && echo 8 || echo 20)} # each window
+SCALE_NOTIFY_RATE=${BENCH_SCALE_NOTIFY_RATE:-200} # NOTIFYs a second sent by a stranger role
+SCALE_MAX_CONN=${BENCH_SCALE_MAX_CONNECTIONS:-800} # the server's max_connections during 10
+TGT_SCALE_PGCPU="<= 1.5"      # server CPU per job, many daemons / one daemon of as many slots
+TGT_SCALE_LEASE_SESSIONS="<= 3" # sessions per daemon in lock mode lease
+TGT_SCALE_IDLE_POLLS="<= 1.05" # claims per queue per poll_interval, idle (1 but noise)
+TGT_SCALE_IDLE_OTHER="<= 0"   # other statements per daemon per poll_interval, idle
+TGT_SCALE_NOTIFY_OTHER="<= 0.02" # statements per NOTIFY for a queue nobody waits for (0 but noise)
+
+# scale_server N: the server with max_connections = N, restarted when it has another
+# value. In lock mode transaction every slot is a session: 16 daemons of 16 slots need
+# 16 x 20, 16 idle daemons of 20 queues 16 x 43. The other measurements run with 300.
+scale_server() {
+	[ "$PG_MAX_CONN" = "$1" ] && return 0
+	PG_MAX_CONN=$1
+	log "    (restarting the server with max_connections=$1)"
+	pg_restart || harness_fail "PostgreSQL did not restart with max_connections=$1 (see $T/pg.log)"
+}
+
+# The daemons of a run of 10: scale_up KEY N MODE SLOTS QUEUES COMMAND starts N daemons
+# named scale-KEY-REP-I, each serving QUEUES queues (QUEUES 1: queue `scale`; otherwise
+# q01, q02, ...) of SLOTS slots, lock mode MODE, running COMMAND, and writing its metrics
+# to $W/scale-KEY-I.prom. Their pids are SCALE_PIDS. scale_down stops them all (SIGTERM
+# to every one first), with daemon_down's checks.
+SCALE_PIDS=()
+scale_up() {
+	local key=$1 n=$2 mode=$3 slots=$4 queues=$5 cmd=$6 i q conf
+	SCALE_PIDS=()
+	rm -f "$W"/scale-"$key"-*.prom
+	for ((i = 1; i <= n; i++)); do
+		conf=$W/scale-$key-$i.ini
+		{
+			conf_header log_level=warn poll_interval="${SCALE_POLL_S}s" metrics_file="$W/scale-$key-$i.prom"
+			for ((q = 1; q <= queues; q++)); do
+				echo
+				if [ "$queues" = 1 ]; then echo "[queue.scale]"; else printf '[queue.q%02d]\n' "$q"; fi
+				echo "command = $cmd"
+				echo "concurrency = $slots"
+				echo "lock_mode = $mode"
+			done
+		} >"$conf"
+		start_daemon "scale-$key-$REP-$i" "$conf"
+		SCALE_PIDS+=("$DAEMON_PID")
+	done
+}
+scale_down() {
+	local i pid warned
+	for pid in "${SCALE_PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null; done
+	# One SIGTERM each (a second one would stop a daemon at once), then as daemon_down.
+	for i in "${!SCALE_PIDS[@]}"; do
+		pid=${SCALE_PIDS[$i]}
+		CUR_LOG=$T/scale-$1-$REP-$((i + 1)).log
+		wait_daemon_exit "$pid" 60
+		if [ "$DAEMON_STATUS" = 999 ]; then
+			kill -KILL "$pid" 2>/dev/null
+			wait "$pid" 2>/dev/null
+			forget_daemon "$pid"
+			problem "rep $REP: daemon ${CUR_LOG##*/} did not stop within 60 s (killed)"
+		elif [ "$DAEMON_STATUS" != 0 ]; then
+			problem "rep $REP: daemon ${CUR_LOG##*/} exited with status $DAEMON_STATUS"
+		fi
+		warned=$(grep -v 'msg="commands run as the daemon.s own user' "$CUR_LOG" 2>/dev/null)
+		if [ -n "$warned" ]; then
+			{
+				echo "== ${CUR_LOG##*/}"
+				echo "$warned"
+			} >>"$OUT/daemon-warnings.log"
+			problem "rep $REP: daemon ${CUR_LOG##*/} logged $(wc -l <<<"$warned") warning/error lines (${OUT#"$repo"/}/daemon-warnings.log)"
+		fi
+	done
+	SCALE_PIDS=()
+}
+# scale_alive: every daemon of the run lives (a problem is recorded for one that died).
+scale_alive() {
+	local i
+	for i in "${!SCALE_PIDS[@]}"; do
+		pid_alive "${SCALE_PIDS[$i]}" && continue
+		problem "rep $REP: daemon scale-$1-$REP-$((i + 1)) died"
+		return 1
+	done
+}
+# daemon_backends_cpu: CPU seconds so far of the backends of the daemons' sessions that
+# live now (user postgres: the daemons'; the bench's sessions are user bench), from
+# /proc/PID/schedstat (nanoseconds on a CPU; /proc/PID/stat counts in clock ticks, 10 ms,
+# too coarse for hundreds of mostly idle backends).
+daemon_backends_cpu() {
+	local pm pids
+	pm=$(head -n 1 "$T/pg/postmaster.pid")
+	pids=$(pgrep -P "$pm" -f 'postgres: postgres pgjobd_test')
+	[ -n "$pids" ] || {
+		echo 0
+		return
+	}
+	# shellcheck disable=SC2046,SC2086 # one file per pid
+	awk '{ s += $1 } END { printf "%.6f", s / 1e9 }' $(printf '/proc/%s/schedstat ' $pids) 2>/dev/null
+}
+
+# The monitoring session of a run of 10: one psql (user bench) for every query made while
+# the daemons run. Its backend's CPU is read before it ends and taken out of the server's
+# CPU of the run; a psql per query would add a backend start each. mon_q SQL prints the
+# rows of one statement.
+mon_start() {
+	coproc MON { exec stdbuf -oL psql -X -qAt 2>&1; }
+	MON_BACKEND=$(mon_q "SELECT pg_backend_pid()")
+}
+mon_q() {
+	local line
+	printf '%s;\n\\echo __mon_end__\n' "$1" >&"${MON[1]}" || return 1
+	while IFS= read -r -t 60 line <&"${MON[0]}"; do
+		[ "$line" = __mon_end__ ] && return 0
+		printf '%s\n' "$line"
+	done
+	return 1
+}
+# mon_stop: end the session; prints its backend's CPU seconds.
+mon_stop() {
+	local cpu pid=$MON_PID
+	cpu=$(cpu_s "$MON_BACKEND")
+	printf '\\q\n' >&"${MON[1]}"
+	wait "$pid" 2>/dev/null
+	echo "$cpu"
+}
+
+# claim_p99_ms FILE...: the 99th percentile of pgjobd_claim_seconds (a claim sent ->
+# its job's command starting, src/metrics.c) of queue `scale`, all the daemons' metrics
+# files together, in ms: linear within its bucket, as Prometheus' histogram_quantile
+# does (the buckets' bounds are 0.5, 1, 2.5, 5, 10, 25, 50, 100 ms, ...). Empty when it
+# falls beyond the last bound.
+claim_p99_ms() {
+	awk '/^pgjobd_claim_seconds_bucket\{queue="scale",le="/ {
+			le = $0
+			sub(/.*le="/, "", le)
+			sub(/".*/, "", le)
+			if (!(le in c)) les[++n] = le
+			c[le] += $NF
+		}
+		END {
+			for (i = 2; i <= n; i++) for (j = i; j > 1 && (les[j - 1] == "+Inf" || (les[j] != "+Inf" && les[j - 1] + 0 > les[j] + 0)); j--) { t = les[j]; les[j] = les[j - 1]; les[j - 1] = t }
+			tot = c["+Inf"]
+			if (tot == 0) exit
+			rank = 0.99 * tot
+			pb = 0; pc = 0
+			for (i = 1; i <= n; i++) {
+				if (c[les[i]] >= rank) {
+					if (les[i] == "+Inf") exit
+					printf "%.3f", (pb + (les[i] - pb) * (rank - pc) / (c[les[i]] - pc)) * 1000
+					exit
+				}
+				pb = les[i]; pc = c[les[i]]
+			}
+		}' "$@" 2>/dev/null
+}
+
+# bench_scale MODE many|one: 10a-10d. N_SCALE jobs `sleep SCALE_SLEEP`, ungrouped, queued
+# before the daemons start (as in 2): SCALE_DAEMONS daemons of SCALE_SLOTS slots (many) or
+# one daemon of all those slots (one), lock mode MODE. Every 0.5 s the monitoring session
+# samples the queue, the daemons' sessions, those waiting for a lock and the daemons'
+# statements so far, and the bench reads their backends' CPU (daemon_backends_cpu).
+# Whole-run figures: after the run, every backend of the run must have ended before the
+# postmaster's children's CPU is read again (their connections included). Steady-state
+# figures: from the first sample after a job finished (every daemon connected, every slot
+# busy) to the last one with jobs still queued.
+bench_scale() {
+	local mode=$1 shape=$2 key nd slots pm pg0 pg1 moncpu calls claim_ms samples n secs row
+	local steady sj scpu scalls sess lw
+	key=$mode.$shape
+	if [ "$shape" = many ]; then
+		nd=$SCALE_DAEMONS slots=$SCALE_SLOTS
+	else
+		nd=1 slots=$((SCALE_DAEMONS * SCALE_SLOTS))
+	fi
+	samples=$W/scale-samples.$key.$REP
+	: >"$samples"
+	scale_server "$SCALE_MAX_CONN"
+	reset_tables
+	fill scale "$N_SCALE" 0
+	stats_reset
+	pm=$(head -n 1 "$T/pg/postmaster.pid")
+	pg0=$(cpu_s "$pm" children)
+	mon_start
+	scale_up "$key" "$nd" "$mode" "$slots" 1 "sleep $SCALE_SLEEP"
+	# "queued running succeeded sessions lock-waiters statements cpu" every 0.5 s, until
+	# nothing is left
+	while :; do
+		row=$(mon_q "SELECT (SELECT count(*) FROM pgjobd.jobs WHERE queue = 'scale' AND status = 'queued'),
+			(SELECT count(*) FROM pgjobd.jobs WHERE queue = 'scale' AND status = 'running'),
+			(SELECT count(*) FROM pgjobd.jobs WHERE queue = 'scale' AND status = 'succeeded'),
+			count(*) FILTER (WHERE application_name LIKE 'pgjobd %'),
+			count(*) FILTER (WHERE application_name LIKE 'pgjobd %' AND wait_event_type = 'Lock'),
+			(SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE userid = 'postgres'::regrole)
+			FROM pg_stat_activity WHERE datname = current_database()") || break
+		echo "${row//|/ } $(daemon_backends_cpu)" >>"$samples"
+		[[ $row == 0\|0\|* ]] && break
+		scale_alive "$key" || break
+		[ "$(wc -l <"$samples")" -gt $((STEP_TIMEOUT * 2)) ] && {
+			problem "rep $REP: scale $key: queue not drained after ${STEP_TIMEOUT}s"
+			break
+		}
+		sleep 0.5
+	done
+	calls=$(mon_q "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE userid = 'postgres'::regrole
+		AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database())")
+	claim_ms=$(mon_q "SELECT sum(total_exec_time) / nullif(sum(calls), 0), max(max_exec_time) FROM pg_stat_statements
+		WHERE userid = 'postgres'::regrole AND query LIKE '%pgjobd.claim_batch(%'")
+	moncpu=$(mon_stop)
+	scale_down "$key"
+	# Every backend of the run has ended (and the postmaster has reaped it).
+	wait_until 30 "! pgrep -P $pm -f 'postgres: (postgres|bench) pgjobd_test' >/dev/null" ||
+		problem "rep $REP: scale $key: backends still running 30 s after the daemons stopped"
+	pg1=$(cpu_s "$pm" children)
+	IFS='|' read -r n secs < <(sql "SELECT count(*), extract(epoch FROM max(finished_at) - min(started_at))
+		FROM pgjobd.jobs WHERE queue = 'scale' AND status = 'succeeded'")
+	if [ "$n" != "$N_SCALE" ]; then
+		problem "rep $REP: scale $key: $n of $N_SCALE jobs succeeded; no figures from this run"
+		return
+	fi
+	fig "scale.tput.$key" "$(ratio "$n" "$secs")"
+	[ -n "$pg0" ] && [ -n "$pg1" ] && [ -n "$moncpu" ] &&
+		fig "scale.pgcpu.$key" "$(calc "($pg1 - $pg0 - $moncpu) * 1000 / $n")"
+	[ -n "$PGSS_LIB" ] && fig "scale.stmts.$key" "$(ratio "$calls" "$n")"
+	# Steady state: "JOBS CPU STATEMENTS SESSIONS LOCKWAITS" over its samples.
+	steady=$(awk '$3 > 0 && $1 > 0 { if (!k++) { j0 = $3; s0 = $6; c0 = $7 } j1 = $3; s1 = $6; c1 = $7
+			ss[k] = $4; w += $5 }
+		END { if (k < 2 || j1 <= j0) exit
+			for (i = 2; i <= k; i++) for (j = i; j > 1 && ss[j - 1] > ss[j]; j--) { t = ss[j]; ss[j] = ss[j - 1]; ss[j - 1] = t }
+			printf "%d %.6f %d %s %.3f\n", j1 - j0, c1 - c0, s1 - s0, ss[int((k + 1) / 2)], w / k }' "$samples")
+	if [ -n "$steady" ]; then
+		read -r sj scpu scalls sess lw <<<"$steady"
+		fig "scale.pgcpu_steady.$key" "$(calc "$scpu * 1000 / $sj")"
+		[ -n "$PGSS_LIB" ] && fig "scale.stmts_steady.$key" "$(ratio "$scalls" "$sj")"
+		fig "scale.sessions.$key" "$(ratio "$sess" "$nd")"
+		fig "scale.lockwaits.$key" "$lw"
+	else
+		problem "rep $REP: scale $key: no steady state sampled (more jobs: BENCH_SCALE_ROUNDS)"
+	fi
+	fig "scale.lockmax.$key" "$(awk '{ if ($5 > m) m = $5 } END { print m + 0 }' "$samples")"
+	fig "scale.claim_p99.$key" "$(claim_p99_ms "$W"/scale-"$key"-*.prom)"
+	if [ -n "$PGSS_LIB" ]; then
+		fig "scale.claim_exec.$key" "${claim_ms%|*}"
+		fig "scale.claim_max.$key" "${claim_ms#*|}"
+	fi
+	[ "$REP" = 1 ] && stats_dump "many daemons: $nd x $slots slots, lock mode $mode" "$n"
+}
+
+# idle_window SECS: a window of SECS seconds over the idle daemons, opened and closed on
+# the monitoring session. Prints "STATEMENTS CLAIMS CPU SECS NOTIFIES": the daemons'
+# statements and claim statements at the server (pg_stat_statements, user postgres),
+# their live backends' CPU (s), the window's length (s), and the NOTIFYs the role
+# stranger sent meanwhile. The daemons' statements of the window, one line each ("calls
+# mean-execution-ms query"), go to $W/scale-window.
+idle_window() {
+	local c0 c1 t0 t1 row calls claims sent
+	c0=$(daemon_backends_cpu)
+	t0=$(now_ms)
+	mon_q "SELECT pg_stat_statements_reset()" >/dev/null
+	sleep "$1"
+	row=$(mon_q "SELECT coalesce(sum(calls) FILTER (WHERE userid = 'postgres'::regrole), 0),
+		coalesce(sum(calls) FILTER (WHERE userid = 'postgres'::regrole AND query LIKE '%pgjobd.claim_batch(%'), 0),
+		coalesce(sum(calls) FILTER (WHERE userid = 'stranger'::regrole AND query LIKE 'NOTIFY%'), 0)
+		FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())")
+	t1=$(now_ms)
+	c1=$(daemon_backends_cpu)
+	mon_q "SELECT calls || ' ' || round(mean_exec_time::numeric, 3) || ' ' || left(regexp_replace(query, '\s+', ' ', 'g'), 90)
+		FROM pg_stat_statements WHERE userid = 'postgres'::regrole ORDER BY calls DESC, query" >"$W/scale-window"
+	IFS='|' read -r calls claims sent <<<"$row"
+	echo "$calls $claims $(calc "$c1 - $c0") $(calc "($t1 - $t0) / 1000") $sent"
+}
+# scale_dump TITLE DIVISOR UNIT: the statements of the last idle_window ($W/scale-window),
+# calls divided by DIVISOR, into statements.txt.
+scale_dump() {
+	{
+		echo "== $1 (calls $3; mean execution ms; statement)"
+		awk -v d="$2" '{ c = $1; m = $2; $1 = $2 = ""; sub(/^  /, ""); printf "%10.3f %8.3f  %s\n", c / d, m, $0 }' "$W/scale-window"
+		echo
+	} >>"$OUT/statements.txt"
+}
+# notify_start PAYLOAD: the role stranger (no grant) sends NOTIFY pgjobd, 'PAYLOAD'
+# SCALE_NOTIFY_RATE times a second (pgbench -R), from now until a little after the next
+# idle_window; notify_stop waits for it.
+notify_start() {
+	printf "NOTIFY pgjobd, '%s';\n" "$1" >"$W/scale-notify.sql"
+	"$PG_BINDIR/pgbench" -n -U stranger -c 1 -R "$SCALE_NOTIFY_RATE" -T $((SCALE_IDLE_SECS + 3)) \
+		-f "$W/scale-notify.sql" >"$T/scale-pgbench.out" 2>&1 &
+	NOTIFY_PID=$!
+	sleep 1
+}
+notify_stop() {
+	wait "$NOTIFY_PID" ||
+		problem "rep $REP: pgbench sending NOTIFYs failed: $(tail -n 2 "$T/scale-pgbench.out")"
+}
+# notify_cost KEY MODE BASE WINDOW: figures KEY.stmts.MODE (the daemons' statements per
+# NOTIFY), KEY.cpu.MODE (their backends' CPU per NOTIFY, µs) and KEY.rate.MODE (statements
+# per daemon per second beyond BASE's): a window with NOTIFYs (idle_window's
+# output) less the quiet window BASE, scaled to the same length.
+notify_cost() {
+	local v
+	local stmts cpu rate
+	read -r stmts cpu rate < <(awk -v b="$3" -v o="$4" -v nd="$SCALE_DAEMONS" 'BEGIN {
+		split(b, x, " "); split(o, y, " ")
+		if (y[5] > 0 && x[4] > 0 && y[4] > 0)
+			printf "%.4f %.2f %.3f\n", (y[1] - x[1] / x[4] * y[4]) / y[5],
+				(y[3] - x[3] / x[4] * y[4]) * 1e6 / y[5], (y[1] / y[4] - x[1] / x[4]) / nd }')
+	[ -n "$stmts" ] || {
+		problem "rep $REP: $1: no NOTIFY sent in the window"
+		return
+	}
+	fig "$1.stmts.$2" "$stmts"
+	fig "$1.cpu.$2" "$cpu"
+	fig "$1.rate.$2" "$rate"
+}
+
+# bench_scale_idle MODE: 10e (transaction), 10f (lease). SCALE_DAEMONS daemons of
+# SCALE_QUEUES queues each (the same names q01, q02, ... in every daemon; concurrency 1;
+# command true), nothing queued. Once every queue of every daemon waits for a wake-up (a
+# row in pgjobd.waiting each) and a poll_interval and a second more have passed (the
+# first claims make the orphan pass), three windows of SCALE_IDLE_SECS, a multiple of
+# poll_interval, so that each daemon's timers fire as often in every window: nothing
+# happens; the role stranger NOTIFYs for a queue nobody waits for (a payload no queue
+# has); the same for queue q01, whose payload it learned by LISTEN while a job was
+# inserted there. Figures per second and per NOTIFY, against the quiet window.
+bench_scale_idle() {
+	local mode=$1 key=idle.$1 nd=$SCALE_DAEMONS nq=$SCALE_QUEUES want base win payload lpid
+	local calls claims cpu secs sent
+	[ -n "$PGSS_LIB" ] || return 0
+	scale_server "$SCALE_MAX_CONN"
+	reset_tables
+	sql "TRUNCATE pgjobd.waiting" >/dev/null
+	[ "$(sql "SELECT count(*) FROM pg_roles WHERE rolname = 'stranger'")" = 1 ] ||
+		sql "CREATE ROLE stranger LOGIN" >/dev/null
+	scale_up "$key" "$nd" "$mode" 1 "$nq" true
+	want=$((nd * nq))
+	if ! wait_until 120 "[ \"\$(psql_q 'SELECT count(*) FROM pgjobd.waiting')\" -ge $want ]"; then
+		problem "rep $REP: idle $mode: $(psql_q 'SELECT count(*) FROM pgjobd.waiting') of $want queues waiting after 120 s"
+		scale_down "$key"
+		return
+	fi
+	sleep $((SCALE_POLL_S + 1))
+	if ! scale_alive "$key"; then
+		scale_down "$key"
+		return
+	fi
+	fig "scale.idle.sessions.$mode" "$(ratio "$(psql_q "SELECT count(*) FROM pg_stat_activity
+		WHERE datname = current_database() AND application_name LIKE 'pgjobd %'")" "$nd")"
+	mon_start
+	base=$(idle_window "$SCALE_IDLE_SECS")
+	read -r calls claims cpu secs sent <<<"$base"
+	[ "$REP" = 1 ] && scale_dump "idle: $nd daemons x $nq queues, lock mode $mode: a ${secs}s window" \
+		"$(calc "$nd * $secs")" "per daemon per second"
+	fig "scale.idle.stmts.$mode" "$(calc "$calls / $secs")"
+	fig "scale.idle.stmts_daemon.$mode" "$(calc "$calls / $secs / $nd")"
+	fig "scale.idle.claims.$mode" "$(calc "$claims / ($secs / $SCALE_POLL_S) / ($nd * $nq)")"
+	fig "scale.idle.other.$mode" "$(calc "($calls - $claims) / ($secs / $SCALE_POLL_S) / $nd")"
+	fig "scale.idle.pgcpu.$mode" "$(calc "$cpu * 1000 / $secs")"
+	# NOTIFYs for a queue nobody waits for.
+	notify_start 0000000000000000000000000000000000000000000000000000000000000000
+	win=$(idle_window "$SCALE_IDLE_SECS")
+	notify_stop
+	notify_cost scale.notify.other "$mode" "$base" "$win"
+	read -r calls claims cpu secs sent <<<"$win"
+	[ "$REP" = 1 ] && scale_dump "the same, while a stranger sent $sent NOTIFYs for a queue nobody waits for" \
+		"$(calc "$nd * $secs")" "per daemon per second"
+	# The stranger learns q01's payload by LISTEN while a job is inserted there.
+	psql -X -U stranger -c "LISTEN pgjobd" -c "SELECT pg_sleep(3)" >"$T/scale-listen.out" 2>&1 &
+	lpid=$!
+	wait_until 10 "[ \"\$(psql_q \"SELECT count(*) FROM pg_stat_activity WHERE usename = 'stranger'\")\" = 1 ]"
+	sql "INSERT INTO pgjobd.jobs (queue) VALUES ('q01')" >/dev/null
+	wait "$lpid"
+	payload=$(sed -n 's/.*with payload "\([0-9a-f]*\)".*/\1/p' "$T/scale-listen.out" | head -n 1)
+	if [ -z "$payload" ]; then
+		problem "rep $REP: idle $mode: no wake-up payload for q01 ($(head -c 200 "$T/scale-listen.out"))"
+	elif wait_until 30 "[ \"\$(count_jobs \"queue = 'q01' AND status = 'succeeded'\")\" = 1 ]" &&
+		wait_until 30 "[ \"\$(psql_q 'SELECT count(*) FROM pgjobd.waiting')\" -ge $want ]"; then
+		sleep $((SCALE_POLL_S + 1))
+		notify_start "$payload"
+		win=$(idle_window "$SCALE_IDLE_SECS")
+		notify_stop
+		notify_cost scale.notify.waited "$mode" "$base" "$win"
+		read -r calls claims cpu secs sent <<<"$win"
+		[ "$REP" = 1 ] && scale_dump "the same, while a stranger sent $sent NOTIFYs for q01, which every daemon waits for" \
+			"$(calc "$nd * $secs")" "per daemon per second"
+	else
+		problem "rep $REP: idle $mode: the job in q01 did not run, or the daemons did not wait again"
+	fi
+	mon_stop >/dev/null
+	scale_alive "$key"
+	scale_down "$key"
+}
+
 only() { [ -z "$ONLY" ] || [[ " $ONLY " == *" $1 "* ]]; }
 
 # ---------------------------------------------------------------- setup
@@ -1081,12 +1829,47 @@ def tput.ungrouped "2a ungrouped" jobs/s 1 ""
 def ratio.ungrouped "2a ungrouped / ceiling" ratio 3 "$TGT_RATIO_CEILING"
 def tput.grouped "2b $N_GROUPS groups" jobs/s 1 ""
 def ratio.grouped "2b grouped / ceiling" ratio 3 "$TGT_RATIO_GROUPED"
+section "2c. the burst case: the daemon waits, then $N_JOBS jobs in one INSERT, no VACUUM/ANALYZE"
+for m in tx lease; do
+	for v in ungrouped grouped; do
+		ml=transaction tgt=$TGT_BURST_TX
+		[ $m = lease ] && ml=lease tgt=$TGT_BURST_LEASE
+		def "tput.burst.$m.$v" "2c $ml, $v" jobs/s 1 ""
+		def "ratio.burst.$m.$v" "2c $ml, $v / ceiling" ratio 3 "$tgt"
+		def "cpubound.burst.$m.$v" "2c $ml, $v: most / ceiling the CPU allows (every core busy)" ratio 3 ""
+		def "busy.burst.$m.$v" "2c $ml, $v: share of what the CPU allows (cores busy)" ratio 2 "$TGT_CPUBOUND"
+		def "pgcpu.burst.$m.$v" "2c $ml, $v: PostgreSQL CPU per job" ms 3 "$([ $m = lease ] && echo "$TGT_PGCPU_LEASE" || echo "$TGT_PGCPU_TX")"
+		def "cpu.burst.$m.$v" "2c $ml, $v: daemon CPU per job" ms 3 "$TGT_DAEMON_CPU"
+		def "stmts.burst.$m.$v" "2c $ml, $v: SQL statements per job" stmts 2 ""
+	done
+done
 section "3. pickup latency: $N_PICKUP INSERTs to an idle daemon (poll 30s)"
 def pickup.missing "3  INSERTs not picked up within 30 s" jobs 0 "<= 0"
 def pickup.p50 "3  p50 INSERT return -> command start" ms 2 "$TGT_PICKUP_P50"
 def pickup.p99 "3  p99" ms 2 "$TGT_PICKUP_P99"
 def pickup.max "3  max" ms 2 "$TGT_PICKUP_MAX"
 def pickup.claims "3  claims per job (idle daemon)" calls 2 ""
+def pickup.srv.claim "3  server, per job: the claim statements" ms 3 ""
+def pickup.srv.hold "3  server, per job: the hold's lock statements" ms 3 ""
+def pickup.srv.outcome "3  server, per job: the outcome" ms 3 ""
+def pickup.srv.all "3  server, per job: all the daemon's statements" ms 3 ""
+def pickup.stmts "3  the daemon's statements per job" stmts 2 ""
+def pickup.trace.n "3t under strace, $N_PTRACE INSERTs: traced whole" jobs 0 ""
+def pickup.trace.notify_claim "3t p50 NOTIFY read -> claim sent" ms 3 ""
+def pickup.trace.claim_answer "3t p50 claim sent -> its answer read" ms 3 ""
+def pickup.trace.answer_clone "3t p50 answer read -> clone (the hold between)" ms 3 ""
+def pickup.trace.clone_exec "3t p50 clone -> /bin/sh exec'd" ms 3 ""
+def pickup.trace.total "3t p50 NOTIFY read -> /bin/sh exec'd" ms 3 ""
+section "3b. pickup step by step: 3 again at log_level = debug (msg=\"pickup\"), p50 of each step"
+for m in tx lease; do
+	ml=transaction
+	[ $m = lease ] && ml=lease
+	def "steps.$m.notify" "3b $ml: NOTIFY read -> claim sent" ms 3 ""
+	def "steps.$m.claim" "3b $ml: claim sent -> its answer read" ms 3 ""
+	def "steps.$m.hold" "3b $ml: answer -> hold's answer (slot's locks)" ms 3 ""
+	def "steps.$m.spawn" "3b $ml: hold -> command exec'd" ms 3 ""
+	def "steps.$m.total" "3b $ml: INSERT return -> command start, this run" ms 2 ""
+done
 section "4. backlog: claim rate, $N_SMALL jobs/$G_SMALL groups vs $N_LARGE/$G_LARGE"
 def backlog.small "4  small backlog, drained" jobs/s 1 ""
 def backlog.large "4  large backlog, first $N_LARGE_STOP" jobs/s 1 ""
@@ -1132,6 +1915,23 @@ def held.wal.job "7  WAL per claim taking a job, held groups" bytes 0 ""
 def held.wal.idle "7  WAL per claim finding nothing, held groups" bytes 0 ""
 def held.warm.ms "7  first $((N_HELD / 1000 + 5)) claims, taking the groups out" ms 0 ""
 def held.warm.wal "7  WAL of those claims (after a CHECKPOINT)" KiB 0 ""
+section "7b. $N_BO_JOBS jobs in $N_BO_GROUPS groups, the first $N_BO_HELD groups' heads in a backoff: claim rate"
+def backoff.transaction.free "7b nothing held, first $N_BO_STOP" jobs/s 1 ""
+def backoff.transaction.held "7b $N_BO_HELD groups held, first $N_BO_STOP" jobs/s 1 ""
+def backoff.ratio.transaction.held "7b held / nothing held" ratio 3 "$TGT_BO_RATIO"
+def backoff.transaction.marked "7b held, marked beforehand" jobs/s 1 ""
+def backoff.ratio.transaction.marked "7b marked beforehand / nothing held" ratio 3 ""
+def backoff.claim_ms.transaction.free "7b claim execution, nothing held" ms/call 3 ""
+def backoff.claim_ms.transaction.held "7b claim execution, held" ms/call 3 ""
+def backoff.claim_ms.transaction.marked "7b claim execution, marked beforehand" ms/call 3 ""
+def backoff.lease.free "7b lease: nothing held" jobs/s 1 ""
+def backoff.lease.held "7b lease: $N_BO_HELD groups held" jobs/s 1 ""
+def backoff.ratio.lease.held "7b lease: held / nothing held" ratio 3 "$TGT_BO_RATIO"
+def backoff.lease.marked "7b lease: held, marked beforehand" jobs/s 1 ""
+def backoff.ratio.lease.marked "7b lease: marked beforehand / nothing held" ratio 3 ""
+def backoff.claim_ms.lease.free "7b lease: claim execution, nothing held" ms/call 3 ""
+def backoff.claim_ms.lease.held "7b lease: claim execution, held" ms/call 3 ""
+def backoff.claim_ms.lease.marked "7b lease: claim execution, marked beforehand" ms/call 3 ""
 section "8. lock mode lease: 2 and 3 again with lock_mode = lease"
 def tput.lease.ungrouped "8a ungrouped" jobs/s 1 ""
 def ratio.lease.ungrouped "8a ungrouped / ceiling" ratio 3 "$TGT_LEASE_CEILING"
@@ -1142,6 +1942,17 @@ def lease.pickup.missing "8c INSERTs not picked up within 30 s" jobs 0 "<= 0"
 def lease.pickup.p50 "8c p50 INSERT return -> command start" ms 2 "$TGT_LEASE_P50"
 def lease.pickup.p99 "8c p99" ms 2 "$TGT_PICKUP_P99"
 def lease.pickup.max "8c max" ms 2 ""
+def lease.pickup.claims "8c claims per job (idle daemon)" calls 2 ""
+def lease.pickup.srv.claim "8c server, per job: the claim statements" ms 3 ""
+def lease.pickup.srv.outcome "8c server, per job: the outcome (finish_leases)" ms 3 ""
+def lease.pickup.srv.all "8c server, per job: all the daemon's statements" ms 3 ""
+def lease.pickup.stmts "8c the daemon's statements per job" stmts 2 ""
+def lease.pickup.trace.n "8t under strace, $N_PTRACE INSERTs: traced whole" jobs 0 ""
+def lease.pickup.trace.notify_claim "8t p50 NOTIFY read -> claim sent" ms 3 ""
+def lease.pickup.trace.claim_answer "8t p50 claim sent -> its answer read" ms 3 ""
+def lease.pickup.trace.answer_clone "8t p50 answer read -> clone" ms 3 ""
+def lease.pickup.trace.clone_exec "8t p50 clone -> /bin/sh exec'd" ms 3 ""
+def lease.pickup.trace.total "8t p50 NOTIFY read -> /bin/sh exec'd" ms 3 ""
 def lease.floor.missing "8d INSERTs not picked up within 30 s" jobs 0 "<= 0"
 def lease.floor.p50 "8d p50, no daemon: the floor of 8c" ms 2 ""
 def lease.floor.p99 "8d p99" ms 2 ""
@@ -1167,6 +1978,42 @@ def cancel.p50 "9c p50 pgjobd.cancel() -> outcome cancelled" ms 1 ""
 def cancel.max "9c max" ms 1 "$TGT_CANCEL"
 def watchdog.interval "9d mean interval of WATCHDOG=1 (aim: 500)" ms 1 ""
 def watchdog.gap "9d longest gap between WATCHDOG=1" ms 1 "$TGT_WD_GAP"
+section "10. many daemons on one server (max_connections $SCALE_MAX_CONN): $N_SCALE jobs 'sleep $SCALE_SLEEP', $((SCALE_DAEMONS * SCALE_SLOTS)) slots (at most $((SCALE_DAEMONS * SCALE_SLOTS / SCALE_SLEEP)) jobs/s)"
+for m in transaction lease; do
+	for s in many one; do
+		if [ "$m.$s" = transaction.many ]; then l=10a; elif [ "$m.$s" = transaction.one ]; then l=10b; elif [ "$s" = many ]; then l=10c; else l=10d; fi
+		if [ "$s" = many ]; then d="$SCALE_DAEMONS daemons x $SCALE_SLOTS slots"; else d="1 daemon x $((SCALE_DAEMONS * SCALE_SLOTS)) slots"; fi
+		def "scale.tput.$m.$s" "$l $m, $d" jobs/s 1 ""
+		def "scale.pgcpu_steady.$m.$s" "$l  PostgreSQL backends' CPU per job, steady" ms 3 ""
+		def "scale.pgcpu.$m.$s" "$l  the same, whole run (connections too)" ms 3 ""
+		def "scale.stmts_steady.$m.$s" "$l  SQL statements per job, steady" stmts 2 ""
+		def "scale.stmts.$m.$s" "$l  the same, whole run" stmts 2 ""
+		def "scale.sessions.$m.$s" "$l  sessions per daemon (steady state)" sessions 1 "$([ "$m" = lease ] && echo "$TGT_SCALE_LEASE_SESSIONS")"
+		def "scale.claim_p99.$m.$s" "$l  p99 claim sent -> command start (metrics)" ms 2 ""
+		def "scale.claim_exec.$m.$s" "$l  claim statement's execution, mean" ms 3 ""
+		def "scale.claim_max.$m.$s" "$l  claim statement's execution, max" ms 2 ""
+		def "scale.lockwaits.$m.$s" "$l  sessions waiting for a lock, mean of samples" sessions 2 ""
+		def "scale.lockmax.$m.$s" "$l  the same, most in one sample" sessions 0 ""
+	done
+	l=$([ "$m" = lease ] && echo 10c/d || echo 10a/b)
+	def "scale.pgcpu_ratio_steady.$m" "$l server CPU per job, $SCALE_DAEMONS daemons / 1, steady" ratio 2 "$TGT_SCALE_PGCPU"
+	def "scale.pgcpu_ratio.$m" "$l  the same, whole run" ratio 2 ""
+done
+section "10. idle: $SCALE_DAEMONS daemons x $SCALE_QUEUES queues, nothing queued, poll_interval ${SCALE_POLL_S}s, ${SCALE_IDLE_SECS}s windows"
+for m in transaction lease; do
+	l=$([ "$m" = lease ] && echo 10f || echo 10e)
+	def "scale.idle.sessions.$m" "$l $m: sessions per daemon" sessions 1 "$([ "$m" = lease ] && echo "$TGT_SCALE_LEASE_SESSIONS")"
+	def "scale.idle.stmts.$m" "$l  statements a second at the server" stmts/s 1 ""
+	def "scale.idle.stmts_daemon.$m" "$l  the same per daemon" stmts/s 2 ""
+	def "scale.idle.claims.$m" "$l  claims per queue per poll_interval" calls 2 "$TGT_SCALE_IDLE_POLLS"
+	def "scale.idle.other.$m" "$l  other stmts per daemon per poll_interval" stmts 2 "$TGT_SCALE_IDLE_OTHER"
+	def "scale.idle.pgcpu.$m" "$l  the daemons' backends' CPU" ms/s 1 ""
+	def "scale.notify.other.stmts.$m" "$l  NOTIFY for nobody's queue: statements each" stmts 3 "$TGT_SCALE_NOTIFY_OTHER"
+	def "scale.notify.other.cpu.$m" "$l  NOTIFY for nobody's queue: backends' CPU each" us 1 ""
+	def "scale.notify.waited.stmts.$m" "$l  NOTIFY for a waited queue: statements each" stmts 3 ""
+	def "scale.notify.waited.cpu.$m" "$l  NOTIFY for a waited queue: backends' CPU each" us 1 ""
+	def "scale.notify.waited.rate.$m" "$l   the same: more statements per daemon" stmts/s 2 ""
+done
 
 # ---------------------------------------------------------------- the runs
 
@@ -1175,21 +2022,45 @@ for REP in $(seq 1 "$REPS"); do
 	only ceiling && log "1 ceiling" && bench_ceiling
 	only throughput && log "2a throughput ungrouped" && bench_throughput ungrouped
 	only throughput && log "2b throughput grouped" && bench_throughput grouped
+	for m in tx lease; do
+		for v in ungrouped grouped; do
+			only burst && log "2c burst $v, $m" && bench_burst $v $m
+		done
+	done
 	only pickup && log "3 pickup latency" && bench_pickup
+	only pickup && log "3t pickup under strace" && bench_pickup_trace
+	only steps && log "3b pickup step by step, transaction" && bench_pickup_steps tx
+	only steps && log "3b pickup step by step, lease" && bench_pickup_steps lease
 	only backlog && log "4 backlog small" && bench_backlog small
 	only backlog && log "4 backlog large" && bench_backlog large
 	only enqueue && log "5 enqueue" && bench_enqueue
 	only footprint && log "6a footprint" && bench_footprint
 	only strace && log "6d sends per job" && bench_strace
 	only held && log "7 claims over retry-held groups" && bench_held
+	for m in transaction lease; do
+		for c in free held marked; do
+			only held && log "7b backlog behind backed-off heads, $m, $c" && bench_backoff "$m" "$c"
+		done
+	done
 	only lease && log "8a throughput ungrouped, lock mode lease" && bench_throughput ungrouped lease
 	only lease && log "8b throughput grouped, lock mode lease" && bench_throughput grouped lease
 	only lease && log "8c pickup latency, lock mode lease" && bench_pickup lease
+	only lease && log "8t pickup under strace, lock mode lease" && bench_pickup_trace lease
 	only lease && log "8d pickup latency floor, no daemon" && bench_floor
 	only timers && log "9a schedule tick lateness" && bench_tick
 	only timers && log "9b schedule tick lateness, lock mode lease" && bench_tick lease
 	only timers && log "9c cancel latency" && bench_cancel
 	only timers && log "9d watchdog pings" && bench_watchdog
+	if only scale; then
+		log "10a many daemons, lock mode transaction" && bench_scale transaction many
+		log "10b one daemon, as many slots, lock mode transaction" && bench_scale transaction one
+		log "10c many daemons, lock mode lease" && bench_scale lease many
+		log "10d one daemon, as many slots, lock mode lease" && bench_scale lease one
+		log "10e idle daemons, lock mode transaction" && bench_scale_idle transaction
+		log "10f idle daemons, lock mode lease" && bench_scale_idle lease
+		# the other measurements run with the server's usual max_connections
+		[ "$REP" -lt "$REPS" ] && scale_server 300
+	fi
 done
 
 # Ratios between figures of different runs, per repetition.
@@ -1205,6 +2076,11 @@ derive ratio.ungrouped tput.ungrouped ceiling
 derive ratio.grouped tput.grouped ceiling
 derive ratio.lease.ungrouped tput.lease.ungrouped ceiling
 derive ratio.lease.grouped tput.lease.grouped ceiling
+for m in tx lease; do
+	for v in ungrouped grouped; do
+		derive "ratio.burst.$m.$v" "tput.burst.$m.$v" ceiling
+	done
+done
 # What CPU alone allows 8a and 8b: with every core busy, at most cores / mcpu.lease.X
 # jobs/s; the ceiling was cores * busy.ceiling / mcpu.ceiling spawns/s. Their ratio is
 # mcpu.ceiling / (busy.ceiling * mcpu.lease.X).
@@ -1215,8 +2091,18 @@ for r in $(seq 1 "$REPS"); do
 				printf "%.6f", f["mcpu.ceiling"] / (f["busy.ceiling"] * f[m]) }' "$W/figs")
 		[ -n "$v" ] && REP=$r fig "cpubound.lease.$x" "$v" >/dev/null
 	done
+	for x in burst.tx.ungrouped burst.tx.grouped burst.lease.ungrouped burst.lease.grouped; do
+		v=$(awk -F'\t' -v r="$r" -v m="mcpu.$x" '$2 == r { f[$1] = $3 }
+			END { if (f["busy.ceiling"] > 0 && f[m] > 0)
+				printf "%.6f", f["mcpu.ceiling"] / (f["busy.ceiling"] * f[m]) }' "$W/figs")
+		[ -n "$v" ] && REP=$r fig "cpubound.$x" "$v" >/dev/null
+	done
 done
 derive backlog.ratio backlog.large backlog.small
+for m in transaction lease; do
+	derive "scale.pgcpu_ratio_steady.$m" "scale.pgcpu_steady.$m.many" "scale.pgcpu_steady.$m.one"
+	derive "scale.pgcpu_ratio.$m" "scale.pgcpu.$m.many" "scale.pgcpu.$m.one"
+done
 
 BENCH_SECS=$(((($(now_ms) - BENCH_T0) + 500) / 1000))
 LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -1286,6 +2172,7 @@ json_str() { # STRING -> a JSON string literal
 		for kv in $PG_SETTINGS; do printf '%s%s: %s' "$sep" "$(json_str "${kv%%=*}")" "$(json_str "${kv#*=}")"; sep=', '; done
 	)}},"
 	echo "  \"sizes\": {\"concurrency\": $CONCURRENCY, \"spawns\": $N_SPAWNS, \"jobs\": $N_JOBS, \"groups\": $N_GROUPS, \"pickup_inserts\": $N_PICKUP, \"pickup_pause_ms\": [$PICKUP_MIN_MS, $PICKUP_MAX_MS], \"backlog_small\": [$N_SMALL, $G_SMALL], \"backlog_large\": [$N_LARGE, $G_LARGE], \"backlog_large_measured\": $N_LARGE_STOP, \"enqueue_seconds\": $ENQ_SECS, \"enqueue_clients\": $ENQ_CLIENTS, \"enqueue_groups\": $ENQ_GROUPS, \"footprint_slots\": $FOOT_SLOTS, \"strace_jobs\": $N_STRACE, \"held_groups\": $N_HELD},"
+	echo "  \"scale_sizes\": {\"daemons\": $SCALE_DAEMONS, \"slots\": $SCALE_SLOTS, \"sleep_s\": $SCALE_SLEEP, \"jobs\": $N_SCALE, \"idle_queues\": $SCALE_QUEUES, \"poll_s\": $SCALE_POLL_S, \"idle_window_s\": $SCALE_IDLE_SECS, \"notify_rate\": $SCALE_NOTIFY_RATE, \"max_connections\": $SCALE_MAX_CONN},"
 	echo "  \"figures\": {"
 	awk -F'\t' '
 		BEGIN { CONVFMT = "%.10g"; OFMT = "%.10g" }

@@ -576,6 +576,16 @@ sql_lit() {
 
 job_field() { psql_q "SELECT $2 FROM pgjobd.jobs WHERE id = $1"; }
 count_jobs() { psql_q "SELECT count(*) FROM pgjobd.jobs WHERE $1"; }
+# unfinished QUEUE: t while QUEUE has a queued or running job. Four probes of the partial
+# indexes (jobs_ready_free, jobs_ready_grouped, jobs_held: grouped jobs held back by a
+# head that waits out a backoff, jobs_running): cheap on any backlog, and no sequential
+# scan of jobs (t_44_burst_plans counts them).
+unfinished() {
+	psql_q "SELECT EXISTS (SELECT 1 FROM pgjobd.jobs WHERE queue = '$1' AND status = 'queued' AND group_id IS NULL)
+		OR EXISTS (SELECT 1 FROM pgjobd.jobs WHERE queue = '$1' AND status = 'queued' AND group_id IS NOT NULL AND held_until IS NULL)
+		OR EXISTS (SELECT 1 FROM pgjobd.jobs WHERE queue = '$1' AND status = 'queued' AND held_until IS NOT NULL)
+		OR EXISTS (SELECT 1 FROM pgjobd.jobs WHERE queue = '$1' AND status = 'running')"
+}
 
 # ---------------------------------------------------------------- daemon
 

@@ -26,12 +26,18 @@ a=$(psql_q "INSERT INTO pgjobd.jobs (queue, data) VALUES ('w', '{\"wait\": \"go-
 wait_until 5 "[ \"\$(job_field $a status)\" = running ]"
 ok $? "a job inserted into an idle daemon starts at once (NOTIFY)"
 is "$(waiting)" 0 "with its only slot busy the daemon is not waiting"
+# The pickup's steps at log level debug (tests/bench/README, "Pickup, step by step").
+like "$(grep "msg=\"pickup\".* job=$a " "$T/d.log")" \
+	'notify_ms=[0-9]+\.[0-9]{3} claim_ms=[0-9]+\.[0-9]{3} hold_ms=[0-9]+\.[0-9]{3} spawn_ms=[0-9]+\.[0-9]{3}' \
+	"its pickup is logged step by step, from the NOTIFY on"
 b=$(psql_q "INSERT INTO pgjobd.jobs (queue) VALUES ('w') RETURNING id")
 sleep 0.5
 is "$(job_field "$b" status)" queued "a job inserted while the slot is busy waits"
 touch "$T/go-a"
 wait_until 5 "[ \"\$(job_field $b status)\" = succeeded ]"
 ok $? "and starts when the slot finishes, without a poll"
+like "$(grep "msg=\"pickup\".* job=$b " "$T/d.log")" 'notify_ms=none claim_ms=[0-9.]+ ' \
+	"a job started for a slot that became free: no NOTIFY in its pickup"
 wait_until 5 '[ "$(waiting)" = 1 ]'
 ok $? "idle again: registered as waiting"
 c=$(psql_q "INSERT INTO pgjobd.jobs (queue) VALUES ('w') RETURNING id")

@@ -761,6 +761,8 @@ static void test_claims_started_one_per_turn(void)
 	ok(strstr(rec.setup, "SET lock_timeout = '200ms'") != NULL,
 	   "claims: ... whose waits for locks are bounded to 200 ms");
 	ok(strstr(rec.setup, claim_sql_generic_plans) != NULL, "claims: ... with generic plans");
+	ok(strstr(rec.setup, claim_sql_index_plans) && strstr(rec.setup, claim_sql_no_jit),
+	   "claims: ... through indexes, never compiled");
 	ok(hold_lease_session(h) == conn, "claims: the session is shared through the header");
 	h->ops->want_claim(h, &qa);
 	is_str(batches_since(&from), "", "claims: nothing is sent before the session is up");
