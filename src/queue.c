@@ -122,6 +122,7 @@ struct queue {
 };
 
 static void kick(struct queue *q, bool notified);
+static void wake_at(struct queue *q, int64_t ms);
 
 /* Is the daemon draining (a job not started is given back)? */
 static bool draining(const struct queue *q)
@@ -373,10 +374,18 @@ void queue_claimed(struct queue *q, PGresult *res)
 	q->dispatching = true;
 	/* The jobs run with the configuration the claim was made with (its
 	 * ceilings), even if a reload came meanwhile. */
-	int got = 0;
+	int got = 0, hints = 0;
 	for (int i = 0; i < rows; i++) {
 		struct claim_job cj;
 		int w;
+		if (claim_is_hint(res, i)) {
+			/* A rate holds the queue back: claim again then. */
+			hints++;
+			int64_t ms = claim_rate_ms(res, i, 13);
+			if (!draining(q) && !q->stopped)
+				wake_at(q, ms > 0 ? ms : 1);
+			continue;
+		}
 		claim_decode(res, i, &cj, &w);
 		if (w < 0 || w >= asked || q->occupant[q->claim_slots[w]]) {
 			/* cannot happen: the job stays `running` for our instance
@@ -396,6 +405,7 @@ void queue_claimed(struct queue *q, PGresult *res)
 		got++;
 		h->ops->hold(h, j);
 	}
+	rows -= hints;
 	queue_conf_unref(conf);
 	q->dispatching = false;
 	if (draining(q) || q->stopped)

@@ -303,9 +303,11 @@ BEGIN
         END IF;
     END IF;
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_worker') THEN
-        GRANT SELECT, INSERT, UPDATE, DELETE ON pgjobd.queue_limits TO pgjobd_worker;
+        GRANT SELECT, INSERT, UPDATE, DELETE ON pgjobd.queue_limits, pgjobd.group_rates
+              TO pgjobd_worker;
         GRANT EXECUTE ON FUNCTION pgjobd.set_limits(text, integer, integer, text, text),
-              pgjobd.parse_rate(text, text), pgjobd.check_limit(text, integer)
+              pgjobd.parse_rate(text, text), pgjobd.check_limit(text, integer),
+              pgjobd.rate_lag(interval)
               TO pgjobd_worker;
         IF NOT EXISTS (SELECT 1 FROM pg_policies
                         WHERE schemaname = 'pgjobd' AND tablename = 'queue_limits'
