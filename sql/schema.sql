@@ -1755,6 +1755,11 @@ BEGIN
      WHERE NOT EXISTS (SELECT 1 FROM pgjobd.jobs j
                         WHERE j.id = c.job_id AND j.status IN ('queued', 'running'));
 
+    -- A group rate's state whose time has passed means what no row means.
+    DELETE FROM pgjobd.group_rates t
+     WHERE t.ctid = ANY (ARRAY(SELECT o.ctid FROM pgjobd.group_rates o
+                                WHERE o.tat < statement_timestamp() LIMIT p_limit));
+
     FOR i IN 1 .. coalesce(array_length(p_queues, 1), 0) LOOP
         CONTINUE WHEN coalesce(p_retention_ms[i], 0) <= 0;
         WITH d AS (

@@ -16,6 +16,7 @@
 # 40 ms, which covers a claim's round trip on a busy machine; a start that would come
 # later is given back and loses its turn. tests/bench/README has the rates' accuracy
 # with periods of a second.)
+#  - maintain() deletes the group rates' past states;
 #  - a raised limit is used at once (set_limits' NOTIFY), not at the poll.
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
@@ -125,6 +126,10 @@ worst=$(rate_worst "$T/starts" lgr 4000 group)
 cmp_ok "$worst" -le 2 "group_rate 2/4s: at most 2 starts of a group in any 4 s (worst: $worst)"
 span=$(awk '$1 == "start" && $2 == "lgr" { t = $6 / 1e6; if (!a || t < a) a = t; if (t > b) b = t } END { printf "%d", b - a }' "$T/starts")
 cmp_ok "$span" -lt 12000 "group rate: the groups ran side by side (12 starts in $span ms: about 4.1 s at 2/4s per group, 24 s one group after another)"
+
+# maintain() deletes the group rates' states that have passed.
+wait_until 10 "[ \$(psql_q 'SELECT count(*) FROM pgjobd.group_rates') = 0 ]"
+ok $? "the group rates' past states are deleted"
 
 # --- a raised limit is used at once: concurrency 1, then 4 (poll_interval 30 s)
 stop_daemon "${DAEMONS[a]}" >/dev/null
