@@ -58,6 +58,7 @@
 #include <string.h>
 
 #include "fence.h"
+#include "pressure.h"
 #include "hold.h"
 #include "job.h"
 #include "log.h"
@@ -213,6 +214,11 @@ static bool may_claim(struct queue *q)
 	if (draining(q) || q->stopped)
 		return false;
 	if (q->env->fence && !fence_may_claim(q->env->fence)) {
+		q->again = true;
+		return false;
+	}
+	/* max_pressure: the daemon kicks every queue when the pause ends */
+	if (pressure_paused(q->env->run_env->pressure)) {
 		q->again = true;
 		return false;
 	}
