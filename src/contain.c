@@ -776,7 +776,7 @@ static unsigned missing_controller(int dfd, const char *dir, unsigned need, char
 				snprintf(
 				    why, n,
 				    "the %s controller is not available in the daemon's cgroup "
-				    "%s (its cgroup.controllers: \"%s\")",
+				    "%s (its cgroup.controllers: %s)",
 				    ctls[i].name, dir, have);
 	}
 	free(have);
@@ -796,6 +796,11 @@ static int probe_self(unsigned need, unsigned *ctl, char *why, size_t n)
 			*ctl = ctls[i].ctl;
 			break;
 		}
+	const char *env = getenv("PGJOBD_CGROUP");
+	if (env && strcmp(env, "no") == 0) {
+		snprintf(why, n, "commands get no cgroup of their own here (PGJOBD_CGROUP=no)");
+		goto out;
+	}
 	if (!self || procfs_parse_cgroup(self, path, sizeof(path)) < 0) {
 		snprintf(why, n, "no cgroup v2 line in /proc/self/cgroup");
 		goto out;
@@ -828,17 +833,29 @@ out:
 	return rc;
 }
 
-/* Move every process of the daemon's cgroup into its leaf "daemon" (the
- * daemon, its supervisor, and whatever else the service manager put there).
- * Returns 0 once none is left, or -1 with errno set. */
-static int move_all_to_leaf(struct contain *c)
+/* Move the daemon and its supervisor from the daemon's cgroup into its leaf
+ * "daemon". Only those: a cgroup that holds other processes is not the
+ * daemon's own (a login session's scope, which root may write), and is not
+ * rearranged: returns -1 with errno EBUSY and *other set. Returns 0 once
+ * none is left, or -1 with errno set. */
+static int move_all_to_leaf(struct contain *c, pid_t *other)
 {
+	pid_t *v;
+	ssize_t np = procfs_read_pids(c->dirfd, "cgroup.procs", &v);
+	if (np < 0)
+		return -1;
+	for (ssize_t i = 0; i < np; i++)
+		if (v[i] != getpid() && (c->guard_pid <= 0 || v[i] != c->guard_pid)) {
+			*other = v[i];
+			free(v);
+			errno = EBUSY;
+			return -1;
+		}
+	free(v);
 	if (mkdirat(c->dirfd, CONTAIN_LEAF, 0755) < 0 && errno != EEXIST)
 		return -1;
-	/* A process forked meanwhile lands in D; a few rounds catch it. */
-	for (int round = 0; round < 5; round++) {
-		pid_t *v;
-		ssize_t np = procfs_read_pids(c->dirfd, "cgroup.procs", &v);
+	for (int round = 0; round < 3; round++) {
+		np = procfs_read_pids(c->dirfd, "cgroup.procs", &v);
 		if (np < 0)
 			return -1;
 		for (ssize_t i = 0; i < np; i++)
@@ -879,9 +896,18 @@ int contain_enable(struct contain *c, unsigned need, unsigned *ctl, char *why, s
 		*ctl = miss;
 		return -1;
 	}
-	if (move_all_to_leaf(c) < 0) {
-		snprintf(why, n, "cannot move the daemon's processes into %s/%s: %s", c->dir,
-			 CONTAIN_LEAF, strerror(errno));
+	pid_t other = 0;
+	if (move_all_to_leaf(c, &other) < 0) {
+		if (other > 0)
+			snprintf(
+			    why, n,
+			    "the daemon's cgroup %s holds other processes (pid %d): it is not "
+			    "the daemon's own to rearrange (run it in a cgroup of its own, e.g. "
+			    "a unit with Delegate=yes)",
+			    c->dir, (int)other);
+		else
+			snprintf(why, n, "cannot move the daemon into %s/%s: %s", c->dir,
+				 CONTAIN_LEAF, strerror(errno));
 		return -1;
 	}
 	/* Enable what is needed and what was enabled before (a reload's
@@ -900,8 +926,8 @@ int contain_enable(struct contain *c, unsigned need, unsigned *ctl, char *why, s
 	if (fd >= 0)
 		close(fd);
 	if (w < 0) {
-		snprintf(why, n, "cannot enable \"%s\" in %s/cgroup.subtree_control: %s", req,
-			 c->dir, strerror(e));
+		snprintf(why, n, "cannot enable %s in %s/cgroup.subtree_control: %s", req, c->dir,
+			 strerror(e));
 		return -1;
 	}
 	/* The files the limits write must exist (io.weight needs an IO

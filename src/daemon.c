@@ -603,8 +603,8 @@ static void apply_config(struct daemon *d, struct config *nc)
 	char why[256];
 	if (pressure_configure(d->pressure, nc->max_pressure, why, sizeof(why)) < 0)
 		log_error("msg=\"cannot watch the host's pressure; keeping the former bounds\" "
-			  "why=\"%s\"",
-			  why);
+			  "why=%s",
+			  log_value(why));
 	report_configure(d->report, nc);
 	announce_queues(d, nc);
 	diag_to_log(diag_warn_programs, nc);
@@ -658,18 +658,25 @@ int daemon_check_users(const struct config *c, bool warn_own_user)
 int daemon_check_resources(const struct config *c, struct contain *ct, struct pressure *pr)
 {
 	int rc = 0;
-	char why[512];
+	char why[512], wq[600];
 	for (size_t i = 0; i < c->nqueues; i++) {
 		const struct queue_conf *q = c->queues[i];
 		unsigned need = contain_limits_need(&q->limits), ctl;
 		if (!need || contain_enable(ct, need, &ctl, why, sizeof(why)) == 0)
 			continue;
-		log_error("msg=\"cannot enforce a resource limit on this host; refusing the "
-			  "configuration (a limit is never left unenforced)\" queue=%s key=%s "
-			  "why=\"%s\" path=%s hint=\"cgroup limits need a cgroup v2 with the "
-			  "controller, delegated to the daemon (systemd: Delegate=yes, on a host "
-			  "with the unified hierarchy); see pgjobd.ini(5), RESOURCES\"",
-			  q->name, contain_limit_key(&q->limits, ctl), why, log_value(c->path));
+		/* One line per key that cannot be had, each saying why. */
+		for (unsigned bit = 1; bit <= need; bit <<= 1) {
+			if (!(need & bit) || contain_enable(ct, bit, &ctl, why, sizeof(why)) == 0)
+				continue;
+			log_error(
+			    "msg=\"cannot enforce a resource limit on this host; refusing the "
+			    "configuration (a limit is never left unenforced)\" queue=%s key=%s "
+			    "why=%s path=%s hint=\"cgroup limits need a cgroup v2 with the "
+			    "controller, delegated to the daemon (systemd: Delegate=yes, on a host "
+			    "with the unified hierarchy); see pgjobd.ini(5), RESOURCES\"",
+			    q->name, contain_limit_key(&q->limits, ctl),
+			    log_quote(wq, sizeof(wq), why), log_value(c->path));
+		}
 		rc = -1;
 	}
 	const double *b = c->max_pressure;
@@ -678,8 +685,8 @@ int daemon_check_resources(const struct config *c, struct contain *ct, struct pr
 		     : (any ? pressure_check(b, why, sizeof(why)) : 0);
 	if (prc < 0) {
 		log_error("msg=\"cannot watch the host's pressure; refusing the configuration\" "
-			  "key=max_pressure why=\"%s\" path=%s",
-			  why, log_value(c->path));
+			  "key=max_pressure why=%s path=%s",
+			  log_quote(wq, sizeof(wq), why), log_value(c->path));
 		rc = -1;
 	}
 	return rc;

@@ -505,8 +505,12 @@ int parse_percent(const char *s, long long max, long long *out, const char **err
 		set_err(err, "a whole number of percent (write e.g. 50%)");
 		return -1;
 	}
-	if (parse_int(buf, 1, max, out, err) < 0)
+	if (parse_int(buf, 0, LLONG_MAX, out, err) < 0)
 		return -1;
+	if (*out < 1 || *out > max) {
+		set_err(err, "must be between 1% and the CPUs' total (at most 100000%)");
+		return -1;
+	}
 	return 0;
 }
 
