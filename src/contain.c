@@ -121,6 +121,19 @@ struct contain {
 	unsigned enabled;	/* controllers enabled for the job cgroups */
 };
 
+/* The controllers a queue's limits may need (contain.h). */
+static const struct {
+	unsigned ctl;
+	const char *name; /* the controller */
+	const char *file; /* a file of it that the limits write */
+} ctls[] = {
+    {CONTAIN_CTL_CPU, "cpu", "cpu.max"},
+    {CONTAIN_CTL_IO, "io", "io.weight"},
+    {CONTAIN_CTL_MEMORY, "memory", "memory.max"},
+    {CONTAIN_CTL_PIDS, "pids", "pids.max"},
+};
+#define NCTLS (sizeof(ctls) / sizeof(ctls[0]))
+
 static void nap_ms(long ms)
 {
 	struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
@@ -670,6 +683,36 @@ void contain_job_end(struct contain *c, pid_t pgid)
 		arm_retry(c);
 }
 
+static int move_all_to_leaf(struct contain *c, pid_t *other);
+
+/* At exit, once no job cgroup is left: leave the daemon's cgroup as it was
+ * found (controllers off for its children, the daemon and its supervisor
+ * back in it, the leaf removed), so that whoever starts the next daemon in
+ * it can put it there. Best effort: a service manager removes the whole
+ * cgroup anyway when the unit stops. */
+static void restore_cgroup(struct contain *c)
+{
+	char req[64] = "";
+	for (size_t i = 0; i < NCTLS; i++)
+		if (c->enabled & ctls[i].ctl) {
+			strcat(req, req[0] ? " -" : "-");
+			strcat(req, ctls[i].name);
+		}
+	int fd = openat(c->dirfd, "cgroup.subtree_control", O_WRONLY | O_CLOEXEC);
+	bool off = fd >= 0 && write(fd, req, strlen(req)) == (ssize_t)strlen(req);
+	if (fd >= 0)
+		close(fd);
+	pid_t *v;
+	ssize_t np = off ? procfs_read_pids(c->dirfd, CONTAIN_LEAF "/cgroup.procs", &v) : -1;
+	for (ssize_t i = 0; i < np; i++)
+		move_into(c->dirfd, ".", v[i]);
+	if (np >= 0)
+		free(v);
+	if (!off || unlinkat(c->dirfd, CONTAIN_LEAF, AT_REMOVEDIR) < 0)
+		log_debug("msg=\"cannot restore the daemon's cgroup at exit\" cgroup=%s err=\"%s\"",
+			  log_value(c->dir), strerror(errno));
+}
+
 void contain_free(struct contain *c)
 {
 	if (!c)
@@ -696,6 +739,8 @@ void contain_free(struct contain *c)
 			log_warn("msg=\"a command's cgroup is not empty at exit; the supervisor "
 				 "waits for it\" cgroup=%s",
 				 c->cmds[i].name);
+		if (c->enabled && c->ncmds == 0)
+			restore_cgroup(c);
 		close(c->dirfd);
 	} else {
 		/* Every command has ended: any child but the guard is an
@@ -708,18 +753,6 @@ void contain_free(struct contain *c)
 }
 
 /* ---- resource limits -------------------------------------------------- */
-
-static const struct {
-	unsigned ctl;
-	const char *name; /* the controller */
-	const char *file; /* a file of it that the limits write */
-} ctls[] = {
-    {CONTAIN_CTL_CPU, "cpu", "cpu.max"},
-    {CONTAIN_CTL_IO, "io", "io.weight"},
-    {CONTAIN_CTL_MEMORY, "memory", "memory.max"},
-    {CONTAIN_CTL_PIDS, "pids", "pids.max"},
-};
-#define NCTLS (sizeof(ctls) / sizeof(ctls[0]))
 
 unsigned contain_limits_need(const struct queue_limits *lim)
 {
