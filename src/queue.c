@@ -58,11 +58,11 @@
 #include <string.h>
 
 #include "fence.h"
-#include "pressure.h"
 #include "hold.h"
 #include "job.h"
 #include "log.h"
 #include "metrics.h"
+#include "pressure.h"
 #include "run.h"
 #include "util.h"
 
@@ -217,7 +217,8 @@ static bool may_claim(struct queue *q)
 		q->again = true;
 		return false;
 	}
-	/* max_pressure: the daemon kicks every queue when the pause ends */
+	/* Nor while the host is above max_pressure (pressure.h): the daemon
+	 * kicks every queue when that ends. */
 	if (pressure_paused(q->env->run_env->pressure)) {
 		q->again = true;
 		return false;
