@@ -506,6 +506,12 @@ int config_apply_value(struct load *L, int line, const struct key_def *k, void *
 		/* min 1: a size (limit_core), else a count (limit_nofile) */
 		if (parse_rlimit(val, k->min > 0, (int64_t *)field, &err) < 0)
 			break;
+		/* The kernel refuses an infinite RLIMIT_NOFILE (fs.nr_open
+		 * caps it): every command would fail to start. */
+		if (k->min == 0 && *(int64_t *)field == PARSE_RLIM_INFINITY) {
+			err = "open files cannot be unlimited (give a count, e.g. 65536)";
+			break;
+		}
 		return 0;
 	case KIND_PRESSURE:
 		if (parse_pressure(val, (double *)field, &err) < 0)

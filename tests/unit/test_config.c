@@ -894,6 +894,10 @@ static void test_resources(void)
 	ok(c->max_pressure[0] == 40 && c->max_pressure[1] == 0 && c->max_pressure[2] == 30.5,
 	   "max_pressure cpu 40, io 30.5");
 	ok(!queue_conf_equal(d->queues[0], c->queues[0]), "a reload sees changed limits");
+	expect_errors("limit_nofile infinity",
+		      "[queue.a]\ncommand = true\nlimit_nofile = infinity\n",
+		      "F:3: error: bad value 'infinity' for 'limit_nofile': open files cannot be "
+		      "unlimited (give a count, e.g. 65536)\n");
 out:
 	config_free(d);
 	config_free(c);
