@@ -7,7 +7,9 @@
 #     by `pgjobd check`, and at SIGHUP (the old configuration stays and keeps running jobs).
 #     max_pressure without PSI files is refused the same way.
 #  C. rlimits (work everywhere): limit_nofile and limit_core are what the command sees
-#     (`ulimit -n`, `ulimit -c`), soft and hard.
+#     (`ulimit -n`, `ulimit -c`), soft and hard; one the new process cannot set (above
+#     the daemon's hard limit, without CAP_SYS_RESOURCE) fails the attempt with reason
+#     spawn naming the key, and the command does not run.
 #  D. Admission by pressure, driven through PGJOBD_PSI_DIR (fake PSI files): a daemon above
 #     its bound claims nothing (NOTIFYs included) while a second daemon without bounds
 #     drains the queue; when the file drops, the first resumes within the check interval;
@@ -151,6 +153,33 @@ ok $? "C: both jobs succeed"
 is "$(job_field "$id" "result->>'stdout'")" "77 77 0" "C: limit_nofile = 77 (soft and hard), limit_core = 0, as the command sees them"
 isnt "$(job_field "$id2" "result->>'stdout'")" "77" "C: a queue without them keeps the daemon's own"
 stop_daemon "$c" >/dev/null
+
+# A limit the new process cannot set (above the daemon's hard limit, without
+# CAP_SYS_RESOURCE): the command does not run; the attempt fails with reason spawn,
+# naming the key.
+if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null 2>&1; then
+	write_conf "$T/rl_high.ini" <<EOF
+$(conf_header)
+
+[queue.rl_high]
+command = echo ran
+limit_nofile = 100000
+max_attempts = 1
+EOF
+	bash -c 'ulimit -n 4096 && exec setpriv --bounding-set=-sys_resource --inh-caps=-sys_resource -- "$0" -c "$1"' \
+		"$PGJOBD" "$T/rl_high.ini" >>"$T/rl_high.log" 2>&1 </dev/null &
+	h=$!
+	DAEMON_PIDS+=("$h")
+	id=$(psql_q "INSERT INTO pgjobd.jobs (queue) VALUES ('rl_high') RETURNING id")
+	wait_until 20 "[ \"\$(job_field $id status)\" = failed ]"
+	is "$(job_field "$id" "(error->>'reason') || ': ' || (error->>'message') || ' ' || coalesce(result::text, 'no result')")" \
+		"spawn: cannot set limit_nofile: Operation not permitted no result" \
+		"C: limit_nofile above a hard limit the daemon cannot raise: reason spawn, naming the key; the command did not run" ||
+		diag "$(job_field "$id" "status || ' ' || error::text"; tail -n 8 "$T/rl_high.log")"
+	stop_daemon "$h" >/dev/null
+else
+	skip "C: a limit that cannot be set: needs root and setpriv" 1
+fi
 
 # ---------------------------------------------------------------- D. admission by pressure
 PSI=$T/psi
