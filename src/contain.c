@@ -42,6 +42,15 @@
  *   an outer subreaper), where nothing tells them apart from any other
  *   process, so nothing kills them.
  *
+ * Resource limits (cgroup mode only; pgjobd.ini(5), Resources): the first
+ *   configuration with a cgroup limit moves the daemon and its supervisor
+ *   into the leaf D/daemon and enables the controllers in D's
+ *   cgroup.subtree_control (contain_enable; only when D holds nothing else);
+ *   each command's new process writes its queue's limits into D/job-PGID
+ *   before it moves itself in, and fails rather than run unlimited. When the
+ *   command ends, its cgroup's OOM kills, peak memory and pids.max hits are
+ *   read (contain_job_events). At a clean exit D is left as found.
+ *
  * Owns: the cgroup directory's fd (and its flock), the table of commands
  * (running, and in cgroup mode ended ones whose cgroup is not removed yet),
  * and two timers. Talks to the guard through guard.h and to the kernel
