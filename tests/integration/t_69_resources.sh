@@ -153,6 +153,7 @@ ok $? "C: both jobs succeed"
 is "$(job_field "$id" "result->>'stdout'")" "77 77 0" "C: limit_nofile = 77 (soft and hard), limit_core = 0, as the command sees them"
 isnt "$(job_field "$id2" "result->>'stdout'")" "77" "C: a queue without them keeps the daemon's own"
 stop_daemon "$c" >/dev/null
+is $? 0 "C: the daemon exits 0"
 
 # A limit the new process cannot set (above the daemon's hard limit, without
 # CAP_SYS_RESOURCE): the command does not run; the attempt fails with reason spawn,
@@ -252,6 +253,7 @@ kill -HUP "$a"
 wait_until 10 "[ \"\$(grep -c 'claims resume' '$T/a.log')\" = 2 ]"
 ok $? "D: a reload without max_pressure ends the pause"
 stop_daemon "$a" >/dev/null
+is $? 0 "D: the daemon exits 0 (its pressure files closed, nothing leaked)"
 
 # ---------------------------------------------------------------- E. real PSI smoke
 cpu_avg10() { awk '/^some/ { sub("avg10=", "", $2); print int($2) }' /proc/pressure/cpu; }
