@@ -534,3 +534,125 @@ fail:
 	util_strv_free(v);
 	return -1;
 }
+
+/* ---- resources -------------------------------------------------------- */
+
+int parse_percent(const char *s, long long max, long long *out, const char **err)
+{
+	char buf[32];
+	size_t n = s ? strlen(s) : 0;
+	if (n > 0 && s[n - 1] == '%')
+		n--;
+	if (n == 0 || n >= sizeof(buf)) {
+		set_err(err, n == 0 ? "empty value (write e.g. 50%)" : "value too long");
+		return -1;
+	}
+	memcpy(buf, s, n);
+	buf[n] = '\0';
+	if (strchr(buf, '.') || strchr(buf, ',')) {
+		set_err(err, "a whole number of percent (write e.g. 50%)");
+		return -1;
+	}
+	if (parse_int(buf, 0, LLONG_MAX, out, err) < 0)
+		return -1;
+	if (*out < 1 || *out > max) {
+		set_err(err, "must be between 1% and the CPUs' total (at most 100000%)");
+		return -1;
+	}
+	return 0;
+}
+
+int parse_rlimit(const char *s, bool is_size, int64_t *out, const char **err)
+{
+	if (s && (strcmp(s, "infinity") == 0 || strcmp(s, "unlimited") == 0)) {
+		*out = PARSE_RLIM_INFINITY;
+		return 0;
+	}
+	if (s && strcmp(s, "inherit") == 0) {
+		*out = PARSE_RLIM_INHERIT;
+		return 0;
+	}
+	if (is_size)
+		return parse_size(s, out, err);
+	long long n;
+	if (parse_int(s, 0, INT64_MAX / 2, &n, err) < 0)
+		return -1;
+	*out = n;
+	return 0;
+}
+
+/* One percent with at most two decimals, in (0, 100], at *p (moved past it). */
+static int pressure_value(const char **p, double *out, const char **err)
+{
+	const char *s = *p;
+	long whole = 0, frac = 0, scale = 1;
+	if (!is_digit(*s)) {
+		set_err(err, "expected a percent after the resource (e.g. cpu 40)");
+		return -1;
+	}
+	for (; is_digit(*s); s++) {
+		whole = whole * 10 + (*s - '0');
+		if (whole > 100)
+			break;
+	}
+	if (*s == '.') {
+		s++;
+		for (int i = 0; is_digit(*s); s++, i++) {
+			if (i == 2) {
+				set_err(err, "at most two decimals (PSI averages have two)");
+				return -1;
+			}
+			frac = frac * 10 + (*s - '0');
+			scale *= 10;
+		}
+	}
+	if (*s == '%')
+		s++;
+	double v = (double)whole + (double)frac / (double)scale;
+	if (whole > 100 || v > 100.0 || v <= 0.0) {
+		set_err(err, "each bound is a percent above 0 and at most 100");
+		return -1;
+	}
+	*out = v;
+	*p = s;
+	return 0;
+}
+
+int parse_pressure(const char *s, double out[3], const char **err)
+{
+	static const char *const names[3] = {"cpu", "memory", "io"};
+	out[0] = out[1] = out[2] = 0.0;
+	const char *p = s ? s : "";
+	for (;;) {
+		while (is_blank(*p) || *p == ',')
+			p++;
+		if (!*p)
+			return 0;
+		int which = -1;
+		for (int i = 0; i < 3; i++) {
+			size_t n = strlen(names[i]);
+			if (strncmp(p, names[i], n) == 0 && (is_blank(p[n]) || p[n] == '=')) {
+				which = i;
+				p += n;
+				break;
+			}
+		}
+		if (which < 0) {
+			set_err(err, "expected cpu, memory or io, each followed by a percent "
+				     "(e.g. cpu 40 memory 10 io 30)");
+			return -1;
+		}
+		if (out[which] > 0.0) {
+			set_err(err, "a resource is named twice");
+			return -1;
+		}
+		while (is_blank(*p) || *p == '=')
+			p++;
+		if (pressure_value(&p, &out[which], err) < 0)
+			return -1;
+		if (*p && !is_blank(*p) && *p != ',') {
+			set_err(err, "expected a percent after the resource (e.g. cpu 40)");
+			return -1;
+		}
+	}
+}

@@ -73,4 +73,24 @@ bool parse_is_env_name_n(const char *s, size_t n);
  * NAME replaces the earlier one. */
 int parse_env_list(const char *s, char ***out, size_t *n, const char **err);
 
+/* ---- resources (pgjobd.ini(5), RESOURCES) ---- */
+
+/* cpu_max: "50%" or "50" (percent of one CPU), "250%" for two and a half;
+ * an integer in [1, max]. */
+int parse_percent(const char *s, long long max, long long *out, const char **err);
+
+/* An rlimit value: a count (parse_int) or, when is_size, a size
+ * (parse_size), or "infinity"/"unlimited"
+ * (*out = PARSE_RLIM_INFINITY), or "inherit" (*out = PARSE_RLIM_INHERIT: the
+ * daemon's own limit stays). */
+#define PARSE_RLIM_INHERIT (-1)
+#define PARSE_RLIM_INFINITY (-2)
+int parse_rlimit(const char *s, bool is_size, int64_t *out, const char **err);
+
+/* max_pressure: "cpu N memory N io N", any subset in any order, commas
+ * allowed between pairs ("cpu 40, io 30"), each N a percent in (0, 100]
+ * with at most two decimals; a resource not named is 0 (no bound). ""
+ * is no bound at all. out[0] cpu, out[1] memory, out[2] io. */
+int parse_pressure(const char *s, double out[3], const char **err);
+
 #endif

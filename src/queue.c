@@ -62,6 +62,7 @@
 #include "job.h"
 #include "log.h"
 #include "metrics.h"
+#include "pressure.h"
 #include "run.h"
 #include "util.h"
 
@@ -214,6 +215,12 @@ static bool may_claim(struct queue *q)
 	if (draining(q) || q->stopped)
 		return false;
 	if (q->env->fence && !fence_may_claim(q->env->fence)) {
+		q->again = true;
+		return false;
+	}
+	/* Nor while the host is above max_pressure (pressure.h): the daemon
+	 * kicks every queue when that ends. */
+	if (pressure_paused(q->env->run_env->pressure)) {
 		q->again = true;
 		return false;
 	}

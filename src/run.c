@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "capture.h"
@@ -34,6 +35,7 @@
 #include "joblog.h"
 #include "log.h"
 #include "metrics.h"
+#include "parse.h"
 #include "result.h"
 #include "util.h"
 
@@ -254,6 +256,64 @@ static void note_usage(struct run *r, const struct exec_outcome *o, bool ran)
 				  o->max_rss_kb);
 }
 
+/* ---- resources (pgjobd.ini(5), RESOURCES) ---- */
+
+/* A failed attempt whose cgroup saw an OOM kill ends with reason `oom`
+ * (not `signal` 9, nor whatever exit status the shell made of a child's
+ * death); a command that could not be given its limits names the one. */
+static void limits_outcome(const struct run *r, const struct exec_outcome *o, bool ran,
+			   const char **reason, char *msg, size_t n)
+{
+	if (o->status == EXEC_SPAWN_FAILED && r->rl_failed)
+		snprintf(msg, n, "cannot set %s: %s", r->rl_failed, strerror(o->spawn_errno));
+	else if (o->status == EXEC_SPAWN_FAILED && r->contain.step &&
+		 strcmp(r->contain.step, "limit") == 0)
+		snprintf(msg, n, "cannot write the command's cgroup limit %s: %s",
+			 r->contain.failed_file ? r->contain.failed_file : "(none: no cgroup)",
+			 strerror(r->contain.err));
+	if (!ran || o->status == EXEC_SPAWN_FAILED || r->kill_reason != RUN_KILL_NONE)
+		return;
+	if (*reason && r->events.oom_kills > 0)
+		*reason = "oom";
+}
+
+/* How result.c's error JSON of reason oom begins. */
+#define OOM_OPENING "{\"reason\": \"oom\""
+
+/* `json` (a JSON object, owned) with `extra` ("\"k\": v, ...") added. */
+static char *add_fields(char *json, const char *extra)
+{
+	size_t len = json ? strlen(json) : 0;
+	if (!json || len < 2 || json[len - 1] != '}')
+		return json;
+	char *res = xasprintf("%.*s%s%s}", (int)(len - 1), json, len > 2 ? ", " : "", extra);
+	free(json);
+	return res;
+}
+
+/* The error and the history entry of an OOM-killed command carry its peak
+ * memory (memory.peak, else the rusage's max_rss_kb); those of a command
+ * whose fork failed at tasks_max carry "tasks_max_hit": true. */
+static void limits_fields(struct run *r, const struct exec_outcome *o, bool ran)
+{
+	char extra[96] = "";
+	if (!ran || !r->error)
+		return;
+	if (r->events.oom_kills > 0 &&
+	    strncmp(r->error, OOM_OPENING, sizeof(OOM_OPENING) - 1) == 0) {
+		long long kb = r->events.memory_peak >= 0 ? r->events.memory_peak / 1024
+							  : (long long)o->max_rss_kb;
+		snprintf(extra, sizeof(extra), "\"memory_peak_kb\": %lld", kb);
+	}
+	if (r->events.tasks_max_hits > 0)
+		snprintf(extra + strlen(extra), sizeof(extra) - strlen(extra),
+			 "%s\"tasks_max_hit\": true", extra[0] ? ", " : "");
+	if (!extra[0])
+		return;
+	r->error = add_fields(r->error, extra);
+	r->entry = add_fields(r->entry, extra);
+}
+
 void run_outcome(struct run *r, const struct exec_outcome *o, struct claim_outcome *out)
 {
 	const struct exec_outcome never = {.status = EXEC_EXITED, .exit_code = -1};
@@ -290,6 +350,7 @@ void run_outcome(struct run *r, const struct exec_outcome *o, struct claim_outco
 			reason = "exit";
 		}
 	}
+	limits_outcome(r, o, ran, &reason, msg, sizeof(msg));
 	if (!reason) {
 		size_t len, tail_len;
 		const char *tail = capture_tail(o->out, &tail_len);
@@ -320,6 +381,7 @@ void run_outcome(struct run *r, const struct exec_outcome *o, struct claim_outco
 	if (ran || !out->give_back)
 		r->entry = history_entry(reason ? reason : "none", exit_code, sig,
 					 msg[0] ? msg : NULL, o, ran);
+	limits_fields(r, o, ran);
 	out->entry = r->entry;
 	int64_t ms = util_now_ms() - r->started_ms;
 	metrics_job_finished(r->env->metrics, q->name,
@@ -364,6 +426,8 @@ static void on_exec_done(struct exec_proc *p, const struct exec_outcome *o, void
 	struct run *r = arg;
 	joblog_free(r->joblog); /* its last lines before the outcome's */
 	r->joblog = NULL;
+	if (r->env->contain && r->pgid > 0)
+		contain_job_events(r->env->contain, r->pgid, &r->events);
 	end_containment(r);
 	ev_timer_stop(r->env->loop, &r->timeout);
 	r->proc = NULL;
@@ -415,9 +479,31 @@ static EXEC_IN_CHILD int enter_supervision(pid_t pgid, void *arg)
 	if (r->guard_fd >= 0 && guard_child_add_pgroup(r->guard_fd, pgid, r->deadline) < 0)
 		return -1;
 	r->pgid = pgid;
-	if (r->contain.dirfd >= 0)
-		contain_child_enter(&r->contain, pgid);
+	/* The queue's rlimits, soft and hard: the command cannot raise them.
+	 * prlimit on this process alone (a raw system call, as everything
+	 * here). */
+	if (r->set_nofile && syscall(SYS_prlimit64, 0, RLIMIT_NOFILE, &r->rl_nofile, NULL) < 0) {
+		r->rl_failed = "limit_nofile";
+		return -1;
+	}
+	if (r->set_core && syscall(SYS_prlimit64, 0, RLIMIT_CORE, &r->rl_core, NULL) < 0) {
+		r->rl_failed = "limit_core";
+		return -1;
+	}
+	/* With cgroup limits, a command that cannot have them does not run. */
+	if ((r->contain.dirfd >= 0 || r->contain.limit_file[0]) &&
+	    contain_child_enter(&r->contain, pgid) < 0)
+		return -1;
 	return 0;
+}
+
+/* An rlimit value of the configuration (parse_rlimit) as the kernel's. */
+static bool make_rlimit(int64_t v, struct rlimit *rl)
+{
+	if (v == PARSE_RLIM_INHERIT)
+		return false;
+	rl->rlim_cur = rl->rlim_max = v == PARSE_RLIM_INFINITY ? RLIM_INFINITY : (rlim_t)v;
+	return true;
 }
 
 /* exec's on_output hook: the queue forwards its commands' lines. */
@@ -477,7 +563,12 @@ int run_exec(struct run *r)
 	    .max_output = (size_t)q->max_output,
 	    .nice_raise = r->env->nice_raise,
 	    /* Without the hook, contain would take the shell for an orphan. */
-	    .in_child = r->env->guard || r->env->contain ? enter_supervision : NULL,
+	    .in_child = r->env->guard || r->env->contain ||
+				q->limits.limit_nofile != PARSE_RLIM_INHERIT ||
+				q->limits.limit_core != PARSE_RLIM_INHERIT ||
+				contain_limits_need(&q->limits)
+			    ? enter_supervision
+			    : NULL,
 	    .in_child_arg = r,
 	    .on_output = q->log_output == LOG_OUTPUT_JOURNAL ? forward_output : NULL,
 	    .on_output_arg = r,
@@ -490,6 +581,11 @@ int run_exec(struct run *r)
 		contain_child_prepare(r->env->contain, &r->contain);
 	else
 		r->contain = (struct contain_child){.dirfd = -1, .guard_fd = -1};
+	contain_child_limits(&r->contain, &q->limits);
+	r->set_nofile = make_rlimit(q->limits.limit_nofile, &r->rl_nofile);
+	r->set_core = make_rlimit(q->limits.limit_core, &r->rl_core);
+	r->rl_failed = NULL;
+	r->events = (struct contain_events){.memory_peak = -1};
 	r->started_ms = util_now_ms();
 	r->proc = exec_start(r->env->loop, &spec, on_exec_done, r);
 	util_strv_free(envp);

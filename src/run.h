@@ -12,11 +12,14 @@
 #include <ev.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/resource.h>
 #include <sys/types.h>
 
 #include "claim.h"
 #include "config.h"
 #include "contain.h"
+
+struct pressure;
 #include "exec.h"
 
 struct guard;
@@ -79,6 +82,7 @@ struct run_env {
 	struct metrics *metrics;     /* may be NULL */
 	int nice_raise;		     /* priv_raise_priority's result: exec_spec.nice_raise */
 	struct run_backoff *backoff; /* may be NULL */
+	struct pressure *pressure;   /* max_pressure's gate (pressure.h); may be NULL */
 };
 
 /* The command has ended: its shell was reaped and its process group and
@@ -102,6 +106,15 @@ struct run {
 	 * in_child), which sets pgid and completes `contain`. */
 	int guard_fd; /* the supervisor's channel; -1: none */
 	struct contain_child contain;
+	/* The queue's rlimits (limit_nofile, limit_core), set by the new
+	 * process before it runs anything; rl_failed names the key of one it
+	 * could not set (the command then does not run). */
+	bool set_nofile, set_core;
+	struct rlimit rl_nofile, rl_core;
+	const char *rl_failed;
+	/* What the command's cgroup saw (contain_job_events), read when it
+	 * ended: an OOM kill makes the outcome's reason `oom`. */
+	struct contain_events events;
 	int64_t started_ms;
 	ev_timer timeout;
 	char *result; /* JSON of the outcome (run_outcome), or NULL */

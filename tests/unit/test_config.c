@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "parse.h"
 #include "tap.h"
 #include "util.h"
 
@@ -859,8 +860,52 @@ static void test_api(void)
 	config_free(e);
 }
 
+/* The resource keys (pgjobd.ini(5), Resources), their defaults, and that a
+ * reload sees a change of one. */
+static void test_resources(void)
+{
+	struct config *d = expect_ok("resources: defaults", "[queue.a]\ncommand = true\n");
+	struct config *c = expect_ok("resources: set", "[pgjobd]\n"
+						       "max_pressure = cpu 40, io 30.5\n"
+						       "[queue.a]\n"
+						       "command = true\n"
+						       "memory_max = 512MiB\n"
+						       "cpu_max = 150%\n"
+						       "tasks_max = 64\n"
+						       "io_weight = 50\n"
+						       "limit_nofile = 1024\n"
+						       "limit_core = infinity\n");
+	if (!d || !c)
+		goto out;
+	const struct queue_limits *l = &d->queues[0]->limits;
+	ok(l->memory_max == 0 && l->cpu_max == 0 && l->tasks_max == 0 && l->io_weight == 0,
+	   "default: no cgroup limit");
+	ok(l->limit_nofile == PARSE_RLIM_INHERIT && l->limit_core == PARSE_RLIM_INHERIT,
+	   "default: rlimits inherited");
+	ok(d->max_pressure[0] == 0 && d->max_pressure[1] == 0 && d->max_pressure[2] == 0,
+	   "default: no max_pressure");
+	l = &c->queues[0]->limits;
+	is_int(l->memory_max, 512LL * 1024 * 1024, "memory_max");
+	is_int(l->cpu_max, 150, "cpu_max");
+	is_int(l->tasks_max, 64, "tasks_max");
+	is_int(l->io_weight, 50, "io_weight");
+	is_int(l->limit_nofile, 1024, "limit_nofile");
+	is_int(l->limit_core, PARSE_RLIM_INFINITY, "limit_core infinity");
+	ok(c->max_pressure[0] == 40 && c->max_pressure[1] == 0 && c->max_pressure[2] == 30.5,
+	   "max_pressure cpu 40, io 30.5");
+	ok(!queue_conf_equal(d->queues[0], c->queues[0]), "a reload sees changed limits");
+	expect_errors("limit_nofile infinity",
+		      "[queue.a]\ncommand = true\nlimit_nofile = infinity\n",
+		      "F:3: error: bad value 'infinity' for 'limit_nofile': open files cannot be "
+		      "unlimited (give a count, e.g. 65536)\n");
+out:
+	config_free(d);
+	config_free(c);
+}
+
 int main(void)
 {
+	test_resources();
 	test_all_keys();
 	test_defaults();
 	test_command_verbatim();

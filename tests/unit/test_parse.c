@@ -395,9 +395,54 @@ static void test_rates(void)
 	rate_bad("10/1s/2", "expected a number");
 }
 
+/* cpu_max, limit_nofile/limit_core, max_pressure (pgjobd.ini(5), Resources). */
+static void test_resources(void)
+{
+	long long n;
+	int64_t v;
+	double pr[3];
+	const char *err;
+
+	ok(parse_percent("50%", 100000, &n, &err) == 0 && n == 50, "cpu_max 50%%");
+	ok(parse_percent("250", 100000, &n, &err) == 0 && n == 250, "cpu_max 250 (no %%)");
+	ok(parse_percent("0%", 100000, &n, &err) < 0, "cpu_max 0%% refused");
+	ok(parse_percent("12.5%", 100000, &n, &err) < 0, "cpu_max 12.5%% refused");
+	ok(parse_percent("%", 100000, &n, &err) < 0, "cpu_max %% alone refused");
+	ok(parse_percent("100001%", 100000, &n, &err) < 0, "cpu_max above the bound refused");
+
+	ok(parse_rlimit("77", false, &v, &err) == 0 && v == 77, "limit_nofile 77");
+	ok(parse_rlimit("infinity", false, &v, &err) == 0 && v == PARSE_RLIM_INFINITY,
+	   "limit_nofile infinity");
+	ok(parse_rlimit("unlimited", true, &v, &err) == 0 && v == PARSE_RLIM_INFINITY,
+	   "limit_core unlimited");
+	ok(parse_rlimit("inherit", true, &v, &err) == 0 && v == PARSE_RLIM_INHERIT,
+	   "limit_core inherit");
+	ok(parse_rlimit("1MiB", true, &v, &err) == 0 && v == 1048576, "limit_core 1MiB");
+	ok(parse_rlimit("1MiB", false, &v, &err) < 0, "limit_nofile takes no unit");
+	ok(parse_rlimit("-1", false, &v, &err) < 0, "limit_nofile -1 refused");
+
+	ok(parse_pressure("cpu 40 memory 10 io 30", pr, &err) == 0 && pr[0] == 40 && pr[1] == 10 &&
+	       pr[2] == 30,
+	   "max_pressure: all three");
+	ok(parse_pressure("io 30.5, cpu=12.25%", pr, &err) == 0 && pr[0] == 12.25 && pr[1] == 0 &&
+	       pr[2] == 30.5,
+	   "max_pressure: any order, commas, '=', decimals, %%");
+	ok(parse_pressure("", pr, &err) == 0 && pr[0] == 0 && pr[1] == 0 && pr[2] == 0,
+	   "max_pressure: empty is no bound");
+	ok(parse_pressure("cpu", pr, &err) < 0, "max_pressure: a resource without a bound");
+	ok(parse_pressure("cpu 0", pr, &err) < 0, "max_pressure: 0 refused");
+	ok(parse_pressure("cpu 100.01", pr, &err) < 0, "max_pressure: above 100 refused");
+	ok(parse_pressure("cpu 1.234", pr, &err) < 0, "max_pressure: three decimals refused");
+	ok(parse_pressure("cpu 40 cpu 50", pr, &err) < 0, "max_pressure: twice refused");
+	ok(parse_pressure("gpu 40", pr, &err) < 0, "max_pressure: unknown resource refused");
+	ok(parse_pressure("cpu 40x", pr, &err) < 0, "max_pressure: junk after a bound refused");
+	ok(parse_pressure("cpus 40", pr, &err) < 0, "max_pressure: a longer name refused");
+}
+
 int main(void)
 {
 	test_rates();
+	test_resources();
 	test_times();
 	test_durations();
 	test_sizes();
