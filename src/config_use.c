@@ -223,6 +223,9 @@ bool queue_conf_equal(const struct queue_conf *a, const struct queue_conf *b)
 		return false;
 	if (a->has_user && (a->uid != b->uid || a->gid != b->gid))
 		return false;
+	if (memcmp(a->fail_exit_codes, b->fail_exit_codes, sizeof(a->fail_exit_codes)) != 0 ||
+	    a->group_on_failure != b->group_on_failure)
+		return false;
 	for (size_t i = 0; i < a->nenv; i++)
 		if (strcmp(a->env[i], b->env[i]) != 0)
 			return false;
