@@ -1262,6 +1262,13 @@ BEGIN
         UPDATE pgjobd.jobs j SET held_until = 'infinity'
          WHERE j.id = NEW.id AND j.status = 'queued' AND j.held_until IS DISTINCT FROM 'infinity';
     END IF;
+    -- The failed job that held its group, queued again (pgjobd.retry): it
+    -- keeps its place at the head of its group, whose later jobs waited
+    -- for it (jobs_failed_undone names it).
+    IF TG_OP = 'UPDATE' AND position(',' || NEW.id || ','
+                                     IN coalesce(current_setting('pgjobd.resumed', true), '')) > 0 THEN
+        RETURN NULL;
+    END IF;
     -- Under REPEATABLE READ or SERIALIZABLE the statements here would see
     -- the transaction's snapshot, not what was committed since: renumber.
     IF current_setting('transaction_isolation') = 'read committed' THEN
@@ -1354,6 +1361,11 @@ BEGIN
      WHERE b.queue = OLD.queue AND b.group_id = g AND b.reason = 'held' AND b.job = OLD.id;
     IF FOUND THEN
         PERFORM pgjobd.group_unmark(OLD.queue, g);
+        -- Nothing of the group ran since it failed: if it is queued again,
+        -- it runs first (jobs_commit_order leaves its place alone).
+        PERFORM set_config('pgjobd.resumed',
+                           coalesce(nullif(current_setting('pgjobd.resumed', true), ''), ',')
+                           || OLD.id || ',', true);
     END IF;
     RETURN NULL;
 END
