@@ -32,7 +32,7 @@
 --                  or retry (the group's head waits out a retry's backoff).
 --
 -- Functions (sql/functions/groups.sql): pause_group, resume_group,
--- release_group, group_blocked, group_mark, group_unmark, group_name,
+-- release_group, group_blocked, group_mark, group_mark_job, group_unmark, group_name,
 -- group_producer, sees_group, and the trigger functions; restated there:
 -- jobs_commit_order, jobs_backed_off, jobs_head_changed, jobs_unheld; in
 -- claim.sql: claim_batch and try_group_head (a marked head never starts).
