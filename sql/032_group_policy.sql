@@ -91,8 +91,10 @@ CREATE TRIGGER jobs_failed_undone AFTER UPDATE OF status ON pgjobd.jobs
 
 -- The groups that cannot start now. Runs with its owner's rights and shows
 -- each reader what sees_group lets it see: a producer only its own groups
--- (the identity its INSERTs get), everyone else all of them.
-CREATE VIEW pgjobd.blocked_groups AS
+-- (the identity its INSERTs get), everyone else all of them. A security
+-- barrier: a reader's own functions in its WHERE clause run only on the
+-- rows sees_group let through, and cannot see the others.
+CREATE VIEW pgjobd.blocked_groups WITH (security_barrier = true) AS
     SELECT b.queue, pgjobd.group_name(b.group_id) AS group_id, b.reason, b.since, b.job,
            NULL::timestamptz AS until, pgjobd.group_producer(b.group_id) AS producer
       FROM pgjobd.group_blocks b

@@ -2211,7 +2211,7 @@ CREATE TABLE pgjobd.jobs (
 )
 WITH (fillfactor='80');
 
-CREATE VIEW pgjobd.blocked_groups AS
+CREATE VIEW pgjobd.blocked_groups WITH (security_barrier='true') AS
  SELECT b.queue,
     pgjobd.group_name(b.group_id) AS group_id,
     b.reason,

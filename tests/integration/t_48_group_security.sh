@@ -45,6 +45,16 @@ is "$(as app1 "SELECT group_id || ' ' || reason || ' ' || coalesce(producer, '-'
 	"cust paused app1" "app1 sees its own group only"
 is "$(as app2 "SELECT count(*) FROM pgjobd.blocked_groups")" 1 "app2 sees its own only"
 is "$(as ops "SELECT count(*) FROM pgjobd.blocked_groups")" 2 "the worker role sees both"
+# A function of app1's own in the WHERE clause, cheap enough to run first, never sees
+# app2's row: the view is a security barrier.
+out=$(psql -X -qAt -U app1 -v ON_ERROR_STOP=1 2>&1 <<'SQL'
+CREATE FUNCTION pg_temp.peek(text, text) RETURNS boolean LANGUAGE plpgsql COST 0.0001 AS
+$$ BEGIN RAISE NOTICE 'peek % %', $1, $2; RETURN true; END $$;
+SELECT count(*) FROM pgjobd.blocked_groups WHERE pg_temp.peek(group_id, coalesce(producer, '-'));
+SQL
+)
+unlike "$out" "app2" "a producer's function in its WHERE clause sees no other producer's group" || diag "$out"
+like "$out" "peek cust app1" "... it sees its own" || diag "$out"
 as app1 "INSERT INTO pgjobd.jobs (queue, group_id) VALUES ('sq', 'cust')" >/dev/null
 is "$(count_jobs "queue = 'sq' AND created_by = 'app1' AND held_until IS DISTINCT FROM 'infinity'")" 0 \
 	"a job app1 enqueues into its paused group is marked too"
