@@ -65,4 +65,27 @@ is "$(as ops "SELECT pgjobd.resume_group('sq', 'cust')")" t "the worker role res
 is "$(count_jobs "queue = 'sq' AND held_until IS NOT NULL")" 0 "the marks are gone"
 is "$(as app1 "SELECT count(*) FROM pgjobd.blocked_groups")" 0 "nothing blocked"
 
+# The daemon's side, as the worker role (the daemon's database user): an outcome that
+# fails a grouped job under group_on_failure = hold holds its group (the trigger runs with
+# the worker role's rights), a retry of another job into the held group is marked, and
+# pgjobd.retry of the failed job releases it.
+as app1 "INSERT INTO pgjobd.jobs (queue, group_id) VALUES ('sq', 'h1'), ('sq', 'h1'), ('sq', 'h1')" >/dev/null
+read -r h1 h2 h3 <<<"$(psql_q "SELECT string_agg(id::text, ' ' ORDER BY id) FROM pgjobd.jobs WHERE group_id = 'h1'")"
+out=$(as ops "UPDATE pgjobd.jobs SET status = 'running', attempts = 1 WHERE id IN ($h1, $h2);
+	UPDATE pgjobd.jobs SET status = 'failed', finished_at = now(),
+	       error = '{\"reason\": \"exit\", \"exit_code\": 1, \"group_on_failure\": \"hold\"}'
+	 WHERE id = $h1;
+	UPDATE pgjobd.jobs SET status = 'queued', run_at = now() + interval '1 hour' WHERE id = $h2;
+	SELECT string_agg(reason || ' ' || job, ', ' ORDER BY reason) FROM pgjobd.blocked_groups WHERE group_id = 'h1'")
+is "$out" "held $h1, retry $h2" \
+	"as the worker role, a final failure under hold holds the group (and its head waits for a retry)" ||
+	diag "$out"
+is "$(psql_q "SELECT string_agg(coalesce((held_until = 'infinity')::text, 'null'), ' ' ORDER BY id)
+	FROM pgjobd.jobs WHERE id IN ($h2, $h3)")" "true true" \
+	"its queued job and the one that came back from a failed attempt are marked"
+out=$(as ops "SELECT pgjobd.retry($h1)")
+is "$out" t "the worker role retries the failed job"
+is "$(as ops "SELECT count(*) FROM pgjobd.blocked_groups WHERE group_id = 'h1'")" 0 "the group is released"
+is "$(count_jobs "group_id = 'h1' AND held_until = 'infinity'")" 0 "and unmarked"
+
 done_testing
