@@ -262,4 +262,19 @@ wait_until 15 "[ \"\$(count_jobs \"group_id = 'rs' AND status = 'succeeded'\")\"
 ok $? "F: released, they run"
 is "$(psql_q "SELECT count(*) FROM pgjobd.blocked_groups")" 0 "no group is blocked at the end"
 
+# ------------------------------------------------------------ the command line's mistakes
+usage() { # EXPECTED-MESSAGE-PART ARGS...: exit 2 and the message on stderr
+	local want=$1 out
+	shift
+	out=$("$PGJOBD" groups "$@" -c "$conf" 2>&1 >/dev/null)
+	is "$?" 2 "pgjobd groups $*: exit 2"
+	like "$out" "$want" "... $want" || diag "$out"
+}
+usage "unknown verb 'hold' \\(use pause, resume or release\\)" hold q g
+usage "pause takes QUEUE GROUP" pause q
+usage "unexpected argument 'h'" release q g h
+usage "--json is an option of groups without a verb" resume q g --json
+usage "bad QUEUE 'a b'" pause 'a b' g
+usage "bad --queue 'a b'" --queue 'a b'
+
 done_testing
