@@ -84,7 +84,7 @@ $(B):
 TEST_DEPS_parse := parse
 TEST_DEPS_config := config config_load config_use parse
 TEST_DEPS_capture := capture
-TEST_DEPS_result := result
+TEST_DEPS_result := result parse
 TEST_DEPS_exec := exec capture parse priv reap
 TEST_DEPS_guard := guard procfs
 TEST_DEPS_procfs := procfs

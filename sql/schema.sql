@@ -652,6 +652,7 @@ BEGIN
                     AND (h.expires_at IS NULL OR h.expires_at > statement_timestamp())
         LOOP
             EXIT WHEN array_length(ids, 1) >= want;
+            CONTINUE WHEN r.held_until = 'infinity'; -- a blocked group
             IF r.run_at > statement_timestamp() THEN
                 -- A head waiting out a backoff that is not marked yet: mark
                 -- its group while this walk meets it.
@@ -985,6 +986,28 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION pgjobd.grant_groups() RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_producer') THEN
+        GRANT SELECT ON pgjobd.blocked_groups TO pgjobd_producer;
+        GRANT EXECUTE ON FUNCTION pgjobd.sees_group(text) TO pgjobd_producer;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_worker') THEN
+        GRANT SELECT, INSERT, UPDATE, DELETE ON pgjobd.group_blocks TO pgjobd_worker;
+        GRANT SELECT ON pgjobd.blocked_groups TO pgjobd_worker;
+        GRANT EXECUTE ON FUNCTION pgjobd.sees_group(text), pgjobd.group_blocked(text, text),
+              pgjobd.group_mark(text, text), pgjobd.group_mark_job(bigint),
+              pgjobd.group_unmark(text, text),
+              pgjobd.pause_group(text, text), pgjobd.resume_group(text, text),
+              pgjobd.release_group(text, text)
+              TO pgjobd_worker;
+    END IF;
+END
+$$;
+
 CREATE FUNCTION pgjobd.grant_history() RETURNS void
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1160,6 +1183,7 @@ BEGIN
     PERFORM pgjobd.grant_history();
     PERFORM pgjobd.grant_lease();
     PERFORM pgjobd.grant_limits();
+    PERFORM pgjobd.grant_groups();
 END
 $$;
 
@@ -1226,6 +1250,13 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION pgjobd.group_blocked(q text, g text) RETURNS boolean
+    LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT EXISTS (SELECT 1 FROM pgjobd.group_blocks b WHERE b.queue = q AND b.group_id = g)
+$$;
+
 CREATE FUNCTION pgjobd.group_key(p_queue text, p_role text, p_group_id text) RETURNS text
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1244,6 +1275,65 @@ CREATE FUNCTION pgjobd.group_key(p_queue text, p_role text, p_group_id text) RET
                 THEN NULL
                 WHEN pgjobd.dedupe_scope(p_queue, p_role) = '' THEN NULL
                 ELSE E'\x01' || p_role || E'\x01' || p_group_id END
+$$;
+
+CREATE FUNCTION pgjobd.group_mark(q text, g text) RETURNS integer
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    n int;
+BEGIN
+    UPDATE pgjobd.jobs j SET held_until = 'infinity'
+     WHERE j.queue = q AND coalesce(j.group_key, j.group_id) = g AND j.status = 'queued'
+       AND j.held_until IS DISTINCT FROM 'infinity';
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
+$$;
+
+CREATE FUNCTION pgjobd.group_mark_job(p_id bigint) RETURNS void
+    LANGUAGE sql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    UPDATE pgjobd.jobs j SET held_until = 'infinity'
+     WHERE j.id = p_id AND j.status = 'queued' AND j.held_until IS DISTINCT FROM 'infinity'
+$$;
+
+CREATE FUNCTION pgjobd.group_name(p_group text) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT CASE WHEN left(p_group, 1) = E'\x01'
+                THEN substr(p_group, length(split_part(substr(p_group, 2), E'\x01', 1)) + 3)
+                ELSE p_group END
+$$;
+
+CREATE FUNCTION pgjobd.group_producer(p_group text) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT CASE WHEN left(p_group, 1) = E'\x01'
+                THEN split_part(substr(p_group, 2), E'\x01', 1) END
+$$;
+
+CREATE FUNCTION pgjobd.group_unmark(q text, g text) RETURNS integer
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    n int;
+BEGIN
+    IF pgjobd.group_blocked(q, g) THEN
+        RETURN 0;
+    END IF;
+    UPDATE pgjobd.jobs j SET held_until = NULL
+     WHERE j.queue = q AND coalesce(j.group_key, j.group_id) = g AND j.status = 'queued'
+       AND j.held_until = 'infinity';
+    GET DIAGNOSTICS n = ROW_COUNT;
+    PERFORM pg_notify('pgjobd', pgjobd.wake_payload(q));
+    RETURN n;
+END
 $$;
 
 CREATE FUNCTION pgjobd.heartbeat(p_id bigint) RETURNS boolean
@@ -1350,6 +1440,10 @@ CREATE FUNCTION pgjobd.jobs_backed_off() RETURNS trigger
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
+    IF pgjobd.group_blocked(NEW.queue, coalesce(NEW.group_key, NEW.group_id)) THEN
+        PERFORM pgjobd.group_mark_job(NEW.id);
+        RETURN NULL;
+    END IF;
     IF NEW.run_at > clock_timestamp() + interval '1 second'
        AND (NEW.expires_at IS NULL OR NEW.expires_at > NEW.run_at) THEN
         PERFORM pgjobd.hold_group(NEW.queue, coalesce(NEW.group_key, NEW.group_id), NEW.id,
@@ -1400,6 +1494,22 @@ DECLARE
     r record;
     own_above boolean;
 BEGIN
+    -- A job that enters a blocked group (held or paused: group_blocks) is
+    -- marked as the group's other queued jobs are, so that claims leave it
+    -- out of their scans. The probe costs every grouped INSERT a few
+    -- microseconds (an index probe of an empty or tiny table).
+    IF EXISTS (SELECT 1 FROM pgjobd.group_blocks b
+                WHERE b.queue = NEW.queue AND b.group_id = coalesce(NEW.group_key, NEW.group_id)) THEN
+        PERFORM pgjobd.group_mark_job(NEW.id);
+    END IF;
+    -- The failed job that held its group, queued again (pgjobd.retry): it
+    -- keeps its place at the head of its group, whose later jobs waited
+    -- for it (jobs_failed_undone names it).
+    IF TG_OP = 'UPDATE' THEN
+        IF position(',' || NEW.id || ',' IN coalesce(current_setting('pgjobd.resumed', true), '')) > 0 THEN
+            RETURN NULL;
+        END IF;
+    END IF;
     -- Under REPEATABLE READ or SERIALIZABLE the statements here would see
     -- the transaction's snapshot, not what was committed since: renumber.
     IF current_setting('transaction_isolation') = 'read committed' THEN
@@ -1465,6 +1575,43 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION pgjobd.jobs_failed_hold() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    g text := coalesce(NEW.group_key, NEW.group_id);
+BEGIN
+    INSERT INTO pgjobd.group_blocks AS b (queue, group_id, reason, job)
+    VALUES (NEW.queue, g, 'held', NEW.id)
+    ON CONFLICT (queue, group_id, reason)
+    DO UPDATE SET job = EXCLUDED.job, since = EXCLUDED.since, blocked_by = EXCLUDED.blocked_by;
+    PERFORM pgjobd.group_mark(NEW.queue, g);
+    RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION pgjobd.jobs_failed_undone() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    g text := coalesce(OLD.group_key, OLD.group_id);
+BEGIN
+    DELETE FROM pgjobd.group_blocks b
+     WHERE b.queue = OLD.queue AND b.group_id = g AND b.reason = 'held' AND b.job = OLD.id;
+    IF FOUND THEN
+        PERFORM pgjobd.group_unmark(OLD.queue, g);
+        -- Nothing of the group ran since it failed: if it is queued again,
+        -- it runs first (jobs_commit_order leaves its place alone).
+        PERFORM set_config('pgjobd.resumed',
+                           coalesce(nullif(current_setting('pgjobd.resumed', true), ''), ',')
+                           || OLD.id || ',', true);
+    END IF;
+    RETURN NULL;
+END
+$$;
+
 CREATE FUNCTION pgjobd.jobs_group_key() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1485,9 +1632,10 @@ BEGIN
          WHERE j.queue = OLD.queue AND coalesce(j.group_key, j.group_id) = coalesce(OLD.group_key, OLD.group_id)
            AND coalesce(j.commit_seq, j.id) > coalesce(OLD.commit_seq, OLD.id)
            AND j.status = 'queued'
-           AND j.held_until IS NOT NULL;
+           AND j.held_until IS NOT NULL AND j.held_until <> 'infinity';
     ELSE
-        UPDATE pgjobd.jobs j SET held_until = NULL
+        UPDATE pgjobd.jobs j
+           SET held_until = CASE WHEN j.held_until = 'infinity' THEN j.held_until END
          WHERE j.queue = OLD.queue AND coalesce(j.group_key, j.group_id) = coalesce(OLD.group_key, OLD.group_id)
            AND coalesce(j.commit_seq, j.id) > coalesce(OLD.commit_seq, OLD.id)
            AND j.status = 'queued';
@@ -1569,6 +1717,10 @@ CREATE FUNCTION pgjobd.jobs_unheld() RETURNS trigger
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
+    IF OLD.held_until = 'infinity' AND NEW.status = 'queued' AND NEW.queue = OLD.queue
+       AND NEW.group_id IS NOT DISTINCT FROM OLD.group_id THEN
+        RETURN NEW;
+    END IF;
     NEW.held_until := NULL;
     RETURN NEW;
 END
@@ -1835,6 +1987,33 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION pgjobd.pause_group(p_queue text, p_group text) RETURNS boolean
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    g text;
+    gs text[];
+    paused boolean := false;
+BEGIN
+    PERFORM pgjobd.check_queue_name(p_queue);
+    IF p_group IS NULL THEN
+        RAISE EXCEPTION 'pause_group: group_id must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    SELECT array_agg(DISTINCT coalesce(j.group_key, j.group_id)) INTO gs FROM pgjobd.jobs j
+     WHERE j.queue = p_queue AND j.group_id = p_group AND j.group_key IS NOT NULL
+       AND j.status IN ('queued', 'running');
+    FOREACH g IN ARRAY coalesce(gs, ARRAY[p_group]) LOOP
+        INSERT INTO pgjobd.group_blocks (queue, group_id, reason) VALUES (p_queue, g, 'paused')
+            ON CONFLICT DO NOTHING;
+        paused := paused OR FOUND;
+        PERFORM pgjobd.group_mark(p_queue, g);
+    END LOOP;
+    RETURN paused;
+END
+$$;
+
 CREATE FUNCTION pgjobd.pause_schedule(name text) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1964,6 +2143,27 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION pgjobd.release_group(p_queue text, p_group text) RETURNS boolean
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    g text;
+    found_one boolean := false;
+BEGIN
+    PERFORM pgjobd.check_queue_name(p_queue);
+    FOR g IN DELETE FROM pgjobd.group_blocks b
+              WHERE b.queue = p_queue AND b.reason = 'held'
+                AND pgjobd.group_name(b.group_id) = p_group
+             RETURNING b.group_id
+    LOOP
+        found_one := true;
+        PERFORM pgjobd.group_unmark(p_queue, g);
+    END LOOP;
+    RETURN found_one;
+END
+$$;
+
 CREATE FUNCTION pgjobd.release_worker(p_worker text) RETURNS integer
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1994,6 +2194,27 @@ BEGIN
         RETURN true;
     END IF;
     RETURN false;
+END
+$$;
+
+CREATE FUNCTION pgjobd.resume_group(p_queue text, p_group text) RETURNS boolean
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    g text;
+    found_one boolean := false;
+BEGIN
+    PERFORM pgjobd.check_queue_name(p_queue);
+    FOR g IN DELETE FROM pgjobd.group_blocks b
+              WHERE b.queue = p_queue AND b.reason = 'paused'
+                AND pgjobd.group_name(b.group_id) = p_group
+             RETURNING b.group_id
+    LOOP
+        found_one := true;
+        PERFORM pgjobd.group_unmark(p_queue, g);
+    END LOOP;
+    RETURN found_one;
 END
 $$;
 
@@ -2143,6 +2364,27 @@ CREATE FUNCTION pgjobd.schedule_clock(p_real0 double precision, p_fake0 double p
     SELECT CASE WHEN p_real0 IS NULL OR p_fake0 IS NULL OR p_rate IS NULL THEN now()
                 ELSE to_timestamp(p_fake0 + (extract(epoch FROM now())::float8 - p_real0) * p_rate)
            END
+$$;
+
+CREATE FUNCTION pgjobd.sees_group(p_group text) RETURNS boolean
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    r record;
+BEGIN
+    SELECT a.rolsuper OR a.rolbypassrls
+               OR a.oid = (SELECT c.relowner FROM pg_class c WHERE c.oid = 'pgjobd.jobs'::regclass)
+               OR to_regrole('pgjobd_producer') IS NULL
+               OR (to_regrole('pgjobd_worker') IS NOT NULL
+                   AND pg_has_role(a.oid, 'pgjobd_worker', 'MEMBER'))
+               OR NOT pg_has_role(a.oid, 'pgjobd_producer', 'MEMBER') AS all_groups
+      INTO r FROM pg_roles a WHERE a.rolname = current_user;
+    IF coalesce(r.all_groups, false) THEN
+        RETURN true;
+    END IF;
+    RETURN left(p_group, length(current_user) + 2) = E'\x01' || current_user || E'\x01';
+END
 $$;
 
 CREATE FUNCTION pgjobd.set_limits(queue text, concurrency integer DEFAULT '-1'::integer, group_concurrency integer DEFAULT '-1'::integer, rate text DEFAULT 'keep'::text, group_rate text DEFAULT 'keep'::text) RETURNS boolean
@@ -2311,14 +2553,19 @@ BEGIN
         END IF;
     END IF;
     IF conc > 1 THEN
-        SELECT j.id, j.status, j.run_at, j.expires_at INTO head FROM pgjobd.jobs j
+        SELECT j.id, j.status, j.run_at, j.expires_at, j.held_until INTO head FROM pgjobd.jobs j
          WHERE j.queue = q AND coalesce(j.group_key, j.group_id) = g AND j.status = 'queued'
          ORDER BY coalesce(j.commit_seq, j.id) LIMIT 1;
     ELSE
-        SELECT j.id, j.status, j.run_at, j.expires_at INTO head FROM pgjobd.jobs j
+        SELECT j.id, j.status, j.run_at, j.expires_at, j.held_until INTO head FROM pgjobd.jobs j
          WHERE j.queue = q AND coalesce(j.group_key, j.group_id) = g
            AND j.status IN ('queued', 'running')
          ORDER BY coalesce(j.commit_seq, j.id) LIMIT 1;
+    END IF;
+    -- A blocked group (held or paused: its queued jobs marked 'infinity',
+    -- sql/functions/groups.sql) starts nothing.
+    IF head.held_until = 'infinity' THEN
+        RETURN 0;
     END IF;
     IF head.id IS DISTINCT FROM jid THEN
         -- Only a ready, queued head can start (later in the caller's scan);
@@ -2390,44 +2637,14 @@ CREATE FUNCTION pgjobd.worker_gone(p_id bigint) RETURNS void
                                              WHERE g.id = p_id));
 $$;
 
-CREATE TABLE pgjobd.cancel_requests (
-    job_id bigint NOT NULL,
-    requested_at timestamp with time zone DEFAULT now() NOT NULL,
-    requested_by text DEFAULT CURRENT_USER NOT NULL
-);
-
-CREATE UNLOGGED TABLE pgjobd.dedupe_locks (
-    queue text NOT NULL,
-    dedupe_key text NOT NULL,
-    scope text DEFAULT ''::text NOT NULL
-);
-
-CREATE SEQUENCE pgjobd.fence_seq
-    START WITH 1
-    INCREMENT BY 1
-    NO MINVALUE
-    NO MAXVALUE
-    CACHE 1;
-
-CREATE TABLE pgjobd.group_rates (
+CREATE TABLE pgjobd.group_blocks (
     queue text NOT NULL,
     group_id text NOT NULL,
-    tat timestamp with time zone NOT NULL
-);
-
-CREATE TABLE pgjobd.groups (
-    id bigint NOT NULL,
-    queue text NOT NULL,
-    group_id text NOT NULL
-);
-
-ALTER TABLE pgjobd.groups ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
-    SEQUENCE NAME pgjobd.groups_id_seq
-    START WITH 1
-    INCREMENT BY 1
-    NO MINVALUE
-    NO MAXVALUE
-    CACHE 1
+    reason text NOT NULL,
+    since timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    job bigint,
+    blocked_by text DEFAULT CURRENT_USER NOT NULL,
+    CONSTRAINT group_blocks_reason_check CHECK ((reason = ANY (ARRAY['held'::text, 'paused'::text])))
 );
 
 CREATE TABLE pgjobd.jobs (
@@ -2470,6 +2687,71 @@ CREATE TABLE pgjobd.jobs (
     CONSTRAINT "timeout must be positive" CHECK ((timeout > '00:00:00'::interval))
 )
 WITH (fillfactor='80');
+
+CREATE VIEW pgjobd.blocked_groups WITH (security_barrier='true') AS
+ SELECT b.queue,
+    pgjobd.group_name(b.group_id) AS group_id,
+    b.reason,
+    b.since,
+    b.job,
+    NULL::timestamp with time zone AS until,
+    pgjobd.group_producer(b.group_id) AS producer
+   FROM pgjobd.group_blocks b
+  WHERE pgjobd.sees_group(b.group_id)
+UNION ALL
+ SELECT j.queue,
+    j.group_id,
+    'retry'::text AS reason,
+    j.updated_at AS since,
+    j.id AS job,
+    j.run_at AS until,
+    pgjobd.group_producer(j.group_key) AS producer
+   FROM pgjobd.jobs j
+  WHERE ((j.status = 'queued'::text) AND (j.group_id IS NOT NULL) AND (j.attempts > 0) AND (j.run_at > now()) AND pgjobd.sees_group(COALESCE(j.group_key, j.group_id)) AND (NOT (EXISTS ( SELECT 1
+           FROM pgjobd.jobs o
+          WHERE ((o.queue = j.queue) AND (COALESCE(o.group_key, o.group_id) = COALESCE(j.group_key, j.group_id)) AND (o.status = ANY (ARRAY['queued'::text, 'running'::text])) AND (COALESCE(o.commit_seq, o.id) < COALESCE(j.commit_seq, j.id)))))));
+
+COMMENT ON VIEW pgjobd.blocked_groups IS 'Groups that cannot start a job now: held (a job failed for good under group_on_failure = hold), paused (pause_group) or retry (the head waits out a retry''s backoff).';
+
+CREATE TABLE pgjobd.cancel_requests (
+    job_id bigint NOT NULL,
+    requested_at timestamp with time zone DEFAULT now() NOT NULL,
+    requested_by text DEFAULT CURRENT_USER NOT NULL
+);
+
+CREATE UNLOGGED TABLE pgjobd.dedupe_locks (
+    queue text NOT NULL,
+    dedupe_key text NOT NULL,
+    scope text DEFAULT ''::text NOT NULL
+);
+
+CREATE SEQUENCE pgjobd.fence_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+CREATE TABLE pgjobd.group_rates (
+    queue text NOT NULL,
+    group_id text NOT NULL,
+    tat timestamp with time zone NOT NULL
+);
+
+CREATE TABLE pgjobd.groups (
+    id bigint NOT NULL,
+    queue text NOT NULL,
+    group_id text NOT NULL
+);
+
+ALTER TABLE pgjobd.groups ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME pgjobd.groups_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
 
 ALTER TABLE pgjobd.jobs ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     SEQUENCE NAME pgjobd.jobs_id_seq
@@ -2677,6 +2959,9 @@ ALTER TABLE ONLY pgjobd.cancel_requests
 ALTER TABLE ONLY pgjobd.dedupe_locks
     ADD CONSTRAINT dedupe_locks_pkey PRIMARY KEY (queue, dedupe_key, scope);
 
+ALTER TABLE ONLY pgjobd.group_blocks
+    ADD CONSTRAINT group_blocks_pkey PRIMARY KEY (queue, group_id, reason);
+
 ALTER TABLE ONLY pgjobd.group_rates
     ADD CONSTRAINT group_rates_pkey PRIMARY KEY (queue, group_id);
 
@@ -2765,6 +3050,10 @@ CREATE CONSTRAINT TRIGGER jobs_commit_order AFTER INSERT ON pgjobd.jobs DEFERRAB
 CREATE CONSTRAINT TRIGGER jobs_commit_order_requeued AFTER UPDATE OF status, queue, group_id ON pgjobd.jobs DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (((new.group_id IS NOT NULL) AND (new.status = 'queued'::text) AND ((old.status = ANY (ARRAY['succeeded'::text, 'failed'::text, 'cancelled'::text])) OR (new.queue <> old.queue) OR (new.group_id IS DISTINCT FROM old.group_id)))) EXECUTE FUNCTION pgjobd.jobs_commit_order();
 
 CREATE TRIGGER jobs_dedupe BEFORE INSERT ON pgjobd.jobs FOR EACH ROW WHEN ((new.dedupe_key IS NOT NULL)) EXECUTE FUNCTION pgjobd.jobs_dedupe();
+
+CREATE TRIGGER jobs_failed_hold AFTER UPDATE OF status ON pgjobd.jobs FOR EACH ROW WHEN (((old.status = 'running'::text) AND (new.status = 'failed'::text) AND (new.group_id IS NOT NULL) AND ((new.error ->> 'group_on_failure'::text) = 'hold'::text))) EXECUTE FUNCTION pgjobd.jobs_failed_hold();
+
+CREATE TRIGGER jobs_failed_undone AFTER UPDATE OF status ON pgjobd.jobs FOR EACH ROW WHEN (((old.status = 'failed'::text) AND (new.status <> 'failed'::text) AND (new.group_id IS NOT NULL))) EXECUTE FUNCTION pgjobd.jobs_failed_undone();
 
 CREATE TRIGGER jobs_group_key BEFORE INSERT OR UPDATE OF queue, group_id, created_by ON pgjobd.jobs FOR EACH ROW WHEN (((new.group_id IS NOT NULL) OR (new.group_key IS NOT NULL))) EXECUTE FUNCTION pgjobd.jobs_group_key();
 
@@ -2857,7 +3146,19 @@ REVOKE ALL ON FUNCTION pgjobd.grant_schedules() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgjobd.grant_security() FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION pgjobd.group_blocked(q text, g text) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgjobd.group_blocked(q text, g text) TO pgjobd_worker;
+
 REVOKE ALL ON FUNCTION pgjobd.group_key(p_queue text, p_role text, p_group_id text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION pgjobd.group_mark(q text, g text) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgjobd.group_mark(q text, g text) TO pgjobd_worker;
+
+REVOKE ALL ON FUNCTION pgjobd.group_mark_job(p_id bigint) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgjobd.group_mark_job(p_id bigint) TO pgjobd_worker;
+
+REVOKE ALL ON FUNCTION pgjobd.group_unmark(q text, g text) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgjobd.group_unmark(q text, g text) TO pgjobd_worker;
 
 REVOKE ALL ON FUNCTION pgjobd.heartbeat(p_id bigint) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.heartbeat(p_id bigint) TO pgjobd_worker;
@@ -2881,6 +3182,9 @@ GRANT ALL ON FUNCTION pgjobd.parse_rate(p_name text, p_value text, OUT n integer
 REVOKE ALL ON FUNCTION pgjobd.pause(p_queue text) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.pause(p_queue text) TO pgjobd_worker;
 
+REVOKE ALL ON FUNCTION pgjobd.pause_group(p_queue text, p_group text) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgjobd.pause_group(p_queue text, p_group text) TO pgjobd_worker;
+
 REVOKE ALL ON FUNCTION pgjobd.pause_schedule(name text) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.pause_schedule(name text) TO pgjobd_worker;
 
@@ -2899,11 +3203,17 @@ GRANT ALL ON FUNCTION pgjobd.release_claim(p_id bigint, p_fence bigint, p_starte
 REVOKE ALL ON FUNCTION pgjobd.release_claim(p_id bigint, p_fence bigint, p_started boolean, p_error jsonb, p_max_attempts integer, p_retry_ms bigint, p_entry jsonb) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.release_claim(p_id bigint, p_fence bigint, p_started boolean, p_error jsonb, p_max_attempts integer, p_retry_ms bigint, p_entry jsonb) TO pgjobd_worker;
 
+REVOKE ALL ON FUNCTION pgjobd.release_group(p_queue text, p_group text) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgjobd.release_group(p_queue text, p_group text) TO pgjobd_worker;
+
 REVOKE ALL ON FUNCTION pgjobd.release_worker(p_worker text) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.release_worker(p_worker text) TO pgjobd_worker;
 
 REVOKE ALL ON FUNCTION pgjobd.resume(p_queue text) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.resume(p_queue text) TO pgjobd_worker;
+
+REVOKE ALL ON FUNCTION pgjobd.resume_group(p_queue text, p_group text) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgjobd.resume_group(p_queue text, p_group text) TO pgjobd_worker;
 
 REVOKE ALL ON FUNCTION pgjobd.resume_schedule(name text) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.resume_schedule(name text) TO pgjobd_worker;
@@ -2921,6 +3231,10 @@ GRANT ALL ON FUNCTION pgjobd.schedule(name text, cron text, queue text, data jso
 
 REVOKE ALL ON FUNCTION pgjobd.schedule_clock(p_real0 double precision, p_fake0 double precision, p_rate double precision) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.schedule_clock(p_real0 double precision, p_fake0 double precision, p_rate double precision) TO pgjobd_worker;
+
+REVOKE ALL ON FUNCTION pgjobd.sees_group(p_group text) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgjobd.sees_group(p_group text) TO pgjobd_producer;
+GRANT ALL ON FUNCTION pgjobd.sees_group(p_group text) TO pgjobd_worker;
 
 REVOKE ALL ON FUNCTION pgjobd.set_limits(queue text, concurrency integer, group_concurrency integer, rate text, group_rate text) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.set_limits(queue text, concurrency integer, group_concurrency integer, rate text, group_rate text) TO pgjobd_worker;
@@ -2943,13 +3257,7 @@ GRANT ALL ON FUNCTION pgjobd.wake_payload(p_queue text) TO pgjobd_worker;
 REVOKE ALL ON FUNCTION pgjobd.worker_gone(p_id bigint) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.worker_gone(p_id bigint) TO pgjobd_worker;
 
-GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE pgjobd.cancel_requests TO pgjobd_worker;
-
-GRANT USAGE ON SEQUENCE pgjobd.fence_seq TO pgjobd_worker;
-
-GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE pgjobd.group_rates TO pgjobd_worker;
-
-GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE pgjobd.groups TO pgjobd_worker;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE pgjobd.group_blocks TO pgjobd_worker;
 
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE pgjobd.jobs TO pgjobd_worker;
 
@@ -2992,6 +3300,17 @@ GRANT SELECT(updated_at) ON TABLE pgjobd.jobs TO pgjobd_producer;
 GRANT SELECT(created_by) ON TABLE pgjobd.jobs TO pgjobd_producer;
 
 GRANT SELECT(history) ON TABLE pgjobd.jobs TO pgjobd_producer;
+
+GRANT SELECT ON TABLE pgjobd.blocked_groups TO pgjobd_producer;
+GRANT SELECT ON TABLE pgjobd.blocked_groups TO pgjobd_worker;
+
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE pgjobd.cancel_requests TO pgjobd_worker;
+
+GRANT USAGE ON SEQUENCE pgjobd.fence_seq TO pgjobd_worker;
+
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE pgjobd.group_rates TO pgjobd_worker;
+
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE pgjobd.groups TO pgjobd_worker;
 
 GRANT SELECT,UPDATE ON TABLE pgjobd.maintenance_lock TO pgjobd_worker;
 

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "admin_cli.h"
+#include "group_cli.h"
 #include "jobs_cli.h"
 #include "limit_cli.h"
 #include "migrate.h"
@@ -150,6 +151,14 @@ static const char help_schedule[] =
     "Recurring jobs: each tick of a cron schedule enqueues one job. 'pgjobd schedule\n"
     "--help' describes every verb and its options.\n";
 
+/* `pgjobd groups` has verbs (group_cli.c answers `pgjobd groups --help` in
+ * full); this is its line in the overview and `pgjobd help groups`. */
+static const char help_groups[] =
+    "usage: pgjobd groups [--queue QUEUE] [--json] | pause|resume|release QUEUE GROUP\n"
+    "                     [-c FILE]\n"
+    "The groups that cannot start a job now (held after a failure, paused, waiting\n"
+    "for a retry); pause, resume or release one. 'pgjobd groups --help' tells more.\n";
+
 static const char help_revoke_queue[] = "usage: pgjobd revoke-queue ROLE QUEUE [-c FILE]\n"
 					"Take a grant of grant-queue back.\n";
 
@@ -193,7 +202,9 @@ enum {
 	CLI_SCHED_ALL = CLI_SCHED_ADD | CLI_SCHED_LIST | CLI_SCHED_RM | CLI_SCHED_RUN_NOW |
 			CLI_SCHED_PAUSE | CLI_SCHED_RESUME,
 	CLI_LIMIT = 1 << 22,
-	CLI_ALL = (1 << 23) - 1,
+	CLI_GROUPS = 1 << 23,
+	CLI_GROUPS_ONE = 1 << 24, /* its verbs: pause, resume, release */
+	CLI_ALL = (1 << 25) - 1,
 };
 
 static int help_run_command(const struct cli_args *a);
@@ -212,6 +223,12 @@ static const struct cli_command sched_verbs[] = {
     VERB("run-now", CLI_SCHED_RUN_NOW, "NAME", 1, sched_cli_one),
     VERB("pause", CLI_SCHED_PAUSE, "NAME", 1, sched_cli_one),
     VERB("resume", CLI_SCHED_RESUME, "NAME", 1, sched_cli_one),
+};
+/* groups' verbs; without one, groups lists. */
+static const struct cli_command group_verbs[] = {
+    VERB("pause", CLI_GROUPS_ONE, "QUEUE GROUP", 2, group_cli_one),
+    VERB("resume", CLI_GROUPS_ONE, "QUEUE GROUP", 2, group_cli_one),
+    VERB("release", CLI_GROUPS_ONE, "QUEUE GROUP", 2, group_cli_one),
 };
 #undef VERB
 
@@ -253,6 +270,10 @@ static const struct cli_command commands[] = {
     {"schedule", 0, CLI_STYLE_USAGE, "VERB", 1, 3, sched_verbs,
      sizeof(sched_verbs) / sizeof(sched_verbs[0]), "recurring jobs (cron schedules)", help_schedule,
      sched_cli_usage, NULL},
+    /* Without a verb: the listing; each verb takes QUEUE GROUP. */
+    {"groups", CLI_GROUPS, CLI_STYLE_USAGE, "VERB", 0, 2, group_verbs,
+     sizeof(group_verbs) / sizeof(group_verbs[0]), "blocked groups; pause, resume, release one",
+     help_groups, group_cli_usage, group_cli_list},
     {"help", CLI_HELP, CLI_STYLE_TRY, "COMMAND", 0, 1, NULL, 0, "describe every command, or one",
      help_help, NULL, help_run_command},
     {"version", CLI_VERSION, CLI_STYLE_TRY, NULL, 0, 0, NULL, 0, "print the version", help_version,
@@ -278,7 +299,8 @@ static const struct cli_option options[] = {
     {"--group", NULL, CLI_VALUE, F(group), CLI_ENQUEUE | CLI_JOBS | CLI_SCHED_ADD},
     {"--group-concurrency", NULL, CLI_VALUE, F(group_concurrency), CLI_LIMIT},
     {"--group-rate", NULL, CLI_VALUE, F(group_rate), CLI_LIMIT},
-    {"--json", NULL, CLI_FLAG, F(json), CLI_STATUS | CLI_JOBS | CLI_SHOW | CLI_SCHED_LIST},
+    {"--json", NULL, CLI_FLAG, F(json),
+     CLI_STATUS | CLI_JOBS | CLI_SHOW | CLI_SCHED_LIST | CLI_GROUPS},
     {"--json-object", NULL, CLI_FLAG, F(json_object), CLI_STATUS},
     {"--limit", NULL, CLI_VALUE, F(limit), CLI_JOBS},
     {"--max-attempts", NULL, CLI_VALUE, F(max_attempts), CLI_ENQUEUE | CLI_SCHED_ADD},
@@ -287,7 +309,7 @@ static const struct cli_option options[] = {
     {"--paused", NULL, CLI_FLAG, F(paused), CLI_SCHED_ADD},
     {"--pid", NULL, CLI_VALUE, F(pid), CLI_RELOAD},
     {"--priority", NULL, CLI_VALUE, F(priority), CLI_ENQUEUE | CLI_SCHED_ADD},
-    {"--queue", NULL, CLI_VALUE, F(queue), CLI_JOBS | CLI_RETRY},
+    {"--queue", NULL, CLI_VALUE, F(queue), CLI_JOBS | CLI_RETRY | CLI_GROUPS},
     {"--rate", NULL, CLI_VALUE, F(rate), CLI_LIMIT},
     {"--run-at", NULL, CLI_VALUE, F(run_at), CLI_ENQUEUE},
     {"--since", NULL, CLI_VALUE, F(since), CLI_JOBS | CLI_RETRY},

@@ -57,8 +57,10 @@ const struct key_def config_keys[] = {
     {"cpu_max", SEC_QUEUE, KIND_PERCENT, 1, 100000, NULL, true, Q(limits.cpu_max)},
     {"database", SEC_PGJOBD, KIND_CONNINFO, 0, 0, "", false, P(database)},
     {"env", SEC_QUEUE, KIND_ENV, 0, 0, "", true, Q(env)},
+    {"fail_exit_codes", SEC_QUEUE, KIND_EXIT_CODES, 0, 0, "", true, Q(fail_exit_codes)},
     {"fence_timeout", SEC_PGJOBD, KIND_DURATION, 1000, 10 * MS_MINUTE, "5s", false,
      P(fence_timeout_ms)},
+    {"group_on_failure", SEC_QUEUE, KIND_GROUP_FAIL, 0, 0, "continue", true, Q(group_on_failure)},
     {"io_weight", SEC_QUEUE, KIND_INT, 1, 10000, NULL, true, Q(limits.io_weight)},
     {"kill_grace", SEC_QUEUE, KIND_DURATION, 0, MS_HOUR, "10s", true, Q(kill_grace_ms)},
     {"lease", SEC_QUEUE, KIND_DURATION, 1000, 30 * MS_DAY, "30s", true, Q(lease_ms)},
@@ -464,6 +466,21 @@ int config_apply_value(struct load *L, int line, const struct key_def *k, void *
 			return 0;
 		}
 		err = "use 'none' or 'journal'";
+		break;
+	case KIND_EXIT_CODES:
+		if (parse_exit_codes(val, (unsigned char *)field, &err) < 0)
+			break;
+		return 0;
+	case KIND_GROUP_FAIL:
+		if (strcmp(val, "continue") == 0) {
+			*(enum group_on_failure *)field = GROUP_CONTINUE;
+			return 0;
+		}
+		if (strcmp(val, "hold") == 0) {
+			*(enum group_on_failure *)field = GROUP_HOLD;
+			return 0;
+		}
+		err = "use 'continue' or 'hold'";
 		break;
 	case KIND_ENV: {
 		struct queue_conf *q = base;

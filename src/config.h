@@ -14,11 +14,16 @@
 #include <sys/types.h>
 
 #include "log.h"
+#include "parse.h"
 
 /* How a running job's claim is held (pgjobd(8), "Lock modes"): by an open
  * transaction of one of the queue's pool sessions (hold_tx.c), or by a
  * lease that the daemon's lease session extends (hold_lease.c). */
 enum lock_mode { LOCK_TRANSACTION = 0, LOCK_LEASE = 1 };
+/* What a group does once one of its jobs failed for good (pgjobd.ini(5),
+ * group_on_failure): go on with its later jobs, or stop until the job is
+ * retried or the group released (sql/functions/groups.sql). */
+enum group_on_failure { GROUP_CONTINUE = 0, GROUP_HOLD = 1 };
 /* Where a job's output lines go besides the job's row (joblog.h). */
 enum log_output { LOG_OUTPUT_NONE = 0, LOG_OUTPUT_JOURNAL };
 
@@ -62,6 +67,11 @@ struct queue_conf {
 	char *user_home;  /* the user's home directory (for HOME) */
 	int command_line; /* the line of `command` in the file (for warnings) */
 	struct queue_limits limits;
+	/* The outcome policy (run.c): exit codes that fail the job at once, no
+	 * retry (bit c of fail_exit_codes[c / 8]; default none), and what a
+	 * group does after a job failed for good (default continue). */
+	unsigned char fail_exit_codes[PARSE_EXIT_CODES_BYTES];
+	enum group_on_failure group_on_failure;
 };
 
 struct config {

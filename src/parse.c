@@ -656,3 +656,62 @@ int parse_pressure(const char *s, double out[3], const char **err)
 		}
 	}
 }
+
+/* One code of fail_exit_codes at *p: 1..255, digits only. */
+static int exit_code_at(const char **p, int *out, const char **err)
+{
+	if (!is_digit(**p)) {
+		set_err(err, "expected an exit code (1-255) or a range such as 64-78");
+		return -1;
+	}
+	int n = 0;
+	for (; is_digit(**p); (*p)++) {
+		n = n * 10 + (**p - '0');
+		if (n > 255) {
+			set_err(err, "an exit code is at most 255");
+			return -1;
+		}
+	}
+	if (n == 0) {
+		set_err(err, "exit code 0 is a success, not a failure");
+		return -1;
+	}
+	*out = n;
+	return 0;
+}
+
+int parse_exit_codes(const char *s, unsigned char set[PARSE_EXIT_CODES_BYTES], const char **err)
+{
+	memset(set, 0, PARSE_EXIT_CODES_BYTES);
+	const char *p = s ? s : "";
+	for (;;) {
+		while (*p == ' ' || *p == '\t' || *p == ',')
+			p++;
+		if (!*p)
+			return 0;
+		int lo, hi;
+		if (exit_code_at(&p, &lo, err) < 0)
+			return -1;
+		hi = lo;
+		if (*p == '-') {
+			p++;
+			if (exit_code_at(&p, &hi, err) < 0)
+				return -1;
+			if (hi < lo) {
+				set_err(err, "a range must go upwards (64-78, not 78-64)");
+				return -1;
+			}
+		}
+		if (*p && *p != ' ' && *p != '\t' && *p != ',') {
+			set_err(err, "expected an exit code (1-255) or a range such as 64-78");
+			return -1;
+		}
+		for (int c = lo; c <= hi; c++)
+			set[c / 8] |= (unsigned char)(1u << (c % 8));
+	}
+}
+
+bool parse_exit_code_in(const unsigned char set[PARSE_EXIT_CODES_BYTES], int c)
+{
+	return c > 0 && c < 256 && (set[c / 8] & (1u << (c % 8)));
+}

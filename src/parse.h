@@ -57,6 +57,15 @@ int parse_rate(const char *s, int64_t *n, int64_t *period_ms, const char **err);
 /* Decimal integer within [min, max]. */
 int parse_int(const char *s, long long min, long long max, long long *out, const char **err);
 
+/* The `fail_exit_codes` key: exit codes and ranges of them, separated by
+ * blanks or commas ("64-74 76-78", "1,2"), each code 1..255 (0 is a
+ * success, never a failure). Sets the bits of the codes in set (bit c of
+ * set[c / 8]), which it clears first; "" sets none. */
+#define PARSE_EXIT_CODES_BYTES 32
+int parse_exit_codes(const char *s, unsigned char set[PARSE_EXIT_CODES_BYTES], const char **err);
+/* Is code c in such a set? */
+bool parse_exit_code_in(const unsigned char set[PARSE_EXIT_CODES_BYTES], int c);
+
 /* Queue name: [A-Za-z0-9_.-]{1,63}. */
 bool parse_is_queue_name(const char *s);
 

@@ -53,6 +53,7 @@
 #include <string.h>
 #include <yaml.h>
 
+#include "parse.h"
 #include "util.h"
 
 #define RESULT_MAX_DEPTH 1000
@@ -951,5 +952,113 @@ char *result_history_entry(const struct result_attempt *a)
 	put_code(&b, "max_rss_kb", a->max_rss_kb, a->max_rss_kb >= 0);
 	put_code(&b, "duration_ms", a->duration_ms, a->duration_ms >= 0);
 	buf_putc(&b, '}');
+	return buf_steal(&b);
+}
+
+/* "30", "2.5": a number of seconds, at most a year, in ms. */
+static int seconds_ms(const char *s, int64_t *ms)
+{
+	const char *p = s;
+	int64_t whole = 0, frac = 0, scale = 1000;
+	if (!is_digit(*p))
+		return -1;
+	for (; is_digit(*p); p++) {
+		whole = whole * 10 + (*p - '0');
+		if (whole > 366 * 86400)
+			return -1;
+	}
+	if (*p == '.') {
+		p++;
+		if (!is_digit(*p))
+			return -1;
+		for (; is_digit(*p); p++) {
+			scale /= 10;
+			frac += (*p - '0') * scale;
+		}
+	}
+	if (*p)
+		return -1;
+	*ms = whole * 1000 + frac;
+	return 0;
+}
+
+int result_retry_after_ms(const char *json, int64_t *ms)
+{
+	if (!json || json[0] != '{')
+		return -1;
+	yaml_parser_t parser;
+	yaml_event_t ev;
+	if (!yaml_parser_initialize(&parser))
+		return -1;
+	yaml_parser_set_input_string(&parser, (const unsigned char *)json, strlen(json));
+	int depth = 0, rc = -1;
+	bool key = true, want = false, done = false;
+	while (!done && yaml_parser_parse(&parser, &ev)) {
+		switch (ev.type) {
+		case YAML_MAPPING_START_EVENT:
+		case YAML_SEQUENCE_START_EVENT:
+			if (depth == 1 && want)
+				done = true; /* retry_after is not a scalar */
+			else if (depth == 1)
+				key = true; /* a value: the next scalar at depth 1 is a key */
+			depth++;
+			break;
+		case YAML_MAPPING_END_EVENT:
+		case YAML_SEQUENCE_END_EVENT:
+			depth--;
+			if (depth <= 0)
+				done = true;
+			break;
+		case YAML_SCALAR_EVENT:
+			if (depth != 1)
+				break;
+			if (want) {
+				const char *v = (const char *)ev.data.scalar.value;
+				int64_t d;
+				if (seconds_ms(v, &d) == 0 || parse_duration_ms(v, &d, NULL) == 0) {
+					*ms = d;
+					rc = 0;
+				}
+				done = true;
+			} else if (key) {
+				want =
+				    strcmp((const char *)ev.data.scalar.value, "retry_after") == 0;
+				key = false;
+			} else {
+				key = true;
+			}
+			break;
+		case YAML_STREAM_END_EVENT:
+			done = true;
+			break;
+		default:
+			break;
+		}
+		yaml_event_delete(&ev);
+	}
+	yaml_parser_delete(&parser);
+	return rc;
+}
+
+char *result_object_add(char *json, const char *key, const char *value_json)
+{
+	size_t n = strlen(json);
+	assert(n >= 2 && json[n - 1] == '}');
+	struct buf b;
+	buf_init(&b);
+	buf_printf(&b, "%.*s", (int)(n - 1), json);
+	/* "{}" takes no comma */
+	bool empty = true;
+	for (size_t i = 1; i + 1 < n; i++)
+		if (json[i] != ' ' && json[i] != '\n') {
+			empty = false;
+			break;
+		}
+	buf_puts(&b, empty ? "\"" : ", \"");
+	buf_puts(&b, key);
+	buf_puts(&b, "\": ");
+	buf_puts(&b, value_json);
+	buf_putc(&b, '}');
+	free(json);
 	return buf_steal(&b);
 }

@@ -43,6 +43,18 @@ char *result_error_json(const char *reason, int exit_code, int signal, const cha
 			const char *stderr_data, size_t stderr_len, bool stderr_truncated,
 			const char *stdout_data, size_t stdout_len, bool stdout_truncated);
 
+/* A failed command's wish for its next attempt's delay: json is what
+ * result_from_stdout made of its stdout; when that is a mapping with a key
+ * `retry_after` whose value is a duration in pgjobd.ini's syntax ("30s",
+ * "1m30s") or a number of seconds (30, 2.5, also quoted), *ms gets it and
+ * 0 is returned. -1: no such key, or a value that is neither (*ms
+ * untouched). Reads only the top level; bounded by json's size. */
+int result_retry_after_ms(const char *json, int64_t *ms);
+
+/* json, a JSON object (`{...}`, malloc'd), with `"key": value_json` added
+ * at its end; json is freed. value_json must be valid JSON. */
+char *result_object_add(char *json, const char *key, const char *value_json);
+
 /* What the daemon knows of an attempt, for its entry in jobs.history. */
 struct result_attempt {
 	const char *reason;  /* "none" for a success */

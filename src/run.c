@@ -314,6 +314,76 @@ static void limits_fields(struct run *r, const struct exec_outcome *o, bool ran)
 	r->entry = add_fields(r->entry, extra);
 }
 
+/* The queue's outcome policy (pgjobd.ini(5), "Outcome policy"). Both lock
+ * modes write the outcome run_outcome makes, so this is the one place where
+ * a failed attempt's fate is decided: a code of fail_exit_codes fails the
+ * job at once; otherwise a retry waits what the command asked for
+ * (retry_after, at most backoff_max) or the backoff. */
+
+/* A command's exit code that the queue's fail_exit_codes lists: the job
+ * fails now, whatever its attempts left (msg says so). */
+static bool fails_at_once(const struct queue_conf *q, const struct exec_outcome *o, char *msg,
+			  size_t n)
+{
+	if (o->status != EXEC_EXITED || !o->out ||
+	    !parse_exit_code_in(q->fail_exit_codes, o->exit_code))
+		return false;
+	snprintf(msg, n, "exit code %d is in the queue's fail_exit_codes: not retried",
+		 o->exit_code);
+	return true;
+}
+
+/* ms as "2s" or "1500ms", for a message. */
+static void fmt_ms(char *out, size_t n, int64_t ms)
+{
+	if (ms % 1000 == 0)
+		snprintf(out, n, "%llds", (long long)(ms / 1000));
+	else
+		snprintf(out, n, "%lldms", (long long)ms);
+}
+
+/* The delay of a retry: retry_after from the command's stdout when it
+ * printed a mapping with one (at most backoff_max; msg says so), else the
+ * queue's backoff. */
+static int64_t retry_delay(struct run *r, const struct exec_outcome *o, char *msg, size_t n)
+{
+	const struct queue_conf *q = r->q;
+	int64_t ms = -1;
+	if (o->out && o->status == EXEC_EXITED) {
+		size_t len, tail_len;
+		const char *tail = capture_tail(o->out, &tail_len);
+		const char *data = capture_data(o->out, &len);
+		char *json =
+		    result_from_stdout(data, len, capture_truncated(o->out), tail, tail_len);
+		if (result_retry_after_ms(json, &ms) < 0)
+			ms = -1;
+		free(json);
+	}
+	if (ms < 0)
+		return run_retry_delay(q, r->cj.attempts);
+	char asked[32], used[32];
+	fmt_ms(asked, sizeof(asked), ms);
+	if (ms > q->backoff_max_ms) {
+		fmt_ms(used, sizeof(used), q->backoff_max_ms);
+		snprintf(msg, n, "retry_after %s asked for by the command, cut to backoff_max %s",
+			 asked, used);
+		ms = q->backoff_max_ms;
+	} else {
+		snprintf(msg, n, "retry_after %s asked for by the command", asked);
+	}
+	return ms;
+}
+
+/* A final failure of a grouped job in a queue whose group_on_failure is
+ * hold: the error carries the policy, and the database holds the group
+ * (trigger jobs_failed_hold, sql/functions/groups.sql). */
+static char *with_group_policy(const struct run *r, char *error)
+{
+	if (r->q->group_on_failure != GROUP_HOLD || !r->cj.group_id || !error)
+		return error;
+	return result_object_add(error, "group_on_failure", "\"hold\"");
+}
+
 void run_outcome(struct run *r, const struct exec_outcome *o, struct claim_outcome *out)
 {
 	const struct exec_outcome never = {.status = EXEC_EXITED, .exit_code = -1};
@@ -360,8 +430,6 @@ void run_outcome(struct run *r, const struct exec_outcome *o, struct claim_outco
 		out->status = CLAIM_SUCCEEDED;
 		out->result = r->result;
 	} else {
-		r->error = error_json(reason, exit_code, sig, msg[0] ? msg : NULL, o, ran);
-		out->error = r->error;
 		if (kill == RUN_KILL_SHUTDOWN || kill == RUN_KILL_UNSTARTED) {
 			/* Interrupted by a shutdown, or never started (the claim
 			 * could not be confirmed in time): not an attempt. */
@@ -369,12 +437,22 @@ void run_outcome(struct run *r, const struct exec_outcome *o, struct claim_outco
 			out->give_back = true;
 		} else if (kill == RUN_KILL_CANCELLED) {
 			out->status = CLAIM_CANCELLED; /* pgjobd.cancel(): no retry */
+		} else if (kill == RUN_KILL_NONE && fails_at_once(q, o, msg, sizeof(msg))) {
+			out->status = CLAIM_FAILED;
 		} else if (r->cj.attempts < r->cj.max_attempts) {
+			/* The policy is the command's exit's: a timeout or a
+			 * lost claim backs off as always. */
 			out->status = CLAIM_QUEUED;
-			out->retry_in_ms = run_retry_delay(q, r->cj.attempts);
+			out->retry_in_ms = kill == RUN_KILL_NONE
+					       ? retry_delay(r, o, msg, sizeof(msg))
+					       : run_retry_delay(q, r->cj.attempts);
 		} else {
 			out->status = CLAIM_FAILED;
 		}
+		r->error = error_json(reason, exit_code, sig, msg[0] ? msg : NULL, o, ran);
+		if (out->status == CLAIM_FAILED)
+			r->error = with_group_policy(r, r->error);
+		out->error = r->error;
 	}
 	/* Every attempt that counts has an entry, and so has a run a shutdown
 	 * interrupted; a claim given back before its command ran has none. */
@@ -417,7 +495,9 @@ void run_lost(struct run *r, const struct exec_outcome *o, const char *msg)
 	free(r->error);
 	free(r->entry);
 	const char *reason = run_kill_name(RUN_KILL_LOST_LOCK);
-	r->error = error_json(reason, exit_code, sig, msg, o, true);
+	/* The server decides between a retry and the end (release_claim): the
+	 * policy goes along, and counts only if the job ends failed. */
+	r->error = with_group_policy(r, error_json(reason, exit_code, sig, msg, o, true));
 	r->entry = history_entry(reason, exit_code, sig, msg, o, true);
 }
 

@@ -420,6 +420,7 @@ BEGIN
                     AND (h.expires_at IS NULL OR h.expires_at > statement_timestamp())
         LOOP
             EXIT WHEN array_length(ids, 1) >= want;
+            CONTINUE WHEN r.held_until = 'infinity'; -- a blocked group
             IF r.run_at > statement_timestamp() THEN
                 -- A head waiting out a backoff that is not marked yet: mark
                 -- its group while this walk meets it.
@@ -648,14 +649,19 @@ BEGIN
         END IF;
     END IF;
     IF conc > 1 THEN
-        SELECT j.id, j.status, j.run_at, j.expires_at INTO head FROM pgjobd.jobs j
+        SELECT j.id, j.status, j.run_at, j.expires_at, j.held_until INTO head FROM pgjobd.jobs j
          WHERE j.queue = q AND coalesce(j.group_key, j.group_id) = g AND j.status = 'queued'
          ORDER BY coalesce(j.commit_seq, j.id) LIMIT 1;
     ELSE
-        SELECT j.id, j.status, j.run_at, j.expires_at INTO head FROM pgjobd.jobs j
+        SELECT j.id, j.status, j.run_at, j.expires_at, j.held_until INTO head FROM pgjobd.jobs j
          WHERE j.queue = q AND coalesce(j.group_key, j.group_id) = g
            AND j.status IN ('queued', 'running')
          ORDER BY coalesce(j.commit_seq, j.id) LIMIT 1;
+    END IF;
+    -- A blocked group (held or paused: its queued jobs marked 'infinity',
+    -- sql/functions/groups.sql) starts nothing.
+    IF head.held_until = 'infinity' THEN
+        RETURN 0;
     END IF;
     IF head.id IS DISTINCT FROM jid THEN
         -- Only a ready, queued head can start (later in the caller's scan);

@@ -402,6 +402,38 @@ static void test_keys(void)
 		      "  hint: did you mean 'command'?\n");
 }
 
+/* The outcome policy's keys: fail_exit_codes and group_on_failure. */
+static void test_outcome_policy(void)
+{
+	struct config *c = expect_ok("outcome policy", "[queue.a]\ncommand = x\n"
+						       "fail_exit_codes = 64-74 76-78\n"
+						       "group_on_failure = hold\n"
+						       "[queue.b]\ncommand = x\n");
+	if (!c)
+		return;
+	struct queue_conf *a = config_find_queue(c, "a"), *b = config_find_queue(c, "b");
+	ok(a && parse_exit_code_in(a->fail_exit_codes, 64) &&
+	       parse_exit_code_in(a->fail_exit_codes, 78) &&
+	       !parse_exit_code_in(a->fail_exit_codes, 75),
+	   "fail_exit_codes 64-74 76-78");
+	ok(a && a->group_on_failure == GROUP_HOLD, "group_on_failure = hold");
+	ok(b && !parse_exit_code_in(b->fail_exit_codes, 1) &&
+	       !parse_exit_code_in(b->fail_exit_codes, 255),
+	   "default fail_exit_codes: none");
+	ok(b && b->group_on_failure == GROUP_CONTINUE, "default group_on_failure: continue");
+	ok(a && b && !queue_conf_equal(a, b), "queues that differ in policy differ");
+	config_free(c);
+	expect_errors("bad fail_exit_codes", "[queue.x]\ncommand = x\nfail_exit_codes = 64-300\n",
+		      "F:3: error: bad value '64-300' for 'fail_exit_codes': an exit code is at "
+		      "most 255\n");
+	expect_errors("fail_exit_codes 0", "[queue.x]\ncommand = x\nfail_exit_codes = 0\n",
+		      "F:3: error: bad value '0' for 'fail_exit_codes': exit code 0 is a success, "
+		      "not a failure\n");
+	expect_errors("bad group_on_failure", "[queue.x]\ncommand = x\ngroup_on_failure = stop\n",
+		      "F:3: error: bad value 'stop' for 'group_on_failure': use 'continue' or "
+		      "'hold'\n");
+}
+
 static void test_values(void)
 {
 	expect_errors("bad duration", "[queue.x]\ncommand = x\ntimeout = ten\n",
@@ -914,6 +946,7 @@ int main(void)
 	test_sections();
 	test_keys();
 	test_values();
+	test_outcome_policy();
 	test_env();
 	test_database();
 	test_user();

@@ -439,10 +439,40 @@ static void test_resources(void)
 	ok(parse_pressure("cpus 40", pr, &err) < 0, "max_pressure: a longer name refused");
 }
 
+static void test_exit_codes(void)
+{
+	unsigned char set[PARSE_EXIT_CODES_BYTES];
+	const char *err = NULL;
+	ok(parse_exit_codes("64-74 76-78", set, &err) == 0, "exit codes: 64-74 76-78");
+	ok(parse_exit_code_in(set, 64) && parse_exit_code_in(set, 74) &&
+	       parse_exit_code_in(set, 76) && parse_exit_code_in(set, 78),
+	   "exit codes: the ends of both ranges are in");
+	ok(!parse_exit_code_in(set, 75) && !parse_exit_code_in(set, 63) &&
+	       !parse_exit_code_in(set, 79) && !parse_exit_code_in(set, 0),
+	   "exit codes: 75, 63, 79 and 0 are not");
+	ok(parse_exit_codes("1,2, 255", set, &err) == 0 && parse_exit_code_in(set, 1) &&
+	       parse_exit_code_in(set, 255) && !parse_exit_code_in(set, 3),
+	   "exit codes: commas and blanks, 255");
+	ok(parse_exit_codes("", set, &err) == 0 && !parse_exit_code_in(set, 1),
+	   "exit codes: empty");
+	static const struct {
+		const char *s, *needle;
+	} bad[] = {
+	    {"0", "success"},  {"256", "at most 255"}, {"78-64", "upwards"}, {"64-", "expected"},
+	    {"x", "expected"}, {"64x", "expected"},    {"-3", "expected"},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		err = NULL;
+		ok(parse_exit_codes(bad[i].s, set, &err) < 0 && err && strstr(err, bad[i].needle),
+		   "exit codes: '%s' refused (%s)", bad[i].s, err ? err : "no message");
+	}
+}
+
 int main(void)
 {
 	test_rates();
 	test_resources();
+	test_exit_codes();
 	test_times();
 	test_durations();
 	test_sizes();
