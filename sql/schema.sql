@@ -10,7 +10,7 @@
 -- their grants and row-level security policies show), normalised by
 -- tests/schema-dump.sh: no owners, no SET preamble, no pg_dump comments.
 --
--- Schema version 30 (030_backoff_marks), dumped by pg_dump 15.
+-- Schema version 33 (033_progress), dumped by pg_dump 15.
 
 CREATE SCHEMA pgjobd;
 
@@ -848,6 +848,22 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION pgjobd.grant_progress() RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_producer') THEN
+        GRANT SELECT (progress) ON pgjobd.jobs TO pgjobd_producer;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_worker') THEN
+        GRANT SELECT, INSERT, UPDATE, DELETE ON pgjobd.running_progress TO pgjobd_worker;
+        GRANT SELECT ON pgjobd.job_progress TO pgjobd_worker;
+        GRANT EXECUTE ON FUNCTION pgjobd.report_progress(jsonb) TO pgjobd_worker;
+    END IF;
+END
+$$;
+
 CREATE FUNCTION pgjobd.grant_queue(p_role name, p_queue text) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -928,6 +944,7 @@ BEGIN
     PERFORM pgjobd.grant_schedules();
     PERFORM pgjobd.grant_history();
     PERFORM pgjobd.grant_lease();
+    PERFORM pgjobd.grant_progress();
 END
 $$;
 
@@ -1279,6 +1296,16 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION pgjobd.jobs_progress_reset() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    NEW.progress := NULL;
+    RETURN NEW;
+END
+$$;
+
 CREATE FUNCTION pgjobd.jobs_quota() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1604,6 +1631,49 @@ BEGIN
      WHERE j.status = 'running' AND j.lease_until > '-infinity'
        AND j.worker_id IN (SELECT w.id FROM pgjobd.workers w WHERE w.name = v_name);
     RETURN n;
+END
+$$;
+
+CREATE FUNCTION pgjobd.report_progress(p_reports jsonb) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    UPDATE pgjobd.jobs j SET progress = x.progress
+      FROM jsonb_to_recordset(p_reports) AS x(id bigint, fence bigint, final boolean,
+                                              progress jsonb)
+     WHERE j.id = x.id AND j.fence = x.fence
+       AND CASE WHEN x.final THEN j.status IN ('succeeded', 'failed', 'cancelled')
+                ELSE j.status = 'running' AND j.lease_until > clock_timestamp() END
+       AND j.progress IS DISTINCT FROM x.progress;
+
+    INSERT INTO pgjobd.running_progress AS r (job_id, fence, progress, updated_at)
+    SELECT x.id, x.fence, x.progress, clock_timestamp()
+      FROM jsonb_to_recordset(p_reports) AS x(id bigint, fence bigint, final boolean,
+                                              progress jsonb)
+     WHERE NOT x.final
+       AND EXISTS (SELECT 1 FROM pgjobd.jobs j
+                    WHERE j.id = x.id AND j.fence = x.fence AND j.status = 'running'
+                      AND j.lease_until IS NULL)
+    ON CONFLICT (job_id) DO UPDATE
+       SET fence = excluded.fence, progress = excluded.progress, updated_at = excluded.updated_at
+     WHERE r.fence <= excluded.fence;
+
+    DELETE FROM pgjobd.running_progress r
+     USING jsonb_to_recordset(p_reports) AS x(id bigint, fence bigint, final boolean)
+     WHERE x.final AND r.job_id = x.id AND r.fence <= x.fence;
+
+    WITH gone AS (
+        DELETE FROM pgjobd.running_progress r
+         WHERE r.updated_at < clock_timestamp() - interval '1 minute'
+           AND NOT EXISTS (SELECT 1 FROM pgjobd.jobs j
+                            WHERE j.id = r.job_id AND j.fence = r.fence
+                              AND j.status = 'running')
+        RETURNING r.job_id, r.fence, r.progress)
+    UPDATE pgjobd.jobs j SET progress = g.progress
+      FROM gone g
+     WHERE j.id = g.job_id AND j.fence = g.fence
+       AND j.status IN ('succeeded', 'failed', 'cancelled') AND j.progress IS NULL;
 END
 $$;
 
@@ -1979,6 +2049,7 @@ CREATE TABLE pgjobd.jobs (
     lease_until timestamp with time zone,
     lease_ms bigint,
     group_key text,
+    progress jsonb,
     CONSTRAINT jobs_dedupe_key_max_1kib CHECK ((octet_length(dedupe_key) <= 1024)),
     CONSTRAINT jobs_group_id_max_1kib CHECK ((octet_length(group_id) <= 1024)),
     CONSTRAINT "max_attempts must be at least 1" CHECK ((max_attempts >= 1)),
@@ -1987,6 +2058,28 @@ CREATE TABLE pgjobd.jobs (
     CONSTRAINT "timeout must be positive" CHECK ((timeout > '00:00:00'::interval))
 )
 WITH (fillfactor='80');
+
+CREATE UNLOGGED TABLE pgjobd.running_progress (
+    job_id bigint NOT NULL,
+    fence bigint NOT NULL,
+    progress jsonb,
+    updated_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
+);
+
+COMMENT ON TABLE pgjobd.running_progress IS 'The latest progress of running jobs of lock mode transaction (their rows are locked by their slots); read it through pgjobd.job_progress.';
+
+CREATE VIEW pgjobd.job_progress WITH (security_invoker='true') AS
+ SELECT j.id AS job_id,
+    j.queue,
+    j.status,
+        CASE
+            WHEN (r.job_id IS NOT NULL) THEN r.progress
+            ELSE j.progress
+        END AS progress
+   FROM (pgjobd.jobs j
+     LEFT JOIN pgjobd.running_progress r ON (((r.job_id = j.id) AND (r.fence = j.fence) AND (j.status <> 'queued'::text))));
+
+COMMENT ON VIEW pgjobd.job_progress IS 'Each job''s progress as its command last reported it, in either lock mode (a running transaction-mode job''s is in pgjobd.running_progress, not yet in jobs.progress).';
 
 ALTER TABLE pgjobd.jobs ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     SEQUENCE NAME pgjobd.jobs_id_seq
@@ -2022,7 +2115,8 @@ CREATE VIEW pgjobd.my_jobs WITH (security_invoker='true') AS
     jobs.finished_at,
     jobs.updated_at,
     jobs.created_by,
-    jobs.history
+    jobs.history,
+    jobs.progress
    FROM pgjobd.jobs;
 
 COMMENT ON VIEW pgjobd.my_jobs IS 'The jobs of pgjobd.jobs its reader may read, with the columns a producer may read: SELECT * FROM pgjobd.my_jobs works for producers, SELECT * FROM pgjobd.jobs does not.';
@@ -2185,6 +2279,9 @@ ALTER TABLE ONLY pgjobd.queue_policies
 ALTER TABLE ONLY pgjobd.quotas
     ADD CONSTRAINT quotas_pkey PRIMARY KEY (role, queue);
 
+ALTER TABLE ONLY pgjobd.running_progress
+    ADD CONSTRAINT running_progress_pkey PRIMARY KEY (job_id);
+
 ALTER TABLE ONLY pgjobd.schedules
     ADD CONSTRAINT schedules_pkey PRIMARY KEY (name);
 
@@ -2249,6 +2346,8 @@ CREATE TRIGGER jobs_group_key BEFORE INSERT OR UPDATE OF queue, group_id, create
 CREATE TRIGGER jobs_head_changed AFTER DELETE OR UPDATE OF status, run_at, queue, group_id ON pgjobd.jobs FOR EACH ROW WHEN (((old.status = 'queued'::text) AND (old.group_id IS NOT NULL) AND (old.run_at > now()))) EXECUTE FUNCTION pgjobd.jobs_head_changed();
 
 CREATE TRIGGER jobs_inserted AFTER INSERT ON pgjobd.jobs REFERENCING NEW TABLE AS new_jobs FOR EACH STATEMENT EXECUTE FUNCTION pgjobd.jobs_inserted();
+
+CREATE TRIGGER jobs_progress_reset BEFORE UPDATE OF status, fence ON pgjobd.jobs FOR EACH ROW WHEN (((old.progress IS NOT NULL) AND ((new.status = 'queued'::text) OR (new.fence IS DISTINCT FROM old.fence)))) EXECUTE FUNCTION pgjobd.jobs_progress_reset();
 
 CREATE TRIGGER jobs_quota AFTER INSERT ON pgjobd.jobs REFERENCING NEW TABLE AS new_jobs FOR EACH STATEMENT EXECUTE FUNCTION pgjobd.jobs_quota();
 
@@ -2361,6 +2460,9 @@ GRANT ALL ON FUNCTION pgjobd.release_claim(p_id bigint, p_fence bigint, p_starte
 REVOKE ALL ON FUNCTION pgjobd.release_worker(p_worker text) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.release_worker(p_worker text) TO pgjobd_worker;
 
+REVOKE ALL ON FUNCTION pgjobd.report_progress(p_reports jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgjobd.report_progress(p_reports jsonb) TO pgjobd_worker;
+
 REVOKE ALL ON FUNCTION pgjobd.resume(p_queue text) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.resume(p_queue text) TO pgjobd_worker;
 
@@ -2446,6 +2548,12 @@ GRANT SELECT(updated_at) ON TABLE pgjobd.jobs TO pgjobd_producer;
 GRANT SELECT(created_by) ON TABLE pgjobd.jobs TO pgjobd_producer;
 
 GRANT SELECT(history) ON TABLE pgjobd.jobs TO pgjobd_producer;
+
+GRANT SELECT(progress) ON TABLE pgjobd.jobs TO pgjobd_producer;
+
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE pgjobd.running_progress TO pgjobd_worker;
+
+GRANT SELECT ON TABLE pgjobd.job_progress TO pgjobd_worker;
 
 GRANT SELECT,UPDATE ON TABLE pgjobd.maintenance_lock TO pgjobd_worker;
 

@@ -144,6 +144,7 @@ BEGIN
     PERFORM pgjobd.grant_schedules();
     PERFORM pgjobd.grant_history();
     PERFORM pgjobd.grant_lease();
+    PERFORM pgjobd.grant_progress();
 END
 $$;
 

@@ -137,7 +137,7 @@ is "$rc" 0 "show --json: exit 0"
 is "$(jq -r '[.id, .queue, .status, (.history | length), .history[1].reason, .history[1].exit_code, .error.stdout] | join(" ")' <<<"$out")" \
 	"$f fail failed 2 exit 4 partial output" "show --json: the row, with history and error"
 is "$(jq -r 'keys | join(" ")' <<<"$out")" \
-	"attempts created_at data dedupe_key error expires_at finished_at group_id history id max_attempts priority queue result run_at started_at status timeout_ms updated_at worker" \
+	"attempts created_at data dedupe_key error expires_at finished_at group_id history id max_attempts priority progress queue result run_at started_at status timeout_ms updated_at worker" \
 	"show --json: every column a user reads"
 
 cli show 999999 -c "$T/cli.ini"
