@@ -85,6 +85,7 @@ TEST_DEPS_parse := parse
 TEST_DEPS_config := config config_load config_use parse
 TEST_DEPS_capture := capture
 TEST_DEPS_result := result
+TEST_DEPS_progress := progress result
 TEST_DEPS_exec := exec capture parse priv reap
 TEST_DEPS_guard := guard procfs
 TEST_DEPS_procfs := procfs
