@@ -1634,18 +1634,32 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION pgjobd.report_progress(p_reports jsonb) RETURNS void
+CREATE FUNCTION pgjobd.report_progress(p_reports jsonb) RETURNS SETOF bigint
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
-    UPDATE pgjobd.jobs j SET progress = x.progress
-      FROM jsonb_to_recordset(p_reports) AS x(id bigint, fence bigint, final boolean,
-                                              progress jsonb)
-     WHERE j.id = x.id AND j.fence = x.fence
-       AND CASE WHEN x.final THEN j.status IN ('succeeded', 'failed', 'cancelled')
-                ELSE j.status = 'running' AND j.lease_until > clock_timestamp() END
-       AND j.progress IS DISTINCT FROM x.progress;
+    RETURN QUERY
+    WITH x AS (
+        SELECT * FROM jsonb_to_recordset(p_reports)
+                   AS x(id bigint, fence bigint, final boolean, progress jsonb)),
+    due AS (
+        SELECT j.id FROM pgjobd.jobs j JOIN x ON j.id = x.id AND j.fence = x.fence
+         WHERE CASE WHEN x.final THEN j.status IN ('succeeded', 'failed', 'cancelled')
+                    ELSE j.status = 'running' AND j.lease_until > clock_timestamp() END
+           AND j.progress IS DISTINCT FROM x.progress),
+    locked AS (
+        SELECT j.id, x.progress FROM pgjobd.jobs j JOIN x ON j.id = x.id AND j.fence = x.fence
+         WHERE j.id IN (SELECT due.id FROM due)
+           AND CASE WHEN x.final THEN j.status IN ('succeeded', 'failed', 'cancelled')
+                    ELSE j.status = 'running' AND j.lease_until > clock_timestamp() END
+           FOR NO KEY UPDATE OF j SKIP LOCKED),
+    written AS (
+        UPDATE pgjobd.jobs j SET progress = locked.progress
+          FROM locked
+         WHERE j.id = locked.id
+        RETURNING j.id)
+    SELECT due.id FROM due WHERE due.id NOT IN (SELECT written.id FROM written);
 
     INSERT INTO pgjobd.running_progress AS r (job_id, fence, progress, updated_at)
     SELECT x.id, x.fence, x.progress, clock_timestamp()
@@ -1672,8 +1686,11 @@ BEGIN
         RETURNING r.job_id, r.fence, r.progress)
     UPDATE pgjobd.jobs j SET progress = g.progress
       FROM gone g
-     WHERE j.id = g.job_id AND j.fence = g.fence
-       AND j.status IN ('succeeded', 'failed', 'cancelled') AND j.progress IS NULL;
+     WHERE j.ctid = ANY (ARRAY(
+               SELECT k.ctid FROM pgjobd.jobs k JOIN gone h ON k.id = h.job_id AND k.fence = h.fence
+                WHERE k.status IN ('succeeded', 'failed', 'cancelled') AND k.progress IS NULL
+                  FOR NO KEY UPDATE OF k SKIP LOCKED))
+       AND j.id = g.job_id;
 END
 $$;
 

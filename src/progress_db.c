@@ -15,13 +15,15 @@
  * the claimer and the maintenance session keep their own pace and
  * purposes; progress waits behind none of them and delays none of them.
  * A failed statement is tried again with the next (back-off in the log
- * only: the interval paces it already); a final value is given up after
- * PROGRESS_DB_FINAL_TRIES. The session's lock_timeout bounds any wait for a
- * row another session updates at that moment (an extension, an outcome). */
+ * only: the interval paces it already), and so is a value whose row
+ * another session had locked at that moment (an extension, an outcome:
+ * report_progress skips such rows rather than wait, and returns their ids);
+ * a final value is given up after PROGRESS_DB_FINAL_TRIES. */
 #include "progress_db.h"
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,7 +32,9 @@
 #include "log.h"
 #include "util.h"
 
-#define PROGRESS_DB_FINAL_TRIES 3
+/* A final value not written (a failed statement, a row locked) is sent
+ * again this many times at most. */
+#define PROGRESS_DB_FINAL_TRIES 20
 
 struct progress_job {
 	long long id, fence;
@@ -58,7 +62,8 @@ struct progress_db {
 	struct backoff fails;
 };
 
-static const char sql_report[] = "SELECT pgjobd.report_progress($1::jsonb)";
+/* Returns the ids whose rows were locked by another session (not written). */
+static const char sql_report[] = "SELECT * FROM pgjobd.report_progress($1::jsonb)";
 
 static void unlink_job(struct progress_db *pd, struct progress_job *pj)
 {
@@ -116,15 +121,21 @@ static void on_sent(struct db_conn *c, PGresult *const *res, int n, void *arg)
 		backoff_fail(&pd->fails, LOG_WARN, "cannot write progress", NULL,
 			     res ? db_batch_error(res, n) : "the session was lost");
 	pd->inflight = false;
+	/* The rows another session had locked: not written, sent again. Few
+	 * (at most the batch), so looked up by a scan of the answer. */
+	int nskip = ok ? PQntuples(res[0]) : 0;
 	struct progress_job *next;
 	for (struct progress_job *pj = pd->head; pj; pj = next) {
 		next = pj->next;
 		if (!pj->busy)
 			continue;
 		pj->busy = false;
-		if (ok)
+		bool written = ok;
+		for (int i = 0; written && i < nskip; i++)
+			written = strtoll(PQgetvalue(res[0], i, 0), NULL, 10) != pj->id;
+		if (written)
 			pj->sent = pj->inflight;
-		if (pj->busy_final && (ok || ++pj->tries >= PROGRESS_DB_FINAL_TRIES))
+		if (pj->busy_final && (written || ++pj->tries >= PROGRESS_DB_FINAL_TRIES))
 			unlink_job(pd, pj);
 	}
 	schedule(pd);

@@ -12,21 +12,40 @@
 --     fence replacing an older one's row, never the reverse;
 --   final true (the job is done and its outcome written): into the
 --     finished row, and running_progress's row goes.
+-- It never waits for a row of pgjobd.jobs: a row another session has locked
+-- at that moment (a lease's extension, an outcome, an operator) is skipped,
+-- and its id returned, for the daemon to send again with its next call. So
+-- progress never holds up the claims, extensions and outcomes, nor takes
+-- part in a deadlock with them.
 -- Then rows of running_progress that no daemon will end (it was gone before
 -- the final write) are swept: their value goes into the finished row when it
--- has none. Waits for a row lock at most the session's lock_timeout.
-CREATE OR REPLACE FUNCTION pgjobd.report_progress(p_reports jsonb) RETURNS void
+-- has none.
+CREATE OR REPLACE FUNCTION pgjobd.report_progress(p_reports jsonb) RETURNS SETOF bigint
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
-    UPDATE pgjobd.jobs j SET progress = x.progress
-      FROM jsonb_to_recordset(p_reports) AS x(id bigint, fence bigint, final boolean,
-                                              progress jsonb)
-     WHERE j.id = x.id AND j.fence = x.fence
-       AND CASE WHEN x.final THEN j.status IN ('succeeded', 'failed', 'cancelled')
-                ELSE j.status = 'running' AND j.lease_until > clock_timestamp() END
-       AND j.progress IS DISTINCT FROM x.progress;
+    RETURN QUERY
+    WITH x AS (
+        SELECT * FROM jsonb_to_recordset(p_reports)
+                   AS x(id bigint, fence bigint, final boolean, progress jsonb)),
+    due AS (
+        SELECT j.id FROM pgjobd.jobs j JOIN x ON j.id = x.id AND j.fence = x.fence
+         WHERE CASE WHEN x.final THEN j.status IN ('succeeded', 'failed', 'cancelled')
+                    ELSE j.status = 'running' AND j.lease_until > clock_timestamp() END
+           AND j.progress IS DISTINCT FROM x.progress),
+    locked AS (
+        SELECT j.id, x.progress FROM pgjobd.jobs j JOIN x ON j.id = x.id AND j.fence = x.fence
+         WHERE j.id IN (SELECT due.id FROM due)
+           AND CASE WHEN x.final THEN j.status IN ('succeeded', 'failed', 'cancelled')
+                    ELSE j.status = 'running' AND j.lease_until > clock_timestamp() END
+           FOR NO KEY UPDATE OF j SKIP LOCKED),
+    written AS (
+        UPDATE pgjobd.jobs j SET progress = locked.progress
+          FROM locked
+         WHERE j.id = locked.id
+        RETURNING j.id)
+    SELECT due.id FROM due WHERE due.id NOT IN (SELECT written.id FROM written);
 
     INSERT INTO pgjobd.running_progress AS r (job_id, fence, progress, updated_at)
     SELECT x.id, x.fence, x.progress, clock_timestamp()
@@ -53,8 +72,11 @@ BEGIN
         RETURNING r.job_id, r.fence, r.progress)
     UPDATE pgjobd.jobs j SET progress = g.progress
       FROM gone g
-     WHERE j.id = g.job_id AND j.fence = g.fence
-       AND j.status IN ('succeeded', 'failed', 'cancelled') AND j.progress IS NULL;
+     WHERE j.ctid = ANY (ARRAY(
+               SELECT k.ctid FROM pgjobd.jobs k JOIN gone h ON k.id = h.job_id AND k.fence = h.fence
+                WHERE k.status IN ('succeeded', 'failed', 'cancelled') AND k.progress IS NULL
+                  FOR NO KEY UPDATE OF k SKIP LOCKED))
+       AND j.id = g.job_id;
 END
 $$;
 REVOKE ALL ON FUNCTION pgjobd.report_progress(jsonb) FROM PUBLIC;

@@ -13,7 +13,7 @@ command -v jq >/dev/null || skip_all "jq is not installed"
 
 pg_start
 
-plan 43
+plan 46
 
 # prog.sh: 10, then 50, then a line that is no progress value, then a JSON object, each
 # step after the test's gate file for it ($T/gate.ID.N).
@@ -175,6 +175,32 @@ for q in rtx rlz; do
 	wait_until 20 "[ \"\$(job_field $j \"status || ' ' || coalesce(progress::text, 'none')\")\" = 'succeeded 70' ]"
 	ok $? "$q: attempt 2's value stays once it succeeded"
 done
+
+# ---------------------------------------------------------------- a locked row
+# report_progress never waits for a row another session holds (a lease's extension,
+# an outcome): it skips it and returns its id, for the daemon to send again.
+k=$(psql_q "INSERT INTO pgjobd.jobs (queue) VALUES ('nobody') RETURNING id")
+psql_q "UPDATE pgjobd.jobs SET status = 'running', fence = 424242,
+               lease_until = now() + interval '1 hour', lease_ms = 3600000 WHERE id = $k" >/dev/null
+psql -X -qAt -v ON_ERROR_STOP=1 >"$T/locker.out" 2>&1 <<SQL &
+BEGIN;
+SELECT 'locked ' || pg_backend_pid() FROM pgjobd.jobs WHERE id = $k FOR UPDATE;
+SELECT pg_sleep(30);
+SQL
+locker=$!
+wait_until 10 "grep -q locked '$T/locker.out'" || bail_out "the row was not locked"
+report="[{\"id\": $k, \"fence\": 424242, \"final\": false, \"progress\": 5}]"
+t0=$(now_ms)
+got=$(psql_q "SET lock_timeout = '5s'; SELECT * FROM pgjobd.report_progress('$report')")
+is "$got:$(job_field "$k" "coalesce(progress::text, 'none')")" "$k:none" \
+	"report_progress skips a locked row and returns its id"
+cmp_ok "$(($(now_ms) - t0))" -lt 2000 "... without waiting for the lock"
+psql_q "SELECT pg_terminate_backend($(awk '/^locked/ { print $2 }' "$T/locker.out"))" >/dev/null
+wait "$locker" 2>/dev/null
+# (as the daemon does: sent again until written; the ended session may take a moment to
+# release its lock)
+wait_until 10 "[ -z \"\$(psql_q \"SELECT * FROM pgjobd.report_progress('\$report')\")\" ]"
+is "$?:$(job_field "$k" "progress::text")" "0:5" "once the row is free, the value is written"
 
 # ---------------------------------------------------------------- a flood
 rss() { awk '/^VmRSS:/ { print $2 }' "/proc/$D/status"; }
