@@ -35,6 +35,9 @@
 /* A final value not written (a failed statement, a row locked) is sent
  * again this many times at most. */
 #define PROGRESS_DB_FINAL_TRIES 20
+/* Final values waiting at most (the session may be down for long while
+ * jobs keep ending); one more is dropped, with a line at debug. */
+#define PROGRESS_DB_MAX_FINALS 10000
 
 struct progress_job {
 	long long id, fence;
@@ -58,6 +61,7 @@ struct progress_db {
 	ev_timer send;	 /* the next statement, paced */
 	int64_t last_ms; /* util_now_ms() of the last statement sent */
 	bool inflight;	 /* a statement is in flight */
+	int finals;	 /* entries ended, waiting for their final write */
 	struct buf json; /* the statement's parameter */
 	struct backoff fails;
 };
@@ -67,6 +71,8 @@ static const char sql_report[] = "SELECT * FROM pgjobd.report_progress($1::jsonb
 
 static void unlink_job(struct progress_db *pd, struct progress_job *pj)
 {
+	if (pj->ended)
+		pd->finals--;
 	if (pj->prev)
 		pj->prev->next = pj->next;
 	else
@@ -247,8 +253,16 @@ void progress_db_end(struct progress_db *pd, struct progress_job *pj)
 	if (!pj)
 		return;
 	pj->ended = true;
+	pd->finals++;
 	if (!pj->value && !pj->busy) {
 		unlink_job(pd, pj); /* never reported: nothing to write */
+		return;
+	}
+	if (pd->finals > PROGRESS_DB_MAX_FINALS && !pj->busy) {
+		log_debug(
+		    "msg=\"progress: too many final values waiting; this one dropped\" job=%lld",
+		    pj->id);
+		unlink_job(pd, pj);
 		return;
 	}
 	schedule(pd);
