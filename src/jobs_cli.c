@@ -211,11 +211,12 @@ static void fmt_age(char *buf, size_t size, long long ms)
 /* Each statement that shows the worker, as [0] NULL, [1] the column
  * (struct session's worker). Those with progress read it as that session
  * may. */
-#define JOBS_SQL(worker)                                                                           \
+#define JOBS_SQL(worker, progress)                                                                 \
 	"SELECT id, queue, coalesce(group_id, '-'), status, attempts, "                            \
 	"floor(extract(epoch FROM now() - created_at) * 1000)::bigint, coalesce(" worker           \
-	", '-'), " CLI_REASON_SQL " " JOBS_FROM
-static const char *const jobs_sql[2] = {JOBS_SQL("NULL::text"), JOBS_SQL("worker")};
+	", '-'), " CLI_REASON_SQL ", coalesce(" progress "::text, '-') " JOBS_FROM
+static const char *const jobs_sql[2] = {JOBS_SQL("NULL::text", PROGRESS_PRODUCER),
+					JOBS_SQL("worker", PROGRESS_WORKER)};
 
 #define JOBS_JSON_SQL(worker, progress)                                                            \
 	"SELECT coalesce(json_agg(json_build_object('id', id, 'queue', queue, 'group_id', "        \
@@ -234,8 +235,9 @@ static const struct column {
 	int max; /* the widest it gets */
 	bool right;
 } jobs_columns[] = {
-    {"ID", 20, true},	   {"QUEUE", 24, false}, {"GROUP", 20, false},	{"STATUS", 9, false},
-    {"ATTEMPTS", 8, true}, {"AGE", 7, true},	 {"WORKER", 32, false}, {"REASON", 16, false},
+    {"ID", 20, true},	   {"QUEUE", 24, false},  {"GROUP", 20, false},
+    {"STATUS", 9, false},  {"ATTEMPTS", 8, true}, {"AGE", 7, true},
+    {"WORKER", 32, false}, {"REASON", 16, false}, {"PROGRESS", 24, false},
 };
 #define JOBS_COLUMNS (sizeof(jobs_columns) / sizeof(jobs_columns[0]))
 
