@@ -1102,6 +1102,22 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION pgjobd.grant_progress() RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_producer') THEN
+        GRANT SELECT (progress) ON pgjobd.jobs TO pgjobd_producer;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_worker') THEN
+        GRANT SELECT, INSERT, UPDATE, DELETE ON pgjobd.running_progress TO pgjobd_worker;
+        GRANT SELECT ON pgjobd.job_progress TO pgjobd_worker;
+        GRANT EXECUTE ON FUNCTION pgjobd.report_progress(jsonb) TO pgjobd_worker;
+    END IF;
+END
+$$;
+
 CREATE FUNCTION pgjobd.grant_queue(p_role name, p_queue text) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1184,6 +1200,7 @@ BEGIN
     PERFORM pgjobd.grant_lease();
     PERFORM pgjobd.grant_limits();
     PERFORM pgjobd.grant_groups();
+    PERFORM pgjobd.grant_progress();
 END
 $$;
 
@@ -1656,6 +1673,16 @@ BEGIN
        FROM (SELECT DISTINCT n.queue FROM new_jobs n) d
       WHERE EXISTS (SELECT 1 FROM pgjobd.waiting w WHERE w.queue = d.queue);
     RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION pgjobd.jobs_progress_reset() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    NEW.progress := NULL;
+    RETURN NEW;
 END
 $$;
 
@@ -2182,6 +2209,66 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION pgjobd.report_progress(p_reports jsonb) RETURNS SETOF bigint
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    RETURN QUERY
+    WITH x AS (
+        SELECT * FROM jsonb_to_recordset(p_reports)
+                   AS x(id bigint, fence bigint, final boolean, progress jsonb)),
+    due AS (
+        SELECT j.id FROM pgjobd.jobs j JOIN x ON j.id = x.id AND j.fence = x.fence
+         WHERE CASE WHEN x.final THEN j.status IN ('succeeded', 'failed', 'cancelled')
+                    ELSE j.status = 'running' AND j.lease_until > clock_timestamp() END
+           AND j.progress IS DISTINCT FROM x.progress),
+    locked AS (
+        SELECT j.id, x.progress FROM pgjobd.jobs j JOIN x ON j.id = x.id AND j.fence = x.fence
+         WHERE j.id IN (SELECT due.id FROM due)
+           AND CASE WHEN x.final THEN j.status IN ('succeeded', 'failed', 'cancelled')
+                    ELSE j.status = 'running' AND j.lease_until > clock_timestamp() END
+           FOR NO KEY UPDATE OF j SKIP LOCKED),
+    written AS (
+        UPDATE pgjobd.jobs j SET progress = locked.progress
+          FROM locked
+         WHERE j.id = locked.id
+        RETURNING j.id)
+    SELECT due.id FROM due WHERE due.id NOT IN (SELECT written.id FROM written);
+
+    INSERT INTO pgjobd.running_progress AS r (job_id, fence, progress, updated_at)
+    SELECT x.id, x.fence, x.progress, clock_timestamp()
+      FROM jsonb_to_recordset(p_reports) AS x(id bigint, fence bigint, final boolean,
+                                              progress jsonb)
+     WHERE NOT x.final
+       AND EXISTS (SELECT 1 FROM pgjobd.jobs j
+                    WHERE j.id = x.id AND j.fence = x.fence AND j.status = 'running'
+                      AND j.lease_until IS NULL)
+    ON CONFLICT (job_id) DO UPDATE
+       SET fence = excluded.fence, progress = excluded.progress, updated_at = excluded.updated_at
+     WHERE r.fence <= excluded.fence;
+
+    DELETE FROM pgjobd.running_progress r
+     USING jsonb_to_recordset(p_reports) AS x(id bigint, fence bigint, final boolean)
+     WHERE x.final AND r.job_id = x.id AND r.fence <= x.fence;
+
+    WITH gone AS (
+        DELETE FROM pgjobd.running_progress r
+         WHERE r.updated_at < clock_timestamp() - interval '1 minute'
+           AND NOT EXISTS (SELECT 1 FROM pgjobd.jobs j
+                            WHERE j.id = r.job_id AND j.fence = r.fence
+                              AND j.status = 'running')
+        RETURNING r.job_id, r.fence, r.progress)
+    UPDATE pgjobd.jobs j SET progress = g.progress
+      FROM gone g
+     WHERE j.ctid = ANY (ARRAY(
+               SELECT k.ctid FROM pgjobd.jobs k JOIN gone h ON k.id = h.job_id AND k.fence = h.fence
+                WHERE k.status IN ('succeeded', 'failed', 'cancelled') AND k.progress IS NULL
+                  FOR NO KEY UPDATE OF k SKIP LOCKED))
+       AND j.id = g.job_id;
+END
+$$;
+
 CREATE FUNCTION pgjobd.resume(p_queue text) RETURNS boolean
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -2679,6 +2766,7 @@ CREATE TABLE pgjobd.jobs (
     lease_until timestamp with time zone,
     lease_ms bigint,
     group_key text,
+    progress jsonb,
     CONSTRAINT jobs_dedupe_key_max_1kib CHECK ((octet_length(dedupe_key) <= 1024)),
     CONSTRAINT jobs_group_id_max_1kib CHECK ((octet_length(group_id) <= 1024)),
     CONSTRAINT "max_attempts must be at least 1" CHECK ((max_attempts >= 1)),
@@ -2753,6 +2841,28 @@ ALTER TABLE pgjobd.groups ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     CACHE 1
 );
 
+CREATE UNLOGGED TABLE pgjobd.running_progress (
+    job_id bigint NOT NULL,
+    fence bigint NOT NULL,
+    progress jsonb,
+    updated_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
+);
+
+COMMENT ON TABLE pgjobd.running_progress IS 'The latest progress of running jobs of lock mode transaction (their rows are locked by their slots); read it through pgjobd.job_progress.';
+
+CREATE VIEW pgjobd.job_progress WITH (security_invoker='true') AS
+ SELECT j.id AS job_id,
+    j.queue,
+    j.status,
+        CASE
+            WHEN (r.job_id IS NOT NULL) THEN r.progress
+            ELSE j.progress
+        END AS progress
+   FROM (pgjobd.jobs j
+     LEFT JOIN pgjobd.running_progress r ON (((r.job_id = j.id) AND (r.fence = j.fence) AND (j.status <> 'queued'::text))));
+
+COMMENT ON VIEW pgjobd.job_progress IS 'Each job''s progress as its command last reported it, in either lock mode (a running transaction-mode job''s is in pgjobd.running_progress, not yet in jobs.progress).';
+
 ALTER TABLE pgjobd.jobs ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     SEQUENCE NAME pgjobd.jobs_id_seq
     START WITH 1
@@ -2787,7 +2897,8 @@ CREATE VIEW pgjobd.my_jobs WITH (security_invoker='true') AS
     jobs.finished_at,
     jobs.updated_at,
     jobs.created_by,
-    jobs.history
+    jobs.history,
+    jobs.progress
    FROM pgjobd.jobs;
 
 COMMENT ON VIEW pgjobd.my_jobs IS 'The jobs of pgjobd.jobs its reader may read, with the columns a producer may read: SELECT * FROM pgjobd.my_jobs works for producers, SELECT * FROM pgjobd.jobs does not.';
@@ -2992,6 +3103,9 @@ ALTER TABLE ONLY pgjobd.queue_policies
 ALTER TABLE ONLY pgjobd.quotas
     ADD CONSTRAINT quotas_pkey PRIMARY KEY (role, queue);
 
+ALTER TABLE ONLY pgjobd.running_progress
+    ADD CONSTRAINT running_progress_pkey PRIMARY KEY (job_id);
+
 ALTER TABLE ONLY pgjobd.schedules
     ADD CONSTRAINT schedules_pkey PRIMARY KEY (name);
 
@@ -3060,6 +3174,8 @@ CREATE TRIGGER jobs_group_key BEFORE INSERT OR UPDATE OF queue, group_id, create
 CREATE TRIGGER jobs_head_changed AFTER DELETE OR UPDATE OF status, run_at, queue, group_id ON pgjobd.jobs FOR EACH ROW WHEN (((old.status = 'queued'::text) AND (old.group_id IS NOT NULL) AND (old.run_at > now()))) EXECUTE FUNCTION pgjobd.jobs_head_changed();
 
 CREATE TRIGGER jobs_inserted AFTER INSERT ON pgjobd.jobs REFERENCING NEW TABLE AS new_jobs FOR EACH STATEMENT EXECUTE FUNCTION pgjobd.jobs_inserted();
+
+CREATE TRIGGER jobs_progress_reset BEFORE UPDATE OF status, fence ON pgjobd.jobs FOR EACH ROW WHEN (((old.progress IS NOT NULL) AND ((new.status = 'queued'::text) OR (new.fence IS DISTINCT FROM old.fence)))) EXECUTE FUNCTION pgjobd.jobs_progress_reset();
 
 CREATE TRIGGER jobs_quota AFTER INSERT ON pgjobd.jobs REFERENCING NEW TABLE AS new_jobs FOR EACH STATEMENT EXECUTE FUNCTION pgjobd.jobs_quota();
 
@@ -3209,6 +3325,9 @@ GRANT ALL ON FUNCTION pgjobd.release_group(p_queue text, p_group text) TO pgjobd
 REVOKE ALL ON FUNCTION pgjobd.release_worker(p_worker text) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.release_worker(p_worker text) TO pgjobd_worker;
 
+REVOKE ALL ON FUNCTION pgjobd.report_progress(p_reports jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgjobd.report_progress(p_reports jsonb) TO pgjobd_worker;
+
 REVOKE ALL ON FUNCTION pgjobd.resume(p_queue text) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.resume(p_queue text) TO pgjobd_worker;
 
@@ -3301,6 +3420,8 @@ GRANT SELECT(created_by) ON TABLE pgjobd.jobs TO pgjobd_producer;
 
 GRANT SELECT(history) ON TABLE pgjobd.jobs TO pgjobd_producer;
 
+GRANT SELECT(progress) ON TABLE pgjobd.jobs TO pgjobd_producer;
+
 GRANT SELECT ON TABLE pgjobd.blocked_groups TO pgjobd_producer;
 GRANT SELECT ON TABLE pgjobd.blocked_groups TO pgjobd_worker;
 
@@ -3311,6 +3432,10 @@ GRANT USAGE ON SEQUENCE pgjobd.fence_seq TO pgjobd_worker;
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE pgjobd.group_rates TO pgjobd_worker;
 
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE pgjobd.groups TO pgjobd_worker;
+
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE pgjobd.running_progress TO pgjobd_worker;
+
+GRANT SELECT ON TABLE pgjobd.job_progress TO pgjobd_worker;
 
 GRANT SELECT,UPDATE ON TABLE pgjobd.maintenance_lock TO pgjobd_worker;
 

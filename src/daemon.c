@@ -59,6 +59,7 @@
 #include "migrate.h"
 #include "notify.h"
 #include "pressure.h"
+#include "progress_db.h"
 #include "priv.h"
 #include "reap.h"
 #include "report.h"
@@ -939,6 +940,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 	    .nice_raise = nice_raise,
 	    .backoff = &d->backoff,
 	    .pressure = d->pressure,
+	    .progress = progress_db_new(d->loop, d->conninfo, d->metrics),
 	};
 	struct dispatch_env denv = {
 	    .loop = d->loop,
@@ -1013,6 +1015,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 	db_conn_free(d->probe);
 	/* after the maintenance, which took turns on its lease session */
 	dispatch_free(d->dispatch);
+	progress_db_free(d->renv.progress); /* after the jobs, which end their entries */
 	fence_free(d->fence);
 	reaper_unwatch(d->reaper, guard_pid(d->guard));
 	ev_timer_stop(d->loop, &d->poll);

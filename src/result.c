@@ -1062,3 +1062,77 @@ char *result_object_add(char *json, const char *key, const char *value_json)
 	free(json);
 	return buf_steal(&b);
 }
+
+/* ---- progress lines ------------------------------------------------------ */
+
+/* The end of the JSON string literal that starts at s[0] ('"'): the index
+ * of its closing quote, or n when there is none. */
+static size_t string_end(const char *s, size_t n)
+{
+	for (size_t i = 1; i < n; i++) {
+		if (s[i] == '\\')
+			i++;
+		else if (s[i] == '"')
+			return i;
+	}
+	return n;
+}
+
+char *result_progress(const char *line, size_t len)
+{
+	while (len > 0 && (line[0] == ' ' || line[0] == '\t')) {
+		line++;
+		len--;
+	}
+	while (len > 0 && (line[len - 1] == ' ' || line[len - 1] == '\t' || line[len - 1] == '\r'))
+		len--;
+	if (len == 0)
+		return NULL;
+	if (is_digit(line[0])) {
+		/* A percentage: a plain number, 0 to 100, in JSON's grammar
+		 * (emit_number also takes YAML's "1." and rewrites it). */
+		struct buf b;
+		buf_init(&b);
+		if (!emit_number(&b, line, len) || b.data[0] == '"') {
+			buf_fini(&b);
+			return NULL;
+		}
+		char *end;
+		double v = strtod(b.data, &end);
+		if (*end != '\0' || !(v >= 0.0 && v <= 100.0)) {
+			buf_fini(&b);
+			return NULL;
+		}
+		return buf_steal(&b);
+	}
+	if (is(line, len, "true") || is(line, len, "false") || is(line, len, "null")) {
+		char *s = xmalloc(len + 1);
+		memcpy(s, line, len);
+		s[len] = '\0';
+		return s;
+	}
+	if (line[0] == '{' || line[0] == '[')
+		return structured(line, len);
+	if (line[0] != '"')
+		return NULL;
+	/* A string: parsed as the one element of a sequence (the converter
+	 * takes collections only), which must then hold exactly that string:
+	 * ["..."], its literal ending right before the ']'. */
+	char *wrapped = xmalloc(len + 3);
+	wrapped[0] = '[';
+	memcpy(wrapped + 1, line, len);
+	wrapped[len + 1] = ']';
+	wrapped[len + 2] = '\0';
+	char *json = structured(wrapped, len + 2);
+	free(wrapped);
+	if (!json)
+		return NULL;
+	size_t n = strlen(json);
+	if (n < 4 || json[1] != '"' || string_end(json + 1, n - 1) + 1 != n - 2) {
+		free(json);
+		return NULL;
+	}
+	memmove(json, json + 1, n - 2);
+	json[n - 2] = '\0';
+	return json;
+}

@@ -75,6 +75,16 @@ struct result_attempt {
  * (sql/016_history.sql). */
 char *result_history_entry(const struct result_attempt *a);
 
+/* One line a command wrote to its progress fd (PGJOBD_PROGRESS_FD, without
+ * its line end) -> the job's `progress` JSON, or NULL when the line is not
+ * one: blanks around it are ignored; a number from 0 to 100 (JSON's grammar,
+ * as written: 50, 33.5) is that number; true, false and null are
+ * themselves; a line that starts with '{' or '[' must be one such document
+ * (JSON, or YAML flow, converted as stdout is above); one that starts with
+ * '"' must be one string. Anything else (a number outside 0-100, other
+ * text, a parse error, several values) is NULL. */
+char *result_progress(const char *line, size_t len);
+
 /* Append `len` bytes as a JSON string literal (with quotes) to *b, escaping
  * and sanitising as above. */
 struct buf;

@@ -36,6 +36,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "parse.h"
+#include "progress_db.h"
 #include "result.h"
 #include "util.h"
 
@@ -172,6 +173,11 @@ static void end_containment(struct run *r)
 void run_clear(struct run *r)
 {
 	ev_timer_stop(r->env->loop, &r->timeout);
+	if (r->progress_job) {
+		progress_db_end(r->env->progress, r->progress_job);
+		r->progress_job = NULL;
+	}
+	progress_fini(&r->progress);
 	claim_job_free(&r->cj);
 	free(r->result);
 	free(r->error);
@@ -594,6 +600,23 @@ static void forward_output(int stream, const char *buf, size_t n, void *arg)
 		joblog_feed(r->joblog, stream == 0 ? JOBLOG_STDOUT : JOBLOG_STDERR, buf, n);
 }
 
+/* exec's on_progress hook: the command's progress lines. The first line
+ * refused is a warning, the others of the same run debug lines (never the
+ * line itself: it is the command's). */
+static void read_progress(const char *buf, size_t n, void *arg)
+{
+	struct run *r = arg;
+	int rc = progress_feed(&r->progress, buf, n);
+	if (rc < 0)
+		log_run(r->progress.invalid == 1 ? LOG_WARN : LOG_DEBUG, r,
+			"msg=\"progress line ignored: not a number from 0 to 100 or a JSON value, "
+			"or longer than %d bytes\" ignored=%lld",
+			PROGRESS_LINE_MAX, r->progress.invalid);
+	const char *v = progress_take(&r->progress);
+	if (v && r->progress_job)
+		progress_db_report(r->env->progress, r->progress_job, v);
+}
+
 /* A job's timeout lowers the queue's, never raises or disables it, whatever
  * the row says: under 1 ms (0 once rounded) counts as 1 ms, and a queue
  * timeout of 0 (none) lets the job's stand. job_ms < 0: the job gave none.
@@ -622,6 +645,7 @@ int run_exec(struct run *r)
 	    .fence = r->cj.fence,
 	    .schedule = r->cj.schedule,
 	    .scheduled_for = r->cj.scheduled_for,
+	    .progress = r->env->progress != NULL,
 	    .arg_keys = (const char *const *)r->cj.arg_keys,
 	    .arg_vals = (const char *const *)r->cj.arg_vals,
 	    .nargs = r->cj.nargs,
@@ -652,6 +676,8 @@ int run_exec(struct run *r)
 	    .in_child_arg = r,
 	    .on_output = q->log_output == LOG_OUTPUT_JOURNAL ? forward_output : NULL,
 	    .on_output_arg = r,
+	    .on_progress = r->env->progress ? read_progress : NULL,
+	    .on_progress_arg = r,
 	};
 	if (q->log_output == LOG_OUTPUT_JOURNAL)
 		r->joblog = joblog_new(r->cj.id, q->name, r->cj.attempts, (size_t)q->max_output);
@@ -667,8 +693,11 @@ int run_exec(struct run *r)
 	r->rl_failed = NULL;
 	r->events = (struct contain_events){.memory_peak = -1};
 	r->started_ms = util_now_ms();
+	progress_init(&r->progress);
 	r->proc = exec_start(r->env->loop, &spec, on_exec_done, r);
 	util_strv_free(envp);
+	if (r->proc && r->env->progress)
+		r->progress_job = progress_db_start(r->env->progress, r->cj.id, r->cj.fence);
 	if (!r->proc) {
 		int err = errno;
 		if (run_host_refused(err))

@@ -21,10 +21,12 @@
 
 struct pressure;
 #include "exec.h"
+#include "progress.h"
 
 struct guard;
 struct joblog;
 struct metrics;
+struct progress_db;
 struct reaper;
 struct run;
 
@@ -83,6 +85,9 @@ struct run_env {
 	int nice_raise;		     /* priv_raise_priority's result: exec_spec.nice_raise */
 	struct run_backoff *backoff; /* may be NULL */
 	struct pressure *pressure;   /* max_pressure's gate (pressure.h); may be NULL */
+	/* Writes the commands' progress (PGJOBD_PROGRESS_FD); NULL: commands
+	 * get no progress fd. */
+	struct progress_db *progress;
 };
 
 /* The command has ended: its shell was reaped and its process group and
@@ -120,6 +125,11 @@ struct run {
 	char *result; /* JSON of the outcome (run_outcome), or NULL */
 	char *error;
 	char *entry; /* the attempt's history entry, NULL when it gets none */
+	/* The command's progress lines (env->progress set), and its entry with
+	 * the writer until the job is forgotten (run_clear: the outcome is
+	 * written by then, and the last value goes into the finished row). */
+	struct progress progress;
+	struct progress_job *progress_job;
 	run_done_fn *done;
 	void *arg;
 };

@@ -172,6 +172,7 @@ BEGIN
     PERFORM pgjobd.grant_lease();
     PERFORM pgjobd.grant_limits();
     PERFORM pgjobd.grant_groups();
+    PERFORM pgjobd.grant_progress();
 END
 $$;
 
