@@ -1111,7 +1111,6 @@ BEGIN
         GRANT SELECT (progress) ON pgjobd.jobs TO pgjobd_producer;
     END IF;
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_worker') THEN
-        GRANT SELECT, INSERT, UPDATE, DELETE ON pgjobd.running_progress TO pgjobd_worker;
         GRANT SELECT ON pgjobd.job_progress TO pgjobd_worker;
         GRANT EXECUTE ON FUNCTION pgjobd.report_progress(jsonb) TO pgjobd_worker;
     END IF;
@@ -2221,13 +2220,15 @@ BEGIN
     due AS (
         SELECT j.id FROM pgjobd.jobs j JOIN x ON j.id = x.id AND j.fence = x.fence
          WHERE CASE WHEN x.final THEN j.status IN ('succeeded', 'failed', 'cancelled')
-                    ELSE j.status = 'running' AND j.lease_until > clock_timestamp() END
+                    ELSE j.status = 'running'
+                         AND (j.lease_until IS NULL OR j.lease_until > clock_timestamp()) END
            AND j.progress IS DISTINCT FROM x.progress),
     locked AS (
         SELECT j.id, x.progress FROM pgjobd.jobs j JOIN x ON j.id = x.id AND j.fence = x.fence
          WHERE j.id IN (SELECT due.id FROM due)
            AND CASE WHEN x.final THEN j.status IN ('succeeded', 'failed', 'cancelled')
-                    ELSE j.status = 'running' AND j.lease_until > clock_timestamp() END
+                    ELSE j.status = 'running'
+                         AND (j.lease_until IS NULL OR j.lease_until > clock_timestamp()) END
            FOR NO KEY UPDATE OF j SKIP LOCKED),
     written AS (
         UPDATE pgjobd.jobs j SET progress = locked.progress
@@ -2236,36 +2237,6 @@ BEGIN
         RETURNING j.id)
     SELECT due.id FROM due WHERE due.id NOT IN (SELECT written.id FROM written);
 
-    INSERT INTO pgjobd.running_progress AS r (job_id, fence, progress, updated_at)
-    SELECT x.id, x.fence, x.progress, clock_timestamp()
-      FROM jsonb_to_recordset(p_reports) AS x(id bigint, fence bigint, final boolean,
-                                              progress jsonb)
-     WHERE NOT x.final
-       AND EXISTS (SELECT 1 FROM pgjobd.jobs j
-                    WHERE j.id = x.id AND j.fence = x.fence AND j.status = 'running'
-                      AND j.lease_until IS NULL)
-    ON CONFLICT (job_id) DO UPDATE
-       SET fence = excluded.fence, progress = excluded.progress, updated_at = excluded.updated_at
-     WHERE r.fence <= excluded.fence;
-
-    DELETE FROM pgjobd.running_progress r
-     USING jsonb_to_recordset(p_reports) AS x(id bigint, fence bigint, final boolean)
-     WHERE x.final AND r.job_id = x.id AND r.fence <= x.fence;
-
-    WITH gone AS (
-        DELETE FROM pgjobd.running_progress r
-         WHERE r.updated_at < clock_timestamp() - interval '1 minute'
-           AND NOT EXISTS (SELECT 1 FROM pgjobd.jobs j
-                            WHERE j.id = r.job_id AND j.fence = r.fence
-                              AND j.status = 'running')
-        RETURNING r.job_id, r.fence, r.progress)
-    UPDATE pgjobd.jobs j SET progress = g.progress
-      FROM gone g
-     WHERE j.ctid = ANY (ARRAY(
-               SELECT k.ctid FROM pgjobd.jobs k JOIN gone h ON k.id = h.job_id AND k.fence = h.fence
-                WHERE k.status IN ('succeeded', 'failed', 'cancelled') AND k.progress IS NULL
-                  FOR NO KEY UPDATE OF k SKIP LOCKED))
-       AND j.id = g.job_id;
 END
 $$;
 
@@ -2841,27 +2812,14 @@ ALTER TABLE pgjobd.groups ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     CACHE 1
 );
 
-CREATE UNLOGGED TABLE pgjobd.running_progress (
-    job_id bigint NOT NULL,
-    fence bigint NOT NULL,
-    progress jsonb,
-    updated_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
-);
-
-COMMENT ON TABLE pgjobd.running_progress IS 'The latest progress of running jobs of lock mode transaction (their rows are locked by their slots); read it through pgjobd.job_progress.';
-
 CREATE VIEW pgjobd.job_progress WITH (security_invoker='true') AS
  SELECT j.id AS job_id,
     j.queue,
     j.status,
-        CASE
-            WHEN (r.job_id IS NOT NULL) THEN r.progress
-            ELSE j.progress
-        END AS progress
-   FROM (pgjobd.jobs j
-     LEFT JOIN pgjobd.running_progress r ON (((r.job_id = j.id) AND (r.fence = j.fence) AND (j.status <> 'queued'::text))));
+    j.progress
+   FROM pgjobd.jobs j;
 
-COMMENT ON VIEW pgjobd.job_progress IS 'Each job''s progress as its command last reported it, in either lock mode (a running transaction-mode job''s is in pgjobd.running_progress, not yet in jobs.progress).';
+COMMENT ON VIEW pgjobd.job_progress IS 'Each job''s progress as its command last reported it, in either lock mode.';
 
 ALTER TABLE pgjobd.jobs ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     SEQUENCE NAME pgjobd.jobs_id_seq
@@ -3102,9 +3060,6 @@ ALTER TABLE ONLY pgjobd.queue_policies
 
 ALTER TABLE ONLY pgjobd.quotas
     ADD CONSTRAINT quotas_pkey PRIMARY KEY (role, queue);
-
-ALTER TABLE ONLY pgjobd.running_progress
-    ADD CONSTRAINT running_progress_pkey PRIMARY KEY (job_id);
 
 ALTER TABLE ONLY pgjobd.schedules
     ADD CONSTRAINT schedules_pkey PRIMARY KEY (name);
@@ -3432,8 +3387,6 @@ GRANT USAGE ON SEQUENCE pgjobd.fence_seq TO pgjobd_worker;
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE pgjobd.group_rates TO pgjobd_worker;
 
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE pgjobd.groups TO pgjobd_worker;
-
-GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE pgjobd.running_progress TO pgjobd_worker;
 
 GRANT SELECT ON TABLE pgjobd.job_progress TO pgjobd_worker;
 

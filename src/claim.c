@@ -69,7 +69,11 @@ const char claim_sql_no_jit[] = "SET jit = off";
  * claims lock it FOR NO KEY UPDATE, which this does not exclude, so that
  * under a group concurrency above 1 they may start the group's next job
  * (they count its running jobs under their lock); maintain() still cannot
- * delete the row while it is held. The job row is locked only if it
+ * delete the row while it is held. The job row FOR KEY SHARE too: every
+ * claim and orphan pass tries it FOR UPDATE SKIP LOCKED, which this keeps
+ * out as a stronger lock would, while the progress session may still write
+ * the running row's progress (pgjobd.report_progress: FOR NO KEY UPDATE).
+ * The job row is locked only if it
  * is still this claim's (same worker and fencing token: an orphan pass may
  * have taken it over if our daemon's heartbeat lapsed meanwhile) and our
  * daemon is still alive by the server's clock (sql/README, "Fencing"). */
@@ -82,7 +86,7 @@ static const char sql_hold_job[] =
     "SELECT j.id, EXISTS (SELECT 1 FROM pgjobd.cancel_requests c WHERE c.job_id = j.id) "
     "FROM pgjobd.jobs j WHERE j.id = $1::bigint AND j.status = 'running' "
     "AND j.worker = $2 AND j.fence = $3::bigint AND EXISTS (SELECT 1 FROM pgjobd.workers w "
-    "WHERE w.id = j.worker_id AND w.alive_until > clock_timestamp()) FOR UPDATE OF j";
+    "WHERE w.id = j.worker_id AND w.alive_until > clock_timestamp()) FOR KEY SHARE OF j";
 const char claim_sql_commit[] = "COMMIT";
 
 /* Step 3, in the held transaction: the outcome. `queued` (retry or shutdown)

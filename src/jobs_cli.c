@@ -201,10 +201,9 @@ static void fmt_age(char *buf, size_t size, long long ms)
 	"AND ($4::bigint IS NULL OR updated_at >= now() - $4::bigint * interval '1 millisecond') " \
 	"ORDER BY id DESC LIMIT $5::int"
 
-/* A job's progress: a producer's session reads the column (which has a
- * running job's progress in lock mode lease, and the last value once it
- * finished); the owner's or the worker role's reads pgjobd.job_progress,
- * which also has a running transaction-mode job's (sql/README, "Progress"). */
+/* A job's progress: a producer's session reads the column, the owner's or
+ * the worker role's the view pgjobd.job_progress (the same value; sql/README,
+ * "Progress"). */
 #define PROGRESS_PRODUCER "progress"
 #define PROGRESS_WORKER "(SELECT p.progress FROM pgjobd.job_progress p WHERE p.job_id = jobs.id)"
 

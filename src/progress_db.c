@@ -9,9 +9,9 @@
  * written by the next statement.
  *
  * Why a session of its own: in lock mode transaction the job's row is
- * locked by its slot's open transaction, whose own writes nobody sees
- * until the outcome commits; the value must come from another session
- * (into pgjobd.running_progress, see sql/README "Progress"). The listener,
+ * held by its slot's open transaction (FOR KEY SHARE), whose own writes
+ * nobody sees until the outcome commits; the value must come from another
+ * session (sql/README, "Progress"). The listener,
  * the claimer and the maintenance session keep their own pace and
  * purposes; progress waits behind none of them and delays none of them.
  * A failed statement is tried again with the next (back-off in the log
