@@ -67,6 +67,18 @@ BEGIN
     IF OLD.status IN ('succeeded', 'failed') THEN
         RETURN NULL;
     END IF;
+    -- A running job set `cancelled` by an UPDATE (an operator's, as for a
+    -- queued one; the daemons' own outcomes fill finished_at): its command
+    -- still runs, so the row stays `running` (its group and its queue's
+    -- limits count it) and the update becomes a cancel request, as
+    -- pgjobd.cancel() makes one; the daemon ends it `cancelled`. The slot of
+    -- a transaction-mode job holds its row FOR KEY SHARE, which an UPDATE
+    -- does not wait for.
+    IF OLD.status = 'running' AND NEW.finished_at IS NULL THEN
+        INSERT INTO pgjobd.cancel_requests (job_id) VALUES (OLD.id) ON CONFLICT DO NOTHING;
+        PERFORM pg_notify('pgjobd_cancel', '');
+        RETURN NULL;
+    END IF;
     IF NEW.finished_at IS NULL THEN
         NEW.finished_at := clock_timestamp();
     END IF;

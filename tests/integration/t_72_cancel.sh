@@ -3,7 +3,8 @@
 # from ever running; pgjobd.cancel(id) on a running job terminates its command's whole
 # process group (SIGTERM, SIGKILL after kill_grace) within about a second, and the job
 # ends `cancelled`, reason `cancelled`, not retried; on a queued job it cancels it, on a
-# finished one it returns false. A cancel that finds the job's daemon dead (kill -9)
+# finished one it returns false. UPDATE to cancelled of a running job does what cancel()
+# does (the row stays running until the command is dead). A cancel that finds the job's daemon dead (kill -9)
 # still ends the job cancelled instead of running it again.
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
@@ -27,6 +28,11 @@ max_attempts = 5
 
 [queue.later]
 command = echo ran >> '$T/later.ran'
+
+[queue.deaf]
+command = trap '' TERM; echo \$\$ > '$T/deaf.pid'; sleep 300
+kill_grace = 2500ms
+max_attempts = 5
 EOF
 pgjobd_migrate "$conf" >"$T/migrate.log" 2>&1 || bail_out "pgjobd migrate failed"
 start_daemon d "$conf"
@@ -74,6 +80,25 @@ is "$(psql -X -At -c "UPDATE pgjobd.jobs SET status = 'cancelled' WHERE id = $do
 	"UPDATE 0" "UPDATE to cancelled leaves a finished job alone"
 is "$(status_of "$done_id")" succeeded "... it stays succeeded"
 is "$(psql_q "SELECT pgjobd.cancel(999999999)")" f "cancel() of no job returns false"
+
+# --- UPDATE to cancelled of a running job: a cancel request, the row running until
+# the command is dead (its slot holds the row FOR KEY SHARE, which the UPDATE does not
+# wait for: it must not end the job's `running` while its command runs). The command
+# ignores SIGTERM: it dies 2.5 s after the request (kill_grace).
+u=$(psql_q "INSERT INTO pgjobd.jobs (queue) VALUES ('deaf') RETURNING id")
+wait_until 20 "[ \"\$(status_of $u)\" = running ] && [ -s '$T/deaf.pid' ]"
+ok $? "a job whose command ignores SIGTERM is running"
+is "$(psql -X -At -c "UPDATE pgjobd.jobs SET status = 'cancelled' WHERE id = $u" 2>&1)" \
+	"UPDATE 0" "UPDATE to cancelled of a running job changes no row at once"
+is "$(status_of "$u"):$(psql_q "SELECT count(*) FROM pgjobd.cancel_requests WHERE job_id = $u")" \
+	"running:1" "... it stays running, with a cancel request"
+holds_for 1.5 "[ \"\$(status_of $u)\" = running ] && pid_alive \$(cat '$T/deaf.pid')"
+ok $? "... running while its command lives (SIGTERM ignored)"
+wait_until 10 "[ \"\$(status_of $u)\" = cancelled ]"
+ok $? "... and ends cancelled"
+is "$(job_field "$u" "attempts || ' ' || (error->>'reason')")" "1 cancelled" "... reason cancelled, attempts 1"
+wait_until 5 "all_dead '$T/deaf.pid'"
+ok $? "... its command is dead"
 
 # --- a command that ignores SIGTERM gets SIGKILL after kill_grace
 s=$(psql_q "INSERT INTO pgjobd.jobs (queue) VALUES ('stubborn') RETURNING id")
