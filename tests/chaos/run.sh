@@ -197,16 +197,20 @@ write_limit_job_script() {
 t=\${EPOCHREALTIME/[.,]/}
 d='$T'
 q=\$PGJOBD_QUEUE g=\${PGJOBD_GROUP_ID:--}
-alive() { local l s; IFS= read -r l </proc/\$1/stat 2>/dev/null || return 1; s=\${l##*) }; s=\${s%% *}; [ "\$s" != Z ]; }
+# starttime: field 22 of /proc/PID/stat (the 20th after the command's name), so that a
+# recorded pid that another process has taken since is not counted.
+stat_of() { local l; IFS= read -r l </proc/\$1/stat 2>/dev/null || return 1; set -- \${l##*) }; st=\$1 start=\${20}; }
+alive() { stat_of "\$1" && [ "\$st" != Z ] && [ "\$start" = "\$2" ]; }
 exec 8>>"\$d/limit.lock"
 flock 8
-echo "\$\$ \$q \$g" >>"\$d/limit.pids"
+stat_of \$\$
+echo "\$\$ \$start \$q \$g" >>"\$d/limit.registry"
 nq=0 ng=0
-while read -r p pq pg; do
-	[ "\$pq" = "\$q" ] && alive "\$p" || continue
+while read -r p ps pq pg; do
+	[ "\$pq" = "\$q" ] && alive "\$p" "\$ps" || continue
 	nq=\$((nq + 1))
 	[ "\$pg" = "\$g" ] && ng=\$((ng + 1))
-done <"\$d/limit.pids"
+done <"\$d/limit.registry"
 echo "L \$q \$g \$PGJOBD_JOB_ID \$PGJOBD_ATTEMPT \$t \$nq \$ng" >>"\$d/limits.txt"
 exec 8>&-
 if [ \$((RANDOM % 4)) = 0 ]; then ms=\$((RANDOM % 6001 + 2000)); else ms=\$((RANDOM % 1401 + 100)); fi
@@ -793,7 +797,7 @@ mkdir -p "$T/locks"
 : >"$T/daemons.txt"
 : >"$T/procs.txt"
 : >"$T/limits.txt"
-: >"$T/limit.pids"
+: >"$T/limit.registry" # not *.pids: lib.sh's cleanup kills every number in those
 write_job_script
 write_limit_job_script
 say "seed $CHAOS_SEED, $CHAOS_SECONDS s of faults (${CHAOS_FAULTS:-none}), lock modes $CHAOS_LOCK_MODE (lease $CHAOS_LEASE), files in $T"

@@ -755,8 +755,9 @@ EOF
 }
 
 # make_limit_script FILE DIR: a job script that measures flow control from the commands'
-# side (pgjobd(8), "Flow control"). Under flock on DIR/limit.lock it records its pid,
-# queue and group in DIR/pids, then counts how many of the recorded commands of its
+# side (pgjobd(8), "Flow control"). Under flock on DIR/limit.lock it records its pid (with
+# its start time, so that a pid taken since by another process is not counted), queue
+# and group in DIR/pids, then counts how many of the recorded commands of its
 # queue, and of its group, are alive now (itself included; a zombie has ended and is
 # not counted), and appends "start QUEUE GROUP JOB ATTEMPT NS NQUEUE NGROUP" to
 # DIR/starts (NS: its start, CLOCK_REALTIME ns, its first instruction: bash's
@@ -770,13 +771,17 @@ make_limit_script() {
 t=\${EPOCHREALTIME/[.,]/}000
 d='$2'
 q=\$PGJOBD_QUEUE g=\${PGJOBD_GROUP_ID:--}
-alive() { local l s; IFS= read -r l </proc/\$1/stat 2>/dev/null || return 1; s=\${l##*) }; s=\${s%% *}; [ "\$s" != Z ]; }
+# starttime: field 22 of /proc/PID/stat (the 20th after the command's name), so that a
+# recorded pid that another process has taken since is not counted.
+stat_of() { local l; IFS= read -r l </proc/\$1/stat 2>/dev/null || return 1; set -- \${l##*) }; st=\$1 start=\${20}; }
+alive() { stat_of "\$1" && [ "\$st" != Z ] && [ "\$start" = "\$2" ]; }
 exec 8>>"\$d/limit.lock"
 flock 8
-echo "\$\$ \$q \$g" >>"\$d/pids"
+stat_of \$\$
+echo "\$\$ \$start \$q \$g" >>"\$d/pids"
 nq=0 ng=0
-while read -r p pq pg; do
-	[ "\$pq" = "\$q" ] && alive "\$p" || continue
+while read -r p ps pq pg; do
+	[ "\$pq" = "\$q" ] && alive "\$p" "\$ps" || continue
 	nq=\$((nq + 1))
 	[ "\$pg" = "\$g" ] && ng=\$((ng + 1))
 done <"\$d/pids"
