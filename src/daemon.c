@@ -152,6 +152,12 @@ static void cancel_job(long long id, void *arg)
 	dispatch_cancel(d->dispatch, id);
 }
 
+static bool has_jobs(void *arg)
+{
+	struct daemon *d = arg;
+	return dispatch_has_jobs(d->dispatch);
+}
+
 static void refuse_pooler(struct daemon *d, const char *why);
 
 static void on_fence(struct fence *f, enum fence_event ev, void *arg)
@@ -171,7 +177,7 @@ static void start_serving(struct daemon *d)
 	/* With lease-mode queues, maintenance takes turns on the lease
 	 * session instead of opening one of its own. */
 	d->maint = maint_new(d->loop, d->conninfo, dispatch_lease_session(d->dispatch, d->cfg),
-			     d->cfg, d->metrics, cancel_job, d);
+			     d->cfg, d->metrics, cancel_job, has_jobs, d);
 	dispatch_serve(d->dispatch, d->cfg);
 	ev_timer_set(&d->poll, (double)d->cfg->poll_interval_ms / 1000.0,
 		     (double)d->cfg->poll_interval_ms / 1000.0);

@@ -265,6 +265,17 @@ size_t dispatch_busy(const struct dispatch *x)
 	return n;
 }
 
+bool dispatch_has_jobs(const struct dispatch *x)
+{
+	for (size_t i = 0; i < x->nqueues; i++)
+		if (queue_jobs(x->queues[i]) > 0)
+			return true;
+	for (size_t i = 0; i < x->nremoved; i++)
+		if (queue_jobs(x->removed[i]) > 0)
+			return true;
+	return false;
+}
+
 void dispatch_drain(struct dispatch *x)
 {
 	x->qenv.running = false;

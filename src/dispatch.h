@@ -83,6 +83,9 @@ void dispatch_cancel(struct dispatch *x, long long id);
 /* Jobs of the served queues being held or run, or whose outcome is not
  * written yet (a removed queue's are not counted). */
 size_t dispatch_busy(const struct dispatch *x);
+/* Has any queue, served or removed, a job (claimed, running, or its outcome
+ * not written yet)? */
+bool dispatch_has_jobs(const struct dispatch *x);
 /* Claim no more: every slot stops once its job is done, and so does the
  * lease session. */
 void dispatch_drain(struct dispatch *x);

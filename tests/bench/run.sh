@@ -54,8 +54,8 @@ N_TICKS=${BENCH_TICKS:-8}                     # 9a, 9b: schedule ticks measured 
 N_CANCEL=${BENCH_CANCEL:-5}                   # 9c: jobs cancelled
 WD_SECS=${BENCH_WD_SECS:-5}                   # 9d: seconds of watchdog pings
 # BENCH_ONLY: a subset of "ceiling throughput burst pickup steps backlog enqueue footprint strace held lease
-# timers scale"
-# (default all), for working on one measurement.
+# timers scale idle"
+# (default all), for working on one measurement; idle: 10e and 10f alone (scale includes them).
 ONLY=${BENCH_ONLY:-}
 STEP_TIMEOUT=${BENCH_STEP_TIMEOUT:-600}       # seconds any single run may take
 OUT=${BENCH_OUT:-$repo/build/bench}           # results.json, table.txt, logs
@@ -2056,6 +2056,8 @@ for REP in $(seq 1 "$REPS"); do
 		log "10b one daemon, as many slots, lock mode transaction" && bench_scale transaction one
 		log "10c many daemons, lock mode lease" && bench_scale lease many
 		log "10d one daemon, as many slots, lock mode lease" && bench_scale lease one
+	fi
+	if only scale || only idle; then
 		log "10e idle daemons, lock mode transaction" && bench_scale_idle transaction
 		log "10f idle daemons, lock mode lease" && bench_scale_idle lease
 		# the other measurements run with the server's usual max_connections
