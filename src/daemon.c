@@ -158,6 +158,13 @@ static bool has_jobs(void *arg)
 	return dispatch_has_jobs(d->dispatch);
 }
 
+/* For the fence: a job, or a claim on its way. */
+static bool has_claims(void *arg)
+{
+	struct daemon *d = arg;
+	return d->dispatch && dispatch_left(d->dispatch) > 0;
+}
+
 static void refuse_pooler(struct daemon *d, const char *why);
 
 static void on_fence(struct fence *f, enum fence_event ev, void *arg)
@@ -165,7 +172,7 @@ static void on_fence(struct fence *f, enum fence_event ev, void *arg)
 	(void)f;
 	struct daemon *d = arg;
 	if (ev == FENCE_UP)
-		dispatch_kick_all(d->dispatch);
+		dispatch_fence_up(d->dispatch);
 	else if (ev == FENCE_EXPIRED)
 		dispatch_fence_lost(d->dispatch);
 	else if (d->state == D_STARTING)
@@ -859,6 +866,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 	d->metrics = metrics_new();
 	d->fence = fence_new(d->loop, d->conninfo, d->worker_prefix, cfg->fence_timeout_ms,
 			     d->guard, d->metrics, on_fence, d);
+	fence_set_busy(d->fence, has_claims, d);
 	announce_queues(d, cfg);
 	d->renv = (struct run_env){
 	    .loop = d->loop,

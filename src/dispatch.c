@@ -233,6 +233,12 @@ void dispatch_kick_all(struct dispatch *x)
 		queue_kick(x->queues[i]);
 }
 
+void dispatch_fence_up(struct dispatch *x)
+{
+	for (size_t i = 0; i < x->nqueues; i++)
+		queue_fence_up(x->queues[i]);
+}
+
 /* fn on every queue, served or removed. */
 static void each_queue(struct dispatch *x, void (*fn)(struct queue *))
 {

@@ -73,6 +73,8 @@ void dispatch_wake(struct dispatch *x, const char *payload);
 /* Kick every queue (a poll, the fence coming up, the listener back, a
  * secret that cannot be read). */
 void dispatch_kick_all(struct dispatch *x);
+/* The fence is fresh again: the queues whose claims it refused claim now. */
+void dispatch_fence_up(struct dispatch *x);
 /* The daemon's claims could not be confirmed in time (fence.h): every slot
  * SIGKILLs its command and starts nothing. */
 void dispatch_fence_lost(struct dispatch *x);
