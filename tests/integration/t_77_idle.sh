@@ -3,7 +3,8 @@
 # lock mode transaction, one of lock mode lease, two queues each, poll_interval 1s), with
 # nothing queued, send one claim per queue per poll_interval and, beyond that, no cancel
 # read and no schedule probe, one maintenance pass a second between them all (the
-# keeper's; the others pass every 10 s), and their heartbeats. Counted at the server
+# keeper's; the others pass every 10 s), and a heartbeat every few seconds (not every
+# fifth of fence_timeout: they have no claim to bound). Counted at the server
 # (log_statement = all) over a window. The daemons' promises still hold: a job of a
 # queue nobody serves expires within about a second, and again once the keeper is
 # stopped (SIGSTOP: another daemon takes the pace over); a schedule made meanwhile ticks;
@@ -81,6 +82,13 @@ cmp_ok "$maint" -le $((W + 1 + 2 * (W / 10 + 1))) "maintenance: one pass a secon
 is "$cancels" 0 "no cancel requests read: no daemon has a job"
 cmp_ok "$probes" -le 3 "schedules: no probe each poll_interval (once a minute each at most)"
 cmp_ok "$other" -le 6 "nothing else but the listeners' schema check (once a minute each)"
+# fence_timeout 5 s: a heartbeat when a poll finds less than 2.5 s left, or every 4 s
+# (every second while a daemon has jobs).
+cmp_ok "$beats" -le $((3 * (W / 2 + 1))) "heartbeats: no more than one per half fence_timeout each"
+for n in b c; do
+	! grep -q "cannot confirm this daemon's claims" "$T/$n.log"
+	ok $? "daemon $n: no fence deadline missed while idle"
+done
 
 # Expiry while idle: the keeper cancels a job of a queue nobody serves.
 e1=$(psql_q "INSERT INTO pgjobd.jobs (queue, expires_at) VALUES ('nobody', now() + interval '1 second') RETURNING id")
