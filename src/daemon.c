@@ -152,17 +152,15 @@ static void cancel_job(long long id, void *arg)
 	dispatch_cancel(d->dispatch, id);
 }
 
+/* For the maintenance session (cancel requests) and the fence (its pace). A
+ * claim on its way does not count: it was sent with at least half of
+ * fence_timeout left, and the jobs it brings count from its answer on (the
+ * idle polls' claims would otherwise keep the fence at its busy pace whenever
+ * its tick met one). */
 static bool has_jobs(void *arg)
 {
 	struct daemon *d = arg;
-	return dispatch_has_jobs(d->dispatch);
-}
-
-/* For the fence: a job, or a claim on its way. */
-static bool has_claims(void *arg)
-{
-	struct daemon *d = arg;
-	return d->dispatch && dispatch_left(d->dispatch) > 0;
+	return d->dispatch && dispatch_has_jobs(d->dispatch);
 }
 
 static void refuse_pooler(struct daemon *d, const char *why);
@@ -866,7 +864,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 	d->metrics = metrics_new();
 	d->fence = fence_new(d->loop, d->conninfo, d->worker_prefix, cfg->fence_timeout_ms,
 			     d->guard, d->metrics, on_fence, d);
-	fence_set_busy(d->fence, has_claims, d);
+	fence_set_busy(d->fence, has_jobs, d);
 	announce_queues(d, cfg);
 	d->renv = (struct run_env){
 	    .loop = d->loop,

@@ -4,7 +4,7 @@
  * (heartbeat at every tick) -> declared dead (the heartbeat answered false:
  * someone may have taken our jobs; FENCE_EXPIRED, register a new instance).
  *
- * Idle (fence_set_busy: the daemon has had no job and no claim in flight for
+ * Idle (fence_set_busy: no tick has seen a job of the daemon for
  * fence_timeout): the heartbeat goes only every FENCE_IDLE_FIFTHS ticks, which
  * keeps the instance's row alive (pgjobd status, and no new instance after
  * every quiet spell) but lets the deadline come closer than fence_may_claim
@@ -85,7 +85,7 @@ static void emit(struct fence *f, enum fence_event ev)
 	f->cb(f, ev, f->arg);
 }
 
-/* Has the daemon been without jobs and claims for fence_timeout? */
+/* Has the daemon been without jobs for fence_timeout? */
 static bool idle(struct fence *f, int64_t now)
 {
 	if (!f->busy)
@@ -104,8 +104,10 @@ static void set_expired(struct fence *f, const char *why)
 		return;
 	f->expired = true;
 	if (f->worker_id != 0 && idle(f, util_boot_ms())) {
-		/* No job, no claim: the deadline bounded nothing. The next
-		 * claim waits for a heartbeat (fence_need). */
+		/* No job: the deadline bounded nothing (a claim on its way
+		 * brings jobs that job_start will find too late to start, as
+		 * at any deadline). The next claim waits for a heartbeat
+		 * (fence_need). */
 		f->quiet = true;
 		log_debug("msg=\"fence deadline passed while idle\" reason=\"%s\"", why);
 		emit(f, FENCE_EXPIRED);
@@ -144,6 +146,8 @@ static void confirmed(struct fence *f)
 	if (f->guard)
 		guard_set_deadline(f->guard, d);
 	arm_expiry(f);
+	if (fence_may_claim(f))
+		f->want_beat = false; /* what claims asked for meanwhile (fence_need) */
 	if (f->expired) {
 		f->expired = false;
 		if (!f->quiet)
