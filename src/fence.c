@@ -4,8 +4,9 @@
  * (heartbeat at every tick) -> declared dead (the heartbeat answered false:
  * someone may have taken our jobs; FENCE_EXPIRED, register a new instance).
  *
- * Idle (fence_set_busy: no tick has seen a job of the daemon for
- * fence_timeout): the heartbeat goes only every FENCE_IDLE_FIFTHS ticks, which
+ * Idle (fence_set_busy: no tick has seen a job of the daemon, or a job
+ * started, for fence_timeout): the heartbeat goes only every
+ * FENCE_IDLE_FIFTHS ticks, which
  * keeps the instance's row alive (pgjobd status, and no new instance after
  * every quiet spell) but lets the deadline come closer than fence_may_claim
  * wants. A claim then asks for one first (fence_need): a heartbeat at once,
@@ -85,7 +86,7 @@ static void emit(struct fence *f, enum fence_event ev)
 	f->cb(f, ev, f->arg);
 }
 
-/* Has the daemon been without jobs for fence_timeout? */
+/* Has the daemon been without jobs (and job starts) for fence_timeout? */
 static bool idle(struct fence *f, int64_t now)
 {
 	if (!f->busy)

@@ -65,10 +65,11 @@ bool fence_may_claim(const struct fence *f);
 /* fence_timeout in ms. */
 int64_t fence_timeout_ms(const struct fence *f);
 
-/* Has the daemon a job (claimed, running, its outcome not written)? */
+/* Is the daemon busy: has it a job (claimed, running, its outcome not
+ * written), or did one start since the last call? Asked at every tick. */
 typedef bool fence_busy_fn(void *arg);
-/* Tells the fence when the daemon is idle: without a job for fence_timeout
- * (as seen at its ticks), it beats only every fourth fifth of fence_timeout (fence.c),
+/* Tells the fence when the daemon is idle: not busy for fence_timeout, it
+ * beats only every fourth fifth of fence_timeout (fence.c),
  * and a claim must ask for a heartbeat first (fence_need). Without it (NULL,
  * the default) the fence beats every fifth, always. */
 void fence_set_busy(struct fence *f, fence_busy_fn *busy, void *arg);
