@@ -38,7 +38,7 @@ MIGRATIONS := $(sort $(wildcard sql/[0-9][0-9][0-9]_*.sql))
 # this order (sql/README, "Where the code is"): a file may name a function of a file
 # before it. Every file of sql/functions/ must be listed.
 FUNCTIONS := $(addprefix sql/functions/,workers.sql outcome.sql lease.sql claim.sql \
-	groups.sql enqueue.sql control.sql schedules.sql previous.sql roles.sql)
+	groups.sql enqueue.sql control.sql schedules.sql limits.sql progress.sql previous.sql roles.sql)
 ifneq ($(sort $(FUNCTIONS)),$(sort $(wildcard sql/functions/*.sql)))
 $(error FUNCTIONS in the Makefile must list every file of sql/functions/)
 endif
@@ -84,7 +84,8 @@ $(B):
 TEST_DEPS_parse := parse
 TEST_DEPS_config := config config_load config_use parse
 TEST_DEPS_capture := capture
-TEST_DEPS_result := result
+TEST_DEPS_result := result parse
+TEST_DEPS_progress := progress result parse
 TEST_DEPS_exec := exec capture parse priv reap
 TEST_DEPS_guard := guard procfs
 TEST_DEPS_procfs := procfs

@@ -16,7 +16,9 @@
 -- PL/pgSQL. This statement reads those conditions once (CTE k, the quick
 -- case); in the quick case its own CTEs do that work, and claim_batch is
 -- called with no worker (the join's filter does not call it at all);
--- otherwise they do nothing and claim_batch does everything.
+-- otherwise they do nothing and claim_batch does everything. A queue with
+-- a concurrency or a rate (pgjobd.queue_limits) is never the quick case:
+-- its claims take turns on its limits row, in claim_batch.
 --
 -- Why a statement of the daemon's and not a function: a PL/pgSQL function
 -- that runs this very statement as its one RETURN QUERY costs a claim more
@@ -49,6 +51,9 @@ WITH k AS MATERIALIZED (
            AND EXISTS (SELECT 1 FROM pgjobd.workers w
                         WHERE w.id = $2::bigint AND w.alive_until > clock_timestamp())
            AND NOT EXISTS (SELECT 1 FROM pgjobd.paused_queues p WHERE p.queue = $1)
+           AND NOT EXISTS (SELECT 1 FROM pgjobd.queue_limits l
+                            WHERE l.queue = $1
+                              AND (l.concurrency IS NOT NULL OR l.rate_n IS NOT NULL))
            AND (SELECT j.id FROM pgjobd.jobs j
                  WHERE j.queue = $1 AND j.status = 'queued' AND j.group_id IS NOT NULL
                    AND j.held_until IS NULL AND j.run_at <= statement_timestamp()
@@ -114,7 +119,8 @@ u AS (
              THEN least($5::bigint, greatest(1, ceil(extract(epoch FROM u.timeout) * 1000)))::bigint
              ELSE greatest(1, ceil(extract(epoch FROM u.timeout) * 1000))::bigint END AS timeout_ms,
         u.fence, u.data::text AS data, a.keys AS arg_keys, a.vals AS arg_vals, u.schedule,
-        to_char(u.scheduled_for AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS scheduled_for
+        to_char(u.scheduled_for AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS scheduled_for,
+        NULL::bigint AS start_in_ms, NULL::bigint AS start_by_ms
    FROM u, LATERAL (
         SELECT coalesce(array_agg(e.key ORDER BY e.key), '{}') AS keys,
                coalesce(array_agg(e.value #>> '{}' ORDER BY e.key), '{}') AS vals
@@ -123,7 +129,8 @@ u AS (
   ORDER BY u.slot)
 UNION ALL
 (SELECT b.slot, b.job_id, b.group_row, b.group_id, b.attempts, b.max_attempts, b.timeout_ms,
-        b.fence, b.data, b.arg_keys, b.arg_vals, b.schedule, b.scheduled_for
+        b.fence, b.data, b.arg_keys, b.arg_vals, b.schedule, b.scheduled_for, b.start_in_ms,
+        b.start_by_ms
    FROM k, LATERAL pgjobd.claim_batch($1, $2::bigint,
                                       CASE WHEN k.quick THEN '{}' ELSE $3::text[] END,
                                       $4::int, $5::bigint, $6::bigint, $7::int, $8::boolean,

@@ -10,7 +10,7 @@
 -- their grants and row-level security policies show), normalised by
 -- tests/schema-dump.sh: no owners, no SET preamble, no pg_dump comments.
 --
--- Schema version 31 (031_idle), dumped by pg_dump 15.
+-- Schema version 42 (042_idle), dumped by pg_dump 15.
 
 CREATE SCHEMA pgjobd;
 
@@ -200,6 +200,18 @@ BEGIN
 END
 $_$;
 
+CREATE FUNCTION pgjobd.check_limit(p_name text, p_value integer) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF p_value < 1 THEN
+        RAISE EXCEPTION 'bad %: %: must be at least 1 (NULL removes the limit)', p_name, p_value
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+END
+$$;
+
 CREATE FUNCTION pgjobd.check_queue_grant(p_queue text) RETURNS boolean
     LANGUAGE plpgsql STABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -262,7 +274,7 @@ BEGIN
 END
 $_$;
 
-CREATE FUNCTION pgjobd.claim_batch(p_queue text, p_worker_id bigint, p_workers text[], p_max_attempts integer, p_timeout_ms bigint, p_max_data bigint, p_scan integer, p_orphans boolean, p_skip bigint[], p_lease_ms bigint) RETURNS TABLE(slot integer, job_id bigint, group_row bigint, group_id text, attempts integer, max_attempts integer, timeout_ms bigint, fence bigint, data text, arg_keys text[], arg_vals text[], schedule text, scheduled_for text)
+CREATE FUNCTION pgjobd.claim_batch(p_queue text, p_worker_id bigint, p_workers text[], p_max_attempts integer, p_timeout_ms bigint, p_max_data bigint, p_scan integer, p_orphans boolean, p_skip bigint[], p_lease_ms bigint) RETURNS TABLE(slot integer, job_id bigint, group_row bigint, group_id text, attempts integer, max_attempts integer, timeout_ms bigint, fence bigint, data text, arg_keys text[], arg_vals text[], schedule text, scheduled_for text, start_in_ms bigint, start_by_ms bigint)
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -284,6 +296,32 @@ DECLARE
     own boolean;
     head record;
     budget int := p_scan;   -- groups this call may still mark held
+    -- Flow control (sql/README, "Limits"): the queue's limits, NULL fields
+    -- where it has none.
+    want0 int := want;      -- the idle slots, before any limit
+    lim pgjobd.queue_limits;
+    k int := 1;             -- group concurrency
+    nrun bigint;
+    tnow timestamptz;       -- the rates' clock: when this call planned
+    base timestamptz;       -- the first start it may plan: tnow and a lead
+    horizon timestamptz;    -- a rate plans starts up to here
+    tq interval;            -- the queue's rate: one start per tq
+    tg interval;            -- the group rate's
+    lag_ms bigint;          -- how late a planned start may still be made:
+                            -- half the lag, the rest is the command's own
+                            -- (its exec, its first instruction)
+    qtat timestamptz;       -- the queue's next start allowed
+    tokens int;             -- starts the queue's rate allows this call
+    ghorizon timestamptz;   -- for try_group_head: a group rate's horizon
+    plan timestamptz[];     -- each job's planned start
+    p_ids bigint[];
+    p_gids bigint[];
+    gk text;
+    gt timestamptz;
+    st timestamptz;
+    nxt timestamptz;        -- rate-held: the next start a rate allows
+    rate_cut boolean := false;
+    i int;
 BEGIN
     IF want = 0 THEN
         RETURN;
@@ -301,6 +339,43 @@ BEGIN
     IF EXISTS (SELECT 1 FROM pgjobd.paused_queues p WHERE p.queue = p_queue) THEN
         DELETE FROM pgjobd.waiting w WHERE w.queue = p_queue AND w.pid = pg_backend_pid();
         RETURN;
+    END IF;
+
+    -- The queue's limits. Concurrency and rate take turns on the queue's
+    -- limits row: the count of running jobs below is read after the lock,
+    -- by a statement with a snapshot of its own, so that it sees every job
+    -- the claims before us started (sql/README, "Limits").
+    SELECT * INTO lim FROM pgjobd.queue_limits l WHERE l.queue = p_queue;
+    IF lim.concurrency IS NOT NULL OR lim.rate_n IS NOT NULL THEN
+        SELECT * INTO lim FROM pgjobd.queue_limits l WHERE l.queue = p_queue FOR UPDATE;
+    END IF;
+    k := coalesce(lim.group_concurrency, 1);
+    IF lim.concurrency IS NOT NULL THEN
+        SELECT count(*) INTO nrun FROM pgjobd.jobs rj
+         WHERE rj.queue = p_queue AND rj.status = 'running';
+    END IF;
+    IF lim.rate_n IS NOT NULL OR lim.group_rate_n IS NOT NULL THEN
+        -- Planned 20 ms ahead: the answer's way back and, in lock mode
+        -- transaction, the slot's hold come before the start, not late.
+        tnow := clock_timestamp();
+        base := tnow + interval '20 milliseconds';
+        horizon := base + least(interval '100 milliseconds', lim.rate_period,
+                                lim.group_rate_period);
+        lag_ms := floor(extract(epoch FROM least(pgjobd.rate_lag(lim.rate_period),
+                                                 pgjobd.rate_lag(lim.group_rate_period)))
+                        * 500)::bigint;
+    END IF;
+    IF lim.rate_n IS NOT NULL THEN
+        tq := (lim.rate_period + pgjobd.rate_lag(lim.rate_period)) / lim.rate_n;
+        qtat := greatest(coalesce(lim.tat, base), base);
+        tokens := CASE WHEN qtat > horizon THEN 0
+                       ELSE floor(extract(epoch FROM horizon - qtat)
+                                  / extract(epoch FROM tq))::int + 1 END;
+    END IF;
+    IF lim.group_rate_n IS NOT NULL THEN
+        tg := (lim.group_rate_period + pgjobd.rate_lag(lim.group_rate_period))
+              / lim.group_rate_n;
+        ghorizon := horizon;
     END IF;
 
     -- Marks whose time has come (sql/README, "Held groups").
@@ -350,7 +425,9 @@ BEGIN
                                                AND w.alive_until > clock_timestamp()))
                   ORDER BY j.id
         LOOP
-            EXIT WHEN array_length(ids, 1) >= want;
+            -- A takeover needs no concurrency (its job is running and
+            -- counted), but it is a start: the rate's.
+            EXIT WHEN coalesce(array_length(ids, 1), 0) >= least(want, tokens);
             CONTINUE WHEN r.id = ANY(p_skip);
             own := r.worker_id IS NOT DISTINCT FROM p_worker_id;
             -- Our own lease-held job whose lease has run out, not in
@@ -386,7 +463,7 @@ BEGIN
                         ON CONFLICT DO NOTHING RETURNING id INTO gid;
                 END IF;
                 CONTINUE WHEN gid IS NULL;
-                PERFORM 1 FROM pgjobd.groups g WHERE g.id = gid FOR UPDATE SKIP LOCKED;
+                PERFORM 1 FROM pgjobd.groups g WHERE g.id = gid FOR NO KEY UPDATE SKIP LOCKED;
                 CONTINUE WHEN NOT FOUND;
             END IF;
             -- Still the same claim (nobody took it over since the
@@ -441,6 +518,13 @@ BEGIN
         END LOOP;
     END IF;
 
+    -- What the limits leave of the idle slots: takeovers, plus the
+    -- concurrency's free places, at most the rate's starts.
+    want := least(want, coalesce(array_length(ids, 1), 0)
+                        + CASE WHEN lim.concurrency IS NOT NULL
+                               THEN greatest(lim.concurrency - nrun, 0) END,
+                  tokens);
+
     -- The best ready ungrouped jobs: one probe of jobs_ready_free, locked.
     -- (Expired rows are filtered here until maintain() cancels them.) A
     -- locked queued job is ours to start: any other claim of it would have
@@ -493,10 +577,19 @@ BEGIN
             -- nothing written). Only a candidate that heads its group goes
             -- on to try_group_head, which locks the group row and checks
             -- the head again under that lock.
-            SELECT j.id, j.status, j.run_at, j.expires_at INTO head FROM pgjobd.jobs j
-             WHERE j.queue = p_queue AND coalesce(j.group_key, j.group_id) = r.group_id
-               AND j.status IN ('queued', 'running')
-             ORDER BY coalesce(j.commit_seq, j.id) LIMIT 1;
+            -- Under a group concurrency above 1, the head is the first
+            -- queued job (its running jobs are counted under the lock).
+            IF k = 1 THEN
+                SELECT j.id, j.status, j.run_at, j.expires_at INTO head FROM pgjobd.jobs j
+                 WHERE j.queue = p_queue AND coalesce(j.group_key, j.group_id) = r.group_id
+                   AND j.status IN ('queued', 'running')
+                 ORDER BY coalesce(j.commit_seq, j.id) LIMIT 1;
+            ELSE
+                SELECT j.id, j.status, j.run_at, j.expires_at INTO head FROM pgjobd.jobs j
+                 WHERE j.queue = p_queue AND coalesce(j.group_key, j.group_id) = r.group_id
+                   AND j.status = 'queued'
+                 ORDER BY coalesce(j.commit_seq, j.id) LIMIT 1;
+            END IF;
             IF head.id IS DISTINCT FROM r.id THEN
                 -- A ready head comes later in this scan (or in a later
                 -- call); a running head, or one that expired, keeps the
@@ -517,7 +610,7 @@ BEGIN
                 END IF;
                 CONTINUE;
             END IF;
-            gid := pgjobd.try_group_head(p_queue, r.group_id, r.id);
+            gid := pgjobd.try_group_head(p_queue, r.group_id, r.id, k, ghorizon);
             IF gid > 0 THEN
                 ids := ids || r.id;
                 gids := gids || gid;
@@ -554,9 +647,12 @@ BEGIN
                                  ORDER BY coalesce(j.group_key, j.group_id), coalesce(j.commit_seq, j.id) LIMIT 1) nx)
                  SELECT h.group_id, h.id, h.run_at, h.held_until FROM heads h
                   WHERE h.status = 'queued'
+                 -- (under a group concurrency above 1 a group whose first
+                 -- unfinished job runs is left to the bounded scan)
                     AND (h.expires_at IS NULL OR h.expires_at > statement_timestamp())
         LOOP
             EXIT WHEN array_length(ids, 1) >= want;
+            CONTINUE WHEN r.held_until = 'infinity'; -- a blocked group
             IF r.run_at > statement_timestamp() THEN
                 -- A head waiting out a backoff that is not marked yet: mark
                 -- its group while this walk meets it.
@@ -567,7 +663,7 @@ BEGIN
                 CONTINUE;
             END IF;
             CONTINUE WHEN r.group_id = ANY(busy);
-            gid := pgjobd.try_group_head(p_queue, r.group_id, r.id);
+            gid := pgjobd.try_group_head(p_queue, r.group_id, r.id, k, ghorizon);
             IF gid > 0 THEN
                 ids := ids || r.id;
                 gids := gids || gid;
@@ -578,8 +674,76 @@ BEGIN
         END LOOP;
     END IF;
 
+    -- A rate plans each start: the queue's next allowed start, and the
+    -- group's, each one tq (tg) after the one before; a job whose planned
+    -- start falls beyond the horizon is left for a later claim (sql/README,
+    -- "Limits").
+    -- All the rate's starts taken: there may be more to start.
+    IF tokens < want0 AND coalesce(array_length(ids, 1), 0) >= tokens THEN
+        rate_cut := true;
+    END IF;
+    IF tnow IS NOT NULL AND coalesce(array_length(ids, 1), 0) > 0 THEN
+        p_ids := '{}';
+        p_gids := '{}';
+        plan := '{}';
+        FOR i IN 1 .. array_length(ids, 1) LOOP
+            st := greatest(base, qtat);
+            gk := NULL;
+            gt := NULL;
+            IF tg IS NOT NULL THEN
+                SELECT coalesce(j.group_key, j.group_id) INTO gk FROM pgjobd.jobs j
+                 WHERE j.id = ids[i];
+                IF gk IS NOT NULL THEN
+                    SELECT t.tat INTO gt FROM pgjobd.group_rates t
+                     WHERE t.queue = p_queue AND t.group_id = gk;
+                    st := greatest(st, gt);
+                END IF;
+            END IF;
+            IF st > horizon THEN
+                nxt := least(nxt, st);
+                CONTINUE;
+            END IF;
+            p_ids := p_ids || ids[i];
+            p_gids := p_gids || gids[i];
+            plan := plan || st;
+            IF tq IS NOT NULL THEN
+                qtat := st + tq;
+            END IF;
+            IF gk IS NOT NULL THEN
+                INSERT INTO pgjobd.group_rates AS t (queue, group_id, tat)
+                VALUES (p_queue, gk, st + tg)
+                ON CONFLICT ON CONSTRAINT group_rates_pkey DO UPDATE SET tat = EXCLUDED.tat;
+            END IF;
+        END LOOP;
+        ids := p_ids;
+        gids := p_gids;
+        IF tq IS NOT NULL THEN
+            UPDATE pgjobd.queue_limits l SET tat = qtat WHERE l.queue = p_queue;
+        END IF;
+    END IF;
+    -- Held back by a rate: tell the daemon when to claim again (a row with
+    -- no job), half a horizon and the lead before the next start the rate
+    -- allows.
+    IF tnow IS NOT NULL AND coalesce(array_length(ids, 1), 0) < want0 THEN
+        IF rate_cut THEN
+            nxt := least(nxt, qtat);
+        END IF;
+        IF tg IS NOT NULL THEN
+            nxt := least(nxt, (SELECT min(t.tat) FROM pgjobd.group_rates t
+                                WHERE t.queue = p_queue AND t.tat > horizon));
+        END IF;
+        IF nxt IS NOT NULL THEN
+            slot := 0;
+            start_in_ms := greatest(1, ceil(extract(epoch FROM nxt - tnow) * 1000)
+                                       - ceil(extract(epoch FROM horizon - base) * 500)
+                                       - 20)::bigint;
+            RETURN NEXT;
+            start_in_ms := NULL;
+        END IF;
+    END IF;
+
     -- Slots left idle: wake me (see pgjobd.waiting).
-    IF coalesce(array_length(ids, 1), 0) < want THEN
+    IF coalesce(array_length(ids, 1), 0) < want0 THEN
         INSERT INTO pgjobd.waiting (queue, pid) VALUES (p_queue, pg_backend_pid())
             ON CONFLICT DO NOTHING;
     ELSE
@@ -613,8 +777,8 @@ BEGIN
                 AND octet_length(j.data::text) > 16 * p_max_data));
 
     RETURN QUERY
-        WITH t AS (SELECT p.id, p.gid, p.n::int AS slot
-                     FROM unnest(ids, gids) WITH ORDINALITY AS p(id, gid, n)),
+        WITH t AS (SELECT p.id, p.gid, p.n::int AS slot, p.st
+                     FROM unnest(ids, gids, plan) WITH ORDINALITY AS p(id, gid, st, n)),
              u AS (
                 -- a lease claim commits its lease; a transaction
                 -- claim has none (also when it takes over a lease-held job)
@@ -629,7 +793,7 @@ BEGIN
                  WHERE j.id = t.id AND j.status IN ('queued', 'running')
                 RETURNING t.slot, j.id, t.gid, j.group_id, j.attempts, j.max_attempts,
                           j.timeout, j.fence, j.data,
-                          j.schedule, j.scheduled_for)
+                          j.schedule, j.scheduled_for, t.st)
         SELECT u.slot, u.id, u.gid, u.group_id, u.attempts,
                least(coalesce(u.max_attempts, p_max_attempts), p_max_attempts),
                -- NULL: the queue's timeout applies. A job's own timeout
@@ -643,7 +807,18 @@ BEGIN
                u.fence, u.data::text, a.keys, a.vals,
                -- the schedule and its tick
                u.schedule,
-               to_char(u.scheduled_for AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+               to_char(u.scheduled_for AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
+               -- a rate's planned start, and the latest the daemon may make
+               -- it, in ms from when it sent the claim
+               CASE WHEN u.st IS NOT NULL
+                    THEN greatest(0, ceil(extract(epoch FROM u.st - tnow) * 1000))::bigint END,
+               -- (from the statement's start, which came after the claim
+               -- was sent: a wait for the limits row does not count as
+               -- lateness)
+               CASE WHEN u.st IS NOT NULL
+                    THEN (greatest(0, floor(extract(epoch FROM u.st - statement_timestamp())
+                                            * 1000))
+                          + lag_ms)::bigint END
           FROM u, LATERAL (
               SELECT coalesce(array_agg(e.key ORDER BY e.key), '{}') AS keys,
                      coalesce(array_agg(e.value #>> '{}' ORDER BY e.key), '{}') AS vals
@@ -658,18 +833,24 @@ CREATE FUNCTION pgjobd.claim_batch(p_queue text, p_worker_id bigint, p_workers t
     LANGUAGE sql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
-    SELECT * FROM pgjobd.claim_batch(p_queue, p_worker_id, p_workers, p_max_attempts,
+    SELECT c.slot, c.job_id, c.group_row, c.group_id, c.attempts, c.max_attempts, c.timeout_ms,
+           c.fence, c.data, c.arg_keys, c.arg_vals, c.schedule, c.scheduled_for
+      FROM pgjobd.claim_batch(p_queue, p_worker_id, p_workers, p_max_attempts,
                                      p_timeout_ms, p_max_data, p_scan, p_orphans,
-                                     p_skip, NULL::bigint)
+                                     p_skip, NULL::bigint) c
+     WHERE c.job_id IS NOT NULL
 $$;
 
 CREATE FUNCTION pgjobd.claim_batch(p_queue text, p_worker_id bigint, p_workers text[], p_max_attempts integer, p_timeout_ms bigint, p_max_data bigint, p_scan integer, p_orphans boolean, p_release_jobs bigint[], p_release_groups bigint[], p_skip bigint[], p_lease_ms bigint) RETURNS TABLE(slot integer, job_id bigint, group_row bigint, group_id text, attempts integer, max_attempts integer, timeout_ms bigint, fence bigint, data text, arg_keys text[], arg_vals text[], schedule text, scheduled_for text)
     LANGUAGE sql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
-    SELECT * FROM pgjobd.claim_batch(p_queue, p_worker_id, p_workers, p_max_attempts,
+    SELECT c.slot, c.job_id, c.group_row, c.group_id, c.attempts, c.max_attempts, c.timeout_ms,
+           c.fence, c.data, c.arg_keys, c.arg_vals, c.schedule, c.scheduled_for
+      FROM pgjobd.claim_batch(p_queue, p_worker_id, p_workers, p_max_attempts,
                                      p_timeout_ms, p_max_data, p_scan, p_orphans,
-                                     p_skip, p_lease_ms)
+                                     p_skip, p_lease_ms) c
+     WHERE c.job_id IS NOT NULL
 $$;
 
 CREATE FUNCTION pgjobd.dedupe_lock_done() RETURNS trigger
@@ -772,6 +953,18 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION pgjobd.format_rate(p_n integer, p_period interval) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+SELECT p_n::text || '/' || string_agg(((x.ms / u.mult) % u.modulo)::text || u.unit, ''
+                                      ORDER BY u.mult DESC)
+  FROM (SELECT (extract(epoch FROM p_period) * 1000)::bigint AS ms) x,
+       (VALUES ('d', 86400000::bigint, 1000000000::bigint), ('h', 3600000, 24),
+               ('m', 60000, 60), ('s', 1000, 60), ('ms', 1, 1000)) u(unit, mult, modulo)
+ WHERE (x.ms / u.mult) % u.modulo > 0
+$$;
+
 CREATE FUNCTION pgjobd.grant_fencing() RETURNS void
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -788,6 +981,28 @@ BEGIN
               pgjobd.forget_workers(),
               pgjobd.release_claim(bigint, bigint, boolean, jsonb, int, bigint),
               pgjobd.hold_group(text, text, bigint, timestamptz, int)
+              TO pgjobd_worker;
+    END IF;
+END
+$$;
+
+CREATE FUNCTION pgjobd.grant_groups() RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_producer') THEN
+        GRANT SELECT ON pgjobd.blocked_groups TO pgjobd_producer;
+        GRANT EXECUTE ON FUNCTION pgjobd.sees_group(text) TO pgjobd_producer;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_worker') THEN
+        GRANT SELECT, INSERT, UPDATE, DELETE ON pgjobd.group_blocks TO pgjobd_worker;
+        GRANT SELECT ON pgjobd.blocked_groups TO pgjobd_worker;
+        GRANT EXECUTE ON FUNCTION pgjobd.sees_group(text), pgjobd.group_blocked(text, text),
+              pgjobd.group_mark(text, text), pgjobd.group_mark_job(bigint),
+              pgjobd.group_unmark(text, text),
+              pgjobd.pause_group(text, text), pgjobd.resume_group(text, text),
+              pgjobd.release_group(text, text)
               TO pgjobd_worker;
     END IF;
 END
@@ -826,6 +1041,45 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION pgjobd.grant_limits() RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_producer') THEN
+        GRANT SELECT ON pgjobd.queue_limits TO pgjobd_producer;
+        IF NOT EXISTS (SELECT 1 FROM pg_policies
+                        WHERE schemaname = 'pgjobd' AND tablename = 'queue_limits'
+                          AND policyname = 'producer_select') THEN
+            CREATE POLICY producer_select ON pgjobd.queue_limits FOR SELECT
+                TO pgjobd_producer
+                USING (EXISTS (SELECT 1 FROM pgjobd.queue_grants g
+                                WHERE g.queue IN (queue_limits.queue, '*')
+                                  AND pg_catalog.pg_has_role(current_user, g.role, 'MEMBER')));
+        END IF;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_worker') THEN
+        GRANT SELECT, INSERT, UPDATE, DELETE ON pgjobd.queue_limits, pgjobd.group_rates
+              TO pgjobd_worker;
+        GRANT EXECUTE ON FUNCTION pgjobd.set_limits(text, integer, integer, text, text),
+              pgjobd.parse_rate(text, text), pgjobd.check_limit(text, integer),
+              pgjobd.rate_lag(interval)
+              TO pgjobd_worker;
+        IF NOT EXISTS (SELECT 1 FROM pg_policies
+                        WHERE schemaname = 'pgjobd' AND tablename = 'queue_limits'
+                          AND policyname = 'worker_all') THEN
+            CREATE POLICY worker_all ON pgjobd.queue_limits TO pgjobd_worker
+                USING (true) WITH CHECK (true);
+        END IF;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_producer')
+       AND NOT (SELECT c.relrowsecurity FROM pg_class c
+                 WHERE c.oid = 'pgjobd.queue_limits'::regclass) THEN
+        ALTER TABLE pgjobd.queue_limits ENABLE ROW LEVEL SECURITY;
+    END IF;
+END
+$$;
+
 CREATE FUNCTION pgjobd.grant_locks() RETURNS void
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -844,6 +1098,22 @@ CREATE FUNCTION pgjobd.grant_ops() RETURNS void
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_worker') THEN
         GRANT EXECUTE ON FUNCTION pgjobd.register_worker(text, int, text[]) TO pgjobd_worker;
+    END IF;
+END
+$$;
+
+CREATE FUNCTION pgjobd.grant_progress() RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_producer') THEN
+        GRANT SELECT (progress) ON pgjobd.jobs TO pgjobd_producer;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_worker') THEN
+        GRANT SELECT, INSERT, UPDATE, DELETE ON pgjobd.running_progress TO pgjobd_worker;
+        GRANT SELECT ON pgjobd.job_progress TO pgjobd_worker;
+        GRANT EXECUTE ON FUNCTION pgjobd.report_progress(jsonb) TO pgjobd_worker;
     END IF;
 END
 $$;
@@ -920,7 +1190,7 @@ BEGIN
         GRANT EXECUTE ON FUNCTION pgjobd.cancel(bigint), pgjobd.pause(text),
               pgjobd.resume(text), pgjobd.maintain(text[], bigint[], int),
               pgjobd.maintain(text[], bigint[], int, int),
-              pgjobd.try_group_head(text, text, bigint) TO pgjobd_worker;
+              pgjobd.try_group_head(text, text, bigint, int, timestamptz) TO pgjobd_worker;
     END IF;
     PERFORM pgjobd.grant_fencing();
     PERFORM pgjobd.grant_security();
@@ -929,6 +1199,9 @@ BEGIN
     PERFORM pgjobd.grant_schedules();
     PERFORM pgjobd.grant_history();
     PERFORM pgjobd.grant_lease();
+    PERFORM pgjobd.grant_limits();
+    PERFORM pgjobd.grant_groups();
+    PERFORM pgjobd.grant_progress();
 END
 $$;
 
@@ -995,6 +1268,13 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION pgjobd.group_blocked(q text, g text) RETURNS boolean
+    LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT EXISTS (SELECT 1 FROM pgjobd.group_blocks b WHERE b.queue = q AND b.group_id = g)
+$$;
+
 CREATE FUNCTION pgjobd.group_key(p_queue text, p_role text, p_group_id text) RETURNS text
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1013,6 +1293,65 @@ CREATE FUNCTION pgjobd.group_key(p_queue text, p_role text, p_group_id text) RET
                 THEN NULL
                 WHEN pgjobd.dedupe_scope(p_queue, p_role) = '' THEN NULL
                 ELSE E'\x01' || p_role || E'\x01' || p_group_id END
+$$;
+
+CREATE FUNCTION pgjobd.group_mark(q text, g text) RETURNS integer
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    n int;
+BEGIN
+    UPDATE pgjobd.jobs j SET held_until = 'infinity'
+     WHERE j.queue = q AND coalesce(j.group_key, j.group_id) = g AND j.status = 'queued'
+       AND j.held_until IS DISTINCT FROM 'infinity';
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
+$$;
+
+CREATE FUNCTION pgjobd.group_mark_job(p_id bigint) RETURNS void
+    LANGUAGE sql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    UPDATE pgjobd.jobs j SET held_until = 'infinity'
+     WHERE j.id = p_id AND j.status = 'queued' AND j.held_until IS DISTINCT FROM 'infinity'
+$$;
+
+CREATE FUNCTION pgjobd.group_name(p_group text) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT CASE WHEN left(p_group, 1) = E'\x01'
+                THEN substr(p_group, length(split_part(substr(p_group, 2), E'\x01', 1)) + 3)
+                ELSE p_group END
+$$;
+
+CREATE FUNCTION pgjobd.group_producer(p_group text) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT CASE WHEN left(p_group, 1) = E'\x01'
+                THEN split_part(substr(p_group, 2), E'\x01', 1) END
+$$;
+
+CREATE FUNCTION pgjobd.group_unmark(q text, g text) RETURNS integer
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    n int;
+BEGIN
+    IF pgjobd.group_blocked(q, g) THEN
+        RETURN 0;
+    END IF;
+    UPDATE pgjobd.jobs j SET held_until = NULL
+     WHERE j.queue = q AND coalesce(j.group_key, j.group_id) = g AND j.status = 'queued'
+       AND j.held_until = 'infinity';
+    GET DIAGNOSTICS n = ROW_COUNT;
+    PERFORM pg_notify('pgjobd', pgjobd.wake_payload(q));
+    RETURN n;
+END
 $$;
 
 CREATE FUNCTION pgjobd.heartbeat(p_id bigint) RETURNS boolean
@@ -1119,6 +1458,10 @@ CREATE FUNCTION pgjobd.jobs_backed_off() RETURNS trigger
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
+    IF pgjobd.group_blocked(NEW.queue, coalesce(NEW.group_key, NEW.group_id)) THEN
+        PERFORM pgjobd.group_mark_job(NEW.id);
+        RETURN NULL;
+    END IF;
     IF NEW.run_at > clock_timestamp() + interval '1 second'
        AND (NEW.expires_at IS NULL OR NEW.expires_at > NEW.run_at) THEN
         PERFORM pgjobd.hold_group(NEW.queue, coalesce(NEW.group_key, NEW.group_id), NEW.id,
@@ -1169,6 +1512,22 @@ DECLARE
     r record;
     own_above boolean;
 BEGIN
+    -- A job that enters a blocked group (held or paused: group_blocks) is
+    -- marked as the group's other queued jobs are, so that claims leave it
+    -- out of their scans. The probe costs every grouped INSERT a few
+    -- microseconds (an index probe of an empty or tiny table).
+    IF EXISTS (SELECT 1 FROM pgjobd.group_blocks b
+                WHERE b.queue = NEW.queue AND b.group_id = coalesce(NEW.group_key, NEW.group_id)) THEN
+        PERFORM pgjobd.group_mark_job(NEW.id);
+    END IF;
+    -- The failed job that held its group, queued again (pgjobd.retry): it
+    -- keeps its place at the head of its group, whose later jobs waited
+    -- for it (jobs_failed_undone names it).
+    IF TG_OP = 'UPDATE' THEN
+        IF position(',' || NEW.id || ',' IN coalesce(current_setting('pgjobd.resumed', true), '')) > 0 THEN
+            RETURN NULL;
+        END IF;
+    END IF;
     -- Under REPEATABLE READ or SERIALIZABLE the statements here would see
     -- the transaction's snapshot, not what was committed since: renumber.
     IF current_setting('transaction_isolation') = 'read committed' THEN
@@ -1234,6 +1593,43 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION pgjobd.jobs_failed_hold() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    g text := coalesce(NEW.group_key, NEW.group_id);
+BEGIN
+    INSERT INTO pgjobd.group_blocks AS b (queue, group_id, reason, job)
+    VALUES (NEW.queue, g, 'held', NEW.id)
+    ON CONFLICT (queue, group_id, reason)
+    DO UPDATE SET job = EXCLUDED.job, since = EXCLUDED.since, blocked_by = EXCLUDED.blocked_by;
+    PERFORM pgjobd.group_mark(NEW.queue, g);
+    RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION pgjobd.jobs_failed_undone() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    g text := coalesce(OLD.group_key, OLD.group_id);
+BEGIN
+    DELETE FROM pgjobd.group_blocks b
+     WHERE b.queue = OLD.queue AND b.group_id = g AND b.reason = 'held' AND b.job = OLD.id;
+    IF FOUND THEN
+        PERFORM pgjobd.group_unmark(OLD.queue, g);
+        -- Nothing of the group ran since it failed: if it is queued again,
+        -- it runs first (jobs_commit_order leaves its place alone).
+        PERFORM set_config('pgjobd.resumed',
+                           coalesce(nullif(current_setting('pgjobd.resumed', true), ''), ',')
+                           || OLD.id || ',', true);
+    END IF;
+    RETURN NULL;
+END
+$$;
+
 CREATE FUNCTION pgjobd.jobs_group_key() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1254,9 +1650,10 @@ BEGIN
          WHERE j.queue = OLD.queue AND coalesce(j.group_key, j.group_id) = coalesce(OLD.group_key, OLD.group_id)
            AND coalesce(j.commit_seq, j.id) > coalesce(OLD.commit_seq, OLD.id)
            AND j.status = 'queued'
-           AND j.held_until IS NOT NULL;
+           AND j.held_until IS NOT NULL AND j.held_until <> 'infinity';
     ELSE
-        UPDATE pgjobd.jobs j SET held_until = NULL
+        UPDATE pgjobd.jobs j
+           SET held_until = CASE WHEN j.held_until = 'infinity' THEN j.held_until END
          WHERE j.queue = OLD.queue AND coalesce(j.group_key, j.group_id) = coalesce(OLD.group_key, OLD.group_id)
            AND coalesce(j.commit_seq, j.id) > coalesce(OLD.commit_seq, OLD.id)
            AND j.status = 'queued';
@@ -1277,6 +1674,16 @@ BEGIN
        FROM (SELECT DISTINCT n.queue FROM new_jobs n) d
       WHERE EXISTS (SELECT 1 FROM pgjobd.waiting w WHERE w.queue = d.queue);
     RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION pgjobd.jobs_progress_reset() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    NEW.progress := NULL;
+    RETURN NEW;
 END
 $$;
 
@@ -1338,6 +1745,10 @@ CREATE FUNCTION pgjobd.jobs_unheld() RETURNS trigger
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
+    IF OLD.held_until = 'infinity' AND NEW.status = 'queued' AND NEW.queue = OLD.queue
+       AND NEW.group_id IS NOT DISTINCT FROM OLD.group_id THEN
+        RETURN NEW;
+    END IF;
     NEW.held_until := NULL;
     RETURN NEW;
 END
@@ -1348,6 +1759,107 @@ CREATE FUNCTION pgjobd.lease_margin(p_lease_ms bigint) RETURNS interval
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
     SELECT greatest(1000, coalesce(p_lease_ms, 0) / 5) * interval '1 millisecond'
+$$;
+
+CREATE FUNCTION pgjobd.limit_stats() RETURNS TABLE(queue text, concurrency integer, concurrency_used bigint, group_concurrency integer, group_concurrency_used bigint, rate text, rate_used bigint, group_rate text, group_rate_used bigint, throttled text)
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+BEGIN
+    IF NOT has_table_privilege('pgjobd.queue_limits', 'SELECT') THEN
+        RETURN;
+    END IF;
+    IF NOT has_column_privilege('pgjobd.jobs', 'queue', 'SELECT')
+       OR NOT has_column_privilege('pgjobd.jobs', 'status', 'SELECT')
+       OR NOT has_column_privilege('pgjobd.jobs', 'run_at', 'SELECT')
+       OR NOT has_column_privilege('pgjobd.jobs', 'started_at', 'SELECT')
+       OR NOT has_column_privilege('pgjobd.jobs', 'finished_at', 'SELECT')
+       OR NOT has_column_privilege('pgjobd.jobs', 'group_id', 'SELECT')
+       OR NOT has_column_privilege('pgjobd.jobs', 'group_key', 'SELECT') THEN
+        RETURN QUERY
+        SELECT l.queue, l.concurrency, NULL::bigint, l.group_concurrency, NULL::bigint,
+               pgjobd.format_rate(l.rate_n, l.rate_period), NULL::bigint,
+               pgjobd.format_rate(l.group_rate_n, l.group_rate_period), NULL::bigint, NULL::text
+          FROM pgjobd.queue_limits l;
+        RETURN;
+    END IF;
+    RETURN QUERY
+    WITH u AS (
+        SELECT l.*,
+               -- jobs_running
+               (SELECT count(*) FROM pgjobd.jobs r
+                 WHERE r.queue = l.queue AND r.status = 'running') AS running,
+               -- jobs_group_running
+               CASE WHEN l.group_concurrency IS NOT NULL THEN
+                   coalesce((SELECT max(g.n) FROM (
+                       SELECT count(*) AS n FROM pgjobd.jobs r
+                        WHERE r.queue = l.queue AND r.status = 'running'
+                          AND coalesce(r.group_key, r.group_id) IS NOT NULL
+                        GROUP BY coalesce(r.group_key, r.group_id)) g), 0)
+               END AS gc_used,
+               -- jobs_running and jobs_finished: a job started within the
+               -- period runs, or finished within it.
+               CASE WHEN l.rate_n IS NOT NULL THEN
+                   (SELECT count(*) FROM pgjobd.jobs r
+                     WHERE r.queue = l.queue AND r.status = 'running'
+                       AND r.started_at > now() - l.rate_period)
+                 + (SELECT count(*) FROM pgjobd.jobs r
+                     WHERE r.queue = l.queue
+                       AND r.status IN ('succeeded', 'failed', 'cancelled')
+                       AND r.finished_at > now() - l.rate_period
+                       AND r.started_at > now() - l.rate_period)
+               END AS r_used,
+               CASE WHEN l.group_rate_n IS NOT NULL THEN
+                   coalesce((SELECT max(g.n) FROM (
+                       SELECT count(*) AS n FROM pgjobd.jobs r
+                        WHERE r.queue = l.queue
+                          AND (r.status = 'running'
+                               OR (r.status IN ('succeeded', 'failed', 'cancelled')
+                                   AND r.finished_at > now() - l.group_rate_period))
+                          AND r.started_at > now() - l.group_rate_period
+                          AND coalesce(r.group_key, r.group_id) IS NOT NULL
+                        GROUP BY coalesce(r.group_key, r.group_id)) g), 0)
+               END AS gr_used,
+               -- jobs_ready_free, jobs_ready_grouped
+               EXISTS (SELECT 1 FROM pgjobd.jobs w
+                        WHERE w.queue = l.queue AND w.status = 'queued'
+                          AND w.run_at <= now()) AS ready
+          FROM pgjobd.queue_limits l)
+    SELECT u.queue, u.concurrency,
+           CASE WHEN u.concurrency IS NOT NULL THEN u.running END,
+           u.group_concurrency, u.gc_used,
+           pgjobd.format_rate(u.rate_n, u.rate_period), u.r_used,
+           pgjobd.format_rate(u.group_rate_n, u.group_rate_period), u.gr_used,
+           CASE
+               WHEN NOT u.ready THEN NULL
+               WHEN u.running >= u.concurrency THEN 'concurrency'
+               WHEN u.r_used >= u.rate_n THEN 'rate'
+               WHEN u.gc_used >= u.group_concurrency AND EXISTS (
+                   SELECT 1 FROM pgjobd.jobs w
+                    WHERE w.queue = u.queue AND w.status = 'queued' AND w.run_at <= now()
+                      AND coalesce(w.group_key, w.group_id) IS NOT NULL
+                      AND (SELECT count(*) FROM pgjobd.jobs r
+                            WHERE r.queue = w.queue AND r.status = 'running'
+                              AND coalesce(r.group_key, r.group_id)
+                                  = coalesce(w.group_key, w.group_id))
+                          >= u.group_concurrency) THEN 'group_concurrency'
+               WHEN u.gr_used >= u.group_rate_n AND EXISTS (
+                   SELECT 1 FROM pgjobd.jobs w
+                    WHERE w.queue = u.queue AND w.status = 'queued' AND w.run_at <= now()
+                      AND coalesce(w.group_key, w.group_id) IS NOT NULL
+                      AND (SELECT count(*) FROM pgjobd.jobs r
+                            WHERE r.queue = w.queue
+                              AND (r.status = 'running'
+                                   OR (r.status IN ('succeeded', 'failed', 'cancelled')
+                                       AND r.finished_at > now() - u.group_rate_period))
+                              AND r.started_at > now() - u.group_rate_period
+                              AND coalesce(r.group_key, r.group_id)
+                                  = coalesce(w.group_key, w.group_id))
+                          >= u.group_rate_n) THEN 'group_rate'
+           END
+      FROM u;
+END
 $$;
 
 CREATE FUNCTION pgjobd.lock_dedupe_key(p_queue text, p_key text) RETURNS void
@@ -1438,6 +1950,11 @@ BEGIN
      WHERE NOT EXISTS (SELECT 1 FROM pgjobd.jobs j
                         WHERE j.id = c.job_id AND j.status IN ('queued', 'running'));
 
+    -- A group rate's state whose time has passed means what no row means.
+    DELETE FROM pgjobd.group_rates t
+     WHERE t.ctid = ANY (ARRAY(SELECT o.ctid FROM pgjobd.group_rates o
+                                WHERE o.tat < statement_timestamp() LIMIT p_limit));
+
     FOR i IN 1 .. coalesce(array_length(p_queues, 1), 0) LOOP
         CONTINUE WHEN coalesce(p_retention_ms[i], 0) <= 0;
         WITH d AS (
@@ -1470,6 +1987,38 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION pgjobd.parse_rate(p_name text, p_value text, OUT n integer, OUT period interval) RETURNS record
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+DECLARE
+    m text[];
+    ms numeric;
+BEGIN
+    -- m[1] the count; m[2..6] d h m s ms (an "m" followed by "s" is ms).
+    m := regexp_match(p_value,
+        '^([0-9]{1,10})/(?:([0-9]{1,12})d)?(?:([0-9]{1,12})h)?(?:([0-9]{1,12})m(?!s))?(?:([0-9]{1,12})s)?(?:([0-9]{1,12})ms)?$');
+    IF m IS NULL OR num_nonnulls(m[2], m[3], m[4], m[5], m[6]) = 0 THEN
+        RAISE EXCEPTION 'bad %: %', p_name, coalesce(quote_literal(p_value), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'write N/PERIOD: N starts per PERIOD, a duration such as 1s, 1m, 1h30m or 500ms';
+    END IF;
+    IF m[1]::bigint NOT BETWEEN 1 AND 2147483647 THEN
+        RAISE EXCEPTION 'bad %: %: the count must be from 1 to 2147483647', p_name,
+            quote_literal(p_value) USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    ms := coalesce(m[2]::numeric, 0) * 86400000 + coalesce(m[3]::numeric, 0) * 3600000
+        + coalesce(m[4]::numeric, 0) * 60000 + coalesce(m[5]::numeric, 0) * 1000
+        + coalesce(m[6]::numeric, 0);
+    IF ms < 1 OR ms > 100 * 365 * 86400000::numeric THEN
+        RAISE EXCEPTION 'bad %: %: the period must be from 1ms to 100 years', p_name,
+            quote_literal(p_value) USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    n := m[1]::integer;
+    period := ms * interval '1 millisecond';
+END
+$_$;
+
 CREATE FUNCTION pgjobd.pause(p_queue text) RETURNS boolean
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1478,6 +2027,33 @@ BEGIN
     PERFORM pgjobd.check_queue_name(p_queue);
     INSERT INTO pgjobd.paused_queues (queue) VALUES (p_queue) ON CONFLICT DO NOTHING;
     RETURN FOUND;
+END
+$$;
+
+CREATE FUNCTION pgjobd.pause_group(p_queue text, p_group text) RETURNS boolean
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    g text;
+    gs text[];
+    paused boolean := false;
+BEGIN
+    PERFORM pgjobd.check_queue_name(p_queue);
+    IF p_group IS NULL THEN
+        RAISE EXCEPTION 'pause_group: group_id must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    SELECT array_agg(DISTINCT coalesce(j.group_key, j.group_id)) INTO gs FROM pgjobd.jobs j
+     WHERE j.queue = p_queue AND j.group_id = p_group AND j.group_key IS NOT NULL
+       AND j.status IN ('queued', 'running');
+    FOREACH g IN ARRAY coalesce(gs, ARRAY[p_group]) LOOP
+        INSERT INTO pgjobd.group_blocks (queue, group_id, reason) VALUES (p_queue, g, 'paused')
+            ON CONFLICT DO NOTHING;
+        paused := paused OR FOUND;
+        PERFORM pgjobd.group_mark(p_queue, g);
+    END LOOP;
+    RETURN paused;
 END
 $$;
 
@@ -1491,6 +2067,11 @@ BEGIN
     RETURN FOUND;
 END
 $$;
+
+CREATE FUNCTION pgjobd.rate_lag(p interval) RETURNS interval
+    LANGUAGE sql IMMUTABLE STRICT
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$ SELECT greatest(p / 50, interval '10 milliseconds') $$;
 
 CREATE FUNCTION pgjobd.register_worker(p_name text, p_fence_ms integer) RETURNS bigint
     LANGUAGE sql
@@ -1605,6 +2186,27 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION pgjobd.release_group(p_queue text, p_group text) RETURNS boolean
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    g text;
+    found_one boolean := false;
+BEGIN
+    PERFORM pgjobd.check_queue_name(p_queue);
+    FOR g IN DELETE FROM pgjobd.group_blocks b
+              WHERE b.queue = p_queue AND b.reason = 'held'
+                AND pgjobd.group_name(b.group_id) = p_group
+             RETURNING b.group_id
+    LOOP
+        found_one := true;
+        PERFORM pgjobd.group_unmark(p_queue, g);
+    END LOOP;
+    RETURN found_one;
+END
+$$;
+
 CREATE FUNCTION pgjobd.release_worker(p_worker text) RETURNS integer
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1623,6 +2225,66 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION pgjobd.report_progress(p_reports jsonb) RETURNS SETOF bigint
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    RETURN QUERY
+    WITH x AS (
+        SELECT * FROM jsonb_to_recordset(p_reports)
+                   AS x(id bigint, fence bigint, final boolean, progress jsonb)),
+    due AS (
+        SELECT j.id FROM pgjobd.jobs j JOIN x ON j.id = x.id AND j.fence = x.fence
+         WHERE CASE WHEN x.final THEN j.status IN ('succeeded', 'failed', 'cancelled')
+                    ELSE j.status = 'running' AND j.lease_until > clock_timestamp() END
+           AND j.progress IS DISTINCT FROM x.progress),
+    locked AS (
+        SELECT j.id, x.progress FROM pgjobd.jobs j JOIN x ON j.id = x.id AND j.fence = x.fence
+         WHERE j.id IN (SELECT due.id FROM due)
+           AND CASE WHEN x.final THEN j.status IN ('succeeded', 'failed', 'cancelled')
+                    ELSE j.status = 'running' AND j.lease_until > clock_timestamp() END
+           FOR NO KEY UPDATE OF j SKIP LOCKED),
+    written AS (
+        UPDATE pgjobd.jobs j SET progress = locked.progress
+          FROM locked
+         WHERE j.id = locked.id
+        RETURNING j.id)
+    SELECT due.id FROM due WHERE due.id NOT IN (SELECT written.id FROM written);
+
+    INSERT INTO pgjobd.running_progress AS r (job_id, fence, progress, updated_at)
+    SELECT x.id, x.fence, x.progress, clock_timestamp()
+      FROM jsonb_to_recordset(p_reports) AS x(id bigint, fence bigint, final boolean,
+                                              progress jsonb)
+     WHERE NOT x.final
+       AND EXISTS (SELECT 1 FROM pgjobd.jobs j
+                    WHERE j.id = x.id AND j.fence = x.fence AND j.status = 'running'
+                      AND j.lease_until IS NULL)
+    ON CONFLICT (job_id) DO UPDATE
+       SET fence = excluded.fence, progress = excluded.progress, updated_at = excluded.updated_at
+     WHERE r.fence <= excluded.fence;
+
+    DELETE FROM pgjobd.running_progress r
+     USING jsonb_to_recordset(p_reports) AS x(id bigint, fence bigint, final boolean)
+     WHERE x.final AND r.job_id = x.id AND r.fence <= x.fence;
+
+    WITH gone AS (
+        DELETE FROM pgjobd.running_progress r
+         WHERE r.updated_at < clock_timestamp() - interval '1 minute'
+           AND NOT EXISTS (SELECT 1 FROM pgjobd.jobs j
+                            WHERE j.id = r.job_id AND j.fence = r.fence
+                              AND j.status = 'running')
+        RETURNING r.job_id, r.fence, r.progress)
+    UPDATE pgjobd.jobs j SET progress = g.progress
+      FROM gone g
+     WHERE j.ctid = ANY (ARRAY(
+               SELECT k.ctid FROM pgjobd.jobs k JOIN gone h ON k.id = h.job_id AND k.fence = h.fence
+                WHERE k.status IN ('succeeded', 'failed', 'cancelled') AND k.progress IS NULL
+                  FOR NO KEY UPDATE OF k SKIP LOCKED))
+       AND j.id = g.job_id;
+END
+$$;
+
 CREATE FUNCTION pgjobd.resume(p_queue text) RETURNS boolean
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1635,6 +2297,27 @@ BEGIN
         RETURN true;
     END IF;
     RETURN false;
+END
+$$;
+
+CREATE FUNCTION pgjobd.resume_group(p_queue text, p_group text) RETURNS boolean
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    g text;
+    found_one boolean := false;
+BEGIN
+    PERFORM pgjobd.check_queue_name(p_queue);
+    FOR g IN DELETE FROM pgjobd.group_blocks b
+              WHERE b.queue = p_queue AND b.reason = 'paused'
+                AND pgjobd.group_name(b.group_id) = p_group
+             RETURNING b.group_id
+    LOOP
+        found_one := true;
+        PERFORM pgjobd.group_unmark(p_queue, g);
+    END LOOP;
+    RETURN found_one;
 END
 $$;
 
@@ -1786,6 +2469,110 @@ CREATE FUNCTION pgjobd.schedule_clock(p_real0 double precision, p_fake0 double p
            END
 $$;
 
+CREATE FUNCTION pgjobd.sees_group(p_group text) RETURNS boolean
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    r record;
+BEGIN
+    SELECT a.rolsuper OR a.rolbypassrls
+               OR a.oid = (SELECT c.relowner FROM pg_class c WHERE c.oid = 'pgjobd.jobs'::regclass)
+               OR to_regrole('pgjobd_producer') IS NULL
+               OR (to_regrole('pgjobd_worker') IS NOT NULL
+                   AND pg_has_role(a.oid, 'pgjobd_worker', 'MEMBER'))
+               OR NOT pg_has_role(a.oid, 'pgjobd_producer', 'MEMBER') AS all_groups
+      INTO r FROM pg_roles a WHERE a.rolname = current_user;
+    IF coalesce(r.all_groups, false) THEN
+        RETURN true;
+    END IF;
+    RETURN left(p_group, length(current_user) + 2) = E'\x01' || current_user || E'\x01';
+END
+$$;
+
+CREATE FUNCTION pgjobd.set_limits(queue text, concurrency integer DEFAULT '-1'::integer, group_concurrency integer DEFAULT '-1'::integer, rate text DEFAULT 'keep'::text, group_rate text DEFAULT 'keep'::text) RETURNS boolean
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    p_queue text := set_limits.queue;
+    c integer := set_limits.concurrency;
+    gc integer := set_limits.group_concurrency;
+    r text := set_limits.rate;
+    gr text := set_limits.group_rate;
+    had pgjobd.queue_limits;
+    want pgjobd.queue_limits;
+BEGIN
+    PERFORM pgjobd.check_queue_name(p_queue);
+    IF c IS DISTINCT FROM -1 THEN
+        PERFORM pgjobd.check_limit('concurrency', c);
+    END IF;
+    IF gc IS DISTINCT FROM -1 THEN
+        PERFORM pgjobd.check_limit('group_concurrency', gc);
+    END IF;
+    -- One writer of a queue's row at a time: the row's lock, or for a
+    -- queue without one, the primary key's (ON CONFLICT below).
+    SELECT * INTO had FROM pgjobd.queue_limits l WHERE l.queue = p_queue FOR UPDATE;
+    want := had;
+    want.queue := p_queue;
+    IF c IS DISTINCT FROM -1 THEN
+        want.concurrency := c;
+    END IF;
+    IF gc IS DISTINCT FROM -1 THEN
+        want.group_concurrency := gc;
+    END IF;
+    IF r IS NULL THEN
+        want.rate_n := NULL;
+        want.rate_period := NULL;
+    ELSIF r <> 'keep' THEN
+        SELECT p.n, p.period INTO want.rate_n, want.rate_period
+          FROM pgjobd.parse_rate('rate', r) p;
+    END IF;
+    IF gr IS NULL THEN
+        want.group_rate_n := NULL;
+        want.group_rate_period := NULL;
+    ELSIF gr <> 'keep' THEN
+        SELECT p.n, p.period INTO want.group_rate_n, want.group_rate_period
+          FROM pgjobd.parse_rate('group_rate', gr) p;
+    END IF;
+    IF (want.concurrency, want.group_concurrency, want.rate_n, want.rate_period,
+        want.group_rate_n, want.group_rate_period)
+       IS NOT DISTINCT FROM
+       (had.concurrency, had.group_concurrency, had.rate_n, had.rate_period,
+        had.group_rate_n, had.group_rate_period) THEN
+        RETURN false;
+    END IF;
+    IF num_nonnulls(want.concurrency, want.group_concurrency, want.rate_n, want.group_rate_n) = 0 THEN
+        DELETE FROM pgjobd.queue_limits l WHERE l.queue = p_queue;
+    ELSE
+        INSERT INTO pgjobd.queue_limits AS l (queue, concurrency, group_concurrency, rate_n,
+                                              rate_period, group_rate_n, group_rate_period)
+        VALUES (p_queue, want.concurrency, want.group_concurrency, want.rate_n, want.rate_period,
+                want.group_rate_n, want.group_rate_period)
+        -- The row is there after all (another set_limits created it since
+        -- our look): only what was given changes, as if we had waited.
+        ON CONFLICT ON CONSTRAINT queue_limits_pkey DO UPDATE
+           SET concurrency = CASE WHEN c IS DISTINCT FROM -1 THEN EXCLUDED.concurrency
+                                  ELSE l.concurrency END,
+               group_concurrency = CASE WHEN gc IS DISTINCT FROM -1
+                                        THEN EXCLUDED.group_concurrency
+                                        ELSE l.group_concurrency END,
+               rate_n = CASE WHEN r IS DISTINCT FROM 'keep' THEN EXCLUDED.rate_n
+                             ELSE l.rate_n END,
+               rate_period = CASE WHEN r IS DISTINCT FROM 'keep' THEN EXCLUDED.rate_period
+                                  ELSE l.rate_period END,
+               group_rate_n = CASE WHEN gr IS DISTINCT FROM 'keep' THEN EXCLUDED.group_rate_n
+                                   ELSE l.group_rate_n END,
+               group_rate_period = CASE WHEN gr IS DISTINCT FROM 'keep'
+                                        THEN EXCLUDED.group_rate_period
+                                        ELSE l.group_rate_period END,
+               updated_at = now(), updated_by = session_user;
+    END IF;
+    PERFORM pg_notify('pgjobd', pgjobd.wake_payload(p_queue));
+    RETURN true;
+END
+$$;
+
 CREATE FUNCTION pgjobd.set_quota(p_role name, p_queue text, p_max_queued integer) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1847,7 +2634,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION pgjobd.try_group_head(q text, g text, jid bigint) RETURNS bigint
+CREATE FUNCTION pgjobd.try_group_head(q text, g text, jid bigint, conc integer, horizon timestamp with time zone) RETURNS bigint
     LANGUAGE plpgsql
     SET enable_seqscan TO 'off'
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1857,7 +2644,7 @@ DECLARE
     head record;
 BEGIN
     SELECT gr.id INTO gid FROM pgjobd.groups gr
-     WHERE gr.queue = q AND gr.group_id = g FOR UPDATE SKIP LOCKED;
+     WHERE gr.queue = q AND gr.group_id = g FOR NO KEY UPDATE SKIP LOCKED;
     IF gid IS NULL THEN
         IF EXISTS (SELECT 1 FROM pgjobd.groups gr WHERE gr.queue = q AND gr.group_id = g) THEN
             RETURN 0; -- locked: busy
@@ -1868,9 +2655,21 @@ BEGIN
             RETURN 0; -- another claim created it since our first look
         END IF;
     END IF;
-    SELECT j.id, j.status, j.run_at, j.expires_at INTO head FROM pgjobd.jobs j
-     WHERE j.queue = q AND coalesce(j.group_key, j.group_id) = g AND j.status IN ('queued', 'running')
-     ORDER BY coalesce(j.commit_seq, j.id) LIMIT 1;
+    IF conc > 1 THEN
+        SELECT j.id, j.status, j.run_at, j.expires_at, j.held_until INTO head FROM pgjobd.jobs j
+         WHERE j.queue = q AND coalesce(j.group_key, j.group_id) = g AND j.status = 'queued'
+         ORDER BY coalesce(j.commit_seq, j.id) LIMIT 1;
+    ELSE
+        SELECT j.id, j.status, j.run_at, j.expires_at, j.held_until INTO head FROM pgjobd.jobs j
+         WHERE j.queue = q AND coalesce(j.group_key, j.group_id) = g
+           AND j.status IN ('queued', 'running')
+         ORDER BY coalesce(j.commit_seq, j.id) LIMIT 1;
+    END IF;
+    -- A blocked group (held or paused: its queued jobs marked 'infinity',
+    -- sql/functions/groups.sql) starts nothing.
+    IF head.held_until = 'infinity' THEN
+        RETURN 0;
+    END IF;
     IF head.id IS DISTINCT FROM jid THEN
         -- Only a ready, queued head can start (later in the caller's scan);
         -- a running head, one waiting out a retry, or an expired one keeps
@@ -1884,8 +2683,20 @@ BEGIN
     -- jid heads the group, but a job later in its order may run: one that a
     -- claim started before jid became visible (or queued again), whose slot
     -- does not hold the group row yet, or whose daemon died.
-    IF EXISTS (SELECT 1 FROM pgjobd.jobs j
-                WHERE j.queue = q AND coalesce(j.group_key, j.group_id) = g AND j.status = 'running') THEN
+    IF conc > 1 THEN
+        IF (SELECT count(*) FROM (SELECT 1 FROM pgjobd.jobs j
+                                   WHERE j.queue = q AND coalesce(j.group_key, j.group_id) = g
+                                     AND j.status = 'running' LIMIT conc) n) >= conc THEN
+            RETURN 0;
+        END IF;
+    ELSIF EXISTS (SELECT 1 FROM pgjobd.jobs j
+                   WHERE j.queue = q AND coalesce(j.group_key, j.group_id) = g
+                     AND j.status = 'running') THEN
+        RETURN 0;
+    END IF;
+    IF horizon IS NOT NULL
+       AND EXISTS (SELECT 1 FROM pgjobd.group_rates t
+                    WHERE t.queue = q AND t.group_id = g AND t.tat > horizon) THEN
         RETURN 0;
     END IF;
     PERFORM 1 FROM pgjobd.jobs j
@@ -1929,38 +2740,14 @@ CREATE FUNCTION pgjobd.worker_gone(p_id bigint) RETURNS void
                                              WHERE g.id = p_id));
 $$;
 
-CREATE TABLE pgjobd.cancel_requests (
-    job_id bigint NOT NULL,
-    requested_at timestamp with time zone DEFAULT now() NOT NULL,
-    requested_by text DEFAULT CURRENT_USER NOT NULL
-);
-
-CREATE UNLOGGED TABLE pgjobd.dedupe_locks (
+CREATE TABLE pgjobd.group_blocks (
     queue text NOT NULL,
-    dedupe_key text NOT NULL,
-    scope text DEFAULT ''::text NOT NULL
-);
-
-CREATE SEQUENCE pgjobd.fence_seq
-    START WITH 1
-    INCREMENT BY 1
-    NO MINVALUE
-    NO MAXVALUE
-    CACHE 1;
-
-CREATE TABLE pgjobd.groups (
-    id bigint NOT NULL,
-    queue text NOT NULL,
-    group_id text NOT NULL
-);
-
-ALTER TABLE pgjobd.groups ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
-    SEQUENCE NAME pgjobd.groups_id_seq
-    START WITH 1
-    INCREMENT BY 1
-    NO MINVALUE
-    NO MAXVALUE
-    CACHE 1
+    group_id text NOT NULL,
+    reason text NOT NULL,
+    since timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    job bigint,
+    blocked_by text DEFAULT CURRENT_USER NOT NULL,
+    CONSTRAINT group_blocks_reason_check CHECK ((reason = ANY (ARRAY['held'::text, 'paused'::text])))
 );
 
 CREATE TABLE pgjobd.jobs (
@@ -1995,6 +2782,7 @@ CREATE TABLE pgjobd.jobs (
     lease_until timestamp with time zone,
     lease_ms bigint,
     group_key text,
+    progress jsonb,
     CONSTRAINT jobs_dedupe_key_max_1kib CHECK ((octet_length(dedupe_key) <= 1024)),
     CONSTRAINT jobs_group_id_max_1kib CHECK ((octet_length(group_id) <= 1024)),
     CONSTRAINT "max_attempts must be at least 1" CHECK ((max_attempts >= 1)),
@@ -2003,6 +2791,93 @@ CREATE TABLE pgjobd.jobs (
     CONSTRAINT "timeout must be positive" CHECK ((timeout > '00:00:00'::interval))
 )
 WITH (fillfactor='80');
+
+CREATE VIEW pgjobd.blocked_groups WITH (security_barrier='true') AS
+ SELECT b.queue,
+    pgjobd.group_name(b.group_id) AS group_id,
+    b.reason,
+    b.since,
+    b.job,
+    NULL::timestamp with time zone AS until,
+    pgjobd.group_producer(b.group_id) AS producer
+   FROM pgjobd.group_blocks b
+  WHERE pgjobd.sees_group(b.group_id)
+UNION ALL
+ SELECT j.queue,
+    j.group_id,
+    'retry'::text AS reason,
+    j.updated_at AS since,
+    j.id AS job,
+    j.run_at AS until,
+    pgjobd.group_producer(j.group_key) AS producer
+   FROM pgjobd.jobs j
+  WHERE ((j.status = 'queued'::text) AND (j.group_id IS NOT NULL) AND (j.attempts > 0) AND (j.run_at > now()) AND pgjobd.sees_group(COALESCE(j.group_key, j.group_id)) AND (NOT (EXISTS ( SELECT 1
+           FROM pgjobd.jobs o
+          WHERE ((o.queue = j.queue) AND (COALESCE(o.group_key, o.group_id) = COALESCE(j.group_key, j.group_id)) AND (o.status = ANY (ARRAY['queued'::text, 'running'::text])) AND (COALESCE(o.commit_seq, o.id) < COALESCE(j.commit_seq, j.id)))))));
+
+COMMENT ON VIEW pgjobd.blocked_groups IS 'Groups that cannot start a job now: held (a job failed for good under group_on_failure = hold), paused (pause_group) or retry (the head waits out a retry''s backoff).';
+
+CREATE TABLE pgjobd.cancel_requests (
+    job_id bigint NOT NULL,
+    requested_at timestamp with time zone DEFAULT now() NOT NULL,
+    requested_by text DEFAULT CURRENT_USER NOT NULL
+);
+
+CREATE UNLOGGED TABLE pgjobd.dedupe_locks (
+    queue text NOT NULL,
+    dedupe_key text NOT NULL,
+    scope text DEFAULT ''::text NOT NULL
+);
+
+CREATE SEQUENCE pgjobd.fence_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+CREATE TABLE pgjobd.group_rates (
+    queue text NOT NULL,
+    group_id text NOT NULL,
+    tat timestamp with time zone NOT NULL
+);
+
+CREATE TABLE pgjobd.groups (
+    id bigint NOT NULL,
+    queue text NOT NULL,
+    group_id text NOT NULL
+);
+
+ALTER TABLE pgjobd.groups ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME pgjobd.groups_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+CREATE UNLOGGED TABLE pgjobd.running_progress (
+    job_id bigint NOT NULL,
+    fence bigint NOT NULL,
+    progress jsonb,
+    updated_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
+);
+
+COMMENT ON TABLE pgjobd.running_progress IS 'The latest progress of running jobs of lock mode transaction (their rows are locked by their slots); read it through pgjobd.job_progress.';
+
+CREATE VIEW pgjobd.job_progress WITH (security_invoker='true') AS
+ SELECT j.id AS job_id,
+    j.queue,
+    j.status,
+        CASE
+            WHEN (r.job_id IS NOT NULL) THEN r.progress
+            ELSE j.progress
+        END AS progress
+   FROM (pgjobd.jobs j
+     LEFT JOIN pgjobd.running_progress r ON (((r.job_id = j.id) AND (r.fence = j.fence) AND (j.status <> 'queued'::text))));
+
+COMMENT ON VIEW pgjobd.job_progress IS 'Each job''s progress as its command last reported it, in either lock mode (a running transaction-mode job''s is in pgjobd.running_progress, not yet in jobs.progress).';
 
 ALTER TABLE pgjobd.jobs ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     SEQUENCE NAME pgjobd.jobs_id_seq
@@ -2040,7 +2915,8 @@ CREATE VIEW pgjobd.my_jobs WITH (security_invoker='true') AS
     jobs.finished_at,
     jobs.updated_at,
     jobs.created_by,
-    jobs.history
+    jobs.history,
+    jobs.progress
    FROM pgjobd.jobs;
 
 COMMENT ON VIEW pgjobd.my_jobs IS 'The jobs of pgjobd.jobs its reader may read, with the columns a producer may read: SELECT * FROM pgjobd.my_jobs works for producers, SELECT * FROM pgjobd.jobs does not.';
@@ -2057,6 +2933,29 @@ CREATE TABLE pgjobd.queue_grants (
     granted_at timestamp with time zone DEFAULT now() NOT NULL,
     granted_by name DEFAULT SESSION_USER NOT NULL,
     CONSTRAINT "queue must be * or 1 to 63 characters of A-Z a-z 0-9 _ . -" CHECK (((queue = '*'::text) OR (queue ~ '^[A-Za-z0-9_.-]{1,63}$'::text)))
+);
+
+CREATE TABLE pgjobd.queue_limits (
+    queue text NOT NULL,
+    concurrency integer,
+    group_concurrency integer,
+    rate_n integer,
+    rate_period interval,
+    group_rate_n integer,
+    group_rate_period interval,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_by text DEFAULT SESSION_USER NOT NULL,
+    tat timestamp with time zone,
+    CONSTRAINT "a row holds at least one limit" CHECK ((num_nonnulls(concurrency, group_concurrency, rate_n, group_rate_n) > 0)),
+    CONSTRAINT "concurrency must be at least 1" CHECK ((concurrency >= 1)),
+    CONSTRAINT "group_concurrency must be at least 1" CHECK ((group_concurrency >= 1)),
+    CONSTRAINT "group_rate must be at least 1 per period" CHECK ((group_rate_n >= 1)),
+    CONSTRAINT "group_rate needs both a count and a period" CHECK (((group_rate_n IS NULL) = (group_rate_period IS NULL))),
+    CONSTRAINT "group_rate period must be 1 ms to 100 years" CHECK (((group_rate_period >= '00:00:00.001'::interval) AND (group_rate_period <= '876000:00:00'::interval))),
+    CONSTRAINT "queue must be 1 to 63 characters of A-Z a-z 0-9 _ . -" CHECK ((queue ~ '^[A-Za-z0-9_.-]{1,63}$'::text)),
+    CONSTRAINT "rate must be at least 1 per period" CHECK ((rate_n >= 1)),
+    CONSTRAINT "rate needs both a count and a period" CHECK (((rate_n IS NULL) = (rate_period IS NULL))),
+    CONSTRAINT "rate period must be 1 ms to 100 years" CHECK (((rate_period >= '00:00:00.001'::interval) AND (rate_period <= '876000:00:00'::interval)))
 );
 
 CREATE TABLE pgjobd.queue_policies (
@@ -2080,7 +2979,7 @@ CREATE VIEW pgjobd.queue_stats WITH (security_invoker='true') AS
            FROM pgjobd.jobs
           GROUP BY jobs.queue
         )
- SELECT COALESCE(s.queue, p.queue) AS queue,
+ SELECT COALESCE(s.queue, p.queue, l.queue) AS queue,
     COALESCE(s.queued, (0)::bigint) AS queued,
     COALESCE(s.running, (0)::bigint) AS running,
     COALESCE(s.succeeded, (0)::bigint) AS succeeded,
@@ -2088,9 +2987,19 @@ CREATE VIEW pgjobd.queue_stats WITH (security_invoker='true') AS
     COALESCE(s.cancelled, (0)::bigint) AS cancelled,
     s.oldest_queued_age,
     (p.queue IS NOT NULL) AS paused,
-    COALESCE(s.failed_last_hour, (0)::bigint) AS failed_last_hour
-   FROM (s
-     FULL JOIN pgjobd.paused_queues p ON ((p.queue = s.queue)));
+    COALESCE(s.failed_last_hour, (0)::bigint) AS failed_last_hour,
+    l.concurrency,
+    l.concurrency_used,
+    l.group_concurrency,
+    l.group_concurrency_used,
+    l.rate,
+    l.rate_used,
+    l.group_rate,
+    l.group_rate_used,
+    l.throttled
+   FROM ((s
+     FULL JOIN pgjobd.paused_queues p ON ((p.queue = s.queue)))
+     FULL JOIN pgjobd.limit_stats() l(queue, concurrency, concurrency_used, group_concurrency, group_concurrency_used, rate, rate_used, group_rate, group_rate_used, throttled) ON ((l.queue = COALESCE(s.queue, p.queue))));
 
 CREATE TABLE pgjobd.quotas (
     role regrole NOT NULL,
@@ -2179,6 +3088,12 @@ ALTER TABLE ONLY pgjobd.cancel_requests
 ALTER TABLE ONLY pgjobd.dedupe_locks
     ADD CONSTRAINT dedupe_locks_pkey PRIMARY KEY (queue, dedupe_key, scope);
 
+ALTER TABLE ONLY pgjobd.group_blocks
+    ADD CONSTRAINT group_blocks_pkey PRIMARY KEY (queue, group_id, reason);
+
+ALTER TABLE ONLY pgjobd.group_rates
+    ADD CONSTRAINT group_rates_pkey PRIMARY KEY (queue, group_id);
+
 ALTER TABLE ONLY pgjobd.groups
     ADD CONSTRAINT groups_pkey PRIMARY KEY (id);
 
@@ -2197,11 +3112,17 @@ ALTER TABLE ONLY pgjobd.paused_queues
 ALTER TABLE ONLY pgjobd.queue_grants
     ADD CONSTRAINT queue_grants_pkey PRIMARY KEY (queue, role);
 
+ALTER TABLE ONLY pgjobd.queue_limits
+    ADD CONSTRAINT queue_limits_pkey PRIMARY KEY (queue);
+
 ALTER TABLE ONLY pgjobd.queue_policies
     ADD CONSTRAINT queue_policies_pkey PRIMARY KEY (queue);
 
 ALTER TABLE ONLY pgjobd.quotas
     ADD CONSTRAINT quotas_pkey PRIMARY KEY (role, queue);
+
+ALTER TABLE ONLY pgjobd.running_progress
+    ADD CONSTRAINT running_progress_pkey PRIMARY KEY (job_id);
 
 ALTER TABLE ONLY pgjobd.schedules
     ADD CONSTRAINT schedules_pkey PRIMARY KEY (name);
@@ -2262,11 +3183,17 @@ CREATE CONSTRAINT TRIGGER jobs_commit_order_requeued AFTER UPDATE OF status, que
 
 CREATE TRIGGER jobs_dedupe BEFORE INSERT ON pgjobd.jobs FOR EACH ROW WHEN ((new.dedupe_key IS NOT NULL)) EXECUTE FUNCTION pgjobd.jobs_dedupe();
 
+CREATE TRIGGER jobs_failed_hold AFTER UPDATE OF status ON pgjobd.jobs FOR EACH ROW WHEN (((old.status = 'running'::text) AND (new.status = 'failed'::text) AND (new.group_id IS NOT NULL) AND ((new.error ->> 'group_on_failure'::text) = 'hold'::text))) EXECUTE FUNCTION pgjobd.jobs_failed_hold();
+
+CREATE TRIGGER jobs_failed_undone AFTER UPDATE OF status ON pgjobd.jobs FOR EACH ROW WHEN (((old.status = 'failed'::text) AND (new.status <> 'failed'::text) AND (new.group_id IS NOT NULL))) EXECUTE FUNCTION pgjobd.jobs_failed_undone();
+
 CREATE TRIGGER jobs_group_key BEFORE INSERT OR UPDATE OF queue, group_id, created_by ON pgjobd.jobs FOR EACH ROW WHEN (((new.group_id IS NOT NULL) OR (new.group_key IS NOT NULL))) EXECUTE FUNCTION pgjobd.jobs_group_key();
 
 CREATE TRIGGER jobs_head_changed AFTER DELETE OR UPDATE OF status, run_at, queue, group_id ON pgjobd.jobs FOR EACH ROW WHEN (((old.status = 'queued'::text) AND (old.group_id IS NOT NULL) AND (old.run_at > now()))) EXECUTE FUNCTION pgjobd.jobs_head_changed();
 
 CREATE TRIGGER jobs_inserted AFTER INSERT ON pgjobd.jobs REFERENCING NEW TABLE AS new_jobs FOR EACH STATEMENT EXECUTE FUNCTION pgjobd.jobs_inserted();
+
+CREATE TRIGGER jobs_progress_reset BEFORE UPDATE OF status, fence ON pgjobd.jobs FOR EACH ROW WHEN (((old.progress IS NOT NULL) AND ((new.status = 'queued'::text) OR (new.fence IS DISTINCT FROM old.fence)))) EXECUTE FUNCTION pgjobd.jobs_progress_reset();
 
 CREATE TRIGGER jobs_quota AFTER INSERT ON pgjobd.jobs REFERENCING NEW TABLE AS new_jobs FOR EACH STATEMENT EXECUTE FUNCTION pgjobd.jobs_quota();
 
@@ -2290,17 +3217,28 @@ CREATE POLICY producer_select ON pgjobd.paused_queues FOR SELECT TO pgjobd_produ
 
 CREATE POLICY producer_select ON pgjobd.queue_grants FOR SELECT TO pgjobd_producer USING (pg_has_role(CURRENT_USER, (role)::oid, 'MEMBER'::text));
 
+CREATE POLICY producer_select ON pgjobd.queue_limits FOR SELECT TO pgjobd_producer USING ((EXISTS ( SELECT 1
+   FROM pgjobd.queue_grants g
+  WHERE ((g.queue = ANY (ARRAY[queue_limits.queue, '*'::text])) AND pg_has_role(CURRENT_USER, (g.role)::oid, 'MEMBER'::text)))));
+
 ALTER TABLE pgjobd.queue_grants ENABLE ROW LEVEL SECURITY;
+
+ALTER TABLE pgjobd.queue_limits ENABLE ROW LEVEL SECURITY;
 
 CREATE POLICY worker_all ON pgjobd.jobs TO pgjobd_worker USING (true) WITH CHECK (true);
 
 CREATE POLICY worker_all ON pgjobd.paused_queues TO pgjobd_worker USING (true) WITH CHECK (true);
+
+CREATE POLICY worker_all ON pgjobd.queue_limits TO pgjobd_worker USING (true) WITH CHECK (true);
 
 GRANT USAGE ON SCHEMA pgjobd TO pgjobd_producer;
 GRANT USAGE ON SCHEMA pgjobd TO pgjobd_worker;
 
 REVOKE ALL ON FUNCTION pgjobd.cancel(p_id bigint) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.cancel(p_id bigint) TO pgjobd_worker;
+
+REVOKE ALL ON FUNCTION pgjobd.check_limit(p_name text, p_value integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgjobd.check_limit(p_name text, p_value integer) TO pgjobd_worker;
 
 REVOKE ALL ON FUNCTION pgjobd.claim_batch(p_queue text, p_worker_id bigint, p_workers text[], p_max_attempts integer, p_timeout_ms bigint, p_max_data bigint, p_scan integer, p_orphans boolean, p_skip bigint[], p_lease_ms bigint) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.claim_batch(p_queue text, p_worker_id bigint, p_workers text[], p_max_attempts integer, p_timeout_ms bigint, p_max_data bigint, p_scan integer, p_orphans boolean, p_skip bigint[], p_lease_ms bigint) TO pgjobd_worker;
@@ -2328,6 +3266,8 @@ REVOKE ALL ON FUNCTION pgjobd.grant_history() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgjobd.grant_lease() FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION pgjobd.grant_limits() FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION pgjobd.grant_locks() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgjobd.grant_ops() FROM PUBLIC;
@@ -2340,7 +3280,19 @@ REVOKE ALL ON FUNCTION pgjobd.grant_schedules() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgjobd.grant_security() FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION pgjobd.group_blocked(q text, g text) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgjobd.group_blocked(q text, g text) TO pgjobd_worker;
+
 REVOKE ALL ON FUNCTION pgjobd.group_key(p_queue text, p_role text, p_group_id text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION pgjobd.group_mark(q text, g text) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgjobd.group_mark(q text, g text) TO pgjobd_worker;
+
+REVOKE ALL ON FUNCTION pgjobd.group_mark_job(p_id bigint) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgjobd.group_mark_job(p_id bigint) TO pgjobd_worker;
+
+REVOKE ALL ON FUNCTION pgjobd.group_unmark(q text, g text) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgjobd.group_unmark(q text, g text) TO pgjobd_worker;
 
 REVOKE ALL ON FUNCTION pgjobd.heartbeat(p_id bigint) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.heartbeat(p_id bigint) TO pgjobd_worker;
@@ -2361,11 +3313,20 @@ GRANT ALL ON FUNCTION pgjobd.maintain(p_queues text[], p_retention_ms bigint[], 
 REVOKE ALL ON FUNCTION pgjobd.maintain(p_queues text[], p_retention_ms bigint[], p_limit integer, p_keep_ms integer, OUT locked boolean, OUT keeper boolean, OUT expired integer, OUT deleted integer, OUT more boolean) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.maintain(p_queues text[], p_retention_ms bigint[], p_limit integer, p_keep_ms integer, OUT locked boolean, OUT keeper boolean, OUT expired integer, OUT deleted integer, OUT more boolean) TO pgjobd_worker;
 
+REVOKE ALL ON FUNCTION pgjobd.parse_rate(p_name text, p_value text, OUT n integer, OUT period interval) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgjobd.parse_rate(p_name text, p_value text, OUT n integer, OUT period interval) TO pgjobd_worker;
+
 REVOKE ALL ON FUNCTION pgjobd.pause(p_queue text) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.pause(p_queue text) TO pgjobd_worker;
 
+REVOKE ALL ON FUNCTION pgjobd.pause_group(p_queue text, p_group text) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgjobd.pause_group(p_queue text, p_group text) TO pgjobd_worker;
+
 REVOKE ALL ON FUNCTION pgjobd.pause_schedule(name text) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.pause_schedule(name text) TO pgjobd_worker;
+
+REVOKE ALL ON FUNCTION pgjobd.rate_lag(p interval) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgjobd.rate_lag(p interval) TO pgjobd_worker;
 
 REVOKE ALL ON FUNCTION pgjobd.register_worker(p_name text, p_fence_ms integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.register_worker(p_name text, p_fence_ms integer) TO pgjobd_worker;
@@ -2379,11 +3340,20 @@ GRANT ALL ON FUNCTION pgjobd.release_claim(p_id bigint, p_fence bigint, p_starte
 REVOKE ALL ON FUNCTION pgjobd.release_claim(p_id bigint, p_fence bigint, p_started boolean, p_error jsonb, p_max_attempts integer, p_retry_ms bigint, p_entry jsonb) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.release_claim(p_id bigint, p_fence bigint, p_started boolean, p_error jsonb, p_max_attempts integer, p_retry_ms bigint, p_entry jsonb) TO pgjobd_worker;
 
+REVOKE ALL ON FUNCTION pgjobd.release_group(p_queue text, p_group text) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgjobd.release_group(p_queue text, p_group text) TO pgjobd_worker;
+
 REVOKE ALL ON FUNCTION pgjobd.release_worker(p_worker text) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.release_worker(p_worker text) TO pgjobd_worker;
 
+REVOKE ALL ON FUNCTION pgjobd.report_progress(p_reports jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgjobd.report_progress(p_reports jsonb) TO pgjobd_worker;
+
 REVOKE ALL ON FUNCTION pgjobd.resume(p_queue text) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.resume(p_queue text) TO pgjobd_worker;
+
+REVOKE ALL ON FUNCTION pgjobd.resume_group(p_queue text, p_group text) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgjobd.resume_group(p_queue text, p_group text) TO pgjobd_worker;
 
 REVOKE ALL ON FUNCTION pgjobd.resume_schedule(name text) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.resume_schedule(name text) TO pgjobd_worker;
@@ -2402,14 +3372,21 @@ GRANT ALL ON FUNCTION pgjobd.schedule(name text, cron text, queue text, data jso
 REVOKE ALL ON FUNCTION pgjobd.schedule_clock(p_real0 double precision, p_fake0 double precision, p_rate double precision) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.schedule_clock(p_real0 double precision, p_fake0 double precision, p_rate double precision) TO pgjobd_worker;
 
+REVOKE ALL ON FUNCTION pgjobd.sees_group(p_group text) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgjobd.sees_group(p_group text) TO pgjobd_producer;
+GRANT ALL ON FUNCTION pgjobd.sees_group(p_group text) TO pgjobd_worker;
+
+REVOKE ALL ON FUNCTION pgjobd.set_limits(queue text, concurrency integer, group_concurrency integer, rate text, group_rate text) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgjobd.set_limits(queue text, concurrency integer, group_concurrency integer, rate text, group_rate text) TO pgjobd_worker;
+
 REVOKE ALL ON FUNCTION pgjobd.set_quota(p_role name, p_queue text, p_max_queued integer) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgjobd.setup_roles() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgjobd.share_queue(p_queue text, p_shared boolean) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION pgjobd.try_group_head(q text, g text, jid bigint) FROM PUBLIC;
-GRANT ALL ON FUNCTION pgjobd.try_group_head(q text, g text, jid bigint) TO pgjobd_worker;
+REVOKE ALL ON FUNCTION pgjobd.try_group_head(q text, g text, jid bigint, conc integer, horizon timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgjobd.try_group_head(q text, g text, jid bigint, conc integer, horizon timestamp with time zone) TO pgjobd_worker;
 
 REVOKE ALL ON FUNCTION pgjobd.unschedule(name text) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.unschedule(name text) TO pgjobd_worker;
@@ -2420,11 +3397,7 @@ GRANT ALL ON FUNCTION pgjobd.wake_payload(p_queue text) TO pgjobd_worker;
 REVOKE ALL ON FUNCTION pgjobd.worker_gone(p_id bigint) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.worker_gone(p_id bigint) TO pgjobd_worker;
 
-GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE pgjobd.cancel_requests TO pgjobd_worker;
-
-GRANT USAGE ON SEQUENCE pgjobd.fence_seq TO pgjobd_worker;
-
-GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE pgjobd.groups TO pgjobd_worker;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE pgjobd.group_blocks TO pgjobd_worker;
 
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE pgjobd.jobs TO pgjobd_worker;
 
@@ -2468,6 +3441,23 @@ GRANT SELECT(created_by) ON TABLE pgjobd.jobs TO pgjobd_producer;
 
 GRANT SELECT(history) ON TABLE pgjobd.jobs TO pgjobd_producer;
 
+GRANT SELECT(progress) ON TABLE pgjobd.jobs TO pgjobd_producer;
+
+GRANT SELECT ON TABLE pgjobd.blocked_groups TO pgjobd_producer;
+GRANT SELECT ON TABLE pgjobd.blocked_groups TO pgjobd_worker;
+
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE pgjobd.cancel_requests TO pgjobd_worker;
+
+GRANT USAGE ON SEQUENCE pgjobd.fence_seq TO pgjobd_worker;
+
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE pgjobd.group_rates TO pgjobd_worker;
+
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE pgjobd.groups TO pgjobd_worker;
+
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE pgjobd.running_progress TO pgjobd_worker;
+
+GRANT SELECT ON TABLE pgjobd.job_progress TO pgjobd_worker;
+
 GRANT SELECT,UPDATE ON TABLE pgjobd.maintenance_lock TO pgjobd_worker;
 
 GRANT SELECT ON TABLE pgjobd.my_jobs TO PUBLIC;
@@ -2477,6 +3467,9 @@ GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE pgjobd.paused_queues TO pgjobd_worker
 GRANT SELECT(queue) ON TABLE pgjobd.paused_queues TO pgjobd_producer;
 
 GRANT SELECT ON TABLE pgjobd.queue_grants TO pgjobd_producer;
+
+GRANT SELECT ON TABLE pgjobd.queue_limits TO pgjobd_producer;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE pgjobd.queue_limits TO pgjobd_worker;
 
 GRANT SELECT ON TABLE pgjobd.queue_stats TO pgjobd_producer;
 GRANT SELECT ON TABLE pgjobd.queue_stats TO pgjobd_worker;

@@ -3,7 +3,8 @@
  * then SIGHUP) and migrate (schema and roles).
  *
  * check reads the whole file as the daemon does (config_load with its
- * queues, daemon_check_users for the users they run as), connects through
+ * queues, daemon_check_users for the users they run as,
+ * daemon_check_resources for the limits and max_pressure), connects through
  * cli_session, tells a pooler in transaction mode from a session of its own
  * (a second connection, cli_session_connect_again), compares the schema
  * version (migrate_current/verdict) and warns about what would make jobs
@@ -151,6 +152,16 @@ int admin_cli_check(const struct cli_args *a)
 		fprintf(stderr,
 			"pgjobd: check: the daemon, run as this user with these capabilities, "
 			"would refuse %s\n",
+			a->config);
+		rc = 2;
+		goto out;
+	}
+	/* In the cgroup this command runs in: the service's may differ (a
+	 * unit with Delegate=yes), which the message says. */
+	if (daemon_check_resources(s.cfg, NULL, NULL) < 0) {
+		fprintf(stderr,
+			"pgjobd: check: the daemon, run in this cgroup on this host, would refuse "
+			"%s\n",
 			a->config);
 		rc = 2;
 		goto out;

@@ -65,12 +65,17 @@ const char claim_sql_no_jit[] = "SET jit = off";
 
 /* Step 2, the slot's transaction: the group row first, then the job row,
  * the order every claimer locks them in. Both wait: only SKIP LOCKED probes
- * of other claimers can hold them, briefly. The job row is locked only if it
+ * of other claimers can hold them, briefly. The group row FOR KEY SHARE:
+ * claims lock it FOR NO KEY UPDATE, which this does not exclude, so that
+ * under a group concurrency above 1 they may start the group's next job
+ * (they count its running jobs under their lock); maintain() still cannot
+ * delete the row while it is held. The job row is locked only if it
  * is still this claim's (same worker and fencing token: an orphan pass may
  * have taken it over if our daemon's heartbeat lapsed meanwhile) and our
  * daemon is still alive by the server's clock (sql/README, "Fencing"). */
 static const char sql_begin[] = "BEGIN";
-static const char sql_hold_group[] = "SELECT 1 FROM pgjobd.groups WHERE id = $1::bigint FOR UPDATE";
+static const char sql_hold_group[] =
+    "SELECT 1 FROM pgjobd.groups WHERE id = $1::bigint FOR KEY SHARE";
 /* The second column: pgjobd.cancel() was called for the job before the slot
  * got it (a request made later reaches the daemon by NOTIFY). */
 static const char sql_hold_job[] =
@@ -264,6 +269,18 @@ void claim_job_free(struct claim_job *j)
 	memset(j, 0, sizeof(*j));
 }
 
+int64_t claim_rate_ms(PGresult *c, int row, int col)
+{
+	if (col >= PQnfields(c) || PQgetisnull(c, row, col))
+		return -1;
+	return strtoll(PQgetvalue(c, row, col), NULL, 10);
+}
+
+bool claim_is_hint(PGresult *c, int row)
+{
+	return PQgetisnull(c, row, 1);
+}
+
 void claim_decode(PGresult *c, int row, struct claim_job *out, int *slot)
 {
 	memset(out, 0, sizeof(*out));
@@ -278,6 +295,8 @@ void claim_decode(PGresult *c, int row, struct claim_job *out, int *slot)
 	out->data = xstrdup(PQgetvalue(c, row, 8));
 	out->schedule = PQgetisnull(c, row, 11) ? NULL : xstrdup(PQgetvalue(c, row, 11));
 	out->scheduled_for = PQgetisnull(c, row, 12) ? NULL : xstrdup(PQgetvalue(c, row, 12));
+	out->start_in_ms = claim_rate_ms(c, row, 13);
+	out->start_by_ms = claim_rate_ms(c, row, 14);
 	char **keys = NULL, **vals = NULL;
 	int nk = claim_parse_text_array(PQgetvalue(c, row, 9), &keys);
 	int nv = claim_parse_text_array(PQgetvalue(c, row, 10), &vals);

@@ -29,6 +29,11 @@ struct claim_job {
 	size_t nargs;
 	char *schedule;	     /* the schedule that enqueued it, NULL when none */
 	char *scheduled_for; /* its tick, ISO 8601 UTC; NULL when no schedule */
+	/* A rate's plan (pgjobd.set_limits): start the command this many ms
+	 * after the claim's answer, and not later than start_by_ms after the
+	 * claim was sent (else the job is given back unstarted). -1: no rate. */
+	int64_t start_in_ms;
+	int64_t start_by_ms;
 };
 
 /* A claim_batch call: claim up to nworkers jobs, one per idle slot. */
@@ -79,6 +84,11 @@ int claim_build(struct db_stmt *st, struct claim_params *p, const struct claim_r
  * (0-based, into the request's workers) into *slot. Arguments that cannot
  * be decoded are logged and left out. */
 void claim_decode(PGresult *res, int row, struct claim_job *out, int *slot);
+/* Row `row` carries no job but a rate's hint: claim again in
+ * claim_rate_ms(res, row, 13) ms. */
+bool claim_is_hint(PGresult *res, int row);
+/* Column col of a claim row as ms, -1 when NULL or absent. */
+int64_t claim_rate_ms(PGresult *res, int row, int col);
 void claim_job_free(struct claim_job *j);
 
 /* After a claim that asked for `asked` jobs and got `got`: the claimer's

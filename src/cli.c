@@ -5,7 +5,8 @@
  * Who runs what: each row of cli_commands names its run function, in the
  * file of its concern: admin_cli (check, reload, migrate), queue_cli
  * (enqueue, cancel, pause, resume, grant-queue, revoke-queue), status_cli
- * (status), jobs_cli (jobs, show, retry), sched_cli (schedule's verbs).
+ * (status), jobs_cli (jobs, show, retry), sched_cli (schedule's verbs),
+ * limit_cli (limit).
  * `run` has none: main.c runs the daemon, which no CLI file knows. Those
  * files include cli_args.h and cli_session.h, never this file: the arrows
  * point from main.c down through here to them.
@@ -24,7 +25,9 @@
 #include <string.h>
 
 #include "admin_cli.h"
+#include "group_cli.h"
 #include "jobs_cli.h"
+#include "limit_cli.h"
 #include "migrate.h"
 #include "queue_cli.h"
 #include "sched_cli.h"
@@ -121,6 +124,20 @@ static const char help_resume[] =
     "Warns about a queue that neither FILE nor any live daemon serves;\n"
     "  --strict   refuse it instead (exit 1)\n";
 
+static const char help_limit[] =
+    "usage: pgjobd limit QUEUE [--concurrency N] [--group-concurrency N]\n"
+    "                    [--rate N/PERIOD] [--group-rate N/PERIOD] [--clear] [-c FILE]\n"
+    "Show QUEUE's limits, which every daemon obeys, and what is in use; with options,\n"
+    "change them first (pgjobd.set_limits). A limit not given stays as it is; the\n"
+    "word none removes it.\n"
+    "  --concurrency N          at most N running jobs of QUEUE across all daemons\n"
+    "  --group-concurrency N    at most N running jobs per group (without: 1)\n"
+    "  --rate N/PERIOD          at most N starts of QUEUE per PERIOD, spread over it\n"
+    "  --group-rate N/PERIOD    at most N starts per group per PERIOD\n"
+    "  --clear                  remove every limit not given\n"
+    "N is from 1 to 2147483647; PERIOD a duration such as 500ms, 1s, 1m or 1h30m.\n"
+    "Only the schema's owner and the worker role may change limits.\n";
+
 static const char help_grant_queue[] =
     "usage: pgjobd grant-queue ROLE QUEUE [-c FILE]\n"
     "Let ROLE (and its members) enqueue into QUEUE ('*': every queue). Only the\n"
@@ -133,6 +150,14 @@ static const char help_schedule[] =
     "usage: pgjobd schedule add|list|rm|run-now|pause|resume ... [-c FILE]\n"
     "Recurring jobs: each tick of a cron schedule enqueues one job. 'pgjobd schedule\n"
     "--help' describes every verb and its options.\n";
+
+/* `pgjobd groups` has verbs (group_cli.c answers `pgjobd groups --help` in
+ * full); this is its line in the overview and `pgjobd help groups`. */
+static const char help_groups[] =
+    "usage: pgjobd groups [--queue QUEUE] [--json] | pause|resume|release QUEUE GROUP\n"
+    "                     [-c FILE]\n"
+    "The groups that cannot start a job now (held after a failure, paused, waiting\n"
+    "for a retry); pause, resume or release one. 'pgjobd groups --help' tells more.\n";
 
 static const char help_revoke_queue[] = "usage: pgjobd revoke-queue ROLE QUEUE [-c FILE]\n"
 					"Take a grant of grant-queue back.\n";
@@ -176,7 +201,10 @@ enum {
 	CLI_SCHED_RESUME = 1 << 21,
 	CLI_SCHED_ALL = CLI_SCHED_ADD | CLI_SCHED_LIST | CLI_SCHED_RM | CLI_SCHED_RUN_NOW |
 			CLI_SCHED_PAUSE | CLI_SCHED_RESUME,
-	CLI_ALL = (1 << 22) - 1,
+	CLI_LIMIT = 1 << 22,
+	CLI_GROUPS = 1 << 23,
+	CLI_GROUPS_ONE = 1 << 24, /* its verbs: pause, resume, release */
+	CLI_ALL = (1 << 25) - 1,
 };
 
 static int help_run_command(const struct cli_args *a);
@@ -195,6 +223,12 @@ static const struct cli_command sched_verbs[] = {
     VERB("run-now", CLI_SCHED_RUN_NOW, "NAME", 1, sched_cli_one),
     VERB("pause", CLI_SCHED_PAUSE, "NAME", 1, sched_cli_one),
     VERB("resume", CLI_SCHED_RESUME, "NAME", 1, sched_cli_one),
+};
+/* groups' verbs; without one, groups lists. */
+static const struct cli_command group_verbs[] = {
+    VERB("pause", CLI_GROUPS_ONE, "QUEUE GROUP", 2, group_cli_one),
+    VERB("resume", CLI_GROUPS_ONE, "QUEUE GROUP", 2, group_cli_one),
+    VERB("release", CLI_GROUPS_ONE, "QUEUE GROUP", 2, group_cli_one),
 };
 #undef VERB
 
@@ -219,6 +253,8 @@ static const struct cli_command commands[] = {
      help_pause, NULL, queue_cli_pause},
     {"resume", CLI_RESUME, CLI_STYLE_TRY, "QUEUE", 1, 1, NULL, 0, "start jobs of QUEUE again",
      help_resume, NULL, queue_cli_resume},
+    {"limit", CLI_LIMIT, CLI_STYLE_TRY, "QUEUE", 1, 1, NULL, 0,
+     "show or set QUEUE's limits (concurrency, rates)", help_limit, NULL, limit_cli_run},
     {"grant-queue", CLI_GRANT_QUEUE, CLI_STYLE_TRY, "ROLE QUEUE", 2, 2, NULL, 0,
      "let ROLE enqueue into QUEUE", help_grant_queue, NULL, queue_cli_grant_queue},
     {"revoke-queue", CLI_REVOKE_QUEUE, CLI_STYLE_TRY, "ROLE QUEUE", 2, 2, NULL, 0,
@@ -234,6 +270,10 @@ static const struct cli_command commands[] = {
     {"schedule", 0, CLI_STYLE_USAGE, "VERB", 1, 3, sched_verbs,
      sizeof(sched_verbs) / sizeof(sched_verbs[0]), "recurring jobs (cron schedules)", help_schedule,
      sched_cli_usage, NULL},
+    /* Without a verb: the listing; each verb takes QUEUE GROUP. */
+    {"groups", CLI_GROUPS, CLI_STYLE_USAGE, "VERB", 0, 2, group_verbs,
+     sizeof(group_verbs) / sizeof(group_verbs[0]), "blocked groups; pause, resume, release one",
+     help_groups, group_cli_usage, group_cli_list},
     {"help", CLI_HELP, CLI_STYLE_TRY, "COMMAND", 0, 1, NULL, 0, "describe every command, or one",
      help_help, NULL, help_run_command},
     {"version", CLI_VERSION, CLI_STYLE_TRY, NULL, 0, 0, NULL, 0, "print the version", help_version,
@@ -245,6 +285,8 @@ static const struct cli_command commands[] = {
 /* Alphabetical. */
 static const struct cli_option options[] = {
     {"--claim-warn", NULL, CLI_VALUE, F(claim_warn), CLI_STATUS},
+    {"--clear", NULL, CLI_FLAG, F(clear), CLI_LIMIT},
+    {"--concurrency", NULL, CLI_VALUE, F(concurrency), CLI_LIMIT},
     {"--config", "-c", CLI_VALUE, F(config), CLI_ALL},
     {"--data", NULL, CLI_VALUE, F(data), CLI_ENQUEUE | CLI_SCHED_ADD},
     {"--database", NULL, CLI_VALUE, F(database),
@@ -255,7 +297,10 @@ static const struct cli_option options[] = {
     {"--failed", NULL, CLI_FLAG, F(failed), CLI_RETRY},
     {"--grant", NULL, CLI_FLAG, F(grant), CLI_MIGRATE},
     {"--group", NULL, CLI_VALUE, F(group), CLI_ENQUEUE | CLI_JOBS | CLI_SCHED_ADD},
-    {"--json", NULL, CLI_FLAG, F(json), CLI_STATUS | CLI_JOBS | CLI_SHOW | CLI_SCHED_LIST},
+    {"--group-concurrency", NULL, CLI_VALUE, F(group_concurrency), CLI_LIMIT},
+    {"--group-rate", NULL, CLI_VALUE, F(group_rate), CLI_LIMIT},
+    {"--json", NULL, CLI_FLAG, F(json),
+     CLI_STATUS | CLI_JOBS | CLI_SHOW | CLI_SCHED_LIST | CLI_GROUPS},
     {"--json-object", NULL, CLI_FLAG, F(json_object), CLI_STATUS},
     {"--limit", NULL, CLI_VALUE, F(limit), CLI_JOBS},
     {"--max-attempts", NULL, CLI_VALUE, F(max_attempts), CLI_ENQUEUE | CLI_SCHED_ADD},
@@ -264,7 +309,8 @@ static const struct cli_option options[] = {
     {"--paused", NULL, CLI_FLAG, F(paused), CLI_SCHED_ADD},
     {"--pid", NULL, CLI_VALUE, F(pid), CLI_RELOAD},
     {"--priority", NULL, CLI_VALUE, F(priority), CLI_ENQUEUE | CLI_SCHED_ADD},
-    {"--queue", NULL, CLI_VALUE, F(queue), CLI_JOBS | CLI_RETRY},
+    {"--queue", NULL, CLI_VALUE, F(queue), CLI_JOBS | CLI_RETRY | CLI_GROUPS},
+    {"--rate", NULL, CLI_VALUE, F(rate), CLI_LIMIT},
     {"--run-at", NULL, CLI_VALUE, F(run_at), CLI_ENQUEUE},
     {"--since", NULL, CLI_VALUE, F(since), CLI_JOBS | CLI_RETRY},
     {"--status", NULL, CLI_VALUE, F(status), CLI_JOBS},

@@ -78,12 +78,14 @@ static const struct cli_option *find_option(const struct cli_grammar *g, const c
 	return NULL;
 }
 
-/* The bits of every command of c's family: its verbs', or those of the
- * commands that share its style. */
+/* The bits of every command of c's family: its verbs' (and its own, when
+ * it runs without a verb too), or those of the commands that share its
+ * style. */
 static unsigned family_bits(const struct cli_grammar *g, const struct cli_command *c)
 {
 	unsigned bits = 0;
 	if (c->verbs) {
+		bits = c->bit;
 		for (size_t i = 0; i < c->nverbs; i++)
 			bits |= c->verbs[i].bit;
 		return bits;
@@ -136,6 +138,10 @@ static void foreign_option(const struct cli_grammar *g, const struct cli_command
 			   const struct cli_option *o, char *msg, size_t size)
 {
 	char owners[256] = "";
+	if (c->verbs && (o->cmds & c->bit)) {
+		snprintf(msg, size, "%s is an option of %s without a verb", o->name, c->name);
+		return;
+	}
 	const struct cli_command *t = c->verbs ? c->verbs : g->commands;
 	size_t nt = c->verbs ? c->nverbs : g->ncommands;
 	for (size_t i = 0; i < nt; i++) {
@@ -196,16 +202,19 @@ static bool judge_line(const struct cli_grammar *g, const struct cli_command *c,
 	char word[64];
 	if (c->verbs) {
 		verb_list(c, word, sizeof(word));
-		if (!a->verb) {
+		if (!a->verb && !c->run) {
 			snprintf(msg, size, "missing %s (%s)", c->operands, word);
 			return true;
 		}
-		act = find_command(c->verbs, c->nverbs, a->verb);
+		/* A command with verbs and a run of its own runs it without a
+		 * verb (groups: the listing). */
+		if (a->verb)
+			act = find_command(c->verbs, c->nverbs, a->verb);
 		if (!act) {
 			snprintf(msg, size, "unknown verb '%s' (use %s)", a->verb, word);
 			return true;
 		}
-		if (a->noperands != act->min_operands) {
+		if (act != c && a->noperands != act->min_operands) {
 			snprintf(msg, size, "%s takes %s%s", act->name,
 				 act->min_operands ? act->operands : "no operand",
 				 a->noperands < act->min_operands ? "" : " only");

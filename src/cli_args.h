@@ -73,6 +73,12 @@ struct cli_args {
 	const char *missed;
 	const char *overlap;
 	bool paused;
+	/* limit: each NULL when not given, "none" to remove it */
+	const char *concurrency;
+	const char *group_concurrency;
+	const char *rate;
+	const char *group_rate;
+	bool clear; /* limit --clear: every limit not given goes */
 };
 
 /* How a family of subcommands words its usage errors. The three families

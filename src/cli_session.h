@@ -1,7 +1,7 @@
 /* cli_session.h - what every short-lived subcommand shares once its command
  * line is read: its configuration and one blocking libpq connection (a
  * struct cli_session), its statements, and the check that a queue is
- * served. Used by admin_cli, queue_cli, status_cli, jobs_cli and sched_cli;
+ * served. Used by admin_cli, queue_cli, status_cli, jobs_cli, sched_cli and limit_cli;
  * it uses config, db and migrate, and knows no subcommand. */
 #ifndef PGJOBD_CLI_SESSION_H
 #define PGJOBD_CLI_SESSION_H

@@ -54,22 +54,31 @@ const struct key_def config_keys[] = {
     {"backoff_max", SEC_QUEUE, KIND_DURATION, 0, 30 * MS_DAY, "1h", true, Q(backoff_max_ms)},
     {"command", SEC_QUEUE, KIND_COMMAND, 0, 0, NULL, true, Q(command)},
     {"concurrency", SEC_QUEUE, KIND_INT, 1, 1024, "1", true, Q(concurrency)},
+    {"cpu_max", SEC_QUEUE, KIND_PERCENT, 1, 100000, NULL, true, Q(limits.cpu_max)},
     {"database", SEC_PGJOBD, KIND_CONNINFO, 0, 0, "", false, P(database)},
     {"env", SEC_QUEUE, KIND_ENV, 0, 0, "", true, Q(env)},
+    {"fail_exit_codes", SEC_QUEUE, KIND_EXIT_CODES, 0, 0, "", true, Q(fail_exit_codes)},
     {"fence_timeout", SEC_PGJOBD, KIND_DURATION, 1000, 10 * MS_MINUTE, "5s", false,
      P(fence_timeout_ms)},
+    {"group_on_failure", SEC_QUEUE, KIND_GROUP_FAIL, 0, 0, "continue", true, Q(group_on_failure)},
+    {"io_weight", SEC_QUEUE, KIND_INT, 1, 10000, NULL, true, Q(limits.io_weight)},
     {"kill_grace", SEC_QUEUE, KIND_DURATION, 0, MS_HOUR, "10s", true, Q(kill_grace_ms)},
     {"lease", SEC_QUEUE, KIND_DURATION, 1000, 30 * MS_DAY, "30s", true, Q(lease_ms)},
+    {"limit_core", SEC_QUEUE, KIND_RLIMIT, 1, 0, "inherit", true, Q(limits.limit_core)},
+    {"limit_nofile", SEC_QUEUE, KIND_RLIMIT, 0, 0, "inherit", true, Q(limits.limit_nofile)},
     {"lock_mode", SEC_QUEUE, KIND_LOCK_MODE, 0, 0, "transaction", true, Q(lock_mode)},
     {"log_level", SEC_PGJOBD, KIND_LOG_LEVEL, 0, 0, "info", true, P(log_level)},
     {"log_output", SEC_QUEUE, KIND_LOG_OUTPUT, 0, 0, "none", true, Q(log_output)},
     {"max_attempts", SEC_QUEUE, KIND_INT, 1, 1000000, "5", true, Q(max_attempts)},
     {"max_data", SEC_QUEUE, KIND_SIZE, KIB, GIB, "1MiB", true, Q(max_data)},
     {"max_output", SEC_QUEUE, KIND_SIZE, KIB, GIB, "1MiB", true, Q(max_output)},
+    {"max_pressure", SEC_PGJOBD, KIND_PRESSURE, 0, 0, "", true, P(max_pressure)},
+    {"memory_max", SEC_QUEUE, KIND_SIZE, MIB, 1024 * GIB, NULL, true, Q(limits.memory_max)},
     {"metrics_file", SEC_PGJOBD, KIND_PATH, 0, 0, NULL, true, P(metrics_file)},
     {"poll_interval", SEC_PGJOBD, KIND_DURATION, 10, MS_DAY, "2s", true, P(poll_interval_ms)},
     {"retention", SEC_QUEUE, KIND_DURATION, 0, 3650 * MS_DAY, "7d", true, Q(retention_ms)},
     {"shutdown_grace", SEC_PGJOBD, KIND_DURATION, 0, MS_DAY, "30s", true, P(shutdown_grace_ms)},
+    {"tasks_max", SEC_QUEUE, KIND_INT, 1, 4194304, NULL, true, Q(limits.tasks_max)},
     {"timeout", SEC_QUEUE, KIND_DURATION, 0, 365 * MS_DAY, "5m", true, Q(timeout_ms)},
     {"user", SEC_QUEUE, KIND_USER, 0, 0, NULL, true, Q(user)},
     {"worker_name", SEC_PGJOBD, KIND_WORKER_NAME, 0, 0, "%h", false, P(worker_name)},
@@ -458,6 +467,21 @@ int config_apply_value(struct load *L, int line, const struct key_def *k, void *
 		}
 		err = "use 'none' or 'journal'";
 		break;
+	case KIND_EXIT_CODES:
+		if (parse_exit_codes(val, (unsigned char *)field, &err) < 0)
+			break;
+		return 0;
+	case KIND_GROUP_FAIL:
+		if (strcmp(val, "continue") == 0) {
+			*(enum group_on_failure *)field = GROUP_CONTINUE;
+			return 0;
+		}
+		if (strcmp(val, "hold") == 0) {
+			*(enum group_on_failure *)field = GROUP_HOLD;
+			return 0;
+		}
+		err = "use 'continue' or 'hold'";
+		break;
 	case KIND_ENV: {
 		struct queue_conf *q = base;
 		char **env;
@@ -488,6 +512,28 @@ int config_apply_value(struct load *L, int line, const struct key_def *k, void *
 			break;
 		}
 		return resolve_user(L, line, base, val);
+	case KIND_PERCENT: {
+		long long n;
+		if (parse_percent(val, k->max, &n, &err) < 0)
+			break;
+		*(int *)field = (int)n;
+		return 0;
+	}
+	case KIND_RLIMIT:
+		/* min 1: a size (limit_core), else a count (limit_nofile) */
+		if (parse_rlimit(val, k->min > 0, (int64_t *)field, &err) < 0)
+			break;
+		/* The kernel refuses an infinite RLIMIT_NOFILE (fs.nr_open
+		 * caps it): every command would fail to start. */
+		if (k->min == 0 && *(int64_t *)field == PARSE_RLIM_INFINITY) {
+			err = "open files cannot be unlimited (give a count, e.g. 65536)";
+			break;
+		}
+		return 0;
+	case KIND_PRESSURE:
+		if (parse_pressure(val, (double *)field, &err) < 0)
+			break;
+		return 0;
 	}
 	assert(err);
 	config_diagf(L, line, "bad value '%s' for '%s': %s", shown, k->name, err);

@@ -14,13 +14,31 @@
 #include <sys/types.h>
 
 #include "log.h"
+#include "parse.h"
 
 /* How a running job's claim is held (pgjobd(8), "Lock modes"): by an open
  * transaction of one of the queue's pool sessions (hold_tx.c), or by a
  * lease that the daemon's lease session extends (hold_lease.c). */
 enum lock_mode { LOCK_TRANSACTION = 0, LOCK_LEASE = 1 };
+/* What a group does once one of its jobs failed for good (pgjobd.ini(5),
+ * group_on_failure): go on with its later jobs, or stop until the job is
+ * retried or the group released (sql/functions/groups.sql). */
+enum group_on_failure { GROUP_CONTINUE = 0, GROUP_HOLD = 1 };
 /* Where a job's output lines go besides the job's row (joblog.h). */
 enum log_output { LOG_OUTPUT_NONE = 0, LOG_OUTPUT_JOURNAL };
+
+/* What each command of a queue may use (pgjobd.ini(5), RESOURCES). The
+ * cgroup limits need a cgroup of its own per command with the controller
+ * (contain.h): a queue that sets one where that is not to be had is refused
+ * at start and at reload (daemon.c). The rlimits work everywhere. */
+struct queue_limits {
+	int64_t memory_max;   /* bytes (memory.max), 0 = none */
+	int cpu_max;	      /* percent of one CPU (cpu.max), 0 = none */
+	int tasks_max;	      /* processes and threads (pids.max), 0 = none */
+	int io_weight;	      /* io.weight 1..10000, 0 = the cgroup's default */
+	int64_t limit_nofile; /* RLIMIT_NOFILE; PARSE_RLIM_INHERIT/INFINITY (parse.h) */
+	int64_t limit_core;   /* RLIMIT_CORE, bytes; the same */
+};
 
 struct queue_conf {
 	int refs;
@@ -48,17 +66,26 @@ struct queue_conf {
 	gid_t gid;
 	char *user_home;  /* the user's home directory (for HOME) */
 	int command_line; /* the line of `command` in the file (for warnings) */
+	struct queue_limits limits;
+	/* The outcome policy (run.c): exit codes that fail the job at once, no
+	 * retry (bit c of fail_exit_codes[c / 8]; default none), and what a
+	 * group does after a job failed for good (default continue). */
+	unsigned char fail_exit_codes[PARSE_EXIT_CODES_BYTES];
+	enum group_on_failure group_on_failure;
 };
 
 struct config {
 	char *path;
-	char *database;		    /* default "" (libpq defaults / PG* variables) */
-	char *worker_name;	    /* default "%h"; expanded by config_worker_name */
-	int64_t poll_interval_ms;   /* default 2s, >= 10ms */
-	int64_t shutdown_grace_ms;  /* default 30s */
-	int64_t fence_timeout_ms;   /* default 5s: see fence.h */
-	enum log_level log_level;   /* default info */
-	char *metrics_file;	    /* NULL = no metrics file; absolute path */
+	char *database;		   /* default "" (libpq defaults / PG* variables) */
+	char *worker_name;	   /* default "%h"; expanded by config_worker_name */
+	int64_t poll_interval_ms;  /* default 2s, >= 10ms */
+	int64_t shutdown_grace_ms; /* default 30s */
+	int64_t fence_timeout_ms;  /* default 5s: see fence.h */
+	enum log_level log_level;  /* default info */
+	char *metrics_file;	   /* NULL = no metrics file; absolute path */
+	/* max_pressure: PSI "some avg10" bounds in percent for cpu, memory,
+	 * io (pressure.h); 0 = no bound */
+	double max_pressure[3];
 	struct queue_conf **queues; /* sorted by name */
 	size_t nqueues;
 };

@@ -36,8 +36,13 @@ enum key_kind {
 	KIND_LOG_LEVEL,	  /* enum log_level */
 	KIND_LOCK_MODE,	  /* enum lock_mode */
 	KIND_LOG_OUTPUT,  /* enum log_output */
+	KIND_EXIT_CODES,  /* unsigned char[PARSE_EXIT_CODES_BYTES], parse_exit_codes */
+	KIND_GROUP_FAIL,  /* enum group_on_failure */
 	KIND_ENV,	  /* char **env + size_t nenv (queue_conf only) */
 	KIND_USER,	  /* user, has_user, uid, gid, user_home (queue_conf only) */
+	KIND_PERCENT,	  /* int, parse_percent, 1..max */
+	KIND_RLIMIT,	  /* int64_t, parse_rlimit: a count (or, min > 0, a size) */
+	KIND_PRESSURE,	  /* double[3], parse_pressure */
 };
 
 struct key_def {
@@ -51,7 +56,7 @@ struct key_def {
 };
 
 /* The rows of config_keys (asserted where the table is). */
-#define CONFIG_NKEYS 23
+#define CONFIG_NKEYS 32
 /* Every key, alphabetical (config.c). */
 extern const struct key_def config_keys[CONFIG_NKEYS];
 

@@ -42,6 +42,15 @@
  *   an outer subreaper), where nothing tells them apart from any other
  *   process, so nothing kills them.
  *
+ * Resource limits (cgroup mode only; pgjobd.ini(5), Resources): the first
+ *   configuration with a cgroup limit moves the daemon and its supervisor
+ *   into the leaf D/daemon and enables the controllers in D's
+ *   cgroup.subtree_control (contain_enable; only when D holds nothing else);
+ *   each command's new process writes its queue's limits into D/job-PGID
+ *   before it moves itself in, and fails rather than run unlimited. When the
+ *   command ends, its cgroup's OOM kills, peak memory and pids.max hits are
+ *   read (contain_job_events). At a clean exit D is left as found.
+ *
  * Owns: the cgroup directory's fd (and its flock), the table of commands
  * (running, and in cgroup mode ended ones whose cgroup is not removed yet),
  * and two timers. Talks to the guard through guard.h and to the kernel
@@ -63,6 +72,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "guard.h"
 #include "log.h"
 #include "procfs.h"
@@ -86,6 +96,9 @@
 /* Bounds on files read whole. */
 #define CONTAIN_SELF_CGROUP_MAX (64 * 1024)
 #define CONTAIN_MOUNTINFO_MAX (16 * 1024 * 1024)
+/* The daemon's leaf, once controllers are enabled for the job cgroups (a
+ * name no job cgroup can have: those start with "job-"). */
+#define CONTAIN_LEAF "daemon"
 
 enum contain_mode {
 	CONTAIN_CGROUP,	 /* a cgroup per command, killed with it */
@@ -113,7 +126,22 @@ struct contain {
 	ev_timer w_retry;	/* cgroup mode: removes ended cgroups */
 	ev_timer w_sweep;	/* process mode: kills adopted orphans */
 	int64_t sweep_until_ms; /* process mode: keep sweeping until then */
+	char why[160];		/* process mode: why not cgroup mode */
+	unsigned enabled;	/* controllers enabled for the job cgroups */
 };
+
+/* The controllers a queue's limits may need (contain.h). */
+static const struct {
+	unsigned ctl;
+	const char *name; /* the controller */
+	const char *file; /* a file of it that the limits write */
+} ctls[] = {
+    {CONTAIN_CTL_CPU, "cpu", "cpu.max"},
+    {CONTAIN_CTL_IO, "io", "io.weight"},
+    {CONTAIN_CTL_MEMORY, "memory", "memory.max"},
+    {CONTAIN_CTL_PIDS, "pids", "pids.max"},
+};
+#define NCTLS (sizeof(ctls) / sizeof(ctls[0]))
 
 static void nap_ms(long ms)
 {
@@ -367,6 +395,36 @@ void contain_child_prepare(const struct contain *c, struct contain_child *cc)
 	cc->step = NULL;
 	cc->err = 0;
 	cc->entered = false;
+	cc->limit_file[0] = NULL;
+	cc->failed_file = NULL;
+}
+
+void contain_child_limits(struct contain_child *cc, const struct queue_limits *lim)
+{
+	int n = 0;
+#define ADD(file, optional, ...)                                                                   \
+	do {                                                                                       \
+		cc->limit_file[n] = file;                                                          \
+		cc->limit_optional[n] = optional;                                                  \
+		snprintf(cc->limit_value[n], sizeof(cc->limit_value[n]), __VA_ARGS__);             \
+		n++;                                                                               \
+	} while (0)
+	if (lim->memory_max > 0) {
+		ADD("memory.max", false, "%lld", (long long)lim->memory_max);
+		/* Else the kernel would swap rather than reach the ceiling. */
+		ADD("memory.swap.max", true, "0");
+		/* An OOM kill takes the whole command, not one of its
+		 * processes while the rest carry on without it. */
+		ADD("memory.oom.group", true, "1");
+	}
+	if (lim->cpu_max > 0)
+		ADD("cpu.max", false, "%lld 100000", (long long)lim->cpu_max * 1000);
+	if (lim->tasks_max > 0)
+		ADD("pids.max", false, "%d", lim->tasks_max);
+	if (lim->io_weight > 0)
+		ADD("io.weight", false, "default %d", lim->io_weight);
+#undef ADD
+	cc->limit_file[n] = NULL;
 }
 
 /* "job-PGID" into name (GUARD_NAME_MAX bytes): the name of the cgroup of the
@@ -402,18 +460,70 @@ EXEC_IN_CHILD static int move_into(int dirfd, const char *name, pid_t pid)
 	return w >= 0 && (size_t)w == len ? 0 : -1;
 }
 
+/* Write value into name/file under dirfd. System calls only. Returns 0, or
+ * -1 with errno set. */
+EXEC_IN_CHILD static int write_limit(int dirfd, const char *name, const char *file,
+				     const char *value)
+{
+	char path[GUARD_NAME_MAX + 64];
+	size_t n = 0, len = 0;
+	for (const char *p = name; *p; p++)
+		path[n++] = *p;
+	path[n++] = '/';
+	for (const char *p = file; *p && n < sizeof(path) - 1; p++)
+		path[n++] = *p;
+	path[n] = '\0';
+	while (value[len])
+		len++;
+	int fd = openat(dirfd, path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t w;
+	do
+		w = write(fd, value, len);
+	while (w < 0 && errno == EINTR);
+	if (w >= 0 && (size_t)w != len)
+		errno = EIO;
+	int saved = errno;
+	close(fd);
+	errno = saved;
+	return w >= 0 && (size_t)w == len ? 0 : -1;
+}
+
 EXEC_IN_CHILD int contain_child_enter(struct contain_child *cc, pid_t pgid)
 {
 	char name[GUARD_NAME_MAX];
-	if (cc->dirfd < 0)
-		return 0;
+	bool limited = cc->limit_file[0] != NULL;
+	if (cc->dirfd < 0) {
+		if (!limited)
+			return 0;
+		cc->step = "limit";
+		cc->err = errno = ENOTSUP;
+		return -1;
+	}
 	cgroup_name(name, pgid);
 	/* EEXIST: an earlier command with this pgid (pid reuse) whose cgroup
 	 * is not removed yet. */
 	if (mkdirat(cc->dirfd, name, 0755) < 0) {
 		cc->step = "mkdir";
 		cc->err = errno;
+		if (limited) {
+			errno = cc->err;
+			return -1;
+		}
 		return 0;
+	}
+	/* The limits first: the process enters a cgroup that has them. */
+	for (int i = 0; cc->limit_file[i]; i++) {
+		if (write_limit(cc->dirfd, name, cc->limit_file[i], cc->limit_value[i]) == 0 ||
+		    (errno == ENOENT && cc->limit_optional[i]))
+			continue;
+		cc->step = "limit";
+		cc->err = errno;
+		cc->failed_file = cc->limit_file[i];
+		unlinkat(cc->dirfd, name, AT_REMOVEDIR);
+		errno = cc->err;
+		return -1;
 	}
 	if (cc->guard_fd >= 0 && guard_child_add_cgroup(cc->guard_fd, name, pgid) < 0) {
 		cc->step = "register";
@@ -428,6 +538,10 @@ EXEC_IN_CHILD int contain_child_enter(struct contain_child *cc, pid_t pgid)
 		return 0;
 	}
 	unlinkat(cc->dirfd, name, AT_REMOVEDIR);
+	if (limited) {
+		errno = cc->err;
+		return -1;
+	}
 	return 0;
 }
 
@@ -521,6 +635,7 @@ struct contain *contain_new(struct ev_loop *loop, struct guard *guard)
 		log_info("msg=\"containing commands\" mode=cgroup cgroup=%s", log_value(c->dir));
 		return c;
 	}
+	snprintf(c->why, sizeof(c->why), "%s%s%s", why, err ? ": " : "", err ? strerror(err) : "");
 	/* Orphans of commands come to us, not to init (or an outer
 	 * subreaper), so that the sweep can kill them. */
 	if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0)
@@ -577,6 +692,36 @@ void contain_job_end(struct contain *c, pid_t pgid)
 		arm_retry(c);
 }
 
+static int move_all_to_leaf(struct contain *c, pid_t *other);
+
+/* At exit, once no job cgroup is left: leave the daemon's cgroup as it was
+ * found (controllers off for its children, the daemon and its supervisor
+ * back in it, the leaf removed), so that whoever starts the next daemon in
+ * it can put it there. Best effort: a service manager removes the whole
+ * cgroup anyway when the unit stops. */
+static void restore_cgroup(struct contain *c)
+{
+	char req[64] = "";
+	for (size_t i = 0; i < NCTLS; i++)
+		if (c->enabled & ctls[i].ctl) {
+			strcat(req, req[0] ? " -" : "-");
+			strcat(req, ctls[i].name);
+		}
+	int fd = openat(c->dirfd, "cgroup.subtree_control", O_WRONLY | O_CLOEXEC);
+	bool off = fd >= 0 && write(fd, req, strlen(req)) == (ssize_t)strlen(req);
+	if (fd >= 0)
+		close(fd);
+	pid_t *v;
+	ssize_t np = off ? procfs_read_pids(c->dirfd, CONTAIN_LEAF "/cgroup.procs", &v) : -1;
+	for (ssize_t i = 0; i < np; i++)
+		move_into(c->dirfd, ".", v[i]);
+	if (np >= 0)
+		free(v);
+	if (!off || unlinkat(c->dirfd, CONTAIN_LEAF, AT_REMOVEDIR) < 0)
+		log_debug("msg=\"cannot restore the daemon's cgroup at exit\" cgroup=%s err=\"%s\"",
+			  log_value(c->dir), strerror(errno));
+}
+
 void contain_free(struct contain *c)
 {
 	if (!c)
@@ -603,6 +748,8 @@ void contain_free(struct contain *c)
 			log_warn("msg=\"a command's cgroup is not empty at exit; the supervisor "
 				 "waits for it\" cgroup=%s",
 				 c->cmds[i].name);
+		if (c->enabled && c->ncmds == 0)
+			restore_cgroup(c);
 		close(c->dirfd);
 	} else {
 		/* Every command has ended: any child but the guard is an
@@ -612,4 +759,274 @@ void contain_free(struct contain *c)
 	free(c->cmds);
 	free(c->dir);
 	free(c);
+}
+
+/* ---- resource limits -------------------------------------------------- */
+
+unsigned contain_limits_need(const struct queue_limits *lim)
+{
+	return (lim->cpu_max > 0 ? CONTAIN_CTL_CPU : 0u) |
+	       (lim->io_weight > 0 ? CONTAIN_CTL_IO : 0u) |
+	       (lim->memory_max > 0 ? CONTAIN_CTL_MEMORY : 0u) |
+	       (lim->tasks_max > 0 ? CONTAIN_CTL_PIDS : 0u);
+}
+
+const char *contain_limit_key(const struct queue_limits *lim, unsigned ctl)
+{
+	(void)lim;
+	switch (ctl) {
+	case CONTAIN_CTL_CPU:
+		return "cpu_max";
+	case CONTAIN_CTL_IO:
+		return "io_weight";
+	case CONTAIN_CTL_MEMORY:
+		return "memory_max";
+	default:
+		return "tasks_max";
+	}
+}
+
+/* Is word w in the blank-separated list? */
+static bool has_word(const char *list, const char *w)
+{
+	size_t n = strlen(w);
+	for (const char *p = list; p && *p;) {
+		p += strspn(p, " \t\n");
+		size_t len = strcspn(p, " \t\n");
+		if (len == n && strncmp(p, w, n) == 0)
+			return true;
+		p += len;
+	}
+	return false;
+}
+
+/* The first controller of need missing from dfd's cgroup.controllers, or
+ * 0 (why set when that file cannot be read: then every one is missing). */
+static unsigned missing_controller(int dfd, const char *dir, unsigned need, char *why, size_t n)
+{
+	char *have = procfs_slurp(dfd, "cgroup.controllers", 4096);
+	unsigned miss = 0;
+	for (size_t i = 0; i < NCTLS && !miss; i++)
+		if ((need & ctls[i].ctl) && !(have && has_word(have, ctls[i].name)))
+			miss = ctls[i].ctl;
+	if (miss && !have)
+		snprintf(why, n, "cannot read %s/cgroup.controllers: %s", dir, strerror(errno));
+	else if (miss) {
+		have[strcspn(have, "\n")] = '\0';
+		for (size_t i = 0; i < NCTLS; i++)
+			if (ctls[i].ctl == miss)
+				snprintf(
+				    why, n,
+				    "the %s controller is not available in the daemon's cgroup "
+				    "%s (its cgroup.controllers: %s)",
+				    ctls[i].name, dir, have);
+	}
+	free(have);
+	return miss;
+}
+
+/* `pgjobd check`: what contain_enable would say in the cgroup this process
+ * runs in, changing nothing. */
+static int probe_self(unsigned need, unsigned *ctl, char *why, size_t n)
+{
+	char path[PATH_MAX], dir[PATH_MAX];
+	char *self = procfs_slurp(AT_FDCWD, "/proc/self/cgroup", CONTAIN_SELF_CGROUP_MAX);
+	char *mi = NULL;
+	int fd = -1, rc = -1;
+	for (size_t i = 0; i < NCTLS; i++)
+		if (need & ctls[i].ctl) {
+			*ctl = ctls[i].ctl;
+			break;
+		}
+	const char *env = getenv("PGJOBD_CGROUP");
+	if (env && strcmp(env, "no") == 0) {
+		snprintf(why, n, "commands get no cgroup of their own here (PGJOBD_CGROUP=no)");
+		goto out;
+	}
+	if (!self || procfs_parse_cgroup(self, path, sizeof(path)) < 0) {
+		snprintf(why, n, "no cgroup v2 line in /proc/self/cgroup");
+		goto out;
+	}
+	mi = procfs_slurp(AT_FDCWD, "/proc/self/mountinfo", CONTAIN_MOUNTINFO_MAX);
+	if (!mi || procfs_cgroup_dir(mi, path, dir, sizeof(dir)) < 0) {
+		snprintf(why, n, "no cgroup v2 mount shows this process's cgroup");
+		goto out;
+	}
+	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0 || faccessat(fd, "cgroup.type", F_OK, 0) < 0) {
+		snprintf(why, n, "%s is the root cgroup or cannot be opened", dir);
+		goto out;
+	}
+	if (faccessat(fd, "cgroup.procs", W_OK, AT_EACCESS) < 0) {
+		snprintf(why, n, "the cgroup %s is not writable (not delegated)", dir);
+		goto out;
+	}
+	unsigned miss = missing_controller(fd, dir, need, why, n);
+	if (miss) {
+		*ctl = miss;
+		goto out;
+	}
+	rc = 0;
+out:
+	if (fd >= 0)
+		close(fd);
+	free(self);
+	free(mi);
+	return rc;
+}
+
+/* Move the daemon and its supervisor from the daemon's cgroup into its leaf
+ * "daemon". Only those: a cgroup that holds other processes is not the
+ * daemon's own (a login session's scope, which root may write), and is not
+ * rearranged: returns -1 with errno EBUSY and *other set. Returns 0 once
+ * none is left, or -1 with errno set. */
+static int move_all_to_leaf(struct contain *c, pid_t *other)
+{
+	pid_t *v;
+	ssize_t np = procfs_read_pids(c->dirfd, "cgroup.procs", &v);
+	if (np < 0)
+		return -1;
+	for (ssize_t i = 0; i < np; i++)
+		if (v[i] != getpid() && (c->guard_pid <= 0 || v[i] != c->guard_pid)) {
+			*other = v[i];
+			free(v);
+			errno = EBUSY;
+			return -1;
+		}
+	free(v);
+	if (mkdirat(c->dirfd, CONTAIN_LEAF, 0755) < 0 && errno != EEXIST)
+		return -1;
+	for (int round = 0; round < 3; round++) {
+		np = procfs_read_pids(c->dirfd, "cgroup.procs", &v);
+		if (np < 0)
+			return -1;
+		for (ssize_t i = 0; i < np; i++)
+			if (move_into(c->dirfd, CONTAIN_LEAF, v[i]) < 0 && errno != ESRCH) {
+				int e = errno;
+				free(v);
+				errno = e;
+				return -1;
+			}
+		free(v);
+		if (np == 0)
+			return 0;
+	}
+	errno = EBUSY;
+	return -1;
+}
+
+int contain_enable(struct contain *c, unsigned need, unsigned *ctl, char *why, size_t n)
+{
+	*ctl = 0;
+	if (!need)
+		return 0;
+	if (!c)
+		return probe_self(need, ctl, why, n);
+	for (size_t i = 0; i < NCTLS; i++)
+		if (need & ctls[i].ctl) {
+			*ctl = ctls[i].ctl;
+			break;
+		}
+	if (c->mode != CONTAIN_CGROUP) {
+		snprintf(why, n, "commands get no cgroup of their own here (%s)", c->why);
+		return -1;
+	}
+	if ((c->enabled & need) == need)
+		return 0;
+	unsigned miss = missing_controller(c->dirfd, c->dir, need, why, n);
+	if (miss) {
+		*ctl = miss;
+		return -1;
+	}
+	pid_t other = 0;
+	if (move_all_to_leaf(c, &other) < 0) {
+		if (other > 0)
+			snprintf(
+			    why, n,
+			    "the daemon's cgroup %s holds other processes (pid %d): it is not "
+			    "the daemon's own to rearrange (run it in a cgroup of its own, e.g. "
+			    "a unit with Delegate=yes)",
+			    c->dir, (int)other);
+		else
+			snprintf(why, n, "cannot move the daemon into %s/%s: %s", c->dir,
+				 CONTAIN_LEAF, strerror(errno));
+		return -1;
+	}
+	/* Enable what is needed and what was enabled before (a reload's
+	 * queues may need fewer: enabled controllers stay, as the running
+	 * commands' cgroups have theirs). */
+	char req[64] = "";
+	unsigned want = need | c->enabled;
+	for (size_t i = 0; i < NCTLS; i++)
+		if (want & ctls[i].ctl) {
+			strcat(req, req[0] ? " +" : "+");
+			strcat(req, ctls[i].name);
+		}
+	int fd = openat(c->dirfd, "cgroup.subtree_control", O_WRONLY | O_CLOEXEC);
+	ssize_t w = fd < 0 ? -1 : write(fd, req, strlen(req));
+	int e = errno;
+	if (fd >= 0)
+		close(fd);
+	if (w < 0) {
+		snprintf(why, n, "cannot enable %s in %s/cgroup.subtree_control: %s", req, c->dir,
+			 strerror(e));
+		return -1;
+	}
+	/* The files the limits write must exist (io.weight needs an IO
+	 * policy with weights); the leaf has the controllers now. */
+	for (size_t i = 0; i < NCTLS; i++) {
+		char f[128];
+		if (!(need & ctls[i].ctl))
+			continue;
+		snprintf(f, sizeof(f), "%s/%s", CONTAIN_LEAF, ctls[i].file);
+		if (faccessat(c->dirfd, f, F_OK, 0) < 0) {
+			*ctl = ctls[i].ctl;
+			snprintf(why, n, "the kernel offers no %s in %s (%s)", ctls[i].file, c->dir,
+				 strerror(errno));
+			return -1;
+		}
+	}
+	c->enabled = want;
+	log_info("msg=\"cgroup controllers enabled for the commands' cgroups\" cgroup=%s "
+		 "controllers=\"%s\" daemon_cgroup=%s/%s",
+		 log_value(c->dir), req, log_value(c->dir), CONTAIN_LEAF);
+	return 0;
+}
+
+/* The number after `key ` in a flat-keyed file's text, or 0. */
+static long long keyed(const char *text, const char *key)
+{
+	size_t n = strlen(key);
+	for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+		if (strncmp(p, key, n) == 0 && p[n] == ' ')
+			return strtoll(p + n + 1, NULL, 10);
+	return 0;
+}
+
+void contain_job_events(const struct contain *c, pid_t pgid, struct contain_events *ev)
+{
+	ev->oom_kills = 0;
+	ev->memory_peak = -1;
+	ev->tasks_max_hits = 0;
+	ssize_t i = c ? find_cmd(c, pgid) : -1;
+	if (i < 0 || !c->cmds[i].has_cgroup || !c->enabled)
+		return;
+	char f[GUARD_NAME_MAX + 32];
+	char *t;
+	const char *name = c->cmds[i].name;
+	snprintf(f, sizeof(f), "%s/memory.events", name);
+	if ((t = procfs_slurp(c->dirfd, f, 4096)) != NULL) {
+		ev->oom_kills = keyed(t, "oom_kill");
+		free(t);
+	}
+	snprintf(f, sizeof(f), "%s/memory.peak", name);
+	if ((t = procfs_slurp(c->dirfd, f, 4096)) != NULL) {
+		ev->memory_peak = strtoll(t, NULL, 10);
+		free(t);
+	}
+	snprintf(f, sizeof(f), "%s/pids.events", name);
+	if ((t = procfs_slurp(c->dirfd, f, 4096)) != NULL) {
+		ev->tasks_max_hits = keyed(t, "max");
+		free(t);
+	}
 }

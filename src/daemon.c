@@ -58,6 +58,8 @@
 #include "metrics.h"
 #include "migrate.h"
 #include "notify.h"
+#include "pressure.h"
+#include "progress_db.h"
 #include "priv.h"
 #include "reap.h"
 #include "report.h"
@@ -108,6 +110,7 @@ struct daemon {
 	char probe_token[64];	    /* set in the listener's session, looked for in the probe's */
 	ev_timer log_dropped;	    /* logs how many lines a stalled stderr reader lost */
 	struct run_backoff backoff; /* the host refused to start commands (run.h) */
+	struct pressure *pressure;  /* max_pressure: no claims while the host is above */
 	struct reaper *reaper;	    /* every child is reaped by it (reap.h) */
 	bool terminating;	    /* commands were told to stop */
 	int exit_code;
@@ -619,6 +622,12 @@ static void apply_config(struct daemon *d, struct config *nc)
 		log_warn("msg=\"setting changed; it takes effect at the next restart\" key=%s",
 			 key);
 	log_set_level(nc->log_level);
+	/* Checked by daemon_check_resources just before: the files opened */
+	char why[256];
+	if (pressure_configure(d->pressure, nc->max_pressure, why, sizeof(why)) < 0)
+		log_error("msg=\"cannot watch the host's pressure; keeping the former bounds\" "
+			  "why=%s",
+			  log_value(why));
 	report_configure(d->report, nc);
 	announce_queues(d, nc);
 	diag_to_log(diag_warn_programs, nc);
@@ -669,6 +678,43 @@ int daemon_check_users(const struct config *c, bool warn_own_user)
 	return rc;
 }
 
+int daemon_check_resources(const struct config *c, struct contain *ct, struct pressure *pr)
+{
+	int rc = 0;
+	char why[512], wq[600];
+	for (size_t i = 0; i < c->nqueues; i++) {
+		const struct queue_conf *q = c->queues[i];
+		unsigned need = contain_limits_need(&q->limits), ctl;
+		if (!need || contain_enable(ct, need, &ctl, why, sizeof(why)) == 0)
+			continue;
+		/* One line per key that cannot be had, each saying why. */
+		for (unsigned bit = 1; bit <= need; bit <<= 1) {
+			if (!(need & bit) || contain_enable(ct, bit, &ctl, why, sizeof(why)) == 0)
+				continue;
+			log_error(
+			    "msg=\"cannot enforce a resource limit on this host; refusing the "
+			    "configuration (a limit is never left unenforced)\" queue=%s key=%s "
+			    "why=%s path=%s hint=\"cgroup limits need a cgroup v2 with the "
+			    "controller, delegated to the daemon (systemd: Delegate=yes, on a host "
+			    "with the unified hierarchy); see pgjobd.ini(5), RESOURCES\"",
+			    q->name, contain_limit_key(&q->limits, ctl),
+			    log_quote(wq, sizeof(wq), why), log_value(c->path));
+		}
+		rc = -1;
+	}
+	const double *b = c->max_pressure;
+	bool any = b[0] > 0 || b[1] > 0 || b[2] > 0;
+	int prc = pr ? pressure_configure(pr, b, why, sizeof(why))
+		     : (any ? pressure_check(b, why, sizeof(why)) : 0);
+	if (prc < 0) {
+		log_error("msg=\"cannot watch the host's pressure; refusing the configuration\" "
+			  "key=max_pressure why=%s path=%s",
+			  log_quote(wq, sizeof(wq), why), log_value(c->path));
+		rc = -1;
+	}
+	return rc;
+}
+
 static void on_sighup(struct ev_loop *loop, ev_signal *w, int revents)
 {
 	(void)loop;
@@ -692,7 +738,10 @@ static void on_sighup(struct ev_loop *loop, ev_signal *w, int revents)
 	if (mem && fclose(mem) == 0 && diag)
 		log_write_raw(diag, diag_len);
 	bool users_ok = !nc || daemon_check_users(nc, true) == 0;
-	if (!users_ok) {
+	/* Limits the host cannot enforce: refused like a bad file. The
+	 * pressure bounds are checked first and applied only with the rest. */
+	bool res_ok = !nc || !users_ok || daemon_check_resources(nc, d->contain, NULL) == 0;
+	if (!users_ok || !res_ok) {
 		config_free(nc);
 		nc = NULL;
 	}
@@ -706,6 +755,10 @@ static void on_sighup(struct ev_loop *loop, ev_signal *w, int revents)
 			snprintf(
 			    why, sizeof(why),
 			    "reload failed: cannot run commands as another user (see the log)");
+		else if (!res_ok)
+			snprintf(why, sizeof(why),
+				 "reload failed: a resource limit cannot be enforced on this host "
+				 "(see the log)");
 		else if (err) {
 			const char *start = err;
 			while (start > diag && start[-1] != '\n')
@@ -729,6 +782,16 @@ static void on_sighup(struct ev_loop *loop, ev_signal *w, int revents)
 	}
 	free(diag);
 	notify_send("READY=1");
+}
+
+/* max_pressure: claims stopped or may resume (pressure.h). */
+static void on_pressure(bool paused, void *arg)
+{
+	struct daemon *d = arg;
+	if (d->report)
+		report_pressure(d->report, pressure_status(d->pressure));
+	if (!paused && d->dispatch && d->state == D_RUNNING)
+		dispatch_kick_all(d->dispatch);
 }
 
 static void on_guard_exit(pid_t pid, int status, const struct rusage *ru, void *arg)
@@ -866,13 +929,25 @@ int daemon_run(const char *config_path, struct config *cfg)
 	/* Before any command: a cgroup per command, or the daemon as a
 	 * subreaper; also clears job cgroups an earlier run left. */
 	d->contain = contain_new(d->loop, d->guard);
+	d->metrics = metrics_new();
+	d->pressure = pressure_new(d->loop, d->metrics, on_pressure, d);
+	if (daemon_check_resources(cfg, d->contain, d->pressure) < 0) {
+		pressure_free(d->pressure);
+		contain_free(d->contain);
+		metrics_free(d->metrics);
+		reaper_free(d->reaper);
+		ev_loop_destroy(d->loop);
+		guard_stop(d->guard);
+		config_free(cfg);
+		free(d);
+		return 2;
+	}
 	notify_init(d->loop); /* the loop retries what a full notify socket refused */
 	d->conninfo = xstrdup(cfg->database);
 	char *wn = config_worker_name(cfg);
 	d->worker_prefix = xasprintf("%s:%d", wn, (int)getpid());
 	free(wn);
 	d->home = default_home();
-	d->metrics = metrics_new();
 	d->fence = fence_new(d->loop, d->conninfo, d->worker_prefix, cfg->fence_timeout_ms,
 			     d->guard, d->metrics, on_fence, d);
 	fence_set_busy(d->fence, fence_busy, d);
@@ -887,6 +962,8 @@ int daemon_run(const char *config_path, struct config *cfg)
 	    .metrics = d->metrics,
 	    .nice_raise = nice_raise,
 	    .backoff = &d->backoff,
+	    .pressure = d->pressure,
+	    .progress = progress_db_new(d->loop, d->conninfo, d->metrics),
 	};
 	struct dispatch_env denv = {
 	    .loop = d->loop,
@@ -949,6 +1026,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 	cbs.metrics = d->metrics;
 	d->listener = db_conn_new(d->loop, d->conninfo, "pgjobd listener", setup, &cbs);
 	d->report = report_new(d->loop, d->metrics, d->listener, cfg);
+	report_pressure(d->report, pressure_status(d->pressure)); /* started under pressure */
 
 	ev_run(d->loop, 0);
 
@@ -960,6 +1038,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 	db_conn_free(d->probe);
 	/* after the maintenance, which took turns on its lease session */
 	dispatch_free(d->dispatch);
+	progress_db_free(d->renv.progress); /* after the jobs, which end their entries */
 	fence_free(d->fence);
 	reaper_unwatch(d->reaper, guard_pid(d->guard));
 	ev_timer_stop(d->loop, &d->poll);
@@ -972,6 +1051,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 	ev_signal_stop(d->loop, &d->sigterm);
 	ev_signal_stop(d->loop, &d->sigint);
 	ev_signal_stop(d->loop, &d->sighup);
+	pressure_free(d->pressure);
 	contain_free(d->contain); /* every command has ended; before the guard goes */
 	guard_stop(d->guard);
 	config_free(d->cfg);

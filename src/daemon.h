@@ -20,4 +20,15 @@ int daemon_run(const char *config_path, struct config *cfg);
  * a queue whose commands run as this process's own user (the daemon does). */
 int daemon_check_users(const struct config *c, bool warn_own_user);
 
+struct contain;
+struct pressure;
+/* Can this host enforce what c asks for (pgjobd.ini(5), RESOURCES): each
+ * queue's cgroup limits (contain_enable: in the daemon, ct is its
+ * containment and the controllers are enabled here; ct NULL, for `check`,
+ * only looks at the cgroup this process runs in), and max_pressure (the
+ * PSI files; pr, when given, then watches the new bounds)? Logs an error
+ * naming the key, the queue and why for each it cannot, and returns -1
+ * (the daemon then refuses to start or to reload), else 0. */
+int daemon_check_resources(const struct config *c, struct contain *ct, struct pressure *pr);
+
 #endif

@@ -30,8 +30,12 @@
  *     (whose default loop the daemon does not use): wait4 returns its
  *     rusage, the CPU time and peak RSS of the shell and of every
  *     descendant it waited for, which the outcome carries.
- *   - Every fd is O_CLOEXEC in the daemon; the child gets fds 0-2 and nothing
- *     else (closefrom(3)), an empty signal mask and default dispositions.
+ *   - Every fd is O_CLOEXEC in the daemon; the child gets fds 0-2 and, when
+ *     asked for, the write end of its progress pipe as fd EXEC_PROGRESS_FD,
+ *     and nothing else (close_range above them), an empty signal mask and
+ *     default dispositions.
+ *   - The progress pipe is read like stdout, but never waited for: it is
+ *     read to what it holds once more when the command is over, then closed.
  *   - Output memory is bounded by the captures; pipes are read to EOF even
  *     when the captures are full so the command never blocks on a full pipe.
  *
@@ -78,10 +82,11 @@ struct exec_proc {
 	const char *spawn_what;
 
 	int in_fd, out_fd, err_fd; /* parent ends, -1 once closed */
+	int prog_fd;		   /* the progress pipe's read end, -1: none or closed */
 	char *stdin_data;	   /* our copy, freed once written */
 	size_t stdin_len, stdin_off;
 
-	ev_io w_in, w_out, w_err;
+	ev_io w_in, w_out, w_err, w_prog;
 	struct reaper *reaper;
 	bool watched;	  /* the shell's pid is watched by the reaper */
 	struct rusage ru; /* valid when has_usage */
@@ -96,6 +101,8 @@ struct exec_proc {
 	int64_t start_ms, end_ms;
 	void (*on_output)(int stream, const char *buf, size_t n, void *arg);
 	void *on_output_arg;
+	void (*on_progress)(const char *buf, size_t n, void *arg);
+	void *on_progress_arg;
 };
 
 /* kill(-pgid, sig), ignoring ESRCH (the group is already gone). */
@@ -123,6 +130,7 @@ static void release_io(struct exec_proc *p)
 	ev_io_stop(p->loop, &p->w_in);
 	ev_io_stop(p->loop, &p->w_out);
 	ev_io_stop(p->loop, &p->w_err);
+	ev_io_stop(p->loop, &p->w_prog);
 	if (p->watched) {
 		reaper_unwatch(p->reaper, p->pid);
 		p->watched = false;
@@ -133,9 +141,12 @@ static void release_io(struct exec_proc *p)
 	close_fd(&p->in_fd);
 	close_fd(&p->out_fd);
 	close_fd(&p->err_fd);
+	close_fd(&p->prog_fd);
 	free(p->stdin_data);
 	p->stdin_data = NULL;
 }
+
+static void read_progress(struct exec_proc *p);
 
 static int64_t timeval_ms(struct timeval tv)
 {
@@ -147,6 +158,10 @@ static void finish(struct exec_proc *p)
 {
 	assert(!p->done);
 	p->done = true;
+	/* What the command wrote to its progress fd before it ended is in the
+	 * pipe: read before the outcome, so the last line counts. */
+	if (p->prog_fd >= 0)
+		read_progress(p);
 	release_io(p);
 
 	struct exec_outcome o = {0};
@@ -235,6 +250,35 @@ static void drain_pipe(struct exec_proc *p, ev_io *w, int *fd, struct capture *c
 		maybe_finish(p);
 		return;
 	}
+}
+
+/* Pass on what the progress pipe holds (at most EXEC_READS_PER_WAKEUP
+ * reads); at EOF or an error, stop reading it. Its EOF never holds up the
+ * end of the command. */
+static void read_progress(struct exec_proc *p)
+{
+	char buf[EXEC_READ_CHUNK];
+	for (int i = 0; i < EXEC_READS_PER_WAKEUP; i++) {
+		ssize_t n = read(p->prog_fd, buf, sizeof(buf));
+		if (n > 0) {
+			p->on_progress(buf, (size_t)n, p->on_progress_arg);
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return;
+		ev_io_stop(p->loop, &p->w_prog);
+		close_fd(&p->prog_fd);
+		return;
+	}
+}
+
+static void on_progress_readable(struct ev_loop *loop, ev_io *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	read_progress(w->data);
 }
 
 static void on_stdout_readable(struct ev_loop *loop, ev_io *w, int revents)
@@ -416,6 +460,14 @@ static EXEC_IN_CHILD int spawn_child(void *arg)
 			goto fail;
 		}
 	}
+	/* The progress pipe's write end as EXEC_PROGRESS_FD, without
+	 * FD_CLOEXEC (dup2 clears it, but a dup2 onto itself does nothing). */
+	if (a->child_fd[3] >= 0 &&
+	    (a->child_fd[3] == EXEC_PROGRESS_FD ? fcntl(EXEC_PROGRESS_FD, F_SETFD, 0)
+						: dup2(a->child_fd[3], EXEC_PROGRESS_FD)) < 0) {
+		stage = STAGE_DUP2;
+		goto fail;
+	}
 	/* Drop privileges before chdir so the directory is entered with the
 	 * job's own permissions. Supplementary groups: just the job's gid. The
 	 * raw system calls change this process only; libc's wrappers would
@@ -447,7 +499,7 @@ static EXEC_IN_CHILD int spawn_child(void *arg)
 		stage = STAGE_CHDIR;
 		goto fail;
 	}
-	if (close_range(3, ~0U, 0) < 0) {
+	if (close_range(a->child_fd[3] >= 0 ? EXEC_PROGRESS_FD + 1 : 3, ~0U, 0) < 0) {
 		stage = STAGE_CLOSE;
 		goto fail;
 	}
@@ -473,7 +525,7 @@ fail:
  * job). Returns 0 when a process exists (*pid set; when a step failed,
  * *spawn_err and *what say which, and it exits 127 by itself), else a
  * positive errno (no process). */
-static int spawn(const struct exec_spec *spec, char *const argv[], const int child_fd[3],
+static int spawn(const struct exec_spec *spec, char *const argv[], const int child_fd[4],
 		 pid_t *pid, int *spawn_err, const char **what)
 {
 	struct spawn_args a = {
@@ -503,7 +555,7 @@ static int spawn(const struct exec_spec *spec, char *const argv[], const int chi
 struct exec_proc *exec_start(struct ev_loop *loop, const struct exec_spec *spec, exec_done_fn *cb,
 			     void *arg)
 {
-	int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
+	int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1}, prog[2] = {-1, -1};
 	struct exec_proc *p = NULL;
 	char *data = NULL;
 
@@ -520,6 +572,8 @@ struct exec_proc *exec_start(struct ev_loop *loop, const struct exec_spec *spec,
 	if (util_set_nonblock(in[1]) < 0 || util_set_nonblock(out[0]) < 0 ||
 	    util_set_nonblock(err[0]) < 0)
 		goto fail;
+	if (spec->on_progress && (make_pipe(prog) < 0 || util_set_nonblock(prog[0]) < 0))
+		goto fail;
 
 	p = xcalloc(1, sizeof(*p));
 	p->loop = loop;
@@ -527,6 +581,9 @@ struct exec_proc *exec_start(struct ev_loop *loop, const struct exec_spec *spec,
 	p->arg = arg;
 	p->on_output = spec->on_output;
 	p->on_output_arg = spec->on_output_arg;
+	p->on_progress = spec->on_progress;
+	p->on_progress_arg = spec->on_progress_arg;
+	p->prog_fd = prog[0];
 	p->in_fd = in[1];
 	p->out_fd = out[0];
 	p->err_fd = err[0];
@@ -539,16 +596,17 @@ struct exec_proc *exec_start(struct ev_loop *loop, const struct exec_spec *spec,
 	ev_io_init(&p->w_in, on_stdin_writable, p->in_fd, EV_WRITE);
 	ev_io_init(&p->w_out, on_stdout_readable, p->out_fd, EV_READ);
 	ev_io_init(&p->w_err, on_stderr_readable, p->err_fd, EV_READ);
+	ev_io_init(&p->w_prog, on_progress_readable, p->prog_fd, EV_READ);
 	ev_timer_init(&p->w_drain, on_drain_timeout, EXEC_DRAIN_S, 0.);
 	ev_timer_init(&p->w_kill, on_kill_timeout, 0., 0.);
 	ev_timer_init(&p->w_fail, on_spawn_failed, 0., 0.);
-	p->w_in.data = p->w_out.data = p->w_err.data = p;
+	p->w_in.data = p->w_out.data = p->w_err.data = p->w_prog.data = p;
 	p->w_drain.data = p->w_kill.data = p->w_fail.data = p;
 
 	/* argv strings are not modified by exec; the casts only satisfy the
 	 * historical char *const[] prototype. */
 	char *argv[] = {"sh", "-c", (char *)spec->command, NULL};
-	int child_fd[3] = {in[0], out[1], err[1]};
+	int child_fd[4] = {in[0], out[1], err[1], prog[1]};
 	int rc, spawn_err = 0;
 	const char *what;
 	pid_t pid = 0;
@@ -558,6 +616,7 @@ struct exec_proc *exec_start(struct ev_loop *loop, const struct exec_spec *spec,
 	close_fd(&in[0]);
 	close_fd(&out[1]);
 	close_fd(&err[1]);
+	close_fd(&prog[1]);
 
 	if (rc != 0) {
 		/* No process: report from the loop, never from here. */
@@ -585,6 +644,8 @@ struct exec_proc *exec_start(struct ev_loop *loop, const struct exec_spec *spec,
 	}
 	ev_io_start(loop, &p->w_out);
 	ev_io_start(loop, &p->w_err);
+	if (p->prog_fd >= 0)
+		ev_io_start(loop, &p->w_prog);
 	if (p->stdin_len > 0 && !p->spawn_failed) {
 		ev_io_start(loop, &p->w_in);
 	} else {
@@ -600,6 +661,7 @@ fail:;
 		close_fd(&in[i]);
 		close_fd(&out[i]);
 		close_fd(&err[i]);
+		close_fd(&prog[i]);
 	}
 	if (p) {
 		capture_fini(&p->out);
@@ -838,6 +900,8 @@ char **exec_env_build(const struct exec_env_in *in)
 		env_add_value(&e, in, "PGJOBD_SCHEDULED_FOR",
 			      in->scheduled_for ? in->scheduled_for : "");
 	}
+	if (in->progress)
+		env_add(&e, xasprintf("PGJOBD_PROGRESS_FD=%d", EXEC_PROGRESS_FD));
 
 	/* The data's keys in key order, a key given twice once (its last
 	 * value), so that which keys fit the limits does not depend on the

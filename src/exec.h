@@ -85,7 +85,17 @@ struct exec_spec {
 	 * bounds it (the hook bounds what it keeps itself). */
 	void (*on_output)(int stream, const char *buf, size_t n, void *arg);
 	void *on_output_arg;
+	/* NULL, or the command gets the write end of one more pipe as fd
+	 * EXEC_PROGRESS_FD (its only fd beyond 0-2), and this is called from the
+	 * loop with each chunk read from the read end, the last ones when the
+	 * command has ended, right before exec_done_fn. The pipe is not waited
+	 * for: what a process left behind writes after that is lost. */
+	void (*on_progress)(const char *buf, size_t n, void *arg);
+	void *on_progress_arg;
 };
+
+/* The command's progress fd (exec_spec.on_progress, PGJOBD_PROGRESS_FD). */
+#define EXEC_PROGRESS_FD 3
 
 /* Start the command. The spec is copied as needed; the caller may free it
  * afterwards. Returns the new process handle (owned by the caller, released
@@ -120,6 +130,7 @@ struct exec_env_in {
 	long long fence;	     /* the claim's fencing token */
 	const char *schedule;	     /* NULL: not a scheduled job, neither is exported */
 	const char *scheduled_for;   /* its tick (ISO 8601, UTC) */
+	bool progress;		     /* PGJOBD_PROGRESS_FD=EXEC_PROGRESS_FD is exported */
 	const char *const *arg_keys; /* top-level scalars of data, as text */
 	const char *const *arg_vals;
 	size_t nargs;
@@ -128,7 +139,8 @@ struct exec_env_in {
  * queue env (which may override those three), then PGJOBD_JOB_ID, _QUEUE,
  * _GROUP_ID, _ATTEMPT, _MAX_ATTEMPTS, _FENCE, for a scheduled job _SCHEDULE and
  * _SCHEDULED_FOR (a value of these from the database whose NAME=VALUE is
- * over EXEC_ARG_MAX is left out, with a warning naming it), then
+ * over EXEC_ARG_MAX is left out, with a warning naming it), with progress
+ * PGJOBD_PROGRESS_FD, then
  * PGJOBD_ARG_<key> for the args, in
  * byte order of their keys (a key given twice: its last value). A NULL value
  * is not exported. An arg is skipped when its key does not match

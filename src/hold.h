@@ -62,6 +62,9 @@ struct hold_ops {
 	/* j, CLAIMED, was just made from a claim's answer: hold it, then call
 	 * job_start (now or later) or job_not_held. */
 	void (*hold)(struct hold *h, struct job *j);
+	/* j's command started later than the job_start its hold called (a
+	 * rate's planned start, job.c); NULL: nothing to do then. */
+	void (*started)(struct hold *h, struct job *j);
 	/* j is ENDED: write its outcome, then call job_written or
 	 * job_write_failed (and, after the latter, write it again when it
 	 * can). */

@@ -1126,6 +1126,16 @@ static void hl_hold(struct hold *h, struct job *j)
 	lj->starting = true;
 }
 
+/* A command whose start a rate put off runs now: watch its lease, as
+ * start_next does for one started at once. */
+static void hl_started(struct hold *h, struct job *j)
+{
+	(void)h;
+	struct lj *lj = j->hold_data;
+	if (lj && j->state == JOB_RUNNING)
+		arm_expire(lj);
+}
+
 /* The outcome is known: it goes with the next batch. */
 static void hl_write(struct hold *h, struct job *j)
 {
@@ -1253,6 +1263,7 @@ static const struct hold_ops hold_lease_ops = {
     .want_claim = hl_want_claim,
     .capacity = hl_capacity,
     .hold = hl_hold,
+    .started = hl_started,
     .write = hl_write,
     .fresh = hl_fresh,
     .lapsed = hl_lapsed,

@@ -71,6 +71,7 @@ static void job_step(struct job *j, enum job_state to)
 }
 
 static void on_run_done(struct run *r, const struct exec_outcome *o, void *arg);
+static void on_planned(struct ev_loop *loop, ev_timer *w, int revents);
 
 struct job *job_new(const struct job_owner *owner, struct queue *q, struct hold *h, int slot,
 		    struct claim_job *cj, struct queue_conf *conf, double woken, double claim_sent)
@@ -86,6 +87,8 @@ struct job *job_new(const struct job_owner *owner, struct queue *q, struct hold 
 	j->claimed = metrics_now();
 	j->claimed_by = owner->fence ? fence_worker_id(owner->fence) : 0;
 	run_init(&j->run, owner->run_env, on_run_done, j);
+	ev_init(&j->planned, on_planned);
+	j->planned.data = j;
 	j->run.cj = *cj;
 	memset(cj, 0, sizeof(*cj));
 	/* The configuration the claim was made with: a reload never changes a
@@ -98,6 +101,7 @@ void job_free(struct job *j)
 {
 	if (!j)
 		return;
+	ev_timer_stop(j->owner->run_env->loop, &j->planned);
 	run_fini(&j->run);
 	free(j);
 }
@@ -158,6 +162,20 @@ static void log_started(const struct job *j)
 void job_start(struct job *j)
 {
 	struct hold *h = j->hold;
+	/* Held before the start a rate planned (the answer came that long
+	 * before it): wait for it, still CLAIMED; whatever ends the job
+	 * meanwhile (a cancel, a shutdown, a lost claim) is seen then. */
+	if (!j->waited && j->run.cj.start_in_ms > 0) {
+		double left = (double)j->run.cj.start_in_ms / 1e3 - (metrics_now() - j->claimed);
+		if (left > 0) {
+			/* A timer counts from the loop's time, which may be
+			 * older than this turn: early is too early. */
+			ev_now_update(j->owner->run_env->loop);
+			ev_timer_set(&j->planned, left, 0.);
+			ev_timer_start(j->owner->run_env->loop, &j->planned);
+			return;
+		}
+	}
 	j->held = metrics_now();
 	metrics_job_started(j->owner->metrics, j->run.q->name, j->held - j->claim_sent);
 	j->run.started_ms = util_now_ms();
@@ -173,6 +191,20 @@ void job_start(struct job *j)
 			"msg=\"claim lost before the command started; job not started\"");
 		j->run.kill_reason = RUN_KILL_UNSTARTED;
 	}
+	/* A rate's planned start made later than the claim allows: the starts
+	 * of the queue (or group) would crowd a window of the rate's period.
+	 * Given back, not an attempt (sql/README, "Limits"). */
+	if (j->run.kill_reason == RUN_KILL_NONE && j->run.cj.start_by_ms >= 0) {
+		double late = (metrics_now() - j->claim_sent) * 1e3 - (double)j->run.cj.start_by_ms;
+		if (late > 0) {
+			log_job(LOG_INFO, j,
+				"msg=\"planned start missed; job given back\" late_ms=%.1f "
+				"claim_ms=%.1f start_in_ms=%lld start_by_ms=%lld",
+				late, (j->claimed - j->claim_sent) * 1e3,
+				(long long)j->run.cj.start_in_ms, (long long)j->run.cj.start_by_ms);
+			j->run.kill_reason = RUN_KILL_UNSTARTED;
+		}
+	}
 	if (j->run.kill_reason == RUN_KILL_NONE) {
 		if (run_exec(&j->run) == 0) {
 			job_step(j, JOB_RUNNING);
@@ -185,6 +217,20 @@ void job_start(struct job *j)
 		j->run.kill_reason = RUN_KILL_UNSTARTED;
 	}
 	end(j, NULL);
+}
+
+/* A rate's planned start has come: the start job_start put off, and the
+ * hold told that the command runs now (its own watch of a lease starts with
+ * it). */
+static void on_planned(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	struct job *j = w->data;
+	j->waited = true;
+	job_start(j);
+	if (j->state == JOB_RUNNING && j->hold->ops->started)
+		j->hold->ops->started(j->hold, j);
 }
 
 /* The outcome's status for a log line ("released": the server decides). */
@@ -202,6 +248,7 @@ static void done(struct job *j, int64_t retry_ms)
 
 void job_not_held(struct job *j, const char *why)
 {
+	ev_timer_stop(j->owner->run_env->loop, &j->planned);
 	if (why)
 		log_job(LOG_WARN, j, "msg=\"%s\"", why);
 	done(j, -1);

@@ -80,6 +80,8 @@ struct job {
 	 * when the command has started (msg="pickup"). */
 	double woken, claim_sent, claimed, held;
 	long long claimed_by; /* the daemon's instance (fence_worker_id) at the claim */
+	ev_timer planned;     /* a rate's planned start (run.cj.start_in_ms): job_start again */
+	bool waited;	      /* the planned start has come */
 	struct job *next;     /* in its queue's list */
 };
 

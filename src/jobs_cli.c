@@ -201,31 +201,43 @@ static void fmt_age(char *buf, size_t size, long long ms)
 	"AND ($4::bigint IS NULL OR updated_at >= now() - $4::bigint * interval '1 millisecond') " \
 	"ORDER BY id DESC LIMIT $5::int"
 
+/* A job's progress: a producer's session reads the column (which has a
+ * running job's progress in lock mode lease, and the last value once it
+ * finished); the owner's or the worker role's reads pgjobd.job_progress,
+ * which also has a running transaction-mode job's (sql/README, "Progress"). */
+#define PROGRESS_PRODUCER "progress"
+#define PROGRESS_WORKER "(SELECT p.progress FROM pgjobd.job_progress p WHERE p.job_id = jobs.id)"
+
 /* Each statement that shows the worker, as [0] NULL, [1] the column
- * (struct session's worker). */
-#define JOBS_SQL(worker)                                                                           \
+ * (struct session's worker). Those with progress read it as that session
+ * may. */
+#define JOBS_SQL(worker, progress)                                                                 \
 	"SELECT id, queue, coalesce(group_id, '-'), status, attempts, "                            \
 	"floor(extract(epoch FROM now() - created_at) * 1000)::bigint, coalesce(" worker           \
-	", '-'), " CLI_REASON_SQL " " JOBS_FROM
-static const char *const jobs_sql[2] = {JOBS_SQL("NULL::text"), JOBS_SQL("worker")};
+	", '-'), " CLI_REASON_SQL ", coalesce(" progress "::text, '-') " JOBS_FROM
+static const char *const jobs_sql[2] = {JOBS_SQL("NULL::text", PROGRESS_PRODUCER),
+					JOBS_SQL("worker", PROGRESS_WORKER)};
 
-#define JOBS_JSON_SQL(worker)                                                                      \
+#define JOBS_JSON_SQL(worker, progress)                                                            \
 	"SELECT coalesce(json_agg(json_build_object('id', id, 'queue', queue, 'group_id', "        \
 	"group_id, 'status', status, 'attempts', attempts, 'max_attempts', max_attempts, "         \
 	"'priority', priority, 'created_at', created_at, 'run_at', run_at, 'started_at', "         \
-	"started_at, 'finished_at', finished_at, 'worker', worker, 'reason', error->>'reason') "   \
+	"started_at, 'finished_at', finished_at, 'worker', worker, 'reason', error->>'reason', "   \
+	"'progress', progress) "                                                                   \
 	"ORDER BY id DESC), '[]') FROM (SELECT id, queue, group_id, status, attempts, "            \
 	"max_attempts, priority, created_at, run_at, started_at, finished_at, " worker             \
-	" AS worker, error " JOBS_FROM ") j"
-static const char *const jobs_json_sql[2] = {JOBS_JSON_SQL("NULL::text"), JOBS_JSON_SQL("worker")};
+	" AS worker, error, " progress " AS progress " JOBS_FROM ") j"
+static const char *const jobs_json_sql[2] = {JOBS_JSON_SQL("NULL::text", PROGRESS_PRODUCER),
+					     JOBS_JSON_SQL("worker", PROGRESS_WORKER)};
 
 static const struct column {
 	const char *head;
 	int max; /* the widest it gets */
 	bool right;
 } jobs_columns[] = {
-    {"ID", 20, true},	   {"QUEUE", 24, false}, {"GROUP", 20, false},	{"STATUS", 9, false},
-    {"ATTEMPTS", 8, true}, {"AGE", 7, true},	 {"WORKER", 32, false}, {"REASON", 16, false},
+    {"ID", 20, true},	   {"QUEUE", 24, false},  {"GROUP", 20, false},
+    {"STATUS", 9, false},  {"ATTEMPTS", 8, true}, {"AGE", 7, true},
+    {"WORKER", 32, false}, {"REASON", 16, false}, {"PROGRESS", 24, false},
 };
 #define JOBS_COLUMNS (sizeof(jobs_columns) / sizeof(jobs_columns[0]))
 
@@ -324,15 +336,16 @@ int jobs_cli_jobs(const struct cli_args *a)
 
 /* The row, every column as text ('' for NULL, shown as "-"); the enum
  * numbers the columns. */
-#define SHOW_SQL(worker)                                                                           \
+#define SHOW_SQL(worker, progress)                                                                 \
 	"SELECT id, queue, group_id, status, attempts, max_attempts, priority, created_at, "       \
 	"run_at, started_at, finished_at, updated_at, expires_at, timeout, dedupe_key, " worker    \
 	", data, jsonb_pretty(result), error->>'reason', error->>'exit_code', error->>'signal', "  \
 	"error->>'message', error->>'stderr', error->>'truncated', error->>'stdout', "             \
 	"error->>'stdout_truncated', error - ARRAY['reason', 'exit_code', 'signal', 'message', "   \
-	"'stderr', 'truncated', 'stdout', 'stdout_truncated'] "                                    \
+	"'stderr', 'truncated', 'stdout', 'stdout_truncated'], " progress "::text "                \
 	"FROM pgjobd.jobs WHERE id = $1::bigint"
-static const char *const show_sql[2] = {SHOW_SQL("NULL::text"), SHOW_SQL("worker")};
+static const char *const show_sql[2] = {SHOW_SQL("NULL::text", PROGRESS_PRODUCER),
+					SHOW_SQL("worker", PROGRESS_WORKER)};
 enum {
 	S_ID,
 	S_QUEUE,
@@ -361,6 +374,7 @@ enum {
 	S_E_STDOUT,
 	S_E_STDOUT_TRUNCATED,
 	S_E_OTHER,
+	S_PROGRESS,
 };
 
 /* The attempts, oldest first; every field as text. */
@@ -386,16 +400,16 @@ enum {
 	H_MESSAGE,
 };
 
-#define SHOW_JSON_SQL(worker)                                                                      \
+#define SHOW_JSON_SQL(worker, progress)                                                            \
 	"SELECT json_build_object('id', id, 'queue', queue, 'group_id', group_id, 'status', "      \
 	"status, 'attempts', attempts, 'max_attempts', max_attempts, 'priority', priority, "       \
 	"'created_at', created_at, 'run_at', run_at, 'started_at', started_at, 'finished_at', "    \
 	"finished_at, 'updated_at', updated_at, 'expires_at', expires_at, 'timeout_ms', "          \
 	"ceil(extract(epoch FROM timeout) * 1000)::bigint, 'dedupe_key', dedupe_key, "             \
-	"'worker', " worker                                                                        \
-	", 'data', data, 'result', result, 'error', error, 'history', history) "                   \
-	"FROM pgjobd.jobs WHERE id = $1::bigint"
-static const char *const show_json_sql[2] = {SHOW_JSON_SQL("NULL::text"), SHOW_JSON_SQL("worker")};
+	"'worker', " worker ", 'data', data, 'result', result, 'error', error, 'history', "        \
+	"history, 'progress', " progress ") FROM pgjobd.jobs WHERE id = $1::bigint"
+static const char *const show_json_sql[2] = {SHOW_JSON_SQL("NULL::text", PROGRESS_PRODUCER),
+					     SHOW_JSON_SQL("worker", PROGRESS_WORKER)};
 
 static const char *val(const PGresult *r, int row, int col)
 {
@@ -520,6 +534,7 @@ static void print_job(const PGresult *r, const PGresult *h, const struct config 
 				: queue_value(c, val(r, 0, S_QUEUE), true, dflt, sizeof(dflt)));
 	put_line("dedupe_key", val(r, 0, S_DEDUPE_KEY));
 	put_line("worker", val(r, 0, S_WORKER));
+	put_line("progress", val(r, 0, S_PROGRESS));
 	put_line("data", val(r, 0, S_DATA));
 
 	int n = PQntuples(h);

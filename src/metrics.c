@@ -82,6 +82,10 @@ struct metrics {
 	uint64_t db_reconnects;
 	uint64_t db_round_trips;
 	double start_time; /* Unix time of metrics_new() */
+	/* host pressure (metrics_pressure): -1 / 0 when not watched */
+	double psi_avg10[3], psi_bound[3];
+	bool psi_paused;
+	uint64_t psi_pauses;
 };
 
 static void histogram_init(struct histogram *h, const double *bounds, size_t n)
@@ -243,7 +247,60 @@ uint64_t metrics_started(const struct metrics *m)
 	return n;
 }
 
+/* ---- host pressure ------------------------------------------------------ */
+
+static const char *const psi_names[3] = {"cpu", "memory", "io"};
+
+void metrics_pressure(struct metrics *m, int resource, double avg10, double bound)
+{
+	if (!m || resource < 0 || resource >= 3)
+		return;
+	m->psi_avg10[resource] = avg10;
+	m->psi_bound[resource] = bound;
+}
+
+void metrics_pressure_paused(struct metrics *m, bool paused)
+{
+	if (!m)
+		return;
+	if (paused && !m->psi_paused)
+		m->psi_pauses++;
+	m->psi_paused = paused;
+}
+
 /* ---- rendering --------------------------------------------------------- */
+
+static void header(FILE *f, const char *name, const char *type, const char *help);
+
+/* The pressure gauges: only for the resources max_pressure bounds. */
+static void render_pressure(const struct metrics *m, FILE *f)
+{
+	header(f, "pgjobd_pressure_paused", "gauge",
+	       "1 while the host's pressure is above max_pressure and the daemon claims "
+	       "nothing new, else 0.");
+	fprintf(f, "pgjobd_pressure_paused %d\n", m->psi_paused ? 1 : 0);
+	header(f, "pgjobd_pressure_pauses_total", "counter",
+	       "Times the daemon stopped claiming because of the host's pressure.");
+	fprintf(f, "pgjobd_pressure_pauses_total %" PRIu64 "\n", m->psi_pauses);
+	bool any = false;
+	for (int i = 0; i < 3; i++)
+		any |= m->psi_bound[i] > 0;
+	if (!any)
+		return;
+	header(f, "pgjobd_pressure_some_avg10", "gauge",
+	       "The host's PSI 'some avg10' (percent) of each resource max_pressure bounds, "
+	       "as last read.");
+	for (int i = 0; i < 3; i++)
+		if (m->psi_bound[i] > 0 && m->psi_avg10[i] >= 0)
+			fprintf(f, "pgjobd_pressure_some_avg10{resource=\"%s\"} %.2f\n",
+				psi_names[i], m->psi_avg10[i]);
+	header(f, "pgjobd_pressure_bound", "gauge",
+	       "max_pressure's bound (percent) for each resource it bounds.");
+	for (int i = 0; i < 3; i++)
+		if (m->psi_bound[i] > 0)
+			fprintf(f, "pgjobd_pressure_bound{resource=\"%s\"} %g\n", psi_names[i],
+				m->psi_bound[i]);
+}
 
 static void header(FILE *f, const char *name, const char *type, const char *help)
 {
@@ -363,6 +420,7 @@ int metrics_render(const struct metrics *m, FILE *f)
 	header(f, "pgjobd_db_round_trips_total", "counter",
 	       "Batches of statements sent to PostgreSQL (one network round trip each).");
 	fprintf(f, "pgjobd_db_round_trips_total %" PRIu64 "\n", m->db_round_trips);
+	render_pressure(m, f);
 	header(f, "pgjobd_start_time_seconds", "gauge",
 	       "Start time of this daemon's counters, in seconds since the Unix epoch.");
 	fprintf(f, "pgjobd_start_time_seconds %.3f\n", m->start_time);

@@ -10,6 +10,7 @@
 #ifndef PGJOBD_METRICS_H
 #define PGJOBD_METRICS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -49,6 +50,12 @@ enum metrics_outcome metrics_outcome(const char *status, int give_back);
 void metrics_db_reconnect(struct metrics *m);
 /* One batch of statements sent to PostgreSQL (one network round trip). */
 void metrics_db_round_trip(struct metrics *m);
+
+/* Host pressure (pressure.h): resource 0 cpu, 1 memory, 2 io; its last
+ * "some avg10" (-1: not watched or unreadable) and its bound (0: none);
+ * and whether claims are paused for it (each pause is counted). */
+void metrics_pressure(struct metrics *m, int resource, double avg10, double bound);
+void metrics_pressure_paused(struct metrics *m, bool paused);
 
 /* Jobs started and not finished yet, over all queues (0 for NULL). */
 int64_t metrics_running(const struct metrics *m);

@@ -253,6 +253,54 @@ int parse_duration_ms(const char *s, int64_t *out, const char **err)
 	return 0;
 }
 
+int parse_rate(const char *s, int64_t *n, int64_t *period_ms, const char **err)
+{
+	if (!s || !*s) {
+		set_err(err, "empty value");
+		return -1;
+	}
+	const char *slash = strchr(s, '/');
+	if (!slash) {
+		set_err(err, "expected N/PERIOD (e.g. 10/1s)");
+		return -1;
+	}
+	/* The count: digits only, no sign, before the slash. */
+	char count[16];
+	size_t len = (size_t)(slash - s);
+	if (len == 0 || len >= sizeof(count)) {
+		set_err(err, len ? "the count is too large (at most 2147483647)"
+				 : "missing the count before '/' (e.g. 10/1s)");
+		return -1;
+	}
+	for (size_t i = 0; i < len; i++) {
+		if (!is_digit(s[i])) {
+			set_err(err, "the count before '/' must be a whole number (e.g. 10/1s)");
+			return -1;
+		}
+	}
+	memcpy(count, s, len);
+	count[len] = '\0';
+	long long c;
+	if (parse_int(count, 1, INT32_MAX, &c, NULL) < 0) {
+		set_err(err, "the count must be from 1 to 2147483647");
+		return -1;
+	}
+	int64_t ms;
+	if (!slash[1]) {
+		set_err(err, "missing the period after '/' (e.g. 10/1s)");
+		return -1;
+	}
+	if (parse_duration_ms(slash + 1, &ms, err) < 0)
+		return -1;
+	if (ms == 0) {
+		set_err(err, "the period must be more than 0 (e.g. 10/1s)");
+		return -1;
+	}
+	*n = c;
+	*period_ms = ms;
+	return 0;
+}
+
 static const struct unit size_units[] = {
     {"B", 1},
     {"KiB", (int64_t)1 << 10},
@@ -485,4 +533,185 @@ fail:
 	buf_fini(&item);
 	util_strv_free(v);
 	return -1;
+}
+
+/* ---- resources -------------------------------------------------------- */
+
+int parse_percent(const char *s, long long max, long long *out, const char **err)
+{
+	char buf[32];
+	size_t n = s ? strlen(s) : 0;
+	if (n > 0 && s[n - 1] == '%')
+		n--;
+	if (n == 0 || n >= sizeof(buf)) {
+		set_err(err, n == 0 ? "empty value (write e.g. 50%)" : "value too long");
+		return -1;
+	}
+	memcpy(buf, s, n);
+	buf[n] = '\0';
+	if (strchr(buf, '.') || strchr(buf, ',')) {
+		set_err(err, "a whole number of percent (write e.g. 50%)");
+		return -1;
+	}
+	if (parse_int(buf, 0, LLONG_MAX, out, err) < 0)
+		return -1;
+	if (*out < 1 || *out > max) {
+		set_err(err, "must be between 1% and the CPUs' total (at most 100000%)");
+		return -1;
+	}
+	return 0;
+}
+
+int parse_rlimit(const char *s, bool is_size, int64_t *out, const char **err)
+{
+	if (s && (strcmp(s, "infinity") == 0 || strcmp(s, "unlimited") == 0)) {
+		*out = PARSE_RLIM_INFINITY;
+		return 0;
+	}
+	if (s && strcmp(s, "inherit") == 0) {
+		*out = PARSE_RLIM_INHERIT;
+		return 0;
+	}
+	if (is_size)
+		return parse_size(s, out, err);
+	long long n;
+	if (parse_int(s, 0, INT64_MAX / 2, &n, err) < 0)
+		return -1;
+	*out = n;
+	return 0;
+}
+
+/* One percent with at most two decimals, in (0, 100], at *p (moved past it). */
+static int pressure_value(const char **p, double *out, const char **err)
+{
+	const char *s = *p;
+	long whole = 0, frac = 0, scale = 1;
+	if (!is_digit(*s)) {
+		set_err(err, "expected a percent after the resource (e.g. cpu 40)");
+		return -1;
+	}
+	for (; is_digit(*s); s++) {
+		whole = whole * 10 + (*s - '0');
+		if (whole > 100)
+			break;
+	}
+	if (*s == '.') {
+		s++;
+		for (int i = 0; is_digit(*s); s++, i++) {
+			if (i == 2) {
+				set_err(err, "at most two decimals (PSI averages have two)");
+				return -1;
+			}
+			frac = frac * 10 + (*s - '0');
+			scale *= 10;
+		}
+	}
+	if (*s == '%')
+		s++;
+	double v = (double)whole + (double)frac / (double)scale;
+	if (whole > 100 || v > 100.0 || v <= 0.0) {
+		set_err(err, "each bound is a percent above 0 and at most 100");
+		return -1;
+	}
+	*out = v;
+	*p = s;
+	return 0;
+}
+
+int parse_pressure(const char *s, double out[3], const char **err)
+{
+	static const char *const names[3] = {"cpu", "memory", "io"};
+	out[0] = out[1] = out[2] = 0.0;
+	const char *p = s ? s : "";
+	for (;;) {
+		while (is_blank(*p) || *p == ',')
+			p++;
+		if (!*p)
+			return 0;
+		int which = -1;
+		for (int i = 0; i < 3; i++) {
+			size_t n = strlen(names[i]);
+			if (strncmp(p, names[i], n) == 0 && (is_blank(p[n]) || p[n] == '=')) {
+				which = i;
+				p += n;
+				break;
+			}
+		}
+		if (which < 0) {
+			set_err(err, "expected cpu, memory or io, each followed by a percent "
+				     "(e.g. cpu 40 memory 10 io 30)");
+			return -1;
+		}
+		if (out[which] > 0.0) {
+			set_err(err, "a resource is named twice");
+			return -1;
+		}
+		while (is_blank(*p) || *p == '=')
+			p++;
+		if (pressure_value(&p, &out[which], err) < 0)
+			return -1;
+		if (*p && !is_blank(*p) && *p != ',') {
+			set_err(err, "expected a percent after the resource (e.g. cpu 40)");
+			return -1;
+		}
+	}
+}
+
+/* One code of fail_exit_codes at *p: 1..255, digits only. */
+static int exit_code_at(const char **p, int *out, const char **err)
+{
+	if (!is_digit(**p)) {
+		set_err(err, "expected an exit code (1-255) or a range such as 64-78");
+		return -1;
+	}
+	int n = 0;
+	for (; is_digit(**p); (*p)++) {
+		n = n * 10 + (**p - '0');
+		if (n > 255) {
+			set_err(err, "an exit code is at most 255");
+			return -1;
+		}
+	}
+	if (n == 0) {
+		set_err(err, "exit code 0 is a success, not a failure");
+		return -1;
+	}
+	*out = n;
+	return 0;
+}
+
+int parse_exit_codes(const char *s, unsigned char set[PARSE_EXIT_CODES_BYTES], const char **err)
+{
+	memset(set, 0, PARSE_EXIT_CODES_BYTES);
+	const char *p = s ? s : "";
+	for (;;) {
+		while (*p == ' ' || *p == '\t' || *p == ',')
+			p++;
+		if (!*p)
+			return 0;
+		int lo, hi;
+		if (exit_code_at(&p, &lo, err) < 0)
+			return -1;
+		hi = lo;
+		if (*p == '-') {
+			p++;
+			if (exit_code_at(&p, &hi, err) < 0)
+				return -1;
+			if (hi < lo) {
+				set_err(err, "a range must go upwards (64-78, not 78-64)");
+				return -1;
+			}
+		}
+		if (*p && *p != ' ' && *p != '\t' && *p != ',') {
+			set_err(err, "expected an exit code (1-255) or a range such as 64-78");
+			return -1;
+		}
+		for (int c = lo; c <= hi; c++)
+			set[c / 8] |= (unsigned char)(1u << (c % 8));
+	}
+}
+
+bool parse_exit_code_in(const unsigned char set[PARSE_EXIT_CODES_BYTES], int c)
+{
+	return c > 0 && c < 256 && (set[c / 8] & (1u << (c % 8)));
 }

@@ -48,8 +48,23 @@ int parse_time(const char *s, int bare_sign, struct parse_time *out, const char 
  * word longer than buf) and so cannot be judged. */
 bool parse_command_program(const char *command, char *buf, size_t n);
 
+/* A rate limit, "N/PERIOD" (pgjobd limit --rate, --group-rate): N starts
+ * per PERIOD, N from 1 to 2147483647, PERIOD a duration as above of at
+ * least 1 ms ("10/1s", "100/1m", "5/1h30m"). The same grammar as
+ * pgjobd.parse_rate() in sql/functions/limits.sql. */
+int parse_rate(const char *s, int64_t *n, int64_t *period_ms, const char **err);
+
 /* Decimal integer within [min, max]. */
 int parse_int(const char *s, long long min, long long max, long long *out, const char **err);
+
+/* The `fail_exit_codes` key: exit codes and ranges of them, separated by
+ * blanks or commas ("64-74 76-78", "1,2"), each code 1..255 (0 is a
+ * success, never a failure). Sets the bits of the codes in set (bit c of
+ * set[c / 8]), which it clears first; "" sets none. */
+#define PARSE_EXIT_CODES_BYTES 32
+int parse_exit_codes(const char *s, unsigned char set[PARSE_EXIT_CODES_BYTES], const char **err);
+/* Is code c in such a set? */
+bool parse_exit_code_in(const unsigned char set[PARSE_EXIT_CODES_BYTES], int c);
 
 /* Queue name: [A-Za-z0-9_.-]{1,63}. */
 bool parse_is_queue_name(const char *s);
@@ -66,5 +81,25 @@ bool parse_is_env_name_n(const char *s, size_t n);
  * frees with util_strv_free) and *n its length. A later item with the same
  * NAME replaces the earlier one. */
 int parse_env_list(const char *s, char ***out, size_t *n, const char **err);
+
+/* ---- resources (pgjobd.ini(5), RESOURCES) ---- */
+
+/* cpu_max: "50%" or "50" (percent of one CPU), "250%" for two and a half;
+ * an integer in [1, max]. */
+int parse_percent(const char *s, long long max, long long *out, const char **err);
+
+/* An rlimit value: a count (parse_int) or, when is_size, a size
+ * (parse_size), or "infinity"/"unlimited"
+ * (*out = PARSE_RLIM_INFINITY), or "inherit" (*out = PARSE_RLIM_INHERIT: the
+ * daemon's own limit stays). */
+#define PARSE_RLIM_INHERIT (-1)
+#define PARSE_RLIM_INFINITY (-2)
+int parse_rlimit(const char *s, bool is_size, int64_t *out, const char **err);
+
+/* max_pressure: "cpu N memory N io N", any subset in any order, commas
+ * allowed between pairs ("cpu 40, io 30"), each N a percent in (0, 100]
+ * with at most two decimals; a resource not named is 0 (no bound). ""
+ * is no bound at all. out[0] cpu, out[1] memory, out[2] io. */
+int parse_pressure(const char *s, double out[3], const char **err);
 
 #endif

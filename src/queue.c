@@ -62,6 +62,7 @@
 #include "job.h"
 #include "log.h"
 #include "metrics.h"
+#include "pressure.h"
 #include "run.h"
 #include "util.h"
 
@@ -122,6 +123,7 @@ struct queue {
 };
 
 static void kick(struct queue *q, bool notified);
+static void wake_at(struct queue *q, int64_t ms);
 
 /* Is the daemon draining (a job not started is given back)? */
 static bool draining(const struct queue *q)
@@ -215,6 +217,12 @@ static bool may_claim(struct queue *q)
 	if (q->env->fence && !fence_may_claim(q->env->fence)) {
 		q->again = true;
 		fence_need(q->env->fence); /* an idle daemon's fence: a heartbeat first */
+		return false;
+	}
+	/* Nor while the host is above max_pressure (pressure.h): the daemon
+	 * kicks every queue when that ends. */
+	if (pressure_paused(q->env->run_env->pressure)) {
+		q->again = true;
 		return false;
 	}
 	int64_t pause = run_backoff_ms(q->env->run_env->backoff);
@@ -382,10 +390,18 @@ void queue_claimed(struct queue *q, PGresult *res)
 	q->dispatching = true;
 	/* The jobs run with the configuration the claim was made with (its
 	 * ceilings), even if a reload came meanwhile. */
-	int got = 0;
+	int got = 0, hints = 0;
 	for (int i = 0; i < rows; i++) {
 		struct claim_job cj;
 		int w;
+		if (claim_is_hint(res, i)) {
+			/* A rate holds the queue back: claim again then. */
+			hints++;
+			int64_t ms = claim_rate_ms(res, i, 13);
+			if (!draining(q) && !q->stopped)
+				wake_at(q, ms > 0 ? ms : 1);
+			continue;
+		}
 		claim_decode(res, i, &cj, &w);
 		if (w < 0 || w >= asked || q->occupant[q->claim_slots[w]]) {
 			/* cannot happen: the job stays `running` for our instance
@@ -405,6 +421,7 @@ void queue_claimed(struct queue *q, PGresult *res)
 		got++;
 		h->ops->hold(h, j);
 	}
+	rows -= hints;
 	queue_conf_unref(conf);
 	q->dispatching = false;
 	if (draining(q) || q->stopped)

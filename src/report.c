@@ -53,8 +53,9 @@ struct report {
 	bool count_pending; /* a count is in flight on the listener */
 	bool stopping;
 	long long queued; /* last count, -1 before the first */
-	char last_status[400];
+	char last_status[560];
 	char reload_failed[256]; /* "" unless the last reload failed */
+	char pressure[128];	 /* "" unless claims are paused (max_pressure) */
 };
 
 static void send_status(struct report *r, const char *text)
@@ -69,7 +70,7 @@ static void send_status(struct report *r, const char *text)
 
 static void update_status(struct report *r)
 {
-	char text[sizeof(r->last_status) - sizeof(r->reload_failed) - 2];
+	char text[sizeof(r->last_status) - sizeof(r->reload_failed) - sizeof(r->pressure) - 4];
 	long long running = (long long)metrics_running(r->m);
 	if (r->stopping)
 		snprintf(text, sizeof(text), "stopping: %lld running", running);
@@ -80,9 +81,15 @@ static void update_status(struct report *r)
 	else
 		snprintf(text, sizeof(text), "%lld running, %lld queued", running, r->queued);
 	char full[sizeof(r->last_status)];
-	snprintf(full, sizeof(full), "%s%s%s", text, r->reload_failed[0] ? "; " : "",
-		 r->reload_failed);
+	snprintf(full, sizeof(full), "%s%s%s%s%s", text, r->pressure[0] ? "; " : "", r->pressure,
+		 r->reload_failed[0] ? "; " : "", r->reload_failed);
 	send_status(r, full);
+}
+
+void report_pressure(struct report *r, const char *text)
+{
+	snprintf(r->pressure, sizeof(r->pressure), "%s", text ? text : "");
+	update_status(r);
 }
 
 void report_reload(struct report *r, const char *why)

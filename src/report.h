@@ -30,6 +30,10 @@ void report_stopping(struct report *r);
  * shown after the counts in STATUS= until a reload succeeds (why NULL). */
 void report_reload(struct report *r, const char *why);
 /* Write the metrics file one last time, stop the timer and free. NULL: no-op. */
+/* max_pressure: text for STATUS= while claims are paused ("claims paused:
+ * cpu pressure ..."), NULL once they resume. */
+void report_pressure(struct report *r, const char *text);
+
 void report_free(struct report *r);
 
 #endif

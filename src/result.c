@@ -53,6 +53,7 @@
 #include <string.h>
 #include <yaml.h>
 
+#include "parse.h"
 #include "util.h"
 
 #define RESULT_MAX_DEPTH 1000
@@ -952,4 +953,186 @@ char *result_history_entry(const struct result_attempt *a)
 	put_code(&b, "duration_ms", a->duration_ms, a->duration_ms >= 0);
 	buf_putc(&b, '}');
 	return buf_steal(&b);
+}
+
+/* "30", "2.5": a number of seconds, at most a year, in ms. */
+static int seconds_ms(const char *s, int64_t *ms)
+{
+	const char *p = s;
+	int64_t whole = 0, frac = 0, scale = 1000;
+	if (!is_digit(*p))
+		return -1;
+	for (; is_digit(*p); p++) {
+		whole = whole * 10 + (*p - '0');
+		if (whole > 366 * 86400)
+			return -1;
+	}
+	if (*p == '.') {
+		p++;
+		if (!is_digit(*p))
+			return -1;
+		for (; is_digit(*p); p++) {
+			scale /= 10;
+			frac += (*p - '0') * scale;
+		}
+	}
+	if (*p)
+		return -1;
+	*ms = whole * 1000 + frac;
+	return 0;
+}
+
+int result_retry_after_ms(const char *json, int64_t *ms)
+{
+	if (!json || json[0] != '{')
+		return -1;
+	yaml_parser_t parser;
+	yaml_event_t ev;
+	if (!yaml_parser_initialize(&parser))
+		return -1;
+	yaml_parser_set_input_string(&parser, (const unsigned char *)json, strlen(json));
+	int depth = 0, rc = -1;
+	bool key = true, want = false, done = false;
+	while (!done && yaml_parser_parse(&parser, &ev)) {
+		switch (ev.type) {
+		case YAML_MAPPING_START_EVENT:
+		case YAML_SEQUENCE_START_EVENT:
+			if (depth == 1 && want)
+				done = true; /* retry_after is not a scalar */
+			else if (depth == 1)
+				key = true; /* a value: the next scalar at depth 1 is a key */
+			depth++;
+			break;
+		case YAML_MAPPING_END_EVENT:
+		case YAML_SEQUENCE_END_EVENT:
+			depth--;
+			if (depth <= 0)
+				done = true;
+			break;
+		case YAML_SCALAR_EVENT:
+			if (depth != 1)
+				break;
+			if (want) {
+				const char *v = (const char *)ev.data.scalar.value;
+				int64_t d;
+				if (seconds_ms(v, &d) == 0 || parse_duration_ms(v, &d, NULL) == 0) {
+					*ms = d;
+					rc = 0;
+				}
+				done = true;
+			} else if (key) {
+				want =
+				    strcmp((const char *)ev.data.scalar.value, "retry_after") == 0;
+				key = false;
+			} else {
+				key = true;
+			}
+			break;
+		case YAML_STREAM_END_EVENT:
+			done = true;
+			break;
+		default:
+			break;
+		}
+		yaml_event_delete(&ev);
+	}
+	yaml_parser_delete(&parser);
+	return rc;
+}
+
+char *result_object_add(char *json, const char *key, const char *value_json)
+{
+	size_t n = strlen(json);
+	assert(n >= 2 && json[n - 1] == '}');
+	struct buf b;
+	buf_init(&b);
+	buf_printf(&b, "%.*s", (int)(n - 1), json);
+	/* "{}" takes no comma */
+	bool empty = true;
+	for (size_t i = 1; i + 1 < n; i++)
+		if (json[i] != ' ' && json[i] != '\n') {
+			empty = false;
+			break;
+		}
+	buf_puts(&b, empty ? "\"" : ", \"");
+	buf_puts(&b, key);
+	buf_puts(&b, "\": ");
+	buf_puts(&b, value_json);
+	buf_putc(&b, '}');
+	free(json);
+	return buf_steal(&b);
+}
+
+/* ---- progress lines ------------------------------------------------------ */
+
+/* The end of the JSON string literal that starts at s[0] ('"'): the index
+ * of its closing quote, or n when there is none. */
+static size_t string_end(const char *s, size_t n)
+{
+	for (size_t i = 1; i < n; i++) {
+		if (s[i] == '\\')
+			i++;
+		else if (s[i] == '"')
+			return i;
+	}
+	return n;
+}
+
+char *result_progress(const char *line, size_t len)
+{
+	while (len > 0 && (line[0] == ' ' || line[0] == '\t')) {
+		line++;
+		len--;
+	}
+	while (len > 0 && (line[len - 1] == ' ' || line[len - 1] == '\t' || line[len - 1] == '\r'))
+		len--;
+	if (len == 0)
+		return NULL;
+	if (is_digit(line[0])) {
+		/* A percentage: a plain number, 0 to 100, in JSON's grammar
+		 * (emit_number also takes YAML's "1." and rewrites it). */
+		struct buf b;
+		buf_init(&b);
+		if (!emit_number(&b, line, len) || b.data[0] == '"') {
+			buf_fini(&b);
+			return NULL;
+		}
+		char *end;
+		double v = strtod(b.data, &end);
+		if (*end != '\0' || !(v >= 0.0 && v <= 100.0)) {
+			buf_fini(&b);
+			return NULL;
+		}
+		return buf_steal(&b);
+	}
+	if (is(line, len, "true") || is(line, len, "false") || is(line, len, "null")) {
+		char *s = xmalloc(len + 1);
+		memcpy(s, line, len);
+		s[len] = '\0';
+		return s;
+	}
+	if (line[0] == '{' || line[0] == '[')
+		return structured(line, len);
+	if (line[0] != '"')
+		return NULL;
+	/* A string: parsed as the one element of a sequence (the converter
+	 * takes collections only), which must then hold exactly that string:
+	 * ["..."], its literal ending right before the ']'. */
+	char *wrapped = xmalloc(len + 3);
+	wrapped[0] = '[';
+	memcpy(wrapped + 1, line, len);
+	wrapped[len + 1] = ']';
+	wrapped[len + 2] = '\0';
+	char *json = structured(wrapped, len + 2);
+	free(wrapped);
+	if (!json)
+		return NULL;
+	size_t n = strlen(json);
+	if (n < 4 || json[1] != '"' || string_end(json + 1, n - 1) + 1 != n - 2) {
+		free(json);
+		return NULL;
+	}
+	memmove(json, json + 1, n - 2);
+	json[n - 2] = '\0';
+	return json;
 }

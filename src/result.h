@@ -43,6 +43,18 @@ char *result_error_json(const char *reason, int exit_code, int signal, const cha
 			const char *stderr_data, size_t stderr_len, bool stderr_truncated,
 			const char *stdout_data, size_t stdout_len, bool stdout_truncated);
 
+/* A failed command's wish for its next attempt's delay: json is what
+ * result_from_stdout made of its stdout; when that is a mapping with a key
+ * `retry_after` whose value is a duration in pgjobd.ini's syntax ("30s",
+ * "1m30s") or a number of seconds (30, 2.5, also quoted), *ms gets it and
+ * 0 is returned. -1: no such key, or a value that is neither (*ms
+ * untouched). Reads only the top level; bounded by json's size. */
+int result_retry_after_ms(const char *json, int64_t *ms);
+
+/* json, a JSON object (`{...}`, malloc'd), with `"key": value_json` added
+ * at its end; json is freed. value_json must be valid JSON. */
+char *result_object_add(char *json, const char *key, const char *value_json);
+
 /* What the daemon knows of an attempt, for its entry in jobs.history. */
 struct result_attempt {
 	const char *reason;  /* "none" for a success */
@@ -62,6 +74,16 @@ struct result_attempt {
  * database adds attempt, worker, started_at and finished_at
  * (sql/016_history.sql). */
 char *result_history_entry(const struct result_attempt *a);
+
+/* One line a command wrote to its progress fd (PGJOBD_PROGRESS_FD, without
+ * its line end) -> the job's `progress` JSON, or NULL when the line is not
+ * one: blanks around it are ignored; a number from 0 to 100 (JSON's grammar,
+ * as written: 50, 33.5) is that number; true, false and null are
+ * themselves; a line that starts with '{' or '[' must be one such document
+ * (JSON, or YAML flow, converted as stdout is above); one that starts with
+ * '"' must be one string. Anything else (a number outside 0-100, other
+ * text, a parse error, several values) is NULL. */
+char *result_progress(const char *line, size_t len);
 
 /* Append `len` bytes as a JSON string literal (with quotes) to *b, escaping
  * and sanitising as above. */

@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "capture.h"
@@ -34,6 +35,8 @@
 #include "joblog.h"
 #include "log.h"
 #include "metrics.h"
+#include "parse.h"
+#include "progress_db.h"
 #include "result.h"
 #include "util.h"
 
@@ -170,6 +173,11 @@ static void end_containment(struct run *r)
 void run_clear(struct run *r)
 {
 	ev_timer_stop(r->env->loop, &r->timeout);
+	if (r->progress_job) {
+		progress_db_end(r->env->progress, r->progress_job);
+		r->progress_job = NULL;
+	}
+	progress_fini(&r->progress);
 	claim_job_free(&r->cj);
 	free(r->result);
 	free(r->error);
@@ -254,6 +262,134 @@ static void note_usage(struct run *r, const struct exec_outcome *o, bool ran)
 				  o->max_rss_kb);
 }
 
+/* ---- resources (pgjobd.ini(5), RESOURCES) ---- */
+
+/* A failed attempt whose cgroup saw an OOM kill ends with reason `oom`
+ * (not `signal` 9, nor whatever exit status the shell made of a child's
+ * death); a command that could not be given its limits names the one. */
+static void limits_outcome(const struct run *r, const struct exec_outcome *o, bool ran,
+			   const char **reason, char *msg, size_t n)
+{
+	if (o->status == EXEC_SPAWN_FAILED && r->rl_failed)
+		snprintf(msg, n, "cannot set %s: %s", r->rl_failed, strerror(o->spawn_errno));
+	else if (o->status == EXEC_SPAWN_FAILED && r->contain.step &&
+		 strcmp(r->contain.step, "limit") == 0)
+		snprintf(msg, n, "cannot write the command's cgroup limit %s: %s",
+			 r->contain.failed_file ? r->contain.failed_file : "(none: no cgroup)",
+			 strerror(r->contain.err));
+	if (!ran || o->status == EXEC_SPAWN_FAILED || r->kill_reason != RUN_KILL_NONE)
+		return;
+	if (*reason && r->events.oom_kills > 0)
+		*reason = "oom";
+}
+
+/* How result.c's error JSON of reason oom begins. */
+#define OOM_OPENING "{\"reason\": \"oom\""
+
+/* `json` (a JSON object, owned) with `extra` ("\"k\": v, ...") added. */
+static char *add_fields(char *json, const char *extra)
+{
+	size_t len = json ? strlen(json) : 0;
+	if (!json || len < 2 || json[len - 1] != '}')
+		return json;
+	char *res = xasprintf("%.*s%s%s}", (int)(len - 1), json, len > 2 ? ", " : "", extra);
+	free(json);
+	return res;
+}
+
+/* The error and the history entry of an OOM-killed command carry its peak
+ * memory (memory.peak, else the rusage's max_rss_kb); those of a command
+ * whose fork failed at tasks_max carry "tasks_max_hit": true. */
+static void limits_fields(struct run *r, const struct exec_outcome *o, bool ran)
+{
+	char extra[96] = "";
+	if (!ran || !r->error)
+		return;
+	if (r->events.oom_kills > 0 &&
+	    strncmp(r->error, OOM_OPENING, sizeof(OOM_OPENING) - 1) == 0) {
+		long long kb = r->events.memory_peak >= 0 ? r->events.memory_peak / 1024
+							  : (long long)o->max_rss_kb;
+		snprintf(extra, sizeof(extra), "\"memory_peak_kb\": %lld", kb);
+	}
+	if (r->events.tasks_max_hits > 0)
+		snprintf(extra + strlen(extra), sizeof(extra) - strlen(extra),
+			 "%s\"tasks_max_hit\": true", extra[0] ? ", " : "");
+	if (!extra[0])
+		return;
+	r->error = add_fields(r->error, extra);
+	r->entry = add_fields(r->entry, extra);
+}
+
+/* The queue's outcome policy (pgjobd.ini(5), "Outcome policy"). Both lock
+ * modes write the outcome run_outcome makes, so this is the one place where
+ * a failed attempt's fate is decided: a code of fail_exit_codes fails the
+ * job at once; otherwise a retry waits what the command asked for
+ * (retry_after, at most backoff_max) or the backoff. */
+
+/* A command's exit code that the queue's fail_exit_codes lists: the job
+ * fails now, whatever its attempts left (msg says so). */
+static bool fails_at_once(const struct queue_conf *q, const struct exec_outcome *o, char *msg,
+			  size_t n)
+{
+	if (o->status != EXEC_EXITED || !o->out ||
+	    !parse_exit_code_in(q->fail_exit_codes, o->exit_code))
+		return false;
+	snprintf(msg, n, "exit code %d is in the queue's fail_exit_codes: not retried",
+		 o->exit_code);
+	return true;
+}
+
+/* ms as "2s" or "1500ms", for a message. */
+static void fmt_ms(char *out, size_t n, int64_t ms)
+{
+	if (ms % 1000 == 0)
+		snprintf(out, n, "%llds", (long long)(ms / 1000));
+	else
+		snprintf(out, n, "%lldms", (long long)ms);
+}
+
+/* The delay of a retry: retry_after from the command's stdout when it
+ * printed a mapping with one (at most backoff_max; msg says so), else the
+ * queue's backoff. */
+static int64_t retry_delay(struct run *r, const struct exec_outcome *o, char *msg, size_t n)
+{
+	const struct queue_conf *q = r->q;
+	int64_t ms = -1;
+	if (o->out && o->status == EXEC_EXITED) {
+		size_t len, tail_len;
+		const char *tail = capture_tail(o->out, &tail_len);
+		const char *data = capture_data(o->out, &len);
+		char *json =
+		    result_from_stdout(data, len, capture_truncated(o->out), tail, tail_len);
+		if (result_retry_after_ms(json, &ms) < 0)
+			ms = -1;
+		free(json);
+	}
+	if (ms < 0)
+		return run_retry_delay(q, r->cj.attempts);
+	char asked[32], used[32];
+	fmt_ms(asked, sizeof(asked), ms);
+	if (ms > q->backoff_max_ms) {
+		fmt_ms(used, sizeof(used), q->backoff_max_ms);
+		snprintf(msg, n, "retry_after %s asked for by the command, cut to backoff_max %s",
+			 asked, used);
+		ms = q->backoff_max_ms;
+	} else {
+		snprintf(msg, n, "retry_after %s asked for by the command", asked);
+	}
+	return ms;
+}
+
+/* A final failure of a grouped job in a queue whose group_on_failure is
+ * hold: the error carries the policy, and the database holds the group
+ * (trigger jobs_failed_hold, sql/functions/groups.sql). */
+static char *with_group_policy(const struct run *r, char *error)
+{
+	if (r->q->group_on_failure != GROUP_HOLD || !r->cj.group_id || !error)
+		return error;
+	return result_object_add(error, "group_on_failure", "\"hold\"");
+}
+
 void run_outcome(struct run *r, const struct exec_outcome *o, struct claim_outcome *out)
 {
 	const struct exec_outcome never = {.status = EXEC_EXITED, .exit_code = -1};
@@ -290,6 +426,7 @@ void run_outcome(struct run *r, const struct exec_outcome *o, struct claim_outco
 			reason = "exit";
 		}
 	}
+	limits_outcome(r, o, ran, &reason, msg, sizeof(msg));
 	if (!reason) {
 		size_t len, tail_len;
 		const char *tail = capture_tail(o->out, &tail_len);
@@ -299,8 +436,6 @@ void run_outcome(struct run *r, const struct exec_outcome *o, struct claim_outco
 		out->status = CLAIM_SUCCEEDED;
 		out->result = r->result;
 	} else {
-		r->error = error_json(reason, exit_code, sig, msg[0] ? msg : NULL, o, ran);
-		out->error = r->error;
 		if (kill == RUN_KILL_SHUTDOWN || kill == RUN_KILL_UNSTARTED) {
 			/* Interrupted by a shutdown, or never started (the claim
 			 * could not be confirmed in time): not an attempt. */
@@ -308,18 +443,29 @@ void run_outcome(struct run *r, const struct exec_outcome *o, struct claim_outco
 			out->give_back = true;
 		} else if (kill == RUN_KILL_CANCELLED) {
 			out->status = CLAIM_CANCELLED; /* pgjobd.cancel(): no retry */
+		} else if (kill == RUN_KILL_NONE && fails_at_once(q, o, msg, sizeof(msg))) {
+			out->status = CLAIM_FAILED;
 		} else if (r->cj.attempts < r->cj.max_attempts) {
+			/* The policy is the command's exit's: a timeout or a
+			 * lost claim backs off as always. */
 			out->status = CLAIM_QUEUED;
-			out->retry_in_ms = run_retry_delay(q, r->cj.attempts);
+			out->retry_in_ms = kill == RUN_KILL_NONE
+					       ? retry_delay(r, o, msg, sizeof(msg))
+					       : run_retry_delay(q, r->cj.attempts);
 		} else {
 			out->status = CLAIM_FAILED;
 		}
+		r->error = error_json(reason, exit_code, sig, msg[0] ? msg : NULL, o, ran);
+		if (out->status == CLAIM_FAILED)
+			r->error = with_group_policy(r, r->error);
+		out->error = r->error;
 	}
 	/* Every attempt that counts has an entry, and so has a run a shutdown
 	 * interrupted; a claim given back before its command ran has none. */
 	if (ran || !out->give_back)
 		r->entry = history_entry(reason ? reason : "none", exit_code, sig,
 					 msg[0] ? msg : NULL, o, ran);
+	limits_fields(r, o, ran);
 	out->entry = r->entry;
 	int64_t ms = util_now_ms() - r->started_ms;
 	metrics_job_finished(r->env->metrics, q->name,
@@ -355,7 +501,9 @@ void run_lost(struct run *r, const struct exec_outcome *o, const char *msg)
 	free(r->error);
 	free(r->entry);
 	const char *reason = run_kill_name(RUN_KILL_LOST_LOCK);
-	r->error = error_json(reason, exit_code, sig, msg, o, true);
+	/* The server decides between a retry and the end (release_claim): the
+	 * policy goes along, and counts only if the job ends failed. */
+	r->error = with_group_policy(r, error_json(reason, exit_code, sig, msg, o, true));
 	r->entry = history_entry(reason, exit_code, sig, msg, o, true);
 }
 
@@ -364,6 +512,8 @@ static void on_exec_done(struct exec_proc *p, const struct exec_outcome *o, void
 	struct run *r = arg;
 	joblog_free(r->joblog); /* its last lines before the outcome's */
 	r->joblog = NULL;
+	if (r->env->contain && r->pgid > 0)
+		contain_job_events(r->env->contain, r->pgid, &r->events);
 	end_containment(r);
 	ev_timer_stop(r->env->loop, &r->timeout);
 	r->proc = NULL;
@@ -415,9 +565,31 @@ static EXEC_IN_CHILD int enter_supervision(pid_t pgid, void *arg)
 	if (r->guard_fd >= 0 && guard_child_add_pgroup(r->guard_fd, pgid, r->deadline) < 0)
 		return -1;
 	r->pgid = pgid;
-	if (r->contain.dirfd >= 0)
-		contain_child_enter(&r->contain, pgid);
+	/* The queue's rlimits, soft and hard: the command cannot raise them.
+	 * prlimit on this process alone (a raw system call, as everything
+	 * here). */
+	if (r->set_nofile && syscall(SYS_prlimit64, 0, RLIMIT_NOFILE, &r->rl_nofile, NULL) < 0) {
+		r->rl_failed = "limit_nofile";
+		return -1;
+	}
+	if (r->set_core && syscall(SYS_prlimit64, 0, RLIMIT_CORE, &r->rl_core, NULL) < 0) {
+		r->rl_failed = "limit_core";
+		return -1;
+	}
+	/* With cgroup limits, a command that cannot have them does not run. */
+	if ((r->contain.dirfd >= 0 || r->contain.limit_file[0]) &&
+	    contain_child_enter(&r->contain, pgid) < 0)
+		return -1;
 	return 0;
+}
+
+/* An rlimit value of the configuration (parse_rlimit) as the kernel's. */
+static bool make_rlimit(int64_t v, struct rlimit *rl)
+{
+	if (v == PARSE_RLIM_INHERIT)
+		return false;
+	rl->rlim_cur = rl->rlim_max = v == PARSE_RLIM_INFINITY ? RLIM_INFINITY : (rlim_t)v;
+	return true;
 }
 
 /* exec's on_output hook: the queue forwards its commands' lines. */
@@ -426,6 +598,23 @@ static void forward_output(int stream, const char *buf, size_t n, void *arg)
 	struct run *r = arg;
 	if (r->joblog)
 		joblog_feed(r->joblog, stream == 0 ? JOBLOG_STDOUT : JOBLOG_STDERR, buf, n);
+}
+
+/* exec's on_progress hook: the command's progress lines. The first line
+ * refused is a warning, the others of the same run debug lines (never the
+ * line itself: it is the command's). */
+static void read_progress(const char *buf, size_t n, void *arg)
+{
+	struct run *r = arg;
+	int rc = progress_feed(&r->progress, buf, n);
+	if (rc < 0)
+		log_run(r->progress.invalid == 1 ? LOG_WARN : LOG_DEBUG, r,
+			"msg=\"progress line ignored: not a number from 0 to 100 or a JSON value, "
+			"or longer than %d bytes\" ignored=%lld",
+			PROGRESS_LINE_MAX, r->progress.invalid);
+	const char *v = progress_take(&r->progress);
+	if (v && r->progress_job)
+		progress_db_report(r->env->progress, r->progress_job, v);
 }
 
 /* A job's timeout lowers the queue's, never raises or disables it, whatever
@@ -456,6 +645,7 @@ int run_exec(struct run *r)
 	    .fence = r->cj.fence,
 	    .schedule = r->cj.schedule,
 	    .scheduled_for = r->cj.scheduled_for,
+	    .progress = r->env->progress != NULL,
 	    .arg_keys = (const char *const *)r->cj.arg_keys,
 	    .arg_vals = (const char *const *)r->cj.arg_vals,
 	    .nargs = r->cj.nargs,
@@ -477,10 +667,17 @@ int run_exec(struct run *r)
 	    .max_output = (size_t)q->max_output,
 	    .nice_raise = r->env->nice_raise,
 	    /* Without the hook, contain would take the shell for an orphan. */
-	    .in_child = r->env->guard || r->env->contain ? enter_supervision : NULL,
+	    .in_child = r->env->guard || r->env->contain ||
+				q->limits.limit_nofile != PARSE_RLIM_INHERIT ||
+				q->limits.limit_core != PARSE_RLIM_INHERIT ||
+				contain_limits_need(&q->limits)
+			    ? enter_supervision
+			    : NULL,
 	    .in_child_arg = r,
 	    .on_output = q->log_output == LOG_OUTPUT_JOURNAL ? forward_output : NULL,
 	    .on_output_arg = r,
+	    .on_progress = r->env->progress ? read_progress : NULL,
+	    .on_progress_arg = r,
 	};
 	if (q->log_output == LOG_OUTPUT_JOURNAL)
 		r->joblog = joblog_new(r->cj.id, q->name, r->cj.attempts, (size_t)q->max_output);
@@ -490,9 +687,17 @@ int run_exec(struct run *r)
 		contain_child_prepare(r->env->contain, &r->contain);
 	else
 		r->contain = (struct contain_child){.dirfd = -1, .guard_fd = -1};
+	contain_child_limits(&r->contain, &q->limits);
+	r->set_nofile = make_rlimit(q->limits.limit_nofile, &r->rl_nofile);
+	r->set_core = make_rlimit(q->limits.limit_core, &r->rl_core);
+	r->rl_failed = NULL;
+	r->events = (struct contain_events){.memory_peak = -1};
 	r->started_ms = util_now_ms();
+	progress_init(&r->progress);
 	r->proc = exec_start(r->env->loop, &spec, on_exec_done, r);
 	util_strv_free(envp);
+	if (r->proc && r->env->progress)
+		r->progress_job = progress_db_start(r->env->progress, r->cj.id, r->cj.fence);
 	if (!r->proc) {
 		int err = errno;
 		if (run_host_refused(err))

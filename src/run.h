@@ -12,16 +12,21 @@
 #include <ev.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/resource.h>
 #include <sys/types.h>
 
 #include "claim.h"
 #include "config.h"
 #include "contain.h"
+
+struct pressure;
 #include "exec.h"
+#include "progress.h"
 
 struct guard;
 struct joblog;
 struct metrics;
+struct progress_db;
 struct reaper;
 struct run;
 
@@ -79,6 +84,10 @@ struct run_env {
 	struct metrics *metrics;     /* may be NULL */
 	int nice_raise;		     /* priv_raise_priority's result: exec_spec.nice_raise */
 	struct run_backoff *backoff; /* may be NULL */
+	struct pressure *pressure;   /* max_pressure's gate (pressure.h); may be NULL */
+	/* Writes the commands' progress (PGJOBD_PROGRESS_FD); NULL: commands
+	 * get no progress fd. */
+	struct progress_db *progress;
 };
 
 /* The command has ended: its shell was reaped and its process group and
@@ -102,11 +111,25 @@ struct run {
 	 * in_child), which sets pgid and completes `contain`. */
 	int guard_fd; /* the supervisor's channel; -1: none */
 	struct contain_child contain;
+	/* The queue's rlimits (limit_nofile, limit_core), set by the new
+	 * process before it runs anything; rl_failed names the key of one it
+	 * could not set (the command then does not run). */
+	bool set_nofile, set_core;
+	struct rlimit rl_nofile, rl_core;
+	const char *rl_failed;
+	/* What the command's cgroup saw (contain_job_events), read when it
+	 * ended: an OOM kill makes the outcome's reason `oom`. */
+	struct contain_events events;
 	int64_t started_ms;
 	ev_timer timeout;
 	char *result; /* JSON of the outcome (run_outcome), or NULL */
 	char *error;
 	char *entry; /* the attempt's history entry, NULL when it gets none */
+	/* The command's progress lines (env->progress set), and its entry with
+	 * the writer until the job is forgotten (run_clear: the outcome is
+	 * written by then, and the last value goes into the finished row). */
+	struct progress progress;
+	struct progress_job *progress_job;
 	run_done_fn *done;
 	void *arg;
 };

@@ -1,6 +1,7 @@
 /* status_cli.c - `pgjobd status`: jobs per queue and status, paused
- * queues, the live daemons serving each queue, the oldest open claim, the
- * jobs running under leases; and its live view, --watch.
+ * queues, the live daemons serving each queue, the queues' limits, the
+ * oldest open claim, the jobs running under leases; and its live view,
+ * --watch.
  *
  * It reads what any role granted the schema may read: the queue_stats view,
  * pgjobd.workers (the live daemons, their queues), pg_stat_activity (the
@@ -67,9 +68,35 @@ static const char status_json_sql[] =
     "'failed', coalesce(s.failed, 0), 'cancelled', coalesce(s.cancelled, 0), "
     "'oldest_queued_age', round(extract(epoch FROM s.oldest_queued_age)::numeric, 3), "
     "'paused', coalesce(s.paused, false), 'failed_last_hour', coalesce(s.failed_last_hour, 0), "
-    "'daemons', CASE WHEN $1::boolean THEN coalesce(d.n, 0) END) "
+    "'daemons', CASE WHEN $1::boolean THEN coalesce(d.n, 0) END, "
+    "'concurrency', s.concurrency, 'concurrency_used', s.concurrency_used, "
+    "'group_concurrency', s.group_concurrency, 'group_concurrency_used', s.group_concurrency_used, "
+    "'rate', s.rate, 'rate_used', s.rate_used, 'group_rate', s.group_rate, "
+    "'group_rate_used', s.group_rate_used, 'throttled', s.throttled) "
     "ORDER BY coalesce(s.queue, d.queue)), '[]') "
     "FROM pgjobd.queue_stats s FULL JOIN d ON d.queue = s.queue";
+
+/* The queues with limits (queue_stats' last columns), each cell "USED of
+ * LIMIT", the limit alone when this role may not see what is in use, "-"
+ * for no limit; then the limit that throttles the queue, "-" for none. A
+ * queue without limits has no line, so the table above keeps its layout. */
+static const char limits_sql[] =
+    "SELECT queue, "
+    "CASE WHEN concurrency IS NULL THEN '-' "
+    "ELSE coalesce(concurrency_used || ' of ', '') || concurrency END, "
+    "CASE WHEN group_concurrency IS NULL THEN '-' "
+    "ELSE coalesce(group_concurrency_used || ' of ', '') || group_concurrency END, "
+    "CASE WHEN rate IS NULL THEN '-' ELSE coalesce(rate_used || ' of ', '') || rate END, "
+    "CASE WHEN group_rate IS NULL THEN '-' "
+    "ELSE coalesce(group_rate_used || ' of ', '') || group_rate END, "
+    "coalesce(throttled, '-') "
+    "FROM pgjobd.queue_stats "
+    "WHERE num_nonnulls(concurrency, group_concurrency, rate, group_rate) > 0 ORDER BY queue";
+
+static const char *const limits_head[] = {
+    "QUEUE", "CONCURRENCY", "GROUP_CONCURRENCY", "RATE", "GROUP_RATE", "THROTTLED",
+};
+#define LIMITS_COLUMNS (sizeof(limits_head) / sizeof(limits_head[0]))
 
 /* Queues with queued jobs that no live daemon serves: each earns a warning
  * (their jobs wait, silently, for a daemon that may never come). */
@@ -100,6 +127,32 @@ static void print_table(const PGresult *r)
 		for (size_t f = 0; f < STATUS_COLUMNS; f++) {
 			const char *v = i < 0 ? status_head[f] : PQgetvalue(r, i, (int)f);
 			printf(f == 0 ? "%-*s" : "  %*s", w[f], v);
+		}
+		printf("\n");
+	}
+}
+
+/* The lines of the queues with limits, under the table (none: no lines). */
+static void print_limits(const PGresult *r)
+{
+	int w[LIMITS_COLUMNS];
+	if (!r || PQntuples(r) == 0)
+		return;
+	assert(PQnfields(r) == (int)LIMITS_COLUMNS);
+	for (size_t f = 0; f < LIMITS_COLUMNS; f++) {
+		w[f] = (int)strlen(limits_head[f]);
+		for (int i = 0; i < PQntuples(r); i++)
+			if (PQgetlength(r, i, (int)f) > w[f])
+				w[f] = PQgetlength(r, i, (int)f);
+	}
+	printf("\nlimits (in use of each; pgjobd limit QUEUE):\n");
+	for (int i = -1; i < PQntuples(r); i++) {
+		for (size_t f = 0; f < LIMITS_COLUMNS; f++) {
+			const char *v = i < 0 ? limits_head[f] : PQgetvalue(r, i, (int)f);
+			if (f + 1 == LIMITS_COLUMNS)
+				printf("  %s", v);
+			else
+				printf("  %-*s", w[f], v);
 		}
 		printf("\n");
 	}
@@ -431,6 +484,7 @@ static int status_once(struct cli_session *s, long long warn_ms, const char *war
 	int rc = CLI_FAILED;
 	struct status_report st = {0};
 	PGresult *queues = NULL, *claims = NULL, *live = NULL, *unserved = NULL, *leases = NULL;
+	PGresult *limits = NULL;
 	char sql[2048];
 	if (query_live(s, &live, &st.live) < 0)
 		goto out;
@@ -440,6 +494,11 @@ static int status_once(struct cli_session *s, long long warn_ms, const char *war
 	queues = cli_session_query(s, sql, 1, &known);
 	if (!queues)
 		goto out;
+	if (!a->json && !a->json_object) {
+		limits = cli_session_query(s, limits_sql, 0, NULL);
+		if (!limits)
+			goto out;
+	}
 	claims = cli_session_query(s, claims_sql, 0, NULL);
 	if (!claims)
 		goto out;
@@ -461,6 +520,7 @@ static int status_once(struct cli_session *s, long long warn_ms, const char *war
 		print_json_object(&st);
 	} else {
 		print_table(queues);
+		print_limits(limits);
 		print_claims(&st);
 	}
 	for (int i = 0; unserved && i < PQntuples(unserved); i++)
@@ -472,6 +532,7 @@ static int status_once(struct cli_session *s, long long warn_ms, const char *war
 	rc = CLI_OK;
 out:
 	PQclear(leases);
+	PQclear(limits);
 	PQclear(unserved);
 	PQclear(live);
 	PQclear(claims);

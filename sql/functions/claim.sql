@@ -42,7 +42,7 @@
 -- The daemon calls it through its claim statement, sql/claim.sql, which does
 -- the common case (only ungrouped jobs may start) itself and calls this
 -- function for everything else.
-CREATE OR REPLACE FUNCTION pgjobd.claim_batch(p_queue text, p_worker_id bigint, p_workers text[], p_max_attempts integer, p_timeout_ms bigint, p_max_data bigint, p_scan integer, p_orphans boolean, p_skip bigint[], p_lease_ms bigint) RETURNS TABLE(slot integer, job_id bigint, group_row bigint, group_id text, attempts integer, max_attempts integer, timeout_ms bigint, fence bigint, data text, arg_keys text[], arg_vals text[], schedule text, scheduled_for text)
+CREATE OR REPLACE FUNCTION pgjobd.claim_batch(p_queue text, p_worker_id bigint, p_workers text[], p_max_attempts integer, p_timeout_ms bigint, p_max_data bigint, p_scan integer, p_orphans boolean, p_skip bigint[], p_lease_ms bigint) RETURNS TABLE(slot integer, job_id bigint, group_row bigint, group_id text, attempts integer, max_attempts integer, timeout_ms bigint, fence bigint, data text, arg_keys text[], arg_vals text[], schedule text, scheduled_for text, start_in_ms bigint, start_by_ms bigint)
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -64,6 +64,32 @@ DECLARE
     own boolean;
     head record;
     budget int := p_scan;   -- groups this call may still mark held
+    -- Flow control (sql/README, "Limits"): the queue's limits, NULL fields
+    -- where it has none.
+    want0 int := want;      -- the idle slots, before any limit
+    lim pgjobd.queue_limits;
+    k int := 1;             -- group concurrency
+    nrun bigint;
+    tnow timestamptz;       -- the rates' clock: when this call planned
+    base timestamptz;       -- the first start it may plan: tnow and a lead
+    horizon timestamptz;    -- a rate plans starts up to here
+    tq interval;            -- the queue's rate: one start per tq
+    tg interval;            -- the group rate's
+    lag_ms bigint;          -- how late a planned start may still be made:
+                            -- half the lag, the rest is the command's own
+                            -- (its exec, its first instruction)
+    qtat timestamptz;       -- the queue's next start allowed
+    tokens int;             -- starts the queue's rate allows this call
+    ghorizon timestamptz;   -- for try_group_head: a group rate's horizon
+    plan timestamptz[];     -- each job's planned start
+    p_ids bigint[];
+    p_gids bigint[];
+    gk text;
+    gt timestamptz;
+    st timestamptz;
+    nxt timestamptz;        -- rate-held: the next start a rate allows
+    rate_cut boolean := false;
+    i int;
 BEGIN
     IF want = 0 THEN
         RETURN;
@@ -81,6 +107,43 @@ BEGIN
     IF EXISTS (SELECT 1 FROM pgjobd.paused_queues p WHERE p.queue = p_queue) THEN
         DELETE FROM pgjobd.waiting w WHERE w.queue = p_queue AND w.pid = pg_backend_pid();
         RETURN;
+    END IF;
+
+    -- The queue's limits. Concurrency and rate take turns on the queue's
+    -- limits row: the count of running jobs below is read after the lock,
+    -- by a statement with a snapshot of its own, so that it sees every job
+    -- the claims before us started (sql/README, "Limits").
+    SELECT * INTO lim FROM pgjobd.queue_limits l WHERE l.queue = p_queue;
+    IF lim.concurrency IS NOT NULL OR lim.rate_n IS NOT NULL THEN
+        SELECT * INTO lim FROM pgjobd.queue_limits l WHERE l.queue = p_queue FOR UPDATE;
+    END IF;
+    k := coalesce(lim.group_concurrency, 1);
+    IF lim.concurrency IS NOT NULL THEN
+        SELECT count(*) INTO nrun FROM pgjobd.jobs rj
+         WHERE rj.queue = p_queue AND rj.status = 'running';
+    END IF;
+    IF lim.rate_n IS NOT NULL OR lim.group_rate_n IS NOT NULL THEN
+        -- Planned 20 ms ahead: the answer's way back and, in lock mode
+        -- transaction, the slot's hold come before the start, not late.
+        tnow := clock_timestamp();
+        base := tnow + interval '20 milliseconds';
+        horizon := base + least(interval '100 milliseconds', lim.rate_period,
+                                lim.group_rate_period);
+        lag_ms := floor(extract(epoch FROM least(pgjobd.rate_lag(lim.rate_period),
+                                                 pgjobd.rate_lag(lim.group_rate_period)))
+                        * 500)::bigint;
+    END IF;
+    IF lim.rate_n IS NOT NULL THEN
+        tq := (lim.rate_period + pgjobd.rate_lag(lim.rate_period)) / lim.rate_n;
+        qtat := greatest(coalesce(lim.tat, base), base);
+        tokens := CASE WHEN qtat > horizon THEN 0
+                       ELSE floor(extract(epoch FROM horizon - qtat)
+                                  / extract(epoch FROM tq))::int + 1 END;
+    END IF;
+    IF lim.group_rate_n IS NOT NULL THEN
+        tg := (lim.group_rate_period + pgjobd.rate_lag(lim.group_rate_period))
+              / lim.group_rate_n;
+        ghorizon := horizon;
     END IF;
 
     -- Marks whose time has come (sql/README, "Held groups").
@@ -130,7 +193,9 @@ BEGIN
                                                AND w.alive_until > clock_timestamp()))
                   ORDER BY j.id
         LOOP
-            EXIT WHEN array_length(ids, 1) >= want;
+            -- A takeover needs no concurrency (its job is running and
+            -- counted), but it is a start: the rate's.
+            EXIT WHEN coalesce(array_length(ids, 1), 0) >= least(want, tokens);
             CONTINUE WHEN r.id = ANY(p_skip);
             own := r.worker_id IS NOT DISTINCT FROM p_worker_id;
             -- Our own lease-held job whose lease has run out, not in
@@ -166,7 +231,7 @@ BEGIN
                         ON CONFLICT DO NOTHING RETURNING id INTO gid;
                 END IF;
                 CONTINUE WHEN gid IS NULL;
-                PERFORM 1 FROM pgjobd.groups g WHERE g.id = gid FOR UPDATE SKIP LOCKED;
+                PERFORM 1 FROM pgjobd.groups g WHERE g.id = gid FOR NO KEY UPDATE SKIP LOCKED;
                 CONTINUE WHEN NOT FOUND;
             END IF;
             -- Still the same claim (nobody took it over since the
@@ -221,6 +286,13 @@ BEGIN
         END LOOP;
     END IF;
 
+    -- What the limits leave of the idle slots: takeovers, plus the
+    -- concurrency's free places, at most the rate's starts.
+    want := least(want, coalesce(array_length(ids, 1), 0)
+                        + CASE WHEN lim.concurrency IS NOT NULL
+                               THEN greatest(lim.concurrency - nrun, 0) END,
+                  tokens);
+
     -- The best ready ungrouped jobs: one probe of jobs_ready_free, locked.
     -- (Expired rows are filtered here until maintain() cancels them.) A
     -- locked queued job is ours to start: any other claim of it would have
@@ -273,10 +345,19 @@ BEGIN
             -- nothing written). Only a candidate that heads its group goes
             -- on to try_group_head, which locks the group row and checks
             -- the head again under that lock.
-            SELECT j.id, j.status, j.run_at, j.expires_at INTO head FROM pgjobd.jobs j
-             WHERE j.queue = p_queue AND coalesce(j.group_key, j.group_id) = r.group_id
-               AND j.status IN ('queued', 'running')
-             ORDER BY coalesce(j.commit_seq, j.id) LIMIT 1;
+            -- Under a group concurrency above 1, the head is the first
+            -- queued job (its running jobs are counted under the lock).
+            IF k = 1 THEN
+                SELECT j.id, j.status, j.run_at, j.expires_at INTO head FROM pgjobd.jobs j
+                 WHERE j.queue = p_queue AND coalesce(j.group_key, j.group_id) = r.group_id
+                   AND j.status IN ('queued', 'running')
+                 ORDER BY coalesce(j.commit_seq, j.id) LIMIT 1;
+            ELSE
+                SELECT j.id, j.status, j.run_at, j.expires_at INTO head FROM pgjobd.jobs j
+                 WHERE j.queue = p_queue AND coalesce(j.group_key, j.group_id) = r.group_id
+                   AND j.status = 'queued'
+                 ORDER BY coalesce(j.commit_seq, j.id) LIMIT 1;
+            END IF;
             IF head.id IS DISTINCT FROM r.id THEN
                 -- A ready head comes later in this scan (or in a later
                 -- call); a running head, or one that expired, keeps the
@@ -297,7 +378,7 @@ BEGIN
                 END IF;
                 CONTINUE;
             END IF;
-            gid := pgjobd.try_group_head(p_queue, r.group_id, r.id);
+            gid := pgjobd.try_group_head(p_queue, r.group_id, r.id, k, ghorizon);
             IF gid > 0 THEN
                 ids := ids || r.id;
                 gids := gids || gid;
@@ -334,9 +415,12 @@ BEGIN
                                  ORDER BY coalesce(j.group_key, j.group_id), coalesce(j.commit_seq, j.id) LIMIT 1) nx)
                  SELECT h.group_id, h.id, h.run_at, h.held_until FROM heads h
                   WHERE h.status = 'queued'
+                 -- (under a group concurrency above 1 a group whose first
+                 -- unfinished job runs is left to the bounded scan)
                     AND (h.expires_at IS NULL OR h.expires_at > statement_timestamp())
         LOOP
             EXIT WHEN array_length(ids, 1) >= want;
+            CONTINUE WHEN r.held_until = 'infinity'; -- a blocked group
             IF r.run_at > statement_timestamp() THEN
                 -- A head waiting out a backoff that is not marked yet: mark
                 -- its group while this walk meets it.
@@ -347,7 +431,7 @@ BEGIN
                 CONTINUE;
             END IF;
             CONTINUE WHEN r.group_id = ANY(busy);
-            gid := pgjobd.try_group_head(p_queue, r.group_id, r.id);
+            gid := pgjobd.try_group_head(p_queue, r.group_id, r.id, k, ghorizon);
             IF gid > 0 THEN
                 ids := ids || r.id;
                 gids := gids || gid;
@@ -358,8 +442,76 @@ BEGIN
         END LOOP;
     END IF;
 
+    -- A rate plans each start: the queue's next allowed start, and the
+    -- group's, each one tq (tg) after the one before; a job whose planned
+    -- start falls beyond the horizon is left for a later claim (sql/README,
+    -- "Limits").
+    -- All the rate's starts taken: there may be more to start.
+    IF tokens < want0 AND coalesce(array_length(ids, 1), 0) >= tokens THEN
+        rate_cut := true;
+    END IF;
+    IF tnow IS NOT NULL AND coalesce(array_length(ids, 1), 0) > 0 THEN
+        p_ids := '{}';
+        p_gids := '{}';
+        plan := '{}';
+        FOR i IN 1 .. array_length(ids, 1) LOOP
+            st := greatest(base, qtat);
+            gk := NULL;
+            gt := NULL;
+            IF tg IS NOT NULL THEN
+                SELECT coalesce(j.group_key, j.group_id) INTO gk FROM pgjobd.jobs j
+                 WHERE j.id = ids[i];
+                IF gk IS NOT NULL THEN
+                    SELECT t.tat INTO gt FROM pgjobd.group_rates t
+                     WHERE t.queue = p_queue AND t.group_id = gk;
+                    st := greatest(st, gt);
+                END IF;
+            END IF;
+            IF st > horizon THEN
+                nxt := least(nxt, st);
+                CONTINUE;
+            END IF;
+            p_ids := p_ids || ids[i];
+            p_gids := p_gids || gids[i];
+            plan := plan || st;
+            IF tq IS NOT NULL THEN
+                qtat := st + tq;
+            END IF;
+            IF gk IS NOT NULL THEN
+                INSERT INTO pgjobd.group_rates AS t (queue, group_id, tat)
+                VALUES (p_queue, gk, st + tg)
+                ON CONFLICT ON CONSTRAINT group_rates_pkey DO UPDATE SET tat = EXCLUDED.tat;
+            END IF;
+        END LOOP;
+        ids := p_ids;
+        gids := p_gids;
+        IF tq IS NOT NULL THEN
+            UPDATE pgjobd.queue_limits l SET tat = qtat WHERE l.queue = p_queue;
+        END IF;
+    END IF;
+    -- Held back by a rate: tell the daemon when to claim again (a row with
+    -- no job), half a horizon and the lead before the next start the rate
+    -- allows.
+    IF tnow IS NOT NULL AND coalesce(array_length(ids, 1), 0) < want0 THEN
+        IF rate_cut THEN
+            nxt := least(nxt, qtat);
+        END IF;
+        IF tg IS NOT NULL THEN
+            nxt := least(nxt, (SELECT min(t.tat) FROM pgjobd.group_rates t
+                                WHERE t.queue = p_queue AND t.tat > horizon));
+        END IF;
+        IF nxt IS NOT NULL THEN
+            slot := 0;
+            start_in_ms := greatest(1, ceil(extract(epoch FROM nxt - tnow) * 1000)
+                                       - ceil(extract(epoch FROM horizon - base) * 500)
+                                       - 20)::bigint;
+            RETURN NEXT;
+            start_in_ms := NULL;
+        END IF;
+    END IF;
+
     -- Slots left idle: wake me (see pgjobd.waiting).
-    IF coalesce(array_length(ids, 1), 0) < want THEN
+    IF coalesce(array_length(ids, 1), 0) < want0 THEN
         INSERT INTO pgjobd.waiting (queue, pid) VALUES (p_queue, pg_backend_pid())
             ON CONFLICT DO NOTHING;
     ELSE
@@ -393,8 +545,8 @@ BEGIN
                 AND octet_length(j.data::text) > 16 * p_max_data));
 
     RETURN QUERY
-        WITH t AS (SELECT p.id, p.gid, p.n::int AS slot
-                     FROM unnest(ids, gids) WITH ORDINALITY AS p(id, gid, n)),
+        WITH t AS (SELECT p.id, p.gid, p.n::int AS slot, p.st
+                     FROM unnest(ids, gids, plan) WITH ORDINALITY AS p(id, gid, st, n)),
              u AS (
                 -- a lease claim commits its lease; a transaction
                 -- claim has none (also when it takes over a lease-held job)
@@ -409,7 +561,7 @@ BEGIN
                  WHERE j.id = t.id AND j.status IN ('queued', 'running')
                 RETURNING t.slot, j.id, t.gid, j.group_id, j.attempts, j.max_attempts,
                           j.timeout, j.fence, j.data,
-                          j.schedule, j.scheduled_for)
+                          j.schedule, j.scheduled_for, t.st)
         SELECT u.slot, u.id, u.gid, u.group_id, u.attempts,
                least(coalesce(u.max_attempts, p_max_attempts), p_max_attempts),
                -- NULL: the queue's timeout applies. A job's own timeout
@@ -423,7 +575,18 @@ BEGIN
                u.fence, u.data::text, a.keys, a.vals,
                -- the schedule and its tick
                u.schedule,
-               to_char(u.scheduled_for AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+               to_char(u.scheduled_for AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
+               -- a rate's planned start, and the latest the daemon may make
+               -- it, in ms from when it sent the claim
+               CASE WHEN u.st IS NOT NULL
+                    THEN greatest(0, ceil(extract(epoch FROM u.st - tnow) * 1000))::bigint END,
+               -- (from the statement's start, which came after the claim
+               -- was sent: a wait for the limits row does not count as
+               -- lateness)
+               CASE WHEN u.st IS NOT NULL
+                    THEN (greatest(0, floor(extract(epoch FROM u.st - statement_timestamp())
+                                            * 1000))
+                          + lag_ms)::bigint END
           FROM u, LATERAL (
               SELECT coalesce(array_agg(e.key ORDER BY e.key), '{}') AS keys,
                      coalesce(array_agg(e.value #>> '{}' ORDER BY e.key), '{}') AS vals
@@ -437,14 +600,34 @@ $$;
 REVOKE ALL ON FUNCTION pgjobd.claim_batch(text, bigint, text[], int, bigint, bigint, int, boolean,
                                           bigint[], bigint) FROM PUBLIC;
 
+-- rate_lag(period): how much later than planned a rate's start may come;
+-- NULL for no rate. A rate of N per period plans one start per (period +
+-- lag) / N, so that the starts i and i + N are at least a period apart even
+-- when i came late by up to the lag: a rate is kept by the commands' own
+-- clocks, 2 % under N per period for periods of a second and more. The
+-- daemon gives back a job it would start later than half the lag (as far as
+-- it can tell: start_by_ms); the other half is for its exec and the
+-- command's first instruction (sql/README, "Limits").
+CREATE OR REPLACE FUNCTION pgjobd.rate_lag(p interval) RETURNS interval
+    LANGUAGE sql IMMUTABLE STRICT
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$ SELECT greatest(p / 50, interval '10 milliseconds') $$;
 
--- try_group_head(queue, group, job): may job, which headed its group by a
--- plain read, start now? Locks the group row FOR UPDATE SKIP LOCKED (creating
--- it if missing), reads the head again under that lock, checks that no job
--- of the group is `running`, and locks the job row (SKIP LOCKED). Returns the
--- group row's id (> 0: start it), 0 (the group is busy: skip its other jobs
--- in this claim) or -1 (this job only is not startable now).
-CREATE OR REPLACE FUNCTION pgjobd.try_group_head(q text, g text, jid bigint) RETURNS bigint
+REVOKE ALL ON FUNCTION pgjobd.rate_lag(interval) FROM PUBLIC;
+
+
+-- try_group_head(queue, group, job, concurrency, horizon): may job, which
+-- headed its group by a plain read, start now? Locks the group row FOR NO
+-- KEY UPDATE SKIP LOCKED (creating it if missing): claims take turns on it,
+-- while a transaction-mode slot holds it FOR KEY SHARE, which does not keep
+-- them out. Under that lock it reads the head again (the first unfinished
+-- job; under a concurrency above 1, the first queued one), checks that fewer
+-- than `concurrency` jobs of the group are `running` and, when the queue has
+-- a group rate (horizon not NULL), that the group's next start is allowed
+-- by then (pgjobd.group_rates), and locks the job row (SKIP LOCKED). Returns
+-- the group row's id (> 0: start it), 0 (the group is busy: skip its other
+-- jobs in this claim) or -1 (this job only is not startable now).
+CREATE OR REPLACE FUNCTION pgjobd.try_group_head(q text, g text, jid bigint, conc integer, horizon timestamp with time zone) RETURNS bigint
     LANGUAGE plpgsql
     SET enable_seqscan TO 'off'
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -454,7 +637,7 @@ DECLARE
     head record;
 BEGIN
     SELECT gr.id INTO gid FROM pgjobd.groups gr
-     WHERE gr.queue = q AND gr.group_id = g FOR UPDATE SKIP LOCKED;
+     WHERE gr.queue = q AND gr.group_id = g FOR NO KEY UPDATE SKIP LOCKED;
     IF gid IS NULL THEN
         IF EXISTS (SELECT 1 FROM pgjobd.groups gr WHERE gr.queue = q AND gr.group_id = g) THEN
             RETURN 0; -- locked: busy
@@ -465,9 +648,21 @@ BEGIN
             RETURN 0; -- another claim created it since our first look
         END IF;
     END IF;
-    SELECT j.id, j.status, j.run_at, j.expires_at INTO head FROM pgjobd.jobs j
-     WHERE j.queue = q AND coalesce(j.group_key, j.group_id) = g AND j.status IN ('queued', 'running')
-     ORDER BY coalesce(j.commit_seq, j.id) LIMIT 1;
+    IF conc > 1 THEN
+        SELECT j.id, j.status, j.run_at, j.expires_at, j.held_until INTO head FROM pgjobd.jobs j
+         WHERE j.queue = q AND coalesce(j.group_key, j.group_id) = g AND j.status = 'queued'
+         ORDER BY coalesce(j.commit_seq, j.id) LIMIT 1;
+    ELSE
+        SELECT j.id, j.status, j.run_at, j.expires_at, j.held_until INTO head FROM pgjobd.jobs j
+         WHERE j.queue = q AND coalesce(j.group_key, j.group_id) = g
+           AND j.status IN ('queued', 'running')
+         ORDER BY coalesce(j.commit_seq, j.id) LIMIT 1;
+    END IF;
+    -- A blocked group (held or paused: its queued jobs marked 'infinity',
+    -- sql/functions/groups.sql) starts nothing.
+    IF head.held_until = 'infinity' THEN
+        RETURN 0;
+    END IF;
     IF head.id IS DISTINCT FROM jid THEN
         -- Only a ready, queued head can start (later in the caller's scan);
         -- a running head, one waiting out a retry, or an expired one keeps
@@ -481,8 +676,20 @@ BEGIN
     -- jid heads the group, but a job later in its order may run: one that a
     -- claim started before jid became visible (or queued again), whose slot
     -- does not hold the group row yet, or whose daemon died.
-    IF EXISTS (SELECT 1 FROM pgjobd.jobs j
-                WHERE j.queue = q AND coalesce(j.group_key, j.group_id) = g AND j.status = 'running') THEN
+    IF conc > 1 THEN
+        IF (SELECT count(*) FROM (SELECT 1 FROM pgjobd.jobs j
+                                   WHERE j.queue = q AND coalesce(j.group_key, j.group_id) = g
+                                     AND j.status = 'running' LIMIT conc) n) >= conc THEN
+            RETURN 0;
+        END IF;
+    ELSIF EXISTS (SELECT 1 FROM pgjobd.jobs j
+                   WHERE j.queue = q AND coalesce(j.group_key, j.group_id) = g
+                     AND j.status = 'running') THEN
+        RETURN 0;
+    END IF;
+    IF horizon IS NOT NULL
+       AND EXISTS (SELECT 1 FROM pgjobd.group_rates t
+                    WHERE t.queue = q AND t.group_id = g AND t.tat > horizon) THEN
         RETURN 0;
     END IF;
     PERFORM 1 FROM pgjobd.jobs j
@@ -495,6 +702,8 @@ BEGIN
     RETURN gid;
 END
 $$;
+
+REVOKE ALL ON FUNCTION pgjobd.try_group_head(text, text, bigint, int, timestamptz) FROM PUBLIC;
 
 -- hold_group(queue, group, head, until, limit): the head of the group waits
 -- out a backoff until `until`: mark the group's later queued jobs held_until

@@ -83,13 +83,14 @@ $$;
 -- maintain(queues, retention_ms, limit, keep_ms): the maintenance pass, one
 -- daemon at a time (maintenance_lock, SKIP LOCKED): expire queued jobs past
 -- expires_at, cancel queued jobs with a cancel request, drop requests of
--- finished jobs, delete finished jobs past each queue's retention (at most
--- `limit`) and the group rows they leave empty. Returns whether it ran and
--- what it did, `more` when a batch was full, and `keeper`: whether the
--- caller keeps the pace (passes every second; the others pass seldom). The
--- caller keeps it, for keep_ms from now, when it kept it already (its
--- session's backend is the row's keeper) or the keeper's time ran out;
--- keep_ms 0 never takes it. NULL when the lock was busy: nothing changed.
+-- finished jobs, delete the group rates' states that have passed and the
+-- finished jobs past each queue's retention (at most `limit`) and the group
+-- rows they leave empty. Returns whether it ran and what it did, `more` when
+-- a batch was full, and `keeper`: whether the caller keeps the pace (passes
+-- every second; the others pass seldom). The caller keeps it, for keep_ms
+-- from now, when it kept it already (its session's backend is the row's
+-- keeper) or the keeper's time ran out; keep_ms 0 never takes it. NULL when
+-- the lock was busy: nothing changed.
 CREATE OR REPLACE FUNCTION pgjobd.maintain(p_queues text[], p_retention_ms bigint[], p_limit integer, p_keep_ms integer, OUT locked boolean, OUT keeper boolean, OUT expired integer, OUT deleted integer, OUT more boolean) RETURNS record
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -133,6 +134,11 @@ BEGIN
     DELETE FROM pgjobd.cancel_requests c
      WHERE NOT EXISTS (SELECT 1 FROM pgjobd.jobs j
                         WHERE j.id = c.job_id AND j.status IN ('queued', 'running'));
+
+    -- A group rate's state whose time has passed means what no row means.
+    DELETE FROM pgjobd.group_rates t
+     WHERE t.ctid = ANY (ARRAY(SELECT o.ctid FROM pgjobd.group_rates o
+                                WHERE o.tat < statement_timestamp() LIMIT p_limit));
 
     FOR i IN 1 .. coalesce(array_length(p_queues, 1), 0) LOOP
         CONTINUE WHEN coalesce(p_retention_ms[i], 0) <= 0;

@@ -13,9 +13,12 @@ CREATE OR REPLACE FUNCTION pgjobd.claim_batch(p_queue text, p_worker_id bigint, 
     LANGUAGE sql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
-    SELECT * FROM pgjobd.claim_batch(p_queue, p_worker_id, p_workers, p_max_attempts,
+    SELECT c.slot, c.job_id, c.group_row, c.group_id, c.attempts, c.max_attempts, c.timeout_ms,
+           c.fence, c.data, c.arg_keys, c.arg_vals, c.schedule, c.scheduled_for
+      FROM pgjobd.claim_batch(p_queue, p_worker_id, p_workers, p_max_attempts,
                                      p_timeout_ms, p_max_data, p_scan, p_orphans,
-                                     p_skip, NULL::bigint)
+                                     p_skip, NULL::bigint) c
+     WHERE c.job_id IS NOT NULL
 $$;
 
 -- twelve arguments (the lease last), called by the daemons of versions 17 to
@@ -24,9 +27,12 @@ CREATE OR REPLACE FUNCTION pgjobd.claim_batch(p_queue text, p_worker_id bigint, 
     LANGUAGE sql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
-    SELECT * FROM pgjobd.claim_batch(p_queue, p_worker_id, p_workers, p_max_attempts,
+    SELECT c.slot, c.job_id, c.group_row, c.group_id, c.attempts, c.max_attempts, c.timeout_ms,
+           c.fence, c.data, c.arg_keys, c.arg_vals, c.schedule, c.scheduled_for
+      FROM pgjobd.claim_batch(p_queue, p_worker_id, p_workers, p_max_attempts,
                                      p_timeout_ms, p_max_data, p_scan, p_orphans,
-                                     p_skip, p_lease_ms)
+                                     p_skip, p_lease_ms) c
+     WHERE c.job_id IS NOT NULL
 $$;
 
 -- release_claim without the attempt's history entry: the daemons of
@@ -84,7 +90,7 @@ CREATE OR REPLACE FUNCTION pgjobd.register_worker(p_name text, p_fence_ms intege
     RETURNING id
 $$;
 
--- maintain with three arguments, called by the daemons of versions 9 to 30:
+-- maintain with three arguments, called by the daemons of versions 9 to 41:
 -- the pass of the four-argument one, without ever keeping the pace.
 CREATE OR REPLACE FUNCTION pgjobd.maintain(p_queues text[], p_retention_ms bigint[], p_limit integer, OUT locked boolean, OUT expired integer, OUT deleted integer, OUT more boolean) RETURNS record
     LANGUAGE sql

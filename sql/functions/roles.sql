@@ -26,6 +26,32 @@ BEGIN
 END
 $$;
 
+-- grant_groups(): blocked groups (sql/functions/groups.sql). Who may pause
+-- a queue may pause, resume and release a group (the worker role, as the
+-- CLI runs); producers only read pgjobd.blocked_groups, which shows each
+-- its own groups (sees_group).
+CREATE OR REPLACE FUNCTION pgjobd.grant_groups() RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_producer') THEN
+        GRANT SELECT ON pgjobd.blocked_groups TO pgjobd_producer;
+        GRANT EXECUTE ON FUNCTION pgjobd.sees_group(text) TO pgjobd_producer;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_worker') THEN
+        GRANT SELECT, INSERT, UPDATE, DELETE ON pgjobd.group_blocks TO pgjobd_worker;
+        GRANT SELECT ON pgjobd.blocked_groups TO pgjobd_worker;
+        GRANT EXECUTE ON FUNCTION pgjobd.sees_group(text), pgjobd.group_blocked(text, text),
+              pgjobd.group_mark(text, text), pgjobd.group_mark_job(bigint),
+              pgjobd.group_unmark(text, text),
+              pgjobd.pause_group(text, text), pgjobd.resume_group(text, text),
+              pgjobd.release_group(text, text)
+              TO pgjobd_worker;
+    END IF;
+END
+$$;
+
 -- grant_history(): the attempts' history.
 CREATE OR REPLACE FUNCTION pgjobd.grant_history() RETURNS void
     LANGUAGE plpgsql
@@ -136,7 +162,7 @@ BEGIN
         GRANT EXECUTE ON FUNCTION pgjobd.cancel(bigint), pgjobd.pause(text),
               pgjobd.resume(text), pgjobd.maintain(text[], bigint[], int),
               pgjobd.maintain(text[], bigint[], int, int),
-              pgjobd.try_group_head(text, text, bigint) TO pgjobd_worker;
+              pgjobd.try_group_head(text, text, bigint, int, timestamptz) TO pgjobd_worker;
     END IF;
     PERFORM pgjobd.grant_fencing();
     PERFORM pgjobd.grant_security();
@@ -145,6 +171,9 @@ BEGIN
     PERFORM pgjobd.grant_schedules();
     PERFORM pgjobd.grant_history();
     PERFORM pgjobd.grant_lease();
+    PERFORM pgjobd.grant_limits();
+    PERFORM pgjobd.grant_groups();
+    PERFORM pgjobd.grant_progress();
 END
 $$;
 

@@ -53,8 +53,11 @@ N_BO_STOP=${BENCH_BO_STOP:-$((5000 / div))}   # 7b: finished jobs measured
 N_TICKS=${BENCH_TICKS:-8}                     # 9a, 9b: schedule ticks measured (1 a second)
 N_CANCEL=${BENCH_CANCEL:-5}                   # 9c: jobs cancelled
 WD_SECS=${BENCH_WD_SECS:-5}                   # 9d: seconds of watchdog pings
+LIMIT_RATE=${BENCH_LIMIT_RATE:-50}            # 11b: the rate, starts a second
+LIMIT_RATE_SECS=${BENCH_LIMIT_RATE_SECS:-$((60 / div))} # 11b: seconds of starts at that rate
+N_LIMIT_JOBS=${BENCH_LIMIT_JOBS:-$((20000 / div))} # 11c: grouped jobs, over 1,000 groups
 # BENCH_ONLY: a subset of "ceiling throughput burst pickup steps backlog enqueue footprint strace held lease
-# timers scale idle"
+# timers scale limits idle"
 # (default all), for working on one measurement; idle: 10e and 10f alone (scale includes them).
 ONLY=${BENCH_ONLY:-}
 STEP_TIMEOUT=${BENCH_STEP_TIMEOUT:-600}       # seconds any single run may take
@@ -91,6 +94,9 @@ TGT_LEASE_SESSIONS="<= 3"    # the daemon's sessions in lock mode lease
 TGT_TICK_LATE="<= 1000"      # ms, a schedule's tick -> its job created, either lock mode
 TGT_CANCEL="<= 1500"         # ms, pgjobd.cancel() -> the job's outcome
 TGT_WD_GAP="<= 999"          # ms, longest gap between watchdog pings (WATCHDOG_USEC 1 s)
+TGT_LIMIT_BURST=">= 0.9"     # a global concurrency limit equal to the slots / no limit
+TGT_LIMIT_RATE=">= 0.98"     # a rate's starts a second / the rate (2 % under by design)
+TGT_LIMIT_CLAIM="<= 1.2"     # claim server time with every limit set on 1,000 groups / none
 
 # ---------------------------------------------------------------- harness
 
@@ -1729,6 +1735,116 @@ bench_scale_idle() {
 	scale_down "$key"
 }
 
+# ---------------------------------------------------------------- 11. flow control
+
+# bench_limit_burst tx|lease none|limit: the burst case (2c, ungrouped) with the queue's
+# global concurrency limit equal to the daemon's slots, or with no limit, in the same
+# repetition: what a limit that never binds costs (the claims take turns on the limits
+# row and count the running jobs; the quick path is not taken).
+bench_limit_burst() {
+	local mode=$1 lim=$2 key conf t0 n secs calls pm pg0 pg1
+	key=limits.burst.$mode.$lim conf=$W/tput.ini
+	[ "$mode" = lease ] && conf=$W/tput-lease.ini
+	reset_tables
+	sql "TRUNCATE pgjobd.waiting; DELETE FROM pgjobd.queue_limits" >/dev/null
+	[ "$lim" = limit ] && sql "SELECT pgjobd.set_limits('tput', concurrency => $CONCURRENCY)" >/dev/null
+	daemon_up "limits-burst-$mode-$lim-$REP" "$conf"
+	if ! wait_until 30 "[ \"\$(psql_q \"SELECT count(*) FROM pgjobd.waiting WHERE queue = 'tput'\")\" = 1 ] || ! pid_alive $DAEMON" ||
+		! pid_alive "$DAEMON"; then
+		problem "rep $REP: limits burst $mode $lim: the daemon never waited for work"
+		daemon_down
+		return
+	fi
+	stats_reset
+	pm=$(head -n 1 "$T/pg/postmaster.pid")
+	pg0=$(cpu_s "$pm" children)
+	t0=$(sql "INSERT INTO pgjobd.jobs (queue) SELECT 'tput' FROM generate_series(1, $N_JOBS);
+		SELECT extract(epoch FROM clock_timestamp())")
+	wait_drained tput && calls=$(stats_calls)
+	daemon_down
+	wait_until 10 "! pgrep -P $pm -f 'postgres: postgres pgjobd_test' >/dev/null"
+	pg1=$(cpu_s "$pm" children)
+	sql "DELETE FROM pgjobd.queue_limits" >/dev/null
+	IFS='|' read -r n secs < <(sql "SELECT count(*), max(extract(epoch FROM finished_at)) - $t0
+		FROM pgjobd.jobs WHERE queue = 'tput' AND status = 'succeeded'")
+	if [ "$n" != "$N_JOBS" ]; then
+		problem "rep $REP: limits burst $mode $lim: $n of $N_JOBS jobs succeeded; no figures from this run"
+		return
+	fi
+	fig "$key" "$(ratio "$n" "$secs")"
+	[ -n "$pg0" ] && [ -n "$pg1" ] && fig "limits.pgcpu.$mode.$lim" "$(calc "($pg1 - $pg0) * 1000 / $n")"
+	[ -n "$PGSS_LIB" ] && [ -n "$calls" ] && fig "limits.stmts.$mode.$lim" "$(ratio "$calls" "$n")"
+	return 0
+}
+
+# bench_limit_rate: a rate of LIMIT_RATE/1s over LIMIT_RATE_SECS seconds with 3 daemons
+# (transaction mode, 8 slots each), a backlog that never runs dry; the commands stamp
+# their start (date +%s%N). Figures: starts per second from the first to the last
+# stamp, its ratio to the rate, the most starts in any window of 1 s, and the jobs given
+# back because their start would have come late.
+declare -A RATE_PIDS
+bench_limit_rate() {
+	local n d stamps=$W/rate.stamps.$REP per worst gave span
+	reset_tables
+	sql "TRUNCATE pgjobd.waiting; DELETE FROM pgjobd.queue_limits" >/dev/null
+	: >"$stamps"
+	n=$((LIMIT_RATE * LIMIT_RATE_SECS))
+	sql "SELECT pgjobd.set_limits('rate', rate => '$LIMIT_RATE/1s')" >/dev/null
+	for d in 1 2 3; do
+		cat >"$W/rate$d.ini" <<EOF
+$(conf_header log_level=info poll_interval=2s)
+
+[queue.rate]
+command = date +%s%N >>'$stamps'
+concurrency = 8
+EOF
+		start_daemon "rate$d-$REP" "$W/rate$d.ini"
+		RATE_PIDS[$d]=$DAEMON_PID
+	done
+	sql "INSERT INTO pgjobd.jobs (queue) SELECT 'rate' FROM generate_series(1, $n)" >/dev/null
+	poll_until $((LIMIT_RATE_SECS * 2 + 60)) "[ \"\$(psql_q \"SELECT count(*) FROM pgjobd.jobs WHERE queue = 'rate' AND status <> 'succeeded'\")\" = 0 ]" ||
+		problem "rep $REP: rate: not every job succeeded"
+	for d in 1 2 3; do
+		stop_daemon "${RATE_PIDS[$d]}" 60 >/dev/null
+	done
+	gave=$(cat "$T"/rate[123]-"$REP".log | grep -c 'planned start missed')
+	sql "DELETE FROM pgjobd.queue_limits" >/dev/null
+	span=$(sort -n "$stamps" | awk 'NR == 1 { a = $1 } { b = $1 } END { if (NR > 1) printf "%.6f", (b - a) / 1e9 }')
+	[ "$(wc -l <"$stamps")" -ge "$n" ] || problem "rep $REP: rate: $(wc -l <"$stamps") of $n starts stamped"
+	per=$(calc "($(wc -l <"$stamps") - 1) / $span")
+	worst=$(sort -n "$stamps" | awk '{ ts[n] = $1 / 1e6; c = 0; for (j = n; j >= 0 && ts[n] - ts[j] < 1000; j--) c++; n++; if (c > w) w = c } END { print w + 0 }')
+	fig limits.rate.per_s "$per"
+	fig limits.rate.ratio "$(calc "$per / $LIMIT_RATE")"
+	fig limits.rate.worst "$worst"
+	fig limits.rate.gave_back "$gave"
+}
+
+# bench_limit_claim none|limit: claims over 1,000 groups (N_LIMIT_JOBS jobs, 16 slots of
+# `true`, transaction mode), with every limit set but none binding (concurrency 100,000,
+# group_concurrency 3, rate 100,000/1s, group_rate 1,000/1s) or none: the claim
+# statements' server time per job (pg_stat_statements).
+bench_limit_claim() {
+	local lim=$1 ms n
+	reset_tables
+	sql "TRUNCATE pgjobd.waiting; DELETE FROM pgjobd.queue_limits; DELETE FROM pgjobd.group_rates" >/dev/null
+	fill tput "$N_LIMIT_JOBS" 1000
+	[ "$lim" = limit ] && sql "SELECT pgjobd.set_limits('tput', concurrency => 100000, group_concurrency => 3,
+		rate => '100000/1s', group_rate => '1000/1s')" >/dev/null
+	stats_reset
+	daemon_up "limits-claim-$lim-$REP" "$W/tput.ini"
+	wait_drained tput
+	ms=$(psql_q "SELECT round((sum(total_exec_time) / $N_LIMIT_JOBS)::numeric, 6) FROM pg_stat_statements
+		WHERE userid = 'postgres'::regrole AND query LIKE '/* pgjobd claim */%'")
+	daemon_down
+	sql "DELETE FROM pgjobd.queue_limits" >/dev/null
+	n=$(psql_q "SELECT count(*) FROM pgjobd.jobs WHERE queue = 'tput' AND status = 'succeeded'")
+	[ "$n" = "$N_LIMIT_JOBS" ] || {
+		problem "rep $REP: limits claim $lim: $n of $N_LIMIT_JOBS jobs succeeded"
+		return
+	}
+	[ -n "$PGSS_LIB" ] && fig "limits.claim_ms.$lim" "$ms"
+}
+
 only() { [ -z "$ONLY" ] || [[ " $ONLY " == *" $1 "* ]]; }
 
 # ---------------------------------------------------------------- setup
@@ -2015,6 +2131,23 @@ for m in transaction lease; do
 	def "scale.notify.waited.rate.$m" "$l   the same: more statements per daemon" stmts/s 2 ""
 done
 
+section "11. flow control (pgjobd.set_limits)"
+for m in tx lease; do
+	def "limits.burst.$m.none" "11a $m: burst, ungrouped, no limit" jobs/s 1 ""
+	def "limits.burst.$m.limit" "11a $m:  concurrency limit = the slots ($CONCURRENCY)" jobs/s 1 ""
+	def "limits.burst_ratio.$m" "11a $m:  limited / no limit" ratio 3 "$TGT_LIMIT_BURST"
+	def "limits.pgcpu.$m.none" "11a $m:  PostgreSQL CPU per job, no limit" ms 3 ""
+	def "limits.pgcpu.$m.limit" "11a $m:  PostgreSQL CPU per job, limited" ms 3 ""
+	def "limits.stmts.$m.limit" "11a $m:  statements per job, limited" stmts 2 ""
+done
+def limits.rate.per_s "11b rate $LIMIT_RATE/1s, 3 daemons, ${LIMIT_RATE_SECS} s: starts a second" starts/s 2 ""
+def limits.rate.ratio "11b  starts a second / $LIMIT_RATE" ratio 3 "$TGT_LIMIT_RATE"
+def limits.rate.worst "11b  most starts in any 1 s (the commands' stamps)" starts 0 "<= $LIMIT_RATE"
+def limits.rate.gave_back "11b  planned starts missed, given back" jobs 0 ""
+def limits.claim_ms.none "11c claim server time per job, 1,000 groups, no limit" ms 4 ""
+def limits.claim_ms.limit "11c  every limit set, none binding" ms 4 ""
+def limits.claim_ratio "11c  with limits / without" ratio 3 "$TGT_LIMIT_CLAIM"
+
 # ---------------------------------------------------------------- the runs
 
 for REP in $(seq 1 "$REPS"); do
@@ -2051,6 +2184,17 @@ for REP in $(seq 1 "$REPS"); do
 	only timers && log "9b schedule tick lateness, lock mode lease" && bench_tick lease
 	only timers && log "9c cancel latency" && bench_cancel
 	only timers && log "9d watchdog pings" && bench_watchdog
+	if only limits; then
+		for m in tx lease; do
+			for l in none limit; do
+				log "11a burst, $m, $l" && bench_limit_burst "$m" "$l"
+			done
+		done
+		log "11b rate over 3 daemons" && bench_limit_rate
+		for l in none limit; do
+			log "11c claims over 1,000 groups, $l" && bench_limit_claim "$l"
+		done
+	fi
 	if only scale; then
 		log "10a many daemons, lock mode transaction" && bench_scale transaction many
 		log "10b one daemon, as many slots, lock mode transaction" && bench_scale transaction one
@@ -2101,6 +2245,9 @@ for r in $(seq 1 "$REPS"); do
 	done
 done
 derive backlog.ratio backlog.large backlog.small
+derive limits.burst_ratio.tx limits.burst.tx.limit limits.burst.tx.none
+derive limits.burst_ratio.lease limits.burst.lease.limit limits.burst.lease.none
+derive limits.claim_ratio limits.claim_ms.limit limits.claim_ms.none
 for m in transaction lease; do
 	derive "scale.pgcpu_ratio_steady.$m" "scale.pgcpu_steady.$m.many" "scale.pgcpu_steady.$m.one"
 	derive "scale.pgcpu_ratio.$m" "scale.pgcpu.$m.many" "scale.pgcpu.$m.one"

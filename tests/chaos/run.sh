@@ -35,6 +35,15 @@
 #                  must neither wait for it nor kill late (their lines are dropped meanwhile)
 # Faults overlap in time: a daemon may be stopped while PostgreSQL restarts.
 #
+# Three more queues carry flow-control limits (pgjobd.set_limits), set for every daemon:
+# `lc` concurrency 4 (of 9 slots), `lg` group_concurrency 3 over 4 groups, `lr` rate 5/2s.
+# A second producer enqueues into them for the whole run (its errors during faults are
+# ignored). Their jobs run ljob.sh: under flock on one lock file it counts the commands of
+# its queue, and of its group, alive at its start (a zombie has ended), and stamps its start
+# (its first instruction) in limits.txt; then it sleeps as job.sh does. The report's last
+# lines give the most commands seen alive at once per limit, the worst window of the rate,
+# and `limit_violations=N`; any violation makes the exit status 1.
+#
 # Afterwards: faults stop, stopped processes continue, dead daemons are restarted, every job
 # must end within CHAOS_SETTLE seconds, the daemons get SIGTERM, and check.awk reports what was
 # violated: see its header for the checks. The output ends with `faults=N violations=M`; the exit
@@ -180,6 +189,45 @@ EOF
 	chmod +x "$T/job.sh"
 }
 
+# The job of the limited queues (see the header): the measurement of make_limit_script in
+# tests/integration/lib.sh, with job.sh's durations.
+write_limit_job_script() {
+	cat >"$T/ljob.sh" <<EOF
+#!/bin/bash
+t=\${EPOCHREALTIME/[.,]/}
+d='$T'
+q=\$PGJOBD_QUEUE g=\${PGJOBD_GROUP_ID:--}
+alive() { local l s; IFS= read -r l </proc/\$1/stat 2>/dev/null || return 1; s=\${l##*) }; s=\${s%% *}; [ "\$s" != Z ]; }
+exec 8>>"\$d/limit.lock"
+flock 8
+echo "\$\$ \$q \$g" >>"\$d/limit.pids"
+nq=0 ng=0
+while read -r p pq pg; do
+	[ "\$pq" = "\$q" ] && alive "\$p" || continue
+	nq=\$((nq + 1))
+	[ "\$pg" = "\$g" ] && ng=\$((ng + 1))
+done <"\$d/limit.pids"
+echo "L \$q \$g \$PGJOBD_JOB_ID \$PGJOBD_ATTEMPT \$t \$nq \$ng" >>"\$d/limits.txt"
+exec 8>&-
+if [ \$((RANDOM % 4)) = 0 ]; then ms=\$((RANDOM % 6001 + 2000)); else ms=\$((RANDOM % 1401 + 100)); fi
+printf -v s '%d.%03d' \$((ms / 1000)) \$((ms % 1000))
+sleep "\$s"
+EOF
+	chmod +x "$T/ljob.sh"
+}
+
+# limit_producer: 2 jobs a second into lc, 2 into lg (one of 4 groups each), 1 into lr
+# (which starts at most 2.5 a second), until producer.stop exists.
+limit_producer() {
+	trap - EXIT
+	until [ -e "$T/producer.stop" ]; do
+		psql -X -qAt -c "INSERT INTO pgjobd.jobs (queue, group_id)
+			VALUES ('lc', NULL), ('lc', NULL), ('lg', 'l' || (random() * 3)::int),
+			       ('lg', 'l' || (random() * 3)::int), ('lr', NULL)" >/dev/null 2>&1
+		sleep 1
+	done
+}
+
 # ---------------------------------------------------------------- relays and daemons
 
 # Per daemon name: relay pid and port, daemon pid (empty while it is down), when a stop or a
@@ -234,6 +282,22 @@ write_daemon_conf() {
 
 [queue.$qname]
 command = exec /bin/bash '$T/job.sh'
+concurrency = 3
+timeout = 60s
+kill_grace = 1s
+max_attempts = 10
+backoff = 200ms
+backoff_max = 1s
+env = CHAOS_MARK=$MARK
+lock_mode = $(lock_mode_of "$n" "$qname")
+lease = $CHAOS_LEASE
+EOF
+		done
+		for qname in lc lg lr; do
+			cat <<EOF
+
+[queue.$qname]
+command = exec /bin/bash '$T/ljob.sh'
 concurrency = 3
 timeout = 60s
 kill_grace = 1s
@@ -728,7 +792,10 @@ mkdir -p "$T/locks"
 : >"$T/faults.txt"
 : >"$T/daemons.txt"
 : >"$T/procs.txt"
+: >"$T/limits.txt"
+: >"$T/limit.pids"
 write_job_script
+write_limit_job_script
 say "seed $CHAOS_SEED, $CHAOS_SECONDS s of faults (${CHAOS_FAULTS:-none}), lock modes $CHAOS_LOCK_MODE (lease $CHAOS_LEASE), files in $T"
 say "PostgreSQL on $T/sock and 127.0.0.1:$PG_PORT"
 
@@ -737,6 +804,8 @@ for n in "${CHAOS_DAEMONS[@]}"; do
 	write_daemon_conf "$n"
 done
 "$PGJOBD" migrate -c "$T/a.ini" >"$T/migrate.log" 2>&1 || bail_out "pgjobd migrate failed"
+psql_q "SELECT pgjobd.set_limits('lc', concurrency => 4), pgjobd.set_limits('lg', group_concurrency => 3),
+               pgjobd.set_limits('lr', rate => '5/2s')" >/dev/null || bail_out "set_limits failed"
 for n in "${CHAOS_DAEMONS[@]}"; do
 	start_chaos_daemon "$n"
 	say "daemon $n: pid ${DPID[$n]}, relay 127.0.0.1:${PROXY_PORT[$n]} (pid ${PROXY_PID[$n]})"
@@ -744,6 +813,8 @@ done
 
 producer >>"$T/producer.log" 2>&1 &
 PRODUCER=$!
+limit_producer &
+LPRODUCER=$!
 
 # The weighted list of fault kinds to draw from.
 DRAW=()
@@ -770,6 +841,8 @@ say "faults stop; the producer stops"
 touch "$T/producer.stop"
 wait_until 60 "! pid_alive $PRODUCER" || say "the producer does not stop"
 wait "$PRODUCER" 2>/dev/null
+wait_until 10 "! pid_alive $LPRODUCER"
+wait "$LPRODUCER" 2>/dev/null
 end_read_only
 for n in "${CHAOS_DAEMONS[@]}"; do
 	end_stop "$n"
@@ -826,7 +899,7 @@ done >>"$T/procs.txt"
 kill_marked
 
 psql -X -qAt -F ' ' -v ON_ERROR_STOP=1 -c "SELECT 'J', id, queue, coalesce(group_id, '-'),
-	status, attempts FROM pgjobd.jobs ORDER BY id" >"$T/jobs.txt" ||
+	status, attempts FROM pgjobd.jobs WHERE queue IN ('cg', 'cu') ORDER BY id" >"$T/jobs.txt" ||
 	bail_out "cannot read pgjobd.jobs"
 
 LC_ALL=C sort -s -k7,7n -k1,1 "$T/events.txt" >"$T/events.sorted"
@@ -834,6 +907,28 @@ awk -v kinds="$ALL_KINDS" -v expect_kinds="$CHAOS_FAULTS" -v window="$CHAOS_WIND
 	-f "$CHAOS_DIR/check.awk" "$T/faults.txt" "$T/enqueue.txt" "$T/jobs.txt" "$T/daemons.txt" \
 	"$T/procs.txt" pass=1 "$T/events.sorted" pass=2 "$T/events.sorted" >"$T/report.txt"
 status=$?
+
+# The limited queues: each limit from the commands' side, and every job ended.
+lmax() { awk -v q="$1" -v c="$2" '$1 == "L" && $2 == q && $c > m { m = $c } END { print m + 0 }' "$T/limits.txt"; }
+lc_max=$(lmax lc 7)
+lg_max=$(lmax lg 8)
+lr_worst=$(awk '$1 == "L" && $2 == "lr" { print $6 }' "$T/limits.txt" | sort -n |
+	awk '{ ts[n] = $1 / 1000; c = 0; for (j = n; j >= 0 && ts[n] - ts[j] < 2000; j--) c++; n++; if (c > w) w = c }
+	     END { print w + 0 }')
+lost=$(count_jobs "queue IN ('lc', 'lg', 'lr') AND status <> 'succeeded'")
+lstarts=$(psql_q "SELECT string_agg(queue || ' ' || n, ', ' ORDER BY queue) FROM
+	(SELECT queue, count(*) n FROM pgjobd.jobs WHERE queue IN ('lc', 'lg', 'lr') GROUP BY 1) s")
+lviol=0
+[ "$lc_max" -le 4 ] || lviol=$((lviol + 1))
+[ "$lg_max" -le 3 ] || lviol=$((lviol + 1))
+[ "$lr_worst" -le 5 ] || lviol=$((lviol + 1))
+[ "$lost" = 0 ] || lviol=$((lviol + 1))
+{
+	echo "limits: jobs $lstarts, not succeeded $lost; starts $(grep -c '^L ' "$T/limits.txt")"
+	echo "limits: lc most alive at once $lc_max (concurrency 4), lg most of a group $lg_max (group_concurrency 3), lr most starts in 2 s $lr_worst (rate 5/2s)"
+	echo "limit_violations=$lviol"
+} >>"$T/report.txt"
+[ "$lviol" = 0 ] || status=1
 echo
 cat "$T/report.txt"
 [ "$status" = 0 ] || say "violations found (seed $CHAOS_SEED); the logs follow"

@@ -754,6 +754,65 @@ EOF
 	chmod +x "$1"
 }
 
+# make_limit_script FILE DIR: a job script that measures flow control from the commands'
+# side (pgjobd(8), "Flow control"). Under flock on DIR/limit.lock it records its pid,
+# queue and group in DIR/pids, then counts how many of the recorded commands of its
+# queue, and of its group, are alive now (itself included; a zombie has ended and is
+# not counted), and appends "start QUEUE GROUP JOB ATTEMPT NS NQUEUE NGROUP" to
+# DIR/starts (NS: its start, CLOCK_REALTIME ns, its first instruction: bash's
+# EPOCHREALTIME, no fork, before the lock). A command killed by SIGKILL is not
+# counted once dead, which a decrement at exit would miss. Then it sleeps data's
+# `sleep` (default 0.3 s) and exits 1 while its attempt is at most data's
+# `fail_attempts`. Run it with exec, so that the recorded pid is the command's.
+make_limit_script() {
+	cat >"$1" <<EOF
+#!/bin/bash
+t=\${EPOCHREALTIME/[.,]/}000
+d='$2'
+q=\$PGJOBD_QUEUE g=\${PGJOBD_GROUP_ID:--}
+alive() { local l s; IFS= read -r l </proc/\$1/stat 2>/dev/null || return 1; s=\${l##*) }; s=\${s%% *}; [ "\$s" != Z ]; }
+exec 8>>"\$d/limit.lock"
+flock 8
+echo "\$\$ \$q \$g" >>"\$d/pids"
+nq=0 ng=0
+while read -r p pq pg; do
+	[ "\$pq" = "\$q" ] && alive "\$p" || continue
+	nq=\$((nq + 1))
+	[ "\$pg" = "\$g" ] && ng=\$((ng + 1))
+done <"\$d/pids"
+echo "start \$q \$g \$PGJOBD_JOB_ID \$PGJOBD_ATTEMPT \$t \$nq \$ng" >>"\$d/starts"
+exec 8>&-
+sleep "\${PGJOBD_ARG_sleep:-0.3}"
+[ "\$PGJOBD_ATTEMPT" -le "\${PGJOBD_ARG_fail_attempts:-0}" ] && exit 1
+exit 0
+EOF
+	chmod +x "$1"
+}
+
+# limit_max STARTS QUEUE [group]: the most commands of QUEUE (or of one of its groups)
+# seen alive at once by make_limit_script; 0 when none started.
+limit_max() {
+	local col=7
+	[ "${3:-}" = group ] && col=8
+	awk -v q="$2" -v c="$col" '$1 == "start" && $2 == q && $c > m { m = $c } END { print m + 0 }' "$1"
+}
+
+# rate_worst STARTS QUEUE PERIOD_MS [group]: the most starts of QUEUE (or of any one of
+# its groups) within one window of PERIOD_MS, by the commands' own stamps (a window
+# ending at each start).
+rate_worst() {
+	local per_group=0
+	[ "${4:-}" = group ] && per_group=1
+	awk -v q="$2" -v g="$per_group" '$1 == "start" && $2 == q { print (g ? $3 : "-"), $6 }' "$1" |
+		sort -k1,1 -k2,2n | awk -v p="$3" '
+		$1 != pk { n = 0; pk = $1 }
+		{ ts[n] = $2 / 1e6; c = 0
+		  for (j = n; j >= 0 && ts[n] - ts[j] < p; j--) c++
+		  n++
+		  if (c > w) w = c }
+		END { print w + 0 }'
+}
+
 # check_markers [--lenient] LOG: prints every problem found in a marker log and returns
 # 1 if there was any:
 #  - an "overlap" line (flock saw two commands of one group at once);

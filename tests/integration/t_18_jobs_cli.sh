@@ -53,13 +53,13 @@ wait_until 30 "[ \"\$(count_jobs \"status IN ('succeeded', 'failed')\")\" = 4 ]"
 # ---------------------------------------------------------------- jobs
 cli jobs -c "$T/cli.ini"
 is "$rc" 0 "jobs: exit 0" || diag "$err"
-is "$(head -n 1 <<<"$out" | tr -s ' ')" "ID QUEUE GROUP STATUS ATTEMPTS AGE WORKER REASON" "jobs: the header"
+is "$(head -n 1 <<<"$out" | tr -s ' ')" "ID QUEUE GROUP STATUS ATTEMPTS AGE WORKER REASON PROGRESS" "jobs: the header"
 is "$(awk 'NR > 1 { printf "%s%s", s, $1; s = " " }' <<<"$out")" "$evil $long $sg $o2 $o1 $f" "jobs: newest first"
-like "$(grep "^ *$f " <<<"$out")" "^ *$f +fail +g1 +failed +2 +[0-9][0-9dhms]* +[^ ]+:fail\.0 +exit 4$" \
-	"jobs: a failed job's row: queue, group, status, attempts, age, worker, reason with its exit code"
-like "$(grep "^ *$sg " <<<"$out")" " failed +1 .* signal 9$" "jobs: the reason of a death by signal, with the signal"
-like "$(grep "^ *$o1 " <<<"$out")" "^ *$o1 +ok +- +succeeded +1 .* -$" "jobs: no group, no reason: -"
-like "$(grep "^ *$long " <<<"$out")" "^ *$long +nowhere +x{19}… +queued +0 +[0-9][0-9dhms]* +- +-$" \
+like "$(grep "^ *$f " <<<"$out")" "^ *$f +fail +g1 +failed +2 +[0-9][0-9dhms]* +[^ ]+:fail\.0 +exit 4 +-$" \
+	"jobs: a failed job's row: queue, group, status, attempts, age, worker, reason with its exit code, no progress"
+like "$(grep "^ *$sg " <<<"$out")" " failed +1 .* signal 9 +-$" "jobs: the reason of a death by signal, with the signal"
+like "$(grep "^ *$o1 " <<<"$out")" "^ *$o1 +ok +- +succeeded +1 .* - +-$" "jobs: no group, no reason, no progress: -"
+like "$(grep "^ *$long " <<<"$out")" "^ *$long +nowhere +x{19}… +queued +0 +[0-9][0-9dhms]* +- +- +-$" \
 	"jobs: a long group is cut to 20 columns with an ellipsis"
 row=$(grep "^ *$evil " <<<"$out")
 like "$row" "a\?b\?\[31mc" "jobs: control characters in a value are shown as ?"
@@ -137,7 +137,7 @@ is "$rc" 0 "show --json: exit 0"
 is "$(jq -r '[.id, .queue, .status, (.history | length), .history[1].reason, .history[1].exit_code, .error.stdout] | join(" ")' <<<"$out")" \
 	"$f fail failed 2 exit 4 partial output" "show --json: the row, with history and error"
 is "$(jq -r 'keys | join(" ")' <<<"$out")" \
-	"attempts created_at data dedupe_key error expires_at finished_at group_id history id max_attempts priority queue result run_at started_at status timeout_ms updated_at worker" \
+	"attempts created_at data dedupe_key error expires_at finished_at group_id history id max_attempts priority progress queue result run_at started_at status timeout_ms updated_at worker" \
 	"show --json: every column a user reads"
 
 cli show 999999 -c "$T/cli.ini"

@@ -81,7 +81,9 @@ is "$extra" "" "no other variable in the environment"
 
 # ls -l /proc/self/fd lists ls's own directory fd too; leave that one out.
 fds=$(awk '/ -> / && $NF !~ /^\/proc\/[0-9]+\/fd$/ { print $(NF - 2) }' "$T/fd.txt" | sort -n | tr '\n' ' ')
-is "$fds" "0 1 2 " "the command has only fds 0, 1 and 2"
+is "$fds" "0 1 2 3 " "the command has only fds 0, 1 and 2, and 3 (PGJOBD_PROGRESS_FD)"
+like "$(awk '/ -> / && $(NF - 2) == 3 { print $NF }' "$T/fd.txt")" '^pipe:' \
+	"fd 3 is its progress pipe, none of the daemon's (the daemon's fd 7 is this file)"
 
 pid_alive "$(cat "$T/d.pid")"
 ok $? "the daemon is still running"

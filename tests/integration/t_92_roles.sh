@@ -155,7 +155,7 @@ is "$(psql_q "SELECT (SELECT count(*) FROM pgjobd.paused_queues) || ' ' ||
 # Nothing in a row can name a command: the table's columns are exactly these.
 is "$(psql_q "SELECT string_agg(column_name, ' ' ORDER BY ordinal_position) FROM information_schema.columns
                WHERE table_schema = 'pgjobd' AND table_name = 'jobs'")" \
-	"id queue group_id data priority run_at expires_at max_attempts timeout dedupe_key status attempts result error worker created_at started_at finished_at updated_at created_by worker_id fence held_until schedule scheduled_for commit_seq enqueued_xact history lease_until lease_ms group_key" \
+	"id queue group_id data priority run_at expires_at max_attempts timeout dedupe_key status attempts result error worker created_at started_at finished_at updated_at created_by worker_id fence held_until schedule scheduled_for commit_seq enqueued_xact history lease_until lease_ms group_key progress" \
 	"pgjobd.jobs has exactly the documented columns (none names a command or environment)"
 # The columns a producer may write are exactly the documented input columns.
 is "$(psql_q "SELECT string_agg(column_name, ' ' ORDER BY column_name) FROM information_schema.column_privileges

@@ -383,7 +383,7 @@ ok "$([ "$rc" = 0 ] && [[ $err == *"warning: queue no-such-queue is served by no
 fid=$(psql_q "INSERT INTO pgjobd.jobs (queue, status, attempts, finished_at, error)
               VALUES ('work', 'failed', 1, now(), '{\"reason\": \"exit\", \"exit_code\": 3}') RETURNING id")
 cli jobs --status failed --queue work -c "$conf"
-like "$out" "$fid +work +- +failed +1 .* exit 3\$" "jobs shows the whole reason: exit 3" || diag "$out"
+like "$out" "$fid +work +- +failed +1 .* exit 3 +-\$" "jobs shows the whole reason: exit 3 (then PROGRESS, -)" || diag "$out"
 cli enqueue work -c "$conf"
 cli show "$out" -c "$conf"
 like "$out" $'\n  max_attempts +5 \\(the queue\'s\\)\n' "show prints the queue's max_attempts as a number" || diag "$out"

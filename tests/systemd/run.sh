@@ -11,6 +11,8 @@
 #   - a job enqueued by psql runs as pgjobd-run in a cgroup of its own
 #   - `systemctl reload` applies a new queue and fails for a bad file (STATUS= says so
 #     when the daemon itself refuses one)
+#   - resource limits: enforced in the unit's cgroup where it offers memory, pids and cpu
+#     (oom, tasks_max_hit, cpu_max 20%), else refused at reload, naming queue and key
 #   - the watchdog restarts a stopped daemon (SIGSTOP)
 #   - `systemctl stop` lets a running job finish
 #   - an upgrade of the package restarts the daemon
@@ -217,6 +219,76 @@ ct sed -i '/^concurency/d' /etc/pgjobd/pgjobd.ini
 ct systemctl reload pgjobd.service >/dev/null 2>&1
 wait_for 10 eval '[[ "$(prop StatusText)" != *"reload failed"* ]]'
 ok $? "a good reload clears it: '$(prop StatusText)'"
+
+# --- resources (pgjobd.ini(5), Resources) ------------------------------------------
+# The unit's cgroup (Delegate=yes): with memory, pids and cpu it enforces memory_max
+# (reason oom), tasks_max (tasks_max_hit) and cpu_max; without (a host whose controllers
+# are on cgroup v1, as a hybrid one), a queue asking for them is refused at reload.
+mainpid=$(prop MainPID)
+ucg=$(ct sh -c "sed -n 's/^0:://p' /proc/$mainpid/cgroup")
+ucg_dir=
+for m in /sys/fs/cgroup /sys/fs/cgroup/unified; do
+	ct test -e "$m$ucg/cgroup.controllers" && { ucg_dir=$m$ucg; break; }
+done
+have=$([ -n "$ucg_dir" ] && ct cat "$ucg_dir/cgroup.controllers")
+missing=
+for c in memory pids cpu; do
+	case " $have " in *" $c "*) ;; *) missing="${missing:+$missing, }$c" ;; esac
+done
+echo "# the unit's cgroup: ${ucg_dir:-none found} (controllers: '$have')"
+ct sh -c 'cat >>/etc/pgjobd/pgjobd.ini' <<'EOF'
+
+[queue.res_mem]
+command = dd if=/dev/zero of=/dev/null bs=256M count=1
+memory_max = 32MiB
+max_attempts = 1
+user = pgjobd-run
+
+[queue.res_tasks]
+command = for i in $(seq 1 40); do sleep 3 & done; wait
+tasks_max = 8
+max_attempts = 1
+user = pgjobd-run
+
+[queue.res_cpu]
+command = timeout 10 sh -c 'while :; do :; done'; exit 0
+cpu_max = 20%
+timeout = 60s
+max_attempts = 1
+user = pgjobd-run
+EOF
+ct systemctl reload pgjobd.service >/dev/null 2>&1
+if [ -n "$missing" ]; then
+	wait_for 10 eval '[[ "$(prop StatusText)" == *"reload failed: a resource limit cannot be enforced"* ]]'
+	ok $? "no $missing controller in the unit's cgroup: a reload with memory_max, tasks_max, cpu_max is refused: '$(prop StatusText)'"
+	ct journalctl -u pgjobd --no-pager -o cat | grep 'cannot enforce a resource limit' >"$T/res.txt"
+	grep -q 'queue=res_mem key=memory_max' "$T/res.txt" && grep -q 'queue=res_tasks key=tasks_max' "$T/res.txt" &&
+		grep -q 'queue=res_cpu key=cpu_max' "$T/res.txt"
+	ok $? "the journal names each queue and key, and why" || diag <"$T/res.txt"
+	n=$((n + 1))
+	echo "ok $n # SKIP enforcement (oom, tasks_max_hit, cpu_max 20%): the container's cgroup v2 offers no $missing controller (cgroup.controllers: '$have'; the host binds them to cgroup v1)"
+else
+	wait_for 10 eval 'ct journalctl -u pgjobd --no-pager -o cat | grep -q "controllers enabled"'
+	ok $? "the daemon enabled the controllers for the commands' cgroups"
+	m=$(psql_su -c "INSERT INTO pgjobd.jobs (queue) VALUES ('res_mem') RETURNING id")
+	tk=$(psql_su -c "INSERT INTO pgjobd.jobs (queue) VALUES ('res_tasks') RETURNING id")
+	cp=$(psql_su -c "INSERT INTO pgjobd.jobs (queue) VALUES ('res_cpu') RETURNING id")
+	ended() { [ "$(psql_su -c "SELECT count(*) FROM pgjobd.jobs WHERE id IN ($m, $tk, $cp) AND status IN ('succeeded', 'failed')")" = 3 ]; }
+	wait_for 60 ended
+	r=$(psql_su -c "SELECT (error->>'reason') || ' ' || coalesce(error->>'memory_peak_kb', '-') FROM pgjobd.jobs WHERE id = $m")
+	[[ $r == "oom "[0-9]* ]]
+	ok $? "memory_max 32MiB, 256 MiB asked: reason oom with memory_peak_kb ($r)"
+	[ "$(psql_su -c "SELECT error->>'tasks_max_hit' FROM pgjobd.jobs WHERE id = $tk")" = true ]
+	ok $? "tasks_max 8, 40 processes asked: tasks_max_hit"
+	cpu_ms=$(psql_su -c "SELECT history->-1->>'cpu_ms' FROM pgjobd.jobs WHERE id = $cp")
+	echo "# cpu_max 20%: ${cpu_ms:-?} ms of CPU over 10 s"
+	[ "${cpu_ms:-0}" -ge 1600 ] && [ "${cpu_ms:-0}" -le 2400 ]
+	ok $? "cpu_max 20%: 16 to 24 % of a CPU over 10 s (${cpu_ms:-?} ms)"
+fi
+ct sed -i '/^\[queue\.res_mem\]/,$d' /etc/pgjobd/pgjobd.ini # (keeps its owner and mode)
+ct systemctl reload pgjobd.service >/dev/null 2>&1
+wait_for 10 eval '[[ "$(prop StatusText)" != *"reload failed"* ]]'
+ok $? "the file without those queues reloads again: '$(prop StatusText)'"
 
 # --- watchdog -----------------------------------------------------------------------
 ct sh -c 'mkdir -p /etc/systemd/system/pgjobd.service.d && printf "[Service]\nWatchdogSec=3s\n" >/etc/systemd/system/pgjobd.service.d/wd.conf'

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "parse.h"
 #include "tap.h"
 #include "util.h"
 
@@ -399,6 +400,38 @@ static void test_keys(void)
 		      "[queue.x]\ncommand = x\n[queue.y]\ncommand = y\nCommand = z\n",
 		      "F:5: error: unknown key 'Command' in [queue.y]\n"
 		      "  hint: did you mean 'command'?\n");
+}
+
+/* The outcome policy's keys: fail_exit_codes and group_on_failure. */
+static void test_outcome_policy(void)
+{
+	struct config *c = expect_ok("outcome policy", "[queue.a]\ncommand = x\n"
+						       "fail_exit_codes = 64-74 76-78\n"
+						       "group_on_failure = hold\n"
+						       "[queue.b]\ncommand = x\n");
+	if (!c)
+		return;
+	struct queue_conf *a = config_find_queue(c, "a"), *b = config_find_queue(c, "b");
+	ok(a && parse_exit_code_in(a->fail_exit_codes, 64) &&
+	       parse_exit_code_in(a->fail_exit_codes, 78) &&
+	       !parse_exit_code_in(a->fail_exit_codes, 75),
+	   "fail_exit_codes 64-74 76-78");
+	ok(a && a->group_on_failure == GROUP_HOLD, "group_on_failure = hold");
+	ok(b && !parse_exit_code_in(b->fail_exit_codes, 1) &&
+	       !parse_exit_code_in(b->fail_exit_codes, 255),
+	   "default fail_exit_codes: none");
+	ok(b && b->group_on_failure == GROUP_CONTINUE, "default group_on_failure: continue");
+	ok(a && b && !queue_conf_equal(a, b), "queues that differ in policy differ");
+	config_free(c);
+	expect_errors("bad fail_exit_codes", "[queue.x]\ncommand = x\nfail_exit_codes = 64-300\n",
+		      "F:3: error: bad value '64-300' for 'fail_exit_codes': an exit code is at "
+		      "most 255\n");
+	expect_errors("fail_exit_codes 0", "[queue.x]\ncommand = x\nfail_exit_codes = 0\n",
+		      "F:3: error: bad value '0' for 'fail_exit_codes': exit code 0 is a success, "
+		      "not a failure\n");
+	expect_errors("bad group_on_failure", "[queue.x]\ncommand = x\ngroup_on_failure = stop\n",
+		      "F:3: error: bad value 'stop' for 'group_on_failure': use 'continue' or "
+		      "'hold'\n");
 }
 
 static void test_values(void)
@@ -859,8 +892,52 @@ static void test_api(void)
 	config_free(e);
 }
 
+/* The resource keys (pgjobd.ini(5), Resources), their defaults, and that a
+ * reload sees a change of one. */
+static void test_resources(void)
+{
+	struct config *d = expect_ok("resources: defaults", "[queue.a]\ncommand = true\n");
+	struct config *c = expect_ok("resources: set", "[pgjobd]\n"
+						       "max_pressure = cpu 40, io 30.5\n"
+						       "[queue.a]\n"
+						       "command = true\n"
+						       "memory_max = 512MiB\n"
+						       "cpu_max = 150%\n"
+						       "tasks_max = 64\n"
+						       "io_weight = 50\n"
+						       "limit_nofile = 1024\n"
+						       "limit_core = infinity\n");
+	if (!d || !c)
+		goto out;
+	const struct queue_limits *l = &d->queues[0]->limits;
+	ok(l->memory_max == 0 && l->cpu_max == 0 && l->tasks_max == 0 && l->io_weight == 0,
+	   "default: no cgroup limit");
+	ok(l->limit_nofile == PARSE_RLIM_INHERIT && l->limit_core == PARSE_RLIM_INHERIT,
+	   "default: rlimits inherited");
+	ok(d->max_pressure[0] == 0 && d->max_pressure[1] == 0 && d->max_pressure[2] == 0,
+	   "default: no max_pressure");
+	l = &c->queues[0]->limits;
+	is_int(l->memory_max, 512LL * 1024 * 1024, "memory_max");
+	is_int(l->cpu_max, 150, "cpu_max");
+	is_int(l->tasks_max, 64, "tasks_max");
+	is_int(l->io_weight, 50, "io_weight");
+	is_int(l->limit_nofile, 1024, "limit_nofile");
+	is_int(l->limit_core, PARSE_RLIM_INFINITY, "limit_core infinity");
+	ok(c->max_pressure[0] == 40 && c->max_pressure[1] == 0 && c->max_pressure[2] == 30.5,
+	   "max_pressure cpu 40, io 30.5");
+	ok(!queue_conf_equal(d->queues[0], c->queues[0]), "a reload sees changed limits");
+	expect_errors("limit_nofile infinity",
+		      "[queue.a]\ncommand = true\nlimit_nofile = infinity\n",
+		      "F:3: error: bad value 'infinity' for 'limit_nofile': open files cannot be "
+		      "unlimited (give a count, e.g. 65536)\n");
+out:
+	config_free(d);
+	config_free(c);
+}
+
 int main(void)
 {
+	test_resources();
 	test_all_keys();
 	test_defaults();
 	test_command_verbatim();
@@ -869,6 +946,7 @@ int main(void)
 	test_sections();
 	test_keys();
 	test_values();
+	test_outcome_policy();
 	test_env();
 	test_database();
 	test_user();

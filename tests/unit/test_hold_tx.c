@@ -163,6 +163,13 @@ char *PQgetvalue(const PGresult *res, int row, int col)
 	return (char *)res->vals[row][col];
 }
 
+/* claim.c's decoding of a claim's rows asks (no row here has more columns). */
+int PQnfields(const PGresult *res)
+{
+	(void)res;
+	return 1;
+}
+
 int PQgetisnull(const PGresult *res, int row, int col)
 {
 	(void)res;

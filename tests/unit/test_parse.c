@@ -345,8 +345,134 @@ static void test_times(void)
 	time_bad("", "empty");
 }
 
+static void rate_ok(const char *s, int64_t n, int64_t ms)
+{
+	int64_t gn = -1, gms = -1;
+	const char *err = NULL;
+	int rc = parse_rate(s, &gn, &gms, &err);
+	ok(rc == 0 && gn == n && gms == ms, "rate '%s' = %lld per %lld ms", s, (long long)n,
+	   (long long)ms);
+}
+
+static void rate_bad(const char *s, const char *needle)
+{
+	int64_t gn = -12345, gms = -12345;
+	const char *err = NULL;
+	int rc = parse_rate(s, &gn, &gms, &err);
+	if (!ok(rc == -1 && gn == -12345 && gms == -12345 && err && strstr(err, needle),
+		"rate '%s' rejected (%s)", s, needle))
+		printf("#   err: %s\n", err ? err : "(null)");
+}
+
+/* N/PERIOD, as pgjobd.parse_rate() reads it too. */
+static void test_rates(void)
+{
+	rate_ok("10/1s", 10, 1000);
+	rate_ok("1/1ms", 1, 1);
+	rate_ok("100/1m", 100, 60000);
+	rate_ok("5/1h30m", 5, 5400000);
+	rate_ok("2147483647/1d", 2147483647, 86400000);
+	rate_ok("007/500ms", 7, 500);
+	rate_ok("3/36500d", 3, 36500LL * 86400000);
+	rate_bad("10", "N/PERIOD");
+	rate_bad("", "empty");
+	rate_bad("/1s", "missing the count");
+	rate_bad("10/", "missing the period");
+	rate_bad("0/1s", "from 1 to 2147483647");
+	rate_bad("2147483648/1s", "from 1 to 2147483647");
+	rate_bad("99999999999999999/1s", "too large");
+	rate_bad("-1/1s", "whole number");
+	rate_bad("1.5/1s", "whole number");
+	rate_bad(" 10/1s", "whole number");
+	rate_bad("10/0", "more than 0");
+	rate_bad("10/0s", "more than 0");
+	rate_bad("10/1", "missing unit");
+	rate_bad("10/s", "missing number");
+	rate_bad("10/1x", "unknown unit");
+	rate_bad("10/1s1m", "largest to smallest");
+	rate_bad("10/1.5s", "fractions");
+	rate_bad("10/36501d", "too large");
+	rate_bad("10/1s/2", "expected a number");
+}
+
+/* cpu_max, limit_nofile/limit_core, max_pressure (pgjobd.ini(5), Resources). */
+static void test_resources(void)
+{
+	long long n;
+	int64_t v;
+	double pr[3];
+	const char *err;
+
+	ok(parse_percent("50%", 100000, &n, &err) == 0 && n == 50, "cpu_max 50%%");
+	ok(parse_percent("250", 100000, &n, &err) == 0 && n == 250, "cpu_max 250 (no %%)");
+	ok(parse_percent("0%", 100000, &n, &err) < 0, "cpu_max 0%% refused");
+	ok(parse_percent("12.5%", 100000, &n, &err) < 0, "cpu_max 12.5%% refused");
+	ok(parse_percent("%", 100000, &n, &err) < 0, "cpu_max %% alone refused");
+	ok(parse_percent("100001%", 100000, &n, &err) < 0, "cpu_max above the bound refused");
+
+	ok(parse_rlimit("77", false, &v, &err) == 0 && v == 77, "limit_nofile 77");
+	ok(parse_rlimit("infinity", false, &v, &err) == 0 && v == PARSE_RLIM_INFINITY,
+	   "limit_nofile infinity");
+	ok(parse_rlimit("unlimited", true, &v, &err) == 0 && v == PARSE_RLIM_INFINITY,
+	   "limit_core unlimited");
+	ok(parse_rlimit("inherit", true, &v, &err) == 0 && v == PARSE_RLIM_INHERIT,
+	   "limit_core inherit");
+	ok(parse_rlimit("1MiB", true, &v, &err) == 0 && v == 1048576, "limit_core 1MiB");
+	ok(parse_rlimit("1MiB", false, &v, &err) < 0, "limit_nofile takes no unit");
+	ok(parse_rlimit("-1", false, &v, &err) < 0, "limit_nofile -1 refused");
+
+	ok(parse_pressure("cpu 40 memory 10 io 30", pr, &err) == 0 && pr[0] == 40 && pr[1] == 10 &&
+	       pr[2] == 30,
+	   "max_pressure: all three");
+	ok(parse_pressure("io 30.5, cpu=12.25%", pr, &err) == 0 && pr[0] == 12.25 && pr[1] == 0 &&
+	       pr[2] == 30.5,
+	   "max_pressure: any order, commas, '=', decimals, %%");
+	ok(parse_pressure("", pr, &err) == 0 && pr[0] == 0 && pr[1] == 0 && pr[2] == 0,
+	   "max_pressure: empty is no bound");
+	ok(parse_pressure("cpu", pr, &err) < 0, "max_pressure: a resource without a bound");
+	ok(parse_pressure("cpu 0", pr, &err) < 0, "max_pressure: 0 refused");
+	ok(parse_pressure("cpu 100.01", pr, &err) < 0, "max_pressure: above 100 refused");
+	ok(parse_pressure("cpu 1.234", pr, &err) < 0, "max_pressure: three decimals refused");
+	ok(parse_pressure("cpu 40 cpu 50", pr, &err) < 0, "max_pressure: twice refused");
+	ok(parse_pressure("gpu 40", pr, &err) < 0, "max_pressure: unknown resource refused");
+	ok(parse_pressure("cpu 40x", pr, &err) < 0, "max_pressure: junk after a bound refused");
+	ok(parse_pressure("cpus 40", pr, &err) < 0, "max_pressure: a longer name refused");
+}
+
+static void test_exit_codes(void)
+{
+	unsigned char set[PARSE_EXIT_CODES_BYTES];
+	const char *err = NULL;
+	ok(parse_exit_codes("64-74 76-78", set, &err) == 0, "exit codes: 64-74 76-78");
+	ok(parse_exit_code_in(set, 64) && parse_exit_code_in(set, 74) &&
+	       parse_exit_code_in(set, 76) && parse_exit_code_in(set, 78),
+	   "exit codes: the ends of both ranges are in");
+	ok(!parse_exit_code_in(set, 75) && !parse_exit_code_in(set, 63) &&
+	       !parse_exit_code_in(set, 79) && !parse_exit_code_in(set, 0),
+	   "exit codes: 75, 63, 79 and 0 are not");
+	ok(parse_exit_codes("1,2, 255", set, &err) == 0 && parse_exit_code_in(set, 1) &&
+	       parse_exit_code_in(set, 255) && !parse_exit_code_in(set, 3),
+	   "exit codes: commas and blanks, 255");
+	ok(parse_exit_codes("", set, &err) == 0 && !parse_exit_code_in(set, 1),
+	   "exit codes: empty");
+	static const struct {
+		const char *s, *needle;
+	} bad[] = {
+	    {"0", "success"},  {"256", "at most 255"}, {"78-64", "upwards"}, {"64-", "expected"},
+	    {"x", "expected"}, {"64x", "expected"},    {"-3", "expected"},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		err = NULL;
+		ok(parse_exit_codes(bad[i].s, set, &err) < 0 && err && strstr(err, bad[i].needle),
+		   "exit codes: '%s' refused (%s)", bad[i].s, err ? err : "no message");
+	}
+}
+
 int main(void)
 {
+	test_rates();
+	test_resources();
+	test_exit_codes();
 	test_times();
 	test_durations();
 	test_sizes();

@@ -553,6 +553,57 @@ static void test_history_entry(void)
 		  "history entry with unknowns as null");
 }
 
+static void retry_ok(const char *stdout_text, int64_t want)
+{
+	char *json = result_from_stdout(stdout_text, strlen(stdout_text), false, NULL, 0);
+	int64_t ms = -1;
+	int rc = result_retry_after_ms(json, &ms);
+	ok(rc == 0 && ms == want, "retry_after of %.*s: %lld ms (got %d, %lld)",
+	   (int)strcspn(stdout_text, "\n"), stdout_text, (long long)want, rc, (long long)ms);
+	free(json);
+}
+
+static void retry_none(const char *stdout_text)
+{
+	char *json = result_from_stdout(stdout_text, strlen(stdout_text), false, NULL, 0);
+	int64_t ms = -1;
+	ok(result_retry_after_ms(json, &ms) < 0 && ms == -1, "no retry_after in %.*s",
+	   (int)strcspn(stdout_text, "\n"), stdout_text);
+	free(json);
+}
+
+static void test_retry_after(void)
+{
+	retry_ok("{\"retry_after\": \"2s\"}", 2000);
+	retry_ok("{\"retry_after\": 30}", 30000);
+	retry_ok("{\"retry_after\": 2.5}", 2500);
+	retry_ok("{\"retry_after\": \"90\"}", 90000);
+	retry_ok("retry_after: 1m30s\n", 90000);
+	retry_ok("{\"a\": {\"retry_after\": \"9s\"}, \"b\": [1, {\"c\": 2}], \"retry_after\": "
+		 "\"500ms\"}",
+		 500);
+	retry_ok("progress 10%\nprogress 90%\n{\"retry_after\": \"3s\"}\n", 3000);
+	retry_none("{\"a\": {\"retry_after\": \"9s\"}}");
+	retry_none("{\"retry_after\": \"soon\"}");
+	retry_none("{\"retry_after\": -1}");
+	retry_none("{\"retry_after\": {\"s\": 1}}");
+	retry_none("[{\"retry_after\": 1}]");
+	retry_none("retry_after 2s");
+	retry_none("");
+	ok(result_retry_after_ms(NULL, &(int64_t){0}) < 0, "no retry_after in NULL");
+}
+
+static void test_object_add(void)
+{
+	char *j =
+	    result_object_add(xstrdup("{\"reason\": \"exit\"}"), "group_on_failure", "\"hold\"");
+	is_str(j, "{\"reason\": \"exit\", \"group_on_failure\": \"hold\"}", "object_add appends");
+	free(j);
+	j = result_object_add(xstrdup("{}"), "k", "1");
+	is_str(j, "{\"k\": 1}", "object_add to an empty object");
+	free(j);
+}
+
 int main(void)
 {
 	const char *path = getenv("RESULT_DUMP");
@@ -569,6 +620,8 @@ int main(void)
 	test_last_line();
 	test_error_stdout();
 	test_history_entry();
+	test_retry_after();
+	test_object_add();
 	if (dump)
 		fclose(dump);
 	return tap_done();

@@ -1,4 +1,4 @@
--- 031_idle.sql - schema version 31: an idle daemon costs the server its polls
+-- 042_idle.sql - schema version 42: an idle daemon costs the server its polls
 -- and little else.
 --
 -- The maintenance pass (pgjobd.maintain, sql/functions/control.sql) was sent
@@ -9,7 +9,7 @@
 -- second, the others every few seconds only (for their own queues'
 -- retention, and to take the pace over once the keeper's time ran out). The
 -- four-argument maintain() does this; the three-argument one, kept for the
--- daemons of version 30 (sql/functions/previous.sql), never takes the pace.
+-- daemons of earlier versions (sql/functions/previous.sql), never takes the pace.
 --
 -- Also in this version, in the daemon: the cancel requests are read only
 -- while the daemon has jobs, and the scheduler looks at pgjobd.schedules when

@@ -1,0 +1,327 @@
+-- sql/functions/limits.sql - flow control: set_limits, which writes a
+-- queue's row of pgjobd.queue_limits, its checks, limit_stats (the limits'
+-- columns of queue_stats) and grant_limits.
+
+-- parse_rate(name, value): 'N/PERIOD' as a count (1 to 2147483647) and a
+-- period, PERIOD in the daemon's duration syntax (src/parse.c): one or more
+-- of <digits><unit>, units d h m s ms from the largest to the smallest, each
+-- at most once ("1s", "1m", "1h30m", "500ms"), from 1 ms to 100 years. name
+-- ('rate', 'group_rate') is for the message. A bad value: SQLSTATE 22023.
+CREATE OR REPLACE FUNCTION pgjobd.parse_rate(p_name text, p_value text, OUT n integer, OUT period interval) RETURNS record
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    m text[];
+    ms numeric;
+BEGIN
+    -- m[1] the count; m[2..6] d h m s ms (an "m" followed by "s" is ms).
+    m := regexp_match(p_value,
+        '^([0-9]{1,10})/(?:([0-9]{1,12})d)?(?:([0-9]{1,12})h)?(?:([0-9]{1,12})m(?!s))?(?:([0-9]{1,12})s)?(?:([0-9]{1,12})ms)?$');
+    IF m IS NULL OR num_nonnulls(m[2], m[3], m[4], m[5], m[6]) = 0 THEN
+        RAISE EXCEPTION 'bad %: %', p_name, coalesce(quote_literal(p_value), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'write N/PERIOD: N starts per PERIOD, a duration such as 1s, 1m, 1h30m or 500ms';
+    END IF;
+    IF m[1]::bigint NOT BETWEEN 1 AND 2147483647 THEN
+        RAISE EXCEPTION 'bad %: %: the count must be from 1 to 2147483647', p_name,
+            quote_literal(p_value) USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    ms := coalesce(m[2]::numeric, 0) * 86400000 + coalesce(m[3]::numeric, 0) * 3600000
+        + coalesce(m[4]::numeric, 0) * 60000 + coalesce(m[5]::numeric, 0) * 1000
+        + coalesce(m[6]::numeric, 0);
+    IF ms < 1 OR ms > 100 * 365 * 86400000::numeric THEN
+        RAISE EXCEPTION 'bad %: %: the period must be from 1ms to 100 years', p_name,
+            quote_literal(p_value) USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    n := m[1]::integer;
+    period := ms * interval '1 millisecond';
+END
+$$;
+
+-- check_limit(name, value): a count limit must be at least 1 (-1 is
+-- set_limits' "keep", never stored). SQLSTATE 22023 otherwise.
+CREATE OR REPLACE FUNCTION pgjobd.check_limit(p_name text, p_value integer) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF p_value < 1 THEN
+        RAISE EXCEPTION 'bad %: %: must be at least 1 (NULL removes the limit)', p_name, p_value
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+END
+$$;
+
+-- set_limits(queue, concurrency, group_concurrency, rate, group_rate): the
+-- queue's limits, for every daemon (pgjobd(8), "Flow control"). Called with
+-- named arguments. An argument left out keeps that limit as it is (its
+-- default, -1 or 'keep', means exactly that); NULL removes it; a value sets
+-- it: a count at least 1, a rate 'N/PERIOD' (parse_rate). A queue left with
+-- no limit loses its row. Returns whether anything changed; a change wakes
+-- the queue's daemons (NOTIFY pgjobd, as resume() does), so that a raised
+-- or removed limit is used at once. With the caller's rights: the owner and
+-- the worker role may, as they may pause a queue; producers may not.
+CREATE OR REPLACE FUNCTION pgjobd.set_limits(queue text, concurrency integer DEFAULT -1, group_concurrency integer DEFAULT -1, rate text DEFAULT 'keep', group_rate text DEFAULT 'keep') RETURNS boolean
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    p_queue text := set_limits.queue;
+    c integer := set_limits.concurrency;
+    gc integer := set_limits.group_concurrency;
+    r text := set_limits.rate;
+    gr text := set_limits.group_rate;
+    had pgjobd.queue_limits;
+    want pgjobd.queue_limits;
+BEGIN
+    PERFORM pgjobd.check_queue_name(p_queue);
+    IF c IS DISTINCT FROM -1 THEN
+        PERFORM pgjobd.check_limit('concurrency', c);
+    END IF;
+    IF gc IS DISTINCT FROM -1 THEN
+        PERFORM pgjobd.check_limit('group_concurrency', gc);
+    END IF;
+    -- One writer of a queue's row at a time: the row's lock, or for a
+    -- queue without one, the primary key's (ON CONFLICT below).
+    SELECT * INTO had FROM pgjobd.queue_limits l WHERE l.queue = p_queue FOR UPDATE;
+    want := had;
+    want.queue := p_queue;
+    IF c IS DISTINCT FROM -1 THEN
+        want.concurrency := c;
+    END IF;
+    IF gc IS DISTINCT FROM -1 THEN
+        want.group_concurrency := gc;
+    END IF;
+    IF r IS NULL THEN
+        want.rate_n := NULL;
+        want.rate_period := NULL;
+    ELSIF r <> 'keep' THEN
+        SELECT p.n, p.period INTO want.rate_n, want.rate_period
+          FROM pgjobd.parse_rate('rate', r) p;
+    END IF;
+    IF gr IS NULL THEN
+        want.group_rate_n := NULL;
+        want.group_rate_period := NULL;
+    ELSIF gr <> 'keep' THEN
+        SELECT p.n, p.period INTO want.group_rate_n, want.group_rate_period
+          FROM pgjobd.parse_rate('group_rate', gr) p;
+    END IF;
+    IF (want.concurrency, want.group_concurrency, want.rate_n, want.rate_period,
+        want.group_rate_n, want.group_rate_period)
+       IS NOT DISTINCT FROM
+       (had.concurrency, had.group_concurrency, had.rate_n, had.rate_period,
+        had.group_rate_n, had.group_rate_period) THEN
+        RETURN false;
+    END IF;
+    IF num_nonnulls(want.concurrency, want.group_concurrency, want.rate_n, want.group_rate_n) = 0 THEN
+        DELETE FROM pgjobd.queue_limits l WHERE l.queue = p_queue;
+    ELSE
+        INSERT INTO pgjobd.queue_limits AS l (queue, concurrency, group_concurrency, rate_n,
+                                              rate_period, group_rate_n, group_rate_period)
+        VALUES (p_queue, want.concurrency, want.group_concurrency, want.rate_n, want.rate_period,
+                want.group_rate_n, want.group_rate_period)
+        -- The row is there after all (another set_limits created it since
+        -- our look): only what was given changes, as if we had waited.
+        ON CONFLICT ON CONSTRAINT queue_limits_pkey DO UPDATE
+           SET concurrency = CASE WHEN c IS DISTINCT FROM -1 THEN EXCLUDED.concurrency
+                                  ELSE l.concurrency END,
+               group_concurrency = CASE WHEN gc IS DISTINCT FROM -1
+                                        THEN EXCLUDED.group_concurrency
+                                        ELSE l.group_concurrency END,
+               rate_n = CASE WHEN r IS DISTINCT FROM 'keep' THEN EXCLUDED.rate_n
+                             ELSE l.rate_n END,
+               rate_period = CASE WHEN r IS DISTINCT FROM 'keep' THEN EXCLUDED.rate_period
+                                  ELSE l.rate_period END,
+               group_rate_n = CASE WHEN gr IS DISTINCT FROM 'keep' THEN EXCLUDED.group_rate_n
+                                   ELSE l.group_rate_n END,
+               group_rate_period = CASE WHEN gr IS DISTINCT FROM 'keep'
+                                        THEN EXCLUDED.group_rate_period
+                                        ELSE l.group_rate_period END,
+               updated_at = now(), updated_by = session_user;
+    END IF;
+    PERFORM pg_notify('pgjobd', pgjobd.wake_payload(p_queue));
+    RETURN true;
+END
+$$;
+
+-- format_rate(n, period): 'N/PERIOD', the period in the daemon's duration
+-- syntax, every unit from the largest that is not zero ('10/1s', '5/1h30m');
+-- NULL when n is.
+CREATE OR REPLACE FUNCTION pgjobd.format_rate(p_n integer, p_period interval) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+SELECT p_n::text || '/' || string_agg(((x.ms / u.mult) % u.modulo)::text || u.unit, ''
+                                      ORDER BY u.mult DESC)
+  FROM (SELECT (extract(epoch FROM p_period) * 1000)::bigint AS ms) x,
+       (VALUES ('d', 86400000::bigint, 1000000000::bigint), ('h', 3600000, 24),
+               ('m', 60000, 60), ('s', 1000, 60), ('ms', 1, 1000)) u(unit, mult, modulo)
+ WHERE (x.ms / u.mult) % u.modulo > 0
+$$;
+
+-- limit_stats(): one row per queue with limits (pgjobd.queue_limits): each
+-- limit, what is in use of it, and `throttled`, for the view queue_stats.
+-- With the rights of its caller, so that row-level security applies (a
+-- producer sees the limits of its granted queues, counts its own jobs):
+-- nothing for a caller that may not read queue_limits, and the limits
+-- without what is in use (NULL) for one that may not read the jobs'
+-- columns it counts by. In use:
+--   concurrency_used        running jobs of the queue;
+--   group_concurrency_used  running jobs of its busiest group;
+--   rate_used               jobs started within the last period (running or
+--                           finished: each job's latest start);
+--   group_rate_used         the same for its busiest group.
+-- throttled: the first limit, in that order, that is reached while a ready
+-- job (queued, due) waits; for a group limit, a ready job of a group that
+-- reached it. NULL: none.
+CREATE OR REPLACE FUNCTION pgjobd.limit_stats() RETURNS TABLE (queue text, concurrency integer,
+        concurrency_used bigint, group_concurrency integer, group_concurrency_used bigint,
+        rate text, rate_used bigint, group_rate text, group_rate_used bigint, throttled text)
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+BEGIN
+    IF NOT has_table_privilege('pgjobd.queue_limits', 'SELECT') THEN
+        RETURN;
+    END IF;
+    IF NOT has_column_privilege('pgjobd.jobs', 'queue', 'SELECT')
+       OR NOT has_column_privilege('pgjobd.jobs', 'status', 'SELECT')
+       OR NOT has_column_privilege('pgjobd.jobs', 'run_at', 'SELECT')
+       OR NOT has_column_privilege('pgjobd.jobs', 'started_at', 'SELECT')
+       OR NOT has_column_privilege('pgjobd.jobs', 'finished_at', 'SELECT')
+       OR NOT has_column_privilege('pgjobd.jobs', 'group_id', 'SELECT')
+       OR NOT has_column_privilege('pgjobd.jobs', 'group_key', 'SELECT') THEN
+        RETURN QUERY
+        SELECT l.queue, l.concurrency, NULL::bigint, l.group_concurrency, NULL::bigint,
+               pgjobd.format_rate(l.rate_n, l.rate_period), NULL::bigint,
+               pgjobd.format_rate(l.group_rate_n, l.group_rate_period), NULL::bigint, NULL::text
+          FROM pgjobd.queue_limits l;
+        RETURN;
+    END IF;
+    RETURN QUERY
+    WITH u AS (
+        SELECT l.*,
+               -- jobs_running
+               (SELECT count(*) FROM pgjobd.jobs r
+                 WHERE r.queue = l.queue AND r.status = 'running') AS running,
+               -- jobs_group_running
+               CASE WHEN l.group_concurrency IS NOT NULL THEN
+                   coalesce((SELECT max(g.n) FROM (
+                       SELECT count(*) AS n FROM pgjobd.jobs r
+                        WHERE r.queue = l.queue AND r.status = 'running'
+                          AND coalesce(r.group_key, r.group_id) IS NOT NULL
+                        GROUP BY coalesce(r.group_key, r.group_id)) g), 0)
+               END AS gc_used,
+               -- jobs_running and jobs_finished: a job started within the
+               -- period runs, or finished within it.
+               CASE WHEN l.rate_n IS NOT NULL THEN
+                   (SELECT count(*) FROM pgjobd.jobs r
+                     WHERE r.queue = l.queue AND r.status = 'running'
+                       AND r.started_at > now() - l.rate_period)
+                 + (SELECT count(*) FROM pgjobd.jobs r
+                     WHERE r.queue = l.queue
+                       AND r.status IN ('succeeded', 'failed', 'cancelled')
+                       AND r.finished_at > now() - l.rate_period
+                       AND r.started_at > now() - l.rate_period)
+               END AS r_used,
+               CASE WHEN l.group_rate_n IS NOT NULL THEN
+                   coalesce((SELECT max(g.n) FROM (
+                       SELECT count(*) AS n FROM pgjobd.jobs r
+                        WHERE r.queue = l.queue
+                          AND (r.status = 'running'
+                               OR (r.status IN ('succeeded', 'failed', 'cancelled')
+                                   AND r.finished_at > now() - l.group_rate_period))
+                          AND r.started_at > now() - l.group_rate_period
+                          AND coalesce(r.group_key, r.group_id) IS NOT NULL
+                        GROUP BY coalesce(r.group_key, r.group_id)) g), 0)
+               END AS gr_used,
+               -- jobs_ready_free, jobs_ready_grouped
+               EXISTS (SELECT 1 FROM pgjobd.jobs w
+                        WHERE w.queue = l.queue AND w.status = 'queued'
+                          AND w.run_at <= now()) AS ready
+          FROM pgjobd.queue_limits l)
+    SELECT u.queue, u.concurrency,
+           CASE WHEN u.concurrency IS NOT NULL THEN u.running END,
+           u.group_concurrency, u.gc_used,
+           pgjobd.format_rate(u.rate_n, u.rate_period), u.r_used,
+           pgjobd.format_rate(u.group_rate_n, u.group_rate_period), u.gr_used,
+           CASE
+               WHEN NOT u.ready THEN NULL
+               WHEN u.running >= u.concurrency THEN 'concurrency'
+               WHEN u.r_used >= u.rate_n THEN 'rate'
+               WHEN u.gc_used >= u.group_concurrency AND EXISTS (
+                   SELECT 1 FROM pgjobd.jobs w
+                    WHERE w.queue = u.queue AND w.status = 'queued' AND w.run_at <= now()
+                      AND coalesce(w.group_key, w.group_id) IS NOT NULL
+                      AND (SELECT count(*) FROM pgjobd.jobs r
+                            WHERE r.queue = w.queue AND r.status = 'running'
+                              AND coalesce(r.group_key, r.group_id)
+                                  = coalesce(w.group_key, w.group_id))
+                          >= u.group_concurrency) THEN 'group_concurrency'
+               WHEN u.gr_used >= u.group_rate_n AND EXISTS (
+                   SELECT 1 FROM pgjobd.jobs w
+                    WHERE w.queue = u.queue AND w.status = 'queued' AND w.run_at <= now()
+                      AND coalesce(w.group_key, w.group_id) IS NOT NULL
+                      AND (SELECT count(*) FROM pgjobd.jobs r
+                            WHERE r.queue = w.queue
+                              AND (r.status = 'running'
+                                   OR (r.status IN ('succeeded', 'failed', 'cancelled')
+                                       AND r.finished_at > now() - u.group_rate_period))
+                              AND r.started_at > now() - u.group_rate_period
+                              AND coalesce(r.group_key, r.group_id)
+                                  = coalesce(w.group_key, w.group_id))
+                          >= u.group_rate_n) THEN 'group_rate'
+           END
+      FROM u;
+END
+$$;
+
+REVOKE ALL ON FUNCTION pgjobd.parse_rate(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgjobd.check_limit(text, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgjobd.set_limits(text, integer, integer, text, text) FROM PUBLIC;
+
+-- grant_limits(): the worker role sets limits (set_limits with its own
+-- rights, on queue_limits) as it pauses queues; producers read the limits
+-- of the queues they are granted, which queue_stats shows them.
+CREATE OR REPLACE FUNCTION pgjobd.grant_limits() RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_producer') THEN
+        GRANT SELECT ON pgjobd.queue_limits TO pgjobd_producer;
+        IF NOT EXISTS (SELECT 1 FROM pg_policies
+                        WHERE schemaname = 'pgjobd' AND tablename = 'queue_limits'
+                          AND policyname = 'producer_select') THEN
+            CREATE POLICY producer_select ON pgjobd.queue_limits FOR SELECT
+                TO pgjobd_producer
+                USING (EXISTS (SELECT 1 FROM pgjobd.queue_grants g
+                                WHERE g.queue IN (queue_limits.queue, '*')
+                                  AND pg_catalog.pg_has_role(current_user, g.role, 'MEMBER')));
+        END IF;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_worker') THEN
+        GRANT SELECT, INSERT, UPDATE, DELETE ON pgjobd.queue_limits, pgjobd.group_rates
+              TO pgjobd_worker;
+        GRANT EXECUTE ON FUNCTION pgjobd.set_limits(text, integer, integer, text, text),
+              pgjobd.parse_rate(text, text), pgjobd.check_limit(text, integer),
+              pgjobd.rate_lag(interval)
+              TO pgjobd_worker;
+        IF NOT EXISTS (SELECT 1 FROM pg_policies
+                        WHERE schemaname = 'pgjobd' AND tablename = 'queue_limits'
+                          AND policyname = 'worker_all') THEN
+            CREATE POLICY worker_all ON pgjobd.queue_limits TO pgjobd_worker
+                USING (true) WITH CHECK (true);
+        END IF;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_producer')
+       AND NOT (SELECT c.relrowsecurity FROM pg_class c
+                 WHERE c.oid = 'pgjobd.queue_limits'::regclass) THEN
+        ALTER TABLE pgjobd.queue_limits ENABLE ROW LEVEL SECURITY;
+    END IF;
+END
+$$;
+
+REVOKE ALL ON FUNCTION pgjobd.grant_limits() FROM PUBLIC;
