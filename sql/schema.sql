@@ -10,7 +10,7 @@
 -- their grants and row-level security policies show), normalised by
 -- tests/schema-dump.sh: no owners, no SET preamble, no pg_dump comments.
 --
--- Schema version 41 (041_limits_enforced), dumped by pg_dump 15.
+-- Schema version 42 (042_idle), dumped by pg_dump 15.
 
 CREATE SCHEMA pgjobd;
 
@@ -1188,6 +1188,7 @@ BEGIN
         END IF;
         GRANT EXECUTE ON FUNCTION pgjobd.cancel(bigint), pgjobd.pause(text),
               pgjobd.resume(text), pgjobd.maintain(text[], bigint[], int),
+              pgjobd.maintain(text[], bigint[], int, int),
               pgjobd.try_group_head(text, text, bigint, int, timestamptz) TO pgjobd_worker;
     END IF;
     PERFORM pgjobd.grant_fencing();
@@ -1909,6 +1910,14 @@ END
 $$;
 
 CREATE FUNCTION pgjobd.maintain(p_queues text[], p_retention_ms bigint[], p_limit integer, OUT locked boolean, OUT expired integer, OUT deleted integer, OUT more boolean) RETURNS record
+    LANGUAGE sql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT m.locked, m.expired, m.deleted, m.more
+      FROM pgjobd.maintain(p_queues, p_retention_ms, p_limit, 0) m
+$$;
+
+CREATE FUNCTION pgjobd.maintain(p_queues text[], p_retention_ms bigint[], p_limit integer, p_keep_ms integer, OUT locked boolean, OUT keeper boolean, OUT expired integer, OUT deleted integer, OUT more boolean) RETURNS record
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -1924,6 +1933,13 @@ BEGIN
     IF NOT locked THEN
         RETURN;
     END IF;
+    UPDATE pgjobd.maintenance_lock m
+       SET keeper = pg_backend_pid(),
+           keeper_until = clock_timestamp() + p_keep_ms * interval '1 millisecond'
+     WHERE p_keep_ms > 0
+       AND (m.keeper IS NOT DISTINCT FROM pg_backend_pid() OR m.keeper_until IS NULL
+            OR m.keeper_until <= clock_timestamp());
+    keeper := FOUND;
 
     UPDATE pgjobd.jobs j SET status = 'cancelled', finished_at = clock_timestamp(),
            updated_at = clock_timestamp(),
@@ -2844,6 +2860,8 @@ ALTER TABLE pgjobd.jobs ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
 
 CREATE TABLE pgjobd.maintenance_lock (
     one boolean DEFAULT true NOT NULL,
+    keeper integer,
+    keeper_until timestamp with time zone,
     CONSTRAINT "maintenance_lock has one row" CHECK (one)
 );
 
@@ -3258,6 +3276,9 @@ REVOKE ALL ON FUNCTION pgjobd.lock_dedupe_key(p_queue text, p_key text, p_scope 
 
 REVOKE ALL ON FUNCTION pgjobd.maintain(p_queues text[], p_retention_ms bigint[], p_limit integer, OUT locked boolean, OUT expired integer, OUT deleted integer, OUT more boolean) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.maintain(p_queues text[], p_retention_ms bigint[], p_limit integer, OUT locked boolean, OUT expired integer, OUT deleted integer, OUT more boolean) TO pgjobd_worker;
+
+REVOKE ALL ON FUNCTION pgjobd.maintain(p_queues text[], p_retention_ms bigint[], p_limit integer, p_keep_ms integer, OUT locked boolean, OUT keeper boolean, OUT expired integer, OUT deleted integer, OUT more boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgjobd.maintain(p_queues text[], p_retention_ms bigint[], p_limit integer, p_keep_ms integer, OUT locked boolean, OUT keeper boolean, OUT expired integer, OUT deleted integer, OUT more boolean) TO pgjobd_worker;
 
 REVOKE ALL ON FUNCTION pgjobd.parse_rate(p_name text, p_value text, OUT n integer, OUT period interval) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.parse_rate(p_name text, p_value text, OUT n integer, OUT period interval) TO pgjobd_worker;

@@ -122,8 +122,9 @@ static const char sql_drop_cancel[] =
  * is empty nearly always, and the only source of the ids of jobs to cancel. Only the owner and the
  * worker role may write it; a NOTIFY on pgjobd_cancel, which any role can send, only makes the
  * daemon read it at once (sql/README, "Wake-ups"). */
-static const char sql_maintain[] = "SELECT locked, expired, deleted, more "
-				   "FROM pgjobd.maintain($1::text[], $2::bigint[], $3::int)";
+static const char sql_maintain[] =
+    "SELECT locked, expired, deleted, more, keeper "
+    "FROM pgjobd.maintain($1::text[], $2::bigint[], $3::int, $4::int)";
 const char claim_sql_cancel_requests[] = "SELECT job_id FROM pgjobd.cancel_requests";
 
 /* The installation's secret for wake-up payloads (sql/README, "Wake-ups"),
@@ -453,15 +454,20 @@ int claim_build_heartbeat(struct db_stmt *st, struct fence_params *p, long long 
 }
 
 int claim_build_maintain(struct db_stmt *st, struct maintain_params *p, const char *const *queues,
-			 const long long *retention_ms, int nqueues, int limit)
+			 const long long *retention_ms, int nqueues, int limit, int keep_ms,
+			 bool cancels)
 {
 	snprintf(p->limit, sizeof(p->limit), "%d", limit);
+	snprintf(p->keep_ms, sizeof(p->keep_ms), "%d", keep_ms);
 	memset(st, 0, 2 * sizeof(*st));
 	st[0].sql = sql_maintain;
-	st[0].nparams = 3;
+	st[0].nparams = 4;
 	st[0].params[0] = text_array(&p->queues, queues, nqueues);
 	st[0].params[1] = bigint_array(&p->retention, retention_ms, nqueues);
 	st[0].params[2] = p->limit;
+	st[0].params[3] = p->keep_ms;
+	if (!cancels)
+		return 1;
 	st[CLAIM_MAINTAIN_CANCELS].sql = claim_sql_cancel_requests;
 	return 2;
 }

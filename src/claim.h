@@ -214,17 +214,20 @@ extern const char claim_sql_forget_workers[];
 extern const char claim_sql_worker_gone[];
 
 /* The maintenance batch (pgjobd.maintain() over the given queues and their
- * retention, 0 = keep; then the pending cancel requests) -> 2 statements.
- * Statement 0 returns one row (locked, expired, deleted, more); statement
- * CLAIM_MAINTAIN_CANCELS one job_id per request. p must be initialised with
- * buf_init on both bufs and outlive db_send only. */
+ * retention, 0 = keep, taking or keeping the pace for keep_ms; then, with
+ * cancels, the pending cancel requests) -> 1 or 2 statements. Statement 0
+ * returns one row (locked, expired, deleted, more, keeper: NULL when locked
+ * is false); statement CLAIM_MAINTAIN_CANCELS one job_id per request. p must
+ * be initialised with buf_init on both bufs and outlive db_send only. */
 #define CLAIM_MAINTAIN_CANCELS 1
 struct maintain_params {
 	struct buf queues, retention;
 	char limit[16];
+	char keep_ms[16];
 };
 int claim_build_maintain(struct db_stmt *st, struct maintain_params *p, const char *const *queues,
-			 const long long *retention_ms, int nqueues, int limit);
+			 const long long *retention_ms, int nqueues, int limit, int keep_ms,
+			 bool cancels);
 /* The pending cancel requests alone: one job_id per row. */
 extern const char claim_sql_cancel_requests[];
 /* The wake-up secret: one row, one column (64 hex digits). */

@@ -92,6 +92,7 @@ struct daemon {
 	struct guard *guard;
 	struct contain *contain;   /* what commands leave behind dies with them */
 	struct fence *fence;	   /* registration and heartbeat: bounds every claim */
+	uint64_t fence_started;	   /* metrics_started at the fence's last tick (fence_busy) */
 	struct dispatch *dispatch; /* the queues, their slots, the lease session */
 	struct db_conn *listener;
 	char *wake_secret;   /* pgjobd.wake_secret, read by the listener; NULL: unknown */
@@ -155,6 +156,27 @@ static void cancel_job(long long id, void *arg)
 	dispatch_cancel(d->dispatch, id);
 }
 
+/* For the maintenance session: cancel requests name running jobs. */
+static bool has_jobs(void *arg)
+{
+	struct daemon *d = arg;
+	return d->dispatch && dispatch_has_jobs(d->dispatch);
+}
+
+/* For the fence's pace, asked at each of its ticks: a job now, or one started
+ * since the last tick (short jobs a tick never sees keep it busy too, so that
+ * a daemon with work finds its fence fresh). A claim on its way does not
+ * count: it was sent with at least half of fence_timeout left, and the idle
+ * polls' claims would keep the fence busy whenever its tick met one. */
+static bool fence_busy(void *arg)
+{
+	struct daemon *d = arg;
+	uint64_t started = metrics_started(d->metrics);
+	bool more = started != d->fence_started;
+	d->fence_started = started;
+	return more || has_jobs(d);
+}
+
 static void refuse_pooler(struct daemon *d, const char *why);
 
 static void on_fence(struct fence *f, enum fence_event ev, void *arg)
@@ -162,7 +184,7 @@ static void on_fence(struct fence *f, enum fence_event ev, void *arg)
 	(void)f;
 	struct daemon *d = arg;
 	if (ev == FENCE_UP)
-		dispatch_kick_all(d->dispatch);
+		dispatch_fence_up(d->dispatch);
 	else if (ev == FENCE_EXPIRED)
 		dispatch_fence_lost(d->dispatch);
 	else if (d->state == D_STARTING)
@@ -174,7 +196,7 @@ static void start_serving(struct daemon *d)
 	/* With lease-mode queues, maintenance takes turns on the lease
 	 * session instead of opening one of its own. */
 	d->maint = maint_new(d->loop, d->conninfo, dispatch_lease_session(d->dispatch, d->cfg),
-			     d->cfg, d->metrics, cancel_job, d);
+			     d->cfg, d->metrics, cancel_job, has_jobs, d);
 	dispatch_serve(d->dispatch, d->cfg);
 	ev_timer_set(&d->poll, (double)d->cfg->poll_interval_ms / 1000.0,
 		     (double)d->cfg->poll_interval_ms / 1000.0);
@@ -928,6 +950,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 	d->home = default_home();
 	d->fence = fence_new(d->loop, d->conninfo, d->worker_prefix, cfg->fence_timeout_ms,
 			     d->guard, d->metrics, on_fence, d);
+	fence_set_busy(d->fence, fence_busy, d);
 	announce_queues(d, cfg);
 	d->renv = (struct run_env){
 	    .loop = d->loop,

@@ -233,6 +233,12 @@ void dispatch_kick_all(struct dispatch *x)
 		queue_kick(x->queues[i]);
 }
 
+void dispatch_fence_up(struct dispatch *x)
+{
+	for (size_t i = 0; i < x->nqueues; i++)
+		queue_fence_up(x->queues[i]);
+}
+
 /* fn on every queue, served or removed. */
 static void each_queue(struct dispatch *x, void (*fn)(struct queue *))
 {
@@ -263,6 +269,17 @@ size_t dispatch_busy(const struct dispatch *x)
 	for (size_t i = 0; i < x->nqueues; i++)
 		n += queue_jobs(x->queues[i]);
 	return n;
+}
+
+bool dispatch_has_jobs(const struct dispatch *x)
+{
+	for (size_t i = 0; i < x->nqueues; i++)
+		if (queue_jobs(x->queues[i]) > 0)
+			return true;
+	for (size_t i = 0; i < x->nremoved; i++)
+		if (queue_jobs(x->removed[i]) > 0)
+			return true;
+	return false;
 }
 
 void dispatch_drain(struct dispatch *x)

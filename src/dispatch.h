@@ -73,6 +73,8 @@ void dispatch_wake(struct dispatch *x, const char *payload);
 /* Kick every queue (a poll, the fence coming up, the listener back, a
  * secret that cannot be read). */
 void dispatch_kick_all(struct dispatch *x);
+/* The fence is fresh again: the queues whose claims it refused claim now. */
+void dispatch_fence_up(struct dispatch *x);
 /* The daemon's claims could not be confirmed in time (fence.h): every slot
  * SIGKILLs its command and starts nothing. */
 void dispatch_fence_lost(struct dispatch *x);
@@ -83,6 +85,9 @@ void dispatch_cancel(struct dispatch *x, long long id);
 /* Jobs of the served queues being held or run, or whose outcome is not
  * written yet (a removed queue's are not counted). */
 size_t dispatch_busy(const struct dispatch *x);
+/* Has any queue, served or removed, a job (claimed, running, or its outcome
+ * not written yet)? */
+bool dispatch_has_jobs(const struct dispatch *x);
 /* Claim no more: every slot stops once its job is done, and so does the
  * lease session. */
 void dispatch_drain(struct dispatch *x);

@@ -3,6 +3,15 @@
  * States: no instance (worker_id 0: register at the next tick) -> alive
  * (heartbeat at every tick) -> declared dead (the heartbeat answered false:
  * someone may have taken our jobs; FENCE_EXPIRED, register a new instance).
+ *
+ * Idle (fence_set_busy: no tick has seen a job of the daemon, or a job
+ * started, for fence_timeout): the heartbeat goes only every
+ * FENCE_IDLE_FIFTHS ticks, which
+ * keeps the instance's row alive (pgjobd status, and no new instance after
+ * every quiet spell) but lets the deadline come closer than fence_may_claim
+ * wants. A claim then asks for one first (fence_need): a heartbeat at once,
+ * and the claim at its FENCE_UP. While idle, a deadline that passes holds
+ * nothing: it is noted quietly and nothing is killed (there is nothing).
  * A lost session is reconnected with db.c's backoff; meanwhile the deadline
  * simply runs out.
  *
@@ -38,6 +47,10 @@
 #define FENCE_EARLY_MS 300
 /* How often instance rows long gone are deleted (any daemon may do it). */
 #define FENCE_FORGET_S 600.0
+/* Idle: a heartbeat every this many ticks (fifths of fence_timeout), so that
+ * the row's alive_until (fence_timeout plus a margin after each) never
+ * lapses between two of them. */
+#define FENCE_IDLE_FIFTHS 4
 
 struct fence {
 	struct ev_loop *loop;
@@ -50,7 +63,13 @@ struct fence {
 	int64_t sent;	  /* send time of the statement in flight */
 	bool expired;	  /* FENCE_EXPIRED was emitted for the current deadline */
 	bool forget_due;
-	bool read_only;	      /* the last heartbeat failed with SQLSTATE 25006 */
+	bool read_only;	     /* the last heartbeat failed with SQLSTATE 25006 */
+	bool quiet;	     /* the deadline passed while idle: nothing was held */
+	bool want_beat;	     /* a claim waits for a heartbeat (fence_need) */
+	int64_t beat_sent;   /* send time of the last heartbeat or registration */
+	int64_t last_busy;   /* when the daemon last had a job or a claim (boot ms) */
+	fence_busy_fn *busy; /* NULL: always busy */
+	void *busy_arg;
 	struct backoff beats; /* failed heartbeats, for their summary in the log */
 	ev_timer tick, expire, forget;
 	struct fence_params params;
@@ -67,12 +86,35 @@ static void emit(struct fence *f, enum fence_event ev)
 	f->cb(f, ev, f->arg);
 }
 
+/* Has the daemon been without jobs (and job starts) for fence_timeout? */
+static bool idle(struct fence *f, int64_t now)
+{
+	if (!f->busy)
+		return false;
+	if (f->busy(f->busy_arg)) {
+		f->last_busy = now;
+		return false;
+	}
+	return now - f->last_busy >= f->fence_ms;
+}
+
 static void set_expired(struct fence *f, const char *why)
 {
 	ev_timer_stop(f->loop, &f->expire);
 	if (f->expired)
 		return;
 	f->expired = true;
+	if (f->worker_id != 0 && idle(f, util_boot_ms())) {
+		/* No job: the deadline bounded nothing (a claim on its way
+		 * brings jobs that job_start will find too late to start, as
+		 * at any deadline). The next claim waits for a heartbeat
+		 * (fence_need). */
+		f->quiet = true;
+		log_debug("msg=\"fence deadline passed while idle\" reason=\"%s\"", why);
+		emit(f, FENCE_EXPIRED);
+		return;
+	}
+	f->quiet = false;
 	log_error("msg=\"cannot confirm this daemon's claims in time; killing running commands\" "
 		  "reason=\"%s\" fence_timeout_ms=%lld",
 		  why, (long long)f->fence_ms);
@@ -105,9 +147,13 @@ static void confirmed(struct fence *f)
 	if (f->guard)
 		guard_set_deadline(f->guard, d);
 	arm_expiry(f);
+	if (fence_may_claim(f))
+		f->want_beat = false; /* what claims asked for meanwhile (fence_need) */
 	if (f->expired) {
 		f->expired = false;
-		log_info("msg=\"claims confirmed again\" worker_id=%lld", f->worker_id);
+		if (!f->quiet)
+			log_info("msg=\"claims confirmed again\" worker_id=%lld", f->worker_id);
+		f->quiet = false;
 		emit(f, FENCE_UP);
 	} else if (!could && fence_may_claim(f)) {
 		emit(f, FENCE_UP);
@@ -220,13 +266,17 @@ static void on_beat(struct db_conn *c, PGresult *const *res, int n, void *arg)
 	set_expired(f, "declared dead");
 }
 
+static void on_tick(struct ev_loop *loop, ev_timer *w, int revents);
+
 static void on_forgotten(struct db_conn *c, PGresult *const *res, int n, void *arg)
 {
 	(void)c;
-	(void)arg;
+	struct fence *f = arg;
 	if (res && !db_batch_ok(res, n))
 		log_warn("msg=\"cannot delete old daemon rows\" err=%s",
 			 log_value(db_batch_error(res, n)));
+	if (res && f->want_beat && !fence_may_claim(f) && db_is_ready(f->db))
+		on_tick(f->loop, &f->tick, 0); /* the heartbeat a claim waits for */
 }
 
 static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
@@ -234,18 +284,31 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
 	(void)loop;
 	(void)revents;
 	struct fence *f = w->data;
-	if (f->deadline && !f->expired && util_boot_ms() >= f->deadline - FENCE_EARLY_MS)
+	int64_t now = util_boot_ms();
+	bool quiet = idle(f, now);
+	if (f->deadline && !f->expired && now >= f->deadline - FENCE_EARLY_MS)
 		set_expired(f, "deadline passed");
 	if (!db_is_ready(f->db))
+		return;
+	/* Idle, registered, nothing else to send, nothing waiting: the
+	 * heartbeat only every FENCE_IDLE_FIFTHS ticks (half a tick early for
+	 * the timer's jitter). */
+	int64_t every = f->fence_ms * FENCE_IDLE_FIFTHS / 5 - f->fence_ms / 10;
+	if (quiet && !f->want_beat && f->worker_id != 0 && f->queues_sent == f->queues_gen &&
+	    !f->forget_due && now - f->beat_sent < every)
 		return;
 	struct db_stmt st[2];
 	f->sent = util_boot_ms();
 	f->queues_in_flight = f->queues_gen;
 	const char *const *qv = (const char *const *)f->queues;
 	if (f->worker_id == 0) {
+		f->want_beat = false;
+		f->beat_sent = f->sent;
 		claim_build_register(&st[0], &f->params, f->name, f->fence_ms, qv, f->nqueues);
 		db_send(f->db, st, 1, on_registered, f);
 	} else if (f->queues_sent != f->queues_gen) {
+		f->want_beat = false;
+		f->beat_sent = f->sent;
 		/* After a reload: the new list, then the usual heartbeat, in
 		 * one round trip. */
 		claim_build_set_queues(&st[0], &f->params, f->worker_id, qv, f->nqueues);
@@ -256,6 +319,8 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
 		st[0] = (struct db_stmt){.sql = claim_sql_forget_workers};
 		db_send(f->db, st, 1, on_forgotten, f);
 	} else {
+		f->want_beat = false;
+		f->beat_sent = f->sent;
 		claim_build_heartbeat(&st[0], &f->params, f->worker_id);
 		db_send(f->db, st, 1, on_beat, f);
 	}
@@ -305,6 +370,7 @@ struct fence *fence_new(struct ev_loop *loop, const char *conninfo, const char *
 	f->cb = cb;
 	f->arg = arg;
 	f->expired = true;	       /* nothing confirmed yet */
+	f->last_busy = util_boot_ms(); /* idle only after fence_timeout */
 	backoff_init(&f->beats, 1, 1); /* its pace is the tick's; the summary is used */
 	buf_init(&f->params.queues);
 	f->queues = xcalloc(1, sizeof(char *));
@@ -386,6 +452,23 @@ bool fence_lapsed(const struct fence *f, long long worker_id)
 bool fence_may_claim(const struct fence *f)
 {
 	return fence_holds(f, f->fence_ms / 2);
+}
+
+void fence_set_busy(struct fence *f, fence_busy_fn *busy, void *arg)
+{
+	f->busy = busy;
+	f->busy_arg = arg;
+}
+
+void fence_need(struct fence *f)
+{
+	if (fence_may_claim(f) || f->worker_id == 0)
+		return; /* fresh; or the registration confirms (at once when up) */
+	f->want_beat = true;
+	if (db_is_ready(f->db))
+		on_tick(f->loop, &f->tick, 0);
+	/* else: a statement is in flight; its answer, or the session's
+	 * return (on_db_event), is followed by the heartbeat. */
 }
 
 int64_t fence_timeout_ms(const struct fence *f)

@@ -2,7 +2,8 @@
  *
  * One PostgreSQL session of its own ("pgjobd fence") registers the daemon
  * instance (a row of pgjobd.workers) and sends a heartbeat every fifth of
- * the fence deadline (`fence_timeout`). Each heartbeat that succeeds proves
+ * the fence deadline (`fence_timeout`), every fourth fifth only while the
+ * daemon is idle (fence_set_busy). Each heartbeat that succeeds proves
  * that the daemon's claims still held when it was sent; the deadline is then
  * "send time + fence_timeout" on CLOCK_BOOTTIME, and it is handed to the
  * supervisor (guard.h), which kills every command once it passes whether or
@@ -63,5 +64,18 @@ bool fence_lapsed(const struct fence *f, long long worker_id);
 bool fence_may_claim(const struct fence *f);
 /* fence_timeout in ms. */
 int64_t fence_timeout_ms(const struct fence *f);
+
+/* Is the daemon busy: has it a job (claimed, running, its outcome not
+ * written), or did one start since the last call? Asked at every tick. */
+typedef bool fence_busy_fn(void *arg);
+/* Tells the fence when the daemon is idle: not busy for fence_timeout, it
+ * beats only every fourth fifth of fence_timeout (fence.c),
+ * and a claim must ask for a heartbeat first (fence_need). Without it (NULL,
+ * the default) the fence beats every fifth, always. */
+void fence_set_busy(struct fence *f, fence_busy_fn *busy, void *arg);
+/* A claim is wanted while fence_may_claim is false: send a heartbeat now if
+ * none is on its way (FENCE_UP follows when it turns true). Cheap to call
+ * again and again. */
+void fence_need(struct fence *f);
 
 #endif

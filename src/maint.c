@@ -1,17 +1,29 @@
 /* maint.c - the daemon's maintenance session (see maint.h).
  *
  * One PostgreSQL session of its own, so that housekeeping never waits
- * behind the listener's traffic and never holds a slot's session. Every
- * MAINT_INTERVAL it sends one batch (claim_build_maintain):
+ * behind the listener's traffic and never holds a slot's session. Its timer
+ * ticks every MAINT_INTERVAL; a tick sends what is due, in one batch
+ * (claim_build_maintain), or nothing:
  *
- *   SELECT ... FROM pgjobd.maintain(queues[], retention_ms[], MAINT_BATCH)
- *   SELECT job_id FROM pgjobd.cancel_requests
+ *   SELECT ... FROM pgjobd.maintain(queues[], retention_ms[], MAINT_BATCH, keep)
+ *   SELECT job_id FROM pgjobd.cancel_requests        -- while we have jobs
  *
  * pgjobd.maintain() first locks the one row of pgjobd.maintenance_lock with
  * SKIP LOCKED, so of all the daemons on a database exactly one works at a
- * time and the others return at once; every step is a bounded batch in a short transaction. When a
- * step hit its bound, the next pass comes after MAINT_AGAIN instead, until the backlog (of expired
- * or old finished jobs) is gone.
+ * time and the others return at once; every step is a bounded batch in a
+ * short transaction. The same row names the daemon that keeps the pace (the
+ * keeper, for MAINT_KEEP_MS from its last pass): the keeper passes at every
+ * tick (expiry within about a second), every other daemon only every
+ * MAINT_SLOW (its own queues' retention, and the keeper's turn once the
+ * keeper stopped passing), so that a fleet of idle daemons costs one pass a
+ * second, not one per daemon. When a step hit its bound, the next pass comes
+ * after MAINT_AGAIN instead, whoever keeps the pace, until the backlog (of
+ * expired or old finished jobs) is gone.
+ *
+ * The cancel requests are read only while the daemon has jobs (maint_new's
+ * busy): a request names a running job, and a daemon that runs none has
+ * nothing to cancel. A job claimed while a hint was handled is caught by the
+ * next tick's read.
  *
  * Cancel requests: pgjobd.cancel_requests is the only source of the ids of
  * jobs to cancel (only the owner and the worker role may write it). A NOTIFY
@@ -20,7 +32,8 @@
  * once per MAINT_LOOK_GAP, so that a flood of notifications costs one small
  * read per gap and never crowds out the pass. A draining daemon does no
  * housekeeping but still reads the requests, every MAINT_INTERVAL and on a
- * hint, so that a cancel reaches a command that runs out its shutdown_grace.
+ * hint, while it has jobs, so that a cancel reaches a command that runs out
+ * its shutdown_grace.
  *
  * One batch is in flight at a time. A tick or a look that finds the session
  * busy is remembered and sent when the batch in flight is done (the pass
@@ -57,6 +70,9 @@
 #define MAINT_AGAIN 0.05    /* seconds, after a pass that hit MAINT_BATCH */
 #define MAINT_BATCH 500	    /* rows per step and pass */
 #define MAINT_LOOK_GAP 0.05 /* seconds between reads of cancel requests on hints */
+#define MAINT_SLOW 10.0	    /* seconds between passes of a daemon that does not keep the pace */
+#define MAINT_KEEP_MS                                                                              \
+	3000 /* how long a pass keeps the pace (3 ticks: one may find the lock busy) */
 
 struct maint {
 	struct ev_loop *loop;
@@ -70,12 +86,16 @@ struct maint {
 	int nqueues;
 	struct maintain_params params;
 	maint_cancel_fn *on_cancel;
+	maint_busy_fn *busy;
 	void *arg;
 	ev_timer look;	      /* a hinted read of the cancel requests, MAINT_LOOK_GAP apart */
 	ev_tstamp last_read;  /* when the requests were last asked for (ev_now) */
 	bool tick_wanted;     /* a tick found the session busy or down */
 	bool look_wanted;     /* a hinted read found the session busy or down */
 	bool draining;	      /* no more housekeeping: cancel requests only */
+	bool keeper;	      /* our last pass kept the pace (maintenance_lock.keeper) */
+	bool again;	      /* a pass hit its bound: the next tick passes, keeper or not */
+	ev_tstamp last_pass;  /* when the last pass was sent (ev_now) */
 	struct backoff fails; /* failed passes and reads, for their summary in the log */
 };
 
@@ -111,6 +131,12 @@ static void on_pass_done(struct db_conn *c, PGresult *const *res, int n, void *a
 		return;
 	}
 	backoff_ok(&m->fails, "maintenance passes work again", NULL);
+	if (PQntuples(res[0]) == 1 && !PQgetisnull(res[0], 0, 4)) {
+		bool keeper = PQgetvalue(res[0], 0, 4)[0] == 't';
+		if (keeper != m->keeper)
+			log_debug("msg=\"maintenance pace\" keeper=%s", keeper ? "true" : "false");
+		m->keeper = keeper;
+	}
 	if (PQntuples(res[0]) == 1 && PQgetvalue(res[0], 0, 0)[0] == 't') {
 		long long expired = strtoll(PQgetvalue(res[0], 0, 1), NULL, 10);
 		long long deleted = strtoll(PQgetvalue(res[0], 0, 2), NULL, 10);
@@ -119,10 +145,13 @@ static void on_pass_done(struct db_conn *c, PGresult *const *res, int n, void *a
 		if (deleted > 0)
 			log_info("msg=\"finished jobs deleted after their retention\" count=%lld",
 				 deleted);
-		if (PQgetvalue(res[0], 0, 3)[0] == 't')
+		if (PQgetvalue(res[0], 0, 3)[0] == 't') {
+			m->again = true;
 			schedule(m, MAINT_AGAIN);
+		}
 	}
-	report_cancels(m, res[CLAIM_MAINTAIN_CANCELS]);
+	if (n > CLAIM_MAINTAIN_CANCELS)
+		report_cancels(m, res[CLAIM_MAINTAIN_CANCELS]);
 	send_pending(m);
 }
 
@@ -140,21 +169,49 @@ static void on_look_done(struct db_conn *c, PGresult *const *res, int n, void *a
 	send_pending(m);
 }
 
-/* The pass (draining: the read of the requests alone), now. */
+/* Is a pass due at this tick? Never while draining. */
+static bool pass_due(const struct maint *m)
+{
+	return !m->draining &&
+	       (m->keeper || m->again || ev_now(m->loop) - m->last_pass >= MAINT_SLOW - 0.5);
+}
+
+/* Are the cancel requests to be read? Only while we have jobs. */
+static bool reads_due(const struct maint *m)
+{
+	return m->busy(m->arg);
+}
+
+/* What a tick is for: a pass (with the requests while we have jobs), the
+ * requests alone, or nothing. */
+static bool tick_due(const struct maint *m)
+{
+	return pass_due(m) || reads_due(m);
+}
+
+/* What the tick is for, now. */
 static void send_pass(struct maint *m)
 {
 	struct db_stmt st[2];
+	bool pass = pass_due(m), reads = reads_due(m);
 	m->tick_wanted = false;
-	m->look_wanted = false; /* the pass reads the requests too */
-	m->last_read = ev_now(m->loop);
-	if (m->draining) {
+	if (reads) {
+		m->look_wanted = false; /* the pass reads the requests too */
+		m->last_read = ev_now(m->loop);
+	}
+	if (!pass) {
+		if (!reads)
+			return;
 		memset(st, 0, sizeof(st[0]));
 		st[0].sql = claim_sql_cancel_requests;
 		db_send(m->db, st, 1, on_look_done, m);
 		return;
 	}
-	int n = claim_build_maintain(st, &m->params, (const char *const *)m->queues,
-				     m->retention_ms, m->nqueues, MAINT_BATCH);
+	m->again = false;
+	m->last_pass = ev_now(m->loop);
+	int n =
+	    claim_build_maintain(st, &m->params, (const char *const *)m->queues, m->retention_ms,
+				 m->nqueues, MAINT_BATCH, MAINT_KEEP_MS, reads);
 	db_send(m->db, st, n, on_pass_done, m);
 }
 
@@ -170,6 +227,8 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
 	(void)loop;
 	(void)revents;
 	struct maint *m = w->data;
+	if (!tick_due(m))
+		return; /* idle and not our turn to pass: nothing to send */
 	if (!db_is_ready(m->db) || scheduler_holds(m->sched)) {
 		m->tick_wanted = true; /* sent once the session is free */
 		wait_turn(m);
@@ -183,6 +242,8 @@ static void on_look(struct ev_loop *loop, ev_timer *w, int revents)
 	(void)loop;
 	(void)revents;
 	struct maint *m = w->data;
+	if (!reads_due(m))
+		return; /* no job of ours that a request could name */
 	if (!db_is_ready(m->db) || scheduler_holds(m->sched)) {
 		m->look_wanted = true;
 		wait_turn(m);
@@ -289,12 +350,13 @@ void maint_configure(struct maint *m, const struct config *cfg)
 
 struct maint *maint_new(struct ev_loop *loop, const char *conninfo, struct db_conn *shared,
 			const struct config *cfg, struct metrics *metrics,
-			maint_cancel_fn *on_cancel, void *arg)
+			maint_cancel_fn *on_cancel, maint_busy_fn *busy, void *arg)
 {
 	struct maint *m = xcalloc(1, sizeof(*m));
 	backoff_init(&m->fails, 1, 1); /* paced by its tick; the summary is used */
 	m->loop = loop;
 	m->on_cancel = on_cancel;
+	m->busy = busy;
 	m->arg = arg;
 	buf_init(&m->params.queues);
 	buf_init(&m->params.retention);
@@ -313,6 +375,7 @@ struct maint *maint_new(struct ev_loop *loop, const char *conninfo, struct db_co
 	ev_init(&m->look, on_look);
 	m->look.data = m;
 	m->last_read = ev_now(loop) - MAINT_LOOK_GAP;
+	m->last_pass = ev_now(loop) - MAINT_SLOW; /* the first tick passes */
 	schedule(m, MAINT_INTERVAL);
 	return m;
 }

@@ -239,6 +239,14 @@ int64_t metrics_running(const struct metrics *m)
 	return n;
 }
 
+uint64_t metrics_started(const struct metrics *m)
+{
+	uint64_t n = 0;
+	for (size_t i = 0; m && i < m->nqueues; i++)
+		n += m->queues[i].started;
+	return n;
+}
+
 /* ---- host pressure ------------------------------------------------------ */
 
 static const char *const psi_names[3] = {"cpu", "memory", "io"};

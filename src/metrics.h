@@ -59,6 +59,8 @@ void metrics_pressure_paused(struct metrics *m, bool paused);
 
 /* Jobs started and not finished yet, over all queues (0 for NULL). */
 int64_t metrics_running(const struct metrics *m);
+/* Jobs started since metrics_new, over all queues (0 for NULL). */
+uint64_t metrics_started(const struct metrics *m);
 
 /* Write every metric in the Prometheus text exposition format 0.0.4.
  * Returns 0, or -1 with errno set when writing to f failed. */

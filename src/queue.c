@@ -216,6 +216,7 @@ static bool may_claim(struct queue *q)
 		return false;
 	if (q->env->fence && !fence_may_claim(q->env->fence)) {
 		q->again = true;
+		fence_need(q->env->fence); /* an idle daemon's fence: a heartbeat first */
 		return false;
 	}
 	/* Nor while the host is above max_pressure (pressure.h): the daemon
@@ -262,6 +263,14 @@ static void kick(struct queue *q, bool notified)
 
 void queue_kick(struct queue *q)
 {
+	kick(q, false);
+}
+
+void queue_fence_up(struct queue *q)
+{
+	if (!q->again || q->claiming || q->want)
+		return;	  /* nothing refused; or the answer brings us back */
+	q->again = false; /* this claim is the one refused */
 	kick(q, false);
 }
 

@@ -77,6 +77,10 @@ bool queue_has_payload(const struct queue *q, const char *payload);
 /* Claim for every free slot (a poll, a slot that became free, the fence
  * back, the host's pause over). */
 void queue_kick(struct queue *q);
+/* The fence is fresh again (FENCE_UP): claim once, if a stale fence refused
+ * a claim meanwhile (an idle daemon's poll or wake-up waits for a heartbeat
+ * first: fence_need). */
+void queue_fence_up(struct queue *q);
 /* A NOTIFY for q: a hint anyone can send; coalesced (queue.c). */
 void queue_notify(struct queue *q);
 

@@ -26,14 +26,19 @@
  * When to look. A probe (one statement, its own transaction) reads the
  * clock, the earliest next_run and whether a schedule waits for its first
  * next_run; the scheduler then ticks at once or sets a timer for the
- * earliest next_run (plus SCHED_SLACK), and probes again every
- * poll_interval and on a NOTIFY pgjobd_schedule (schedule() and
- * resume_schedule() send one: any role can, so it is only a hint, folded to
- * one probe per SCHED_LOOK_GAP). With no schedules a daemon makes one
- * indexed read per poll_interval. Every tick's batch ends with a probe, so
- * that the timer follows the table. A row due but locked by another daemon
- * (found by no tick) is looked at again after SCHED_RETRY, doubling while
- * that goes on (another daemon's tick is stuck) up to SCHED_RETRY_MAX.
+ * earliest next_run (plus SCHED_SLACK). It probes again on a NOTIFY
+ * pgjobd_schedule (schedule() and resume_schedule() send one: any role can,
+ * so it is only a hint, folded to one probe per SCHED_LOOK_GAP), when the
+ * listener is back (a hint may have been missed), and otherwise only every
+ * SCHED_QUIET (or poll_interval, if longer): for a change made behind the
+ * functions' back (an UPDATE of pgjobd.schedules by its owner). So a daemon
+ * with no schedules makes one indexed read a minute, not one per
+ * poll_interval. After a failure (a probe or a tick that failed, a tick
+ * rolled back) it looks again after poll_interval. Every tick's batch ends
+ * with a probe, so that the timer follows the table. A row due but locked
+ * by another daemon (found by no tick) is looked at again after
+ * SCHED_RETRY, doubling while that goes on (another daemon's tick is stuck)
+ * up to SCHED_RETRY_MAX.
  *
  * The clock is the database server's (now(), the start of the tick's
  * transaction), the same for every daemon; PGJOBD_TEST_CLOCK gives tests a
@@ -68,6 +73,7 @@
 #define SCHED_RETRY_MAX 1.0 /* seconds: the longest such wait */
 #define SCHED_SLACK 0.002   /* seconds after a tick's time before it is looked for */
 #define SCHED_MAX_ZONES 32  /* cached time zones; more: the cache starts again */
+#define SCHED_QUIET 60.0    /* seconds between probes that nothing asked for */
 
 /* The scheduler's clock: now(), or the test clock (NULL parameters: now). */
 #define CLOCK "pgjobd.schedule_clock($1::float8, $2::float8, $3::float8)"
@@ -142,7 +148,7 @@ struct scheduler {
 	double retry;	      /* the next wait after such a tick */
 	struct backoff fails; /* failed ticks and reads, for their summary in the log */
 	ev_timer due;	      /* the earliest next_run */
-	ev_timer poll;	      /* every poll_interval */
+	ev_timer poll;	      /* every SCHED_QUIET; poll_interval after a failure */
 	ev_timer look;	      /* a hinted probe, SCHED_LOOK_GAP apart */
 	ev_tstamp last_look;
 	double poll_s;
@@ -164,9 +170,25 @@ struct scheduler {
 
 static bool send_next(struct scheduler *s, bool turn);
 
+/* The quiet probe's pace: SCHED_QUIET, or poll_interval if longer. */
+static double quiet_s(const struct scheduler *s)
+{
+	return s->poll_s > SCHED_QUIET ? s->poll_s : SCHED_QUIET;
+}
+
+/* Something failed: probe again after poll_interval, then at the quiet pace. */
+static void look_again(struct scheduler *s)
+{
+	if (s->stopped)
+		return;
+	ev_timer_stop(s->loop, &s->poll);
+	ev_timer_set(&s->poll, s->poll_s, quiet_s(s));
+	ev_timer_start(s->loop, &s->poll);
+}
+
 static void set_state(struct scheduler *s, enum sched_state st)
 {
-	/* idle <-> probe happens every poll_interval: not worth a log line */
+	/* idle <-> probe happens on every hint: not worth a log line */
 	bool routine =
 	    (s->state == S_IDLE && st == S_PROBE) || (s->state == S_PROBE && st == S_IDLE);
 	if (s->state != st && !routine)
@@ -571,9 +593,10 @@ static void on_rolled_back(struct db_conn *c, PGresult *const *res, int n, void 
 		db_reconnect(s->db);
 		return;
 	}
-	/* Not again at once: the next poll looks. */
+	/* Not again at once: look again after poll_interval. */
 	s->want_pass = false;
 	s->want_probe = false;
+	look_again(s);
 	done(s);
 }
 
@@ -586,11 +609,13 @@ static void on_probed(struct db_conn *c, PGresult *const *res, int n, void *arg)
 		s->want_probe = true;
 		return;
 	}
-	if (!db_batch_ok(res, n))
+	if (!db_batch_ok(res, n)) {
 		log_warn("msg=\"cannot read the schedules\" err=%s",
 			 log_value(db_batch_error(res, n)));
-	else
+		look_again(s);
+	} else {
 		after_probe(s, res[0]);
+	}
 	done(s);
 }
 
@@ -713,7 +738,7 @@ void scheduler_configure(struct scheduler *s, int64_t poll_ms)
 	if (s->stopped)
 		return;
 	ev_timer_stop(s->loop, &s->poll);
-	ev_timer_set(&s->poll, s->poll_s, s->poll_s);
+	ev_timer_set(&s->poll, quiet_s(s), quiet_s(s));
 	ev_timer_start(s->loop, &s->poll);
 }
 

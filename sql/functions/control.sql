@@ -92,14 +92,18 @@ BEGIN
 END
 $$;
 
--- maintain(queues, retention_ms, limit): the maintenance pass, one daemon at
--- a time (maintenance_lock, SKIP LOCKED): expire queued jobs past
+-- maintain(queues, retention_ms, limit, keep_ms): the maintenance pass, one
+-- daemon at a time (maintenance_lock, SKIP LOCKED): expire queued jobs past
 -- expires_at, cancel queued jobs with a cancel request, drop requests of
 -- finished jobs, delete the group rates' states that have passed and the
 -- finished jobs past each queue's retention (at most `limit`) and the group
--- rows they leave empty. Returns whether it ran and
--- what it did, `more` when a batch was full.
-CREATE OR REPLACE FUNCTION pgjobd.maintain(p_queues text[], p_retention_ms bigint[], p_limit integer, OUT locked boolean, OUT expired integer, OUT deleted integer, OUT more boolean) RETURNS record
+-- rows they leave empty. Returns whether it ran and what it did, `more` when
+-- a batch was full, and `keeper`: whether the caller keeps the pace (passes
+-- every second; the others pass seldom). The caller keeps it, for keep_ms
+-- from now, when it kept it already (its session's backend is the row's
+-- keeper) or the keeper's time ran out; keep_ms 0 never takes it. NULL when
+-- the lock was busy: nothing changed.
+CREATE OR REPLACE FUNCTION pgjobd.maintain(p_queues text[], p_retention_ms bigint[], p_limit integer, p_keep_ms integer, OUT locked boolean, OUT keeper boolean, OUT expired integer, OUT deleted integer, OUT more boolean) RETURNS record
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -115,6 +119,13 @@ BEGIN
     IF NOT locked THEN
         RETURN;
     END IF;
+    UPDATE pgjobd.maintenance_lock m
+       SET keeper = pg_backend_pid(),
+           keeper_until = clock_timestamp() + p_keep_ms * interval '1 millisecond'
+     WHERE p_keep_ms > 0
+       AND (m.keeper IS NOT DISTINCT FROM pg_backend_pid() OR m.keeper_until IS NULL
+            OR m.keeper_until <= clock_timestamp());
+    keeper := FOUND;
 
     UPDATE pgjobd.jobs j SET status = 'cancelled', finished_at = clock_timestamp(),
            updated_at = clock_timestamp(),
@@ -172,6 +183,8 @@ BEGIN
     END LOOP;
 END
 $$;
+
+REVOKE ALL ON FUNCTION pgjobd.maintain(text[], bigint[], int, int) FROM PUBLIC;
 
 -- pause(queue): claims of the queue start nothing until resume().
 CREATE OR REPLACE FUNCTION pgjobd.pause(p_queue text) RETURNS boolean

@@ -90,3 +90,12 @@ CREATE OR REPLACE FUNCTION pgjobd.register_worker(p_name text, p_fence_ms intege
     RETURNING id
 $$;
 
+-- maintain with three arguments, called by the daemons of versions 9 to 41:
+-- the pass of the four-argument one, without ever keeping the pace.
+CREATE OR REPLACE FUNCTION pgjobd.maintain(p_queues text[], p_retention_ms bigint[], p_limit integer, OUT locked boolean, OUT expired integer, OUT deleted integer, OUT more boolean) RETURNS record
+    LANGUAGE sql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT m.locked, m.expired, m.deleted, m.more
+      FROM pgjobd.maintain(p_queues, p_retention_ms, p_limit, 0) m
+$$;

@@ -161,6 +161,7 @@ BEGIN
         END IF;
         GRANT EXECUTE ON FUNCTION pgjobd.cancel(bigint), pgjobd.pause(text),
               pgjobd.resume(text), pgjobd.maintain(text[], bigint[], int),
+              pgjobd.maintain(text[], bigint[], int, int),
               pgjobd.try_group_head(text, text, bigint, int, timestamptz) TO pgjobd_worker;
     END IF;
     PERFORM pgjobd.grant_fencing();

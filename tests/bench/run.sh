@@ -57,8 +57,8 @@ LIMIT_RATE=${BENCH_LIMIT_RATE:-50}            # 11b: the rate, starts a second
 LIMIT_RATE_SECS=${BENCH_LIMIT_RATE_SECS:-$((60 / div))} # 11b: seconds of starts at that rate
 N_LIMIT_JOBS=${BENCH_LIMIT_JOBS:-$((20000 / div))} # 11c: grouped jobs, over 1,000 groups
 # BENCH_ONLY: a subset of "ceiling throughput burst pickup steps backlog enqueue footprint strace held lease
-# timers scale limits"
-# (default all), for working on one measurement.
+# timers scale limits idle"
+# (default all), for working on one measurement; idle: 10e and 10f alone (scale includes them).
 ONLY=${BENCH_ONLY:-}
 STEP_TIMEOUT=${BENCH_STEP_TIMEOUT:-600}       # seconds any single run may take
 OUT=${BENCH_OUT:-$repo/build/bench}           # results.json, table.txt, logs
@@ -2200,6 +2200,8 @@ for REP in $(seq 1 "$REPS"); do
 		log "10b one daemon, as many slots, lock mode transaction" && bench_scale transaction one
 		log "10c many daemons, lock mode lease" && bench_scale lease many
 		log "10d one daemon, as many slots, lock mode lease" && bench_scale lease one
+	fi
+	if only scale || only idle; then
 		log "10e idle daemons, lock mode transaction" && bench_scale_idle transaction
 		log "10f idle daemons, lock mode lease" && bench_scale_idle lease
 		# the other measurements run with the server's usual max_connections

@@ -371,10 +371,16 @@ bool queue_conf_equal(const struct queue_conf *a, const struct queue_conf *b)
 }
 
 static bool fence_ok = true;
+static int fence_needed; /* fence_need calls */
 bool fence_may_claim(const struct fence *f)
 {
 	(void)f;
 	return fence_ok;
+}
+void fence_need(struct fence *f)
+{
+	(void)f;
+	fence_needed++;
 }
 long long fence_worker_id(const struct fence *f)
 {
@@ -799,8 +805,10 @@ static void test_not_held_and_failures(void)
 	fence_ok = false;
 	settle();
 	(void)calls(&tx);
+	fence_needed = 0;
 	queue_kick(q);
 	is_str(calls(&tx), "", "fence stale: no claim");
+	is_int(fence_needed, 1, "... but the fence is asked for a heartbeat");
 	fence_ok = true;
 	queue_hold_up(q);
 	is_str(calls(&tx), "want", "hold up: claims again");
