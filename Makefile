@@ -56,7 +56,7 @@ TEST_HELPERS := $(B)/tests/notify-sink $(B)/tests/chaos-proxy $(B)/tests/config-
 TEST_JOBS ?= 8
 
 .PHONY: all check check-unit check-integration check-pg-versions check-asan asan install uninstall clean \
-	format format-check bench chaos deb schema check-systemd
+	format format-check bench chaos deb schema check-systemd check-vm
 
 all: $(B)/pgjobd
 
@@ -303,6 +303,14 @@ deb: $(B)/pgjobd
 # machine cannot (not root, no systemd-nspawn or debootstrap).
 check-systemd: deb
 	B=$(abspath $(B)) DEB=$(abspath $(DEB_FILE)) prove -v --exec bash tests/systemd/run.sh
+
+# Resource limits enforced for real: t_69_resources.sh in a Debian 12 VM under qemu, its
+# own kernel in the unified cgroup hierarchy (tests/vm/run.sh; root, kernel and disk image
+# cached in $(B)/vm). Opt-in and heavy (minutes; not part of check). Skipped where the
+# machine cannot (not root, no qemu-system-x86_64, no mirror for the first run).
+VM_HELPERS := $(addprefix $(B)/tests/,notify-sink chaos-proxy config-keys claim-sql pgjobd-next)
+check-vm: $(B)/pgjobd $(VM_HELPERS)
+	B=$(abspath $(B)) prove -v --exec bash tests/vm/run.sh
 
 clean:
 	rm -rf build build-asan

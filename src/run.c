@@ -458,14 +458,17 @@ void run_outcome(struct run *r, const struct exec_outcome *o, struct claim_outco
 		r->error = error_json(reason, exit_code, sig, msg[0] ? msg : NULL, o, ran);
 		if (out->status == CLAIM_FAILED)
 			r->error = with_group_policy(r, r->error);
-		out->error = r->error;
 	}
 	/* Every attempt that counts has an entry, and so has a run a shutdown
 	 * interrupted; a claim given back before its command ran has none. */
 	if (ran || !out->give_back)
 		r->entry = history_entry(reason ? reason : "none", exit_code, sig,
 					 msg[0] ? msg : NULL, o, ran);
+	/* limits_fields replaces r->error and r->entry (frees the old ones):
+	 * out takes them after it. */
 	limits_fields(r, o, ran);
+	if (reason)
+		out->error = r->error;
 	out->entry = r->entry;
 	int64_t ms = util_now_ms() - r->started_ms;
 	metrics_job_finished(r->env->metrics, q->name,

@@ -378,6 +378,8 @@ c=$(psql_q "INSERT INTO pgjobd.jobs (queue) VALUES ('cpu') RETURNING id")
 wait_until 60 "[ \"\$(count_jobs \"id IN ($m, $t, $c) AND status IN ('succeeded', 'failed')\")\" = 3 ]"
 ok $? "F: the three jobs end"
 is "$(job_field "$m" "status || ' ' || (error->>'reason')")" "failed oom" "F: memory_max = 32MiB, 256 MiB asked: reason oom"
+note "F: the OOM-killed job's error: $(job_field "$m" "error::text")"
+note "F: the fork bomb's error: $(job_field "$t" "error::text")"
 peak=$(job_field "$m" "error->>'memory_peak_kb'")
 note "F: memory_peak_kb of the OOM-killed command: $peak"
 cmp_ok "${peak:-0}" -ge 16384 "F: ... with its peak memory (at least 16 MiB)"
