@@ -196,6 +196,9 @@ void job_start(struct job *j)
 	 * Given back, not an attempt (sql/README, "Limits"). */
 	if (j->run.kill_reason == RUN_KILL_NONE && j->run.cj.start_by_ms >= 0) {
 		double late = (metrics_now() - j->claim_sent) * 1e3 - (double)j->run.cj.start_by_ms;
+		/* the same deadline for the new process, checked again there */
+		j->run.start_by_ns =
+		    (int64_t)((j->claim_sent * 1e3 + (double)j->run.cj.start_by_ms) * 1e6);
 		if (late > 0) {
 			log_job(LOG_INFO, j,
 				"msg=\"planned start missed; job given back\" late_ms=%.1f "

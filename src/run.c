@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "capture.h"
@@ -406,6 +407,14 @@ void run_outcome(struct run *r, const struct exec_outcome *o, struct claim_outco
 	int sig = o->status == EXEC_SIGNALED ? o->signal : 0;
 	char msg[256] = "";
 	memset(out, 0, sizeof(*out));
+	if (!reason && o->status == EXEC_SPAWN_FAILED && r->late_start) {
+		/* A rate's planned start came too late (in_child): given back,
+		 * nothing ran. */
+		kill = r->kill_reason = RUN_KILL_UNSTARTED;
+		reason = run_kill_name(kill);
+		snprintf(msg, sizeof(msg), "planned start missed");
+		ran = false;
+	}
 	if (!reason && o->status == EXEC_SPAWN_FAILED && run_host_refused(o->spawn_errno)) {
 		/* The host's limits, not the job: given back, no history
 		 * entry (nothing of the command ran). */
@@ -568,6 +577,17 @@ static EXEC_IN_CHILD int enter_supervision(pid_t pgid, void *arg)
 	if (r->guard_fd >= 0 && guard_child_add_pgroup(r->guard_fd, pgid, r->deadline) < 0)
 		return -1;
 	r->pgid = pgid;
+	/* A rate's planned start made too late after all (the daemon stopped
+	 * between its own check and this process, say): nothing runs. */
+	if (r->start_by_ns > 0) {
+		struct timespec ts;
+		if (syscall(SYS_clock_gettime, CLOCK_MONOTONIC, &ts) == 0 &&
+		    (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec > r->start_by_ns) {
+			r->late_start = true;
+			errno = ETIME;
+			return -1;
+		}
+	}
 	/* The queue's rlimits, soft and hard: the command cannot raise them.
 	 * prlimit on this process alone (a raw system call, as everything
 	 * here). */

@@ -117,6 +117,11 @@ struct run {
 	bool set_nofile, set_core;
 	struct rlimit rl_nofile, rl_core;
 	const char *rl_failed;
+	/* A rate's latest start (job.c), CLOCK_MONOTONIC ns; 0: none. The new
+	 * process checks it right before it runs anything, and a late one
+	 * does not run (late_start: the job is given back, not an attempt). */
+	int64_t start_by_ns;
+	bool late_start;
 	/* What the command's cgroup saw (contain_job_events), read when it
 	 * ended: an OOM kill makes the outcome's reason `oom`. */
 	struct contain_events events;
