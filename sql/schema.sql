@@ -304,6 +304,7 @@ DECLARE
     nrun bigint;
     tnow timestamptz;       -- the rates' clock: when this call planned
     base timestamptz;       -- the first start it may plan: tnow and a lead
+    hlen interval;          -- the horizon's length
     horizon timestamptz;    -- a rate plans starts up to here
     tq interval;            -- the queue's rate: one start per tq
     tg interval;            -- the group rate's
@@ -359,8 +360,8 @@ BEGIN
         -- transaction, the slot's hold come before the start, not late.
         tnow := clock_timestamp();
         base := tnow + interval '20 milliseconds';
-        horizon := base + least(interval '100 milliseconds', lim.rate_period,
-                                lim.group_rate_period);
+        hlen := least(interval '100 milliseconds', lim.rate_period, lim.group_rate_period);
+        horizon := base + hlen;
         lag_ms := floor(extract(epoch FROM least(pgjobd.rate_lag(lim.rate_period),
                                                  pgjobd.rate_lag(lim.group_rate_period)))
                         * 500)::bigint;
@@ -681,6 +682,17 @@ BEGIN
     -- All the rate's starts taken: there may be more to start.
     IF tokens < want0 AND coalesce(array_length(ids, 1), 0) >= tokens THEN
         rate_cut := true;
+    END IF;
+    IF tnow IS NOT NULL THEN
+        -- The plan counts from now, not from the start of this call: what
+        -- the call did since (a long scan of groups) would otherwise count
+        -- against the daemon's lag as if the answer had been late.
+        tnow := clock_timestamp();
+        base := tnow + interval '20 milliseconds';
+        horizon := base + hlen;
+        IF tq IS NOT NULL THEN
+            qtat := greatest(coalesce(lim.tat, base), base);
+        END IF;
     END IF;
     IF tnow IS NOT NULL AND coalesce(array_length(ids, 1), 0) > 0 THEN
         p_ids := '{}';
