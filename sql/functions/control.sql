@@ -148,9 +148,12 @@ BEGIN
                         WHERE j.id = c.job_id AND j.status IN ('queued', 'running'));
 
     -- A group rate's state whose time has passed means what no row means.
+    -- Rows a claim is planning with are skipped (a claim locks several in
+    -- its own order: waiting here could deadlock with it).
     DELETE FROM pgjobd.group_rates t
      WHERE t.ctid = ANY (ARRAY(SELECT o.ctid FROM pgjobd.group_rates o
-                                WHERE o.tat < statement_timestamp() LIMIT p_limit));
+                                WHERE o.tat < statement_timestamp() LIMIT p_limit
+                                  FOR UPDATE SKIP LOCKED));
 
     FOR i IN 1 .. coalesce(array_length(p_queues, 1), 0) LOOP
         CONTINUE WHEN coalesce(p_retention_ms[i], 0) <= 0;
