@@ -1012,7 +1012,7 @@ BEGIN
         GRANT SELECT ON pgjobd.blocked_groups TO pgjobd_worker;
         GRANT EXECUTE ON FUNCTION pgjobd.sees_group(text), pgjobd.group_blocked(text, text),
               pgjobd.group_mark(text, text), pgjobd.group_mark_job(bigint),
-              pgjobd.group_unmark(text, text),
+              pgjobd.group_unmark(text, text), pgjobd.unblock_group(text, text, text),
               pgjobd.pause_group(text, text), pgjobd.resume_group(text, text),
               pgjobd.release_group(text, text)
               TO pgjobd_worker;
@@ -2213,25 +2213,9 @@ END
 $$;
 
 CREATE FUNCTION pgjobd.release_group(p_queue text, p_group text) RETURNS boolean
-    LANGUAGE plpgsql
+    LANGUAGE sql
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $$
-DECLARE
-    g text;
-    found_one boolean := false;
-BEGIN
-    PERFORM pgjobd.check_queue_name(p_queue);
-    FOR g IN DELETE FROM pgjobd.group_blocks b
-              WHERE b.queue = p_queue AND b.reason = 'held'
-                AND pgjobd.group_name(b.group_id) = p_group
-             RETURNING b.group_id
-    LOOP
-        found_one := true;
-        PERFORM pgjobd.group_unmark(p_queue, g);
-    END LOOP;
-    RETURN found_one;
-END
-$$;
+    AS $$ SELECT pgjobd.unblock_group(p_queue, p_group, 'held') $$;
 
 CREATE FUNCTION pgjobd.release_worker(p_worker text) RETURNS integer
     LANGUAGE plpgsql
@@ -2299,25 +2283,9 @@ END
 $$;
 
 CREATE FUNCTION pgjobd.resume_group(p_queue text, p_group text) RETURNS boolean
-    LANGUAGE plpgsql
+    LANGUAGE sql
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $$
-DECLARE
-    g text;
-    found_one boolean := false;
-BEGIN
-    PERFORM pgjobd.check_queue_name(p_queue);
-    FOR g IN DELETE FROM pgjobd.group_blocks b
-              WHERE b.queue = p_queue AND b.reason = 'paused'
-                AND pgjobd.group_name(b.group_id) = p_group
-             RETURNING b.group_id
-    LOOP
-        found_one := true;
-        PERFORM pgjobd.group_unmark(p_queue, g);
-    END LOOP;
-    RETURN found_one;
-END
-$$;
+    AS $$ SELECT pgjobd.unblock_group(p_queue, p_group, 'paused') $$;
 
 CREATE FUNCTION pgjobd.resume_schedule(name text) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2705,6 +2673,27 @@ BEGIN
         RETURN -1;
     END IF;
     RETURN gid;
+END
+$$;
+
+CREATE FUNCTION pgjobd.unblock_group(p_queue text, p_group text, p_reason text) RETURNS boolean
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    g text;
+    found_one boolean := false;
+BEGIN
+    PERFORM pgjobd.check_queue_name(p_queue);
+    FOR g IN DELETE FROM pgjobd.group_blocks b
+              WHERE b.queue = p_queue AND b.reason = p_reason
+                AND pgjobd.group_name(b.group_id) = p_group
+             RETURNING b.group_id
+    LOOP
+        found_one := true;
+        PERFORM pgjobd.group_unmark(p_queue, g);
+    END LOOP;
+    RETURN found_one;
 END
 $$;
 
@@ -3369,6 +3358,9 @@ REVOKE ALL ON FUNCTION pgjobd.share_queue(p_queue text, p_shared boolean) FROM P
 
 REVOKE ALL ON FUNCTION pgjobd.try_group_head(q text, g text, jid bigint, conc integer, horizon timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.try_group_head(q text, g text, jid bigint, conc integer, horizon timestamp with time zone) TO pgjobd_worker;
+
+REVOKE ALL ON FUNCTION pgjobd.unblock_group(p_queue text, p_group text, p_reason text) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgjobd.unblock_group(p_queue text, p_group text, p_reason text) TO pgjobd_worker;
 
 REVOKE ALL ON FUNCTION pgjobd.unschedule(name text) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.unschedule(name text) TO pgjobd_worker;

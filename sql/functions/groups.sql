@@ -360,9 +360,10 @@ $$;
 
 REVOKE ALL ON FUNCTION pgjobd.pause_group(text, text) FROM PUBLIC;
 
--- resume_group(queue, group_id): undo pause_group (every group of that
--- name); a group that is also held stays held. True when one was paused.
-CREATE OR REPLACE FUNCTION pgjobd.resume_group(p_queue text, p_group text) RETURNS boolean
+-- unblock_group(queue, group_id, reason): remove the block of that reason
+-- (paused, held) from every group of that name and unmark those groups
+-- (a group blocked for the other reason stays blocked). True when one was.
+CREATE OR REPLACE FUNCTION pgjobd.unblock_group(p_queue text, p_group text, p_reason text) RETURNS boolean
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -372,7 +373,7 @@ DECLARE
 BEGIN
     PERFORM pgjobd.check_queue_name(p_queue);
     FOR g IN DELETE FROM pgjobd.group_blocks b
-              WHERE b.queue = p_queue AND b.reason = 'paused'
+              WHERE b.queue = p_queue AND b.reason = p_reason
                 AND pgjobd.group_name(b.group_id) = p_group
              RETURNING b.group_id
     LOOP
@@ -382,6 +383,15 @@ BEGIN
     RETURN found_one;
 END
 $$;
+
+REVOKE ALL ON FUNCTION pgjobd.unblock_group(text, text, text) FROM PUBLIC;
+
+-- resume_group(queue, group_id): undo pause_group (every group of that
+-- name); a group that is also held stays held. True when one was paused.
+CREATE OR REPLACE FUNCTION pgjobd.resume_group(p_queue text, p_group text) RETURNS boolean
+    LANGUAGE sql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$ SELECT pgjobd.unblock_group(p_queue, p_group, 'paused') $$;
 
 REVOKE ALL ON FUNCTION pgjobd.resume_group(text, text) FROM PUBLIC;
 
@@ -389,24 +399,8 @@ REVOKE ALL ON FUNCTION pgjobd.resume_group(text, text) FROM PUBLIC;
 -- later jobs again (every group of that name); the failed job stays failed.
 -- A group that is also paused stays paused. True when one was held.
 CREATE OR REPLACE FUNCTION pgjobd.release_group(p_queue text, p_group text) RETURNS boolean
-    LANGUAGE plpgsql
+    LANGUAGE sql
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $$
-DECLARE
-    g text;
-    found_one boolean := false;
-BEGIN
-    PERFORM pgjobd.check_queue_name(p_queue);
-    FOR g IN DELETE FROM pgjobd.group_blocks b
-              WHERE b.queue = p_queue AND b.reason = 'held'
-                AND pgjobd.group_name(b.group_id) = p_group
-             RETURNING b.group_id
-    LOOP
-        found_one := true;
-        PERFORM pgjobd.group_unmark(p_queue, g);
-    END LOOP;
-    RETURN found_one;
-END
-$$;
+    AS $$ SELECT pgjobd.unblock_group(p_queue, p_group, 'held') $$;
 
 REVOKE ALL ON FUNCTION pgjobd.release_group(text, text) FROM PUBLIC;

@@ -44,7 +44,7 @@ BEGIN
         GRANT SELECT ON pgjobd.blocked_groups TO pgjobd_worker;
         GRANT EXECUTE ON FUNCTION pgjobd.sees_group(text), pgjobd.group_blocked(text, text),
               pgjobd.group_mark(text, text), pgjobd.group_mark_job(bigint),
-              pgjobd.group_unmark(text, text),
+              pgjobd.group_unmark(text, text), pgjobd.unblock_group(text, text, text),
               pgjobd.pause_group(text, text), pgjobd.resume_group(text, text),
               pgjobd.release_group(text, text)
               TO pgjobd_worker;
