@@ -641,7 +641,12 @@ start_daemon() {
 		echo "start_daemon: called in a subshell; use \$DAEMON_PID instead of \$(...)" >&2
 		exit 1
 	fi
-	env "$@" "$PGJOBD" -c "$conf" >>"$T/$name.log" 2>&1 </dev/null &
+	# (The child drops the test's traps first: a signal that came before its exec
+	# would otherwise run the test's cleanup in it.)
+	(
+		trap - EXIT INT TERM
+		exec env "$@" "$PGJOBD" -c "$conf" >>"$T/$name.log" 2>&1 </dev/null
+	) &
 	DAEMON_PID=$!
 	DAEMON_PIDS+=("$DAEMON_PID")
 	echo "$DAEMON_PID" >"$T/$name.pid"
