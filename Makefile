@@ -97,6 +97,7 @@ TEST_DEPS_sha256 := sha256
 TEST_DEPS_priv := priv
 TEST_DEPS_cron := cron
 TEST_DEPS_tick := tick cron
+TEST_DEPS_srvclock := srvclock
 .SECONDEXPANSION:
 # addprefix/addsuffix, not patsubst: make replaces a pattern rule's % with the
 # stem before the second expansion, which broke $$(patsubst %,...).
@@ -104,9 +105,10 @@ $(B)/tests/test_%: tests/unit/test_%.c $$(addprefix $(B)/,$$(addsuffix .o,$$(TES
 	$(CC) $(ALL_CFLAGS) -Itests/unit $(LDFLAGS) -o $@ $^ $(PKG_LIBS)
 
 # test_queue drives queue.c and job.c through two fake holds (one shaped like
-# each lock mode) with the command, the fence, metrics and the libpq result
-# accessors faked: it links queue, job, claim and sha256, no libpq.
-$(B)/tests/test_queue: tests/unit/test_queue.c $(addprefix $(B)/,queue.o job.o claim.o sha256.o util.o log.o) | $(B)
+# each lock mode) with the command, the fence, metrics, the rate session and
+# the libpq result accessors faked: it links queue, job, claim, sha256 and
+# srvclock, no libpq.
+$(B)/tests/test_queue: tests/unit/test_queue.c $(addprefix $(B)/,queue.o job.o claim.o sha256.o srvclock.o util.o log.o) | $(B)
 	$(CC) $(ALL_CFLAGS) -Itests/unit $(LDFLAGS) -o $@ $^ -lev
 
 # test_hold_lease drives hold_lease.c the same way (the connection, libpq's result

@@ -120,7 +120,8 @@ u AS (
              ELSE greatest(1, ceil(extract(epoch FROM u.timeout) * 1000))::bigint END AS timeout_ms,
         u.fence, u.data::text AS data, a.keys AS arg_keys, a.vals AS arg_vals, u.schedule,
         to_char(u.scheduled_for AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS scheduled_for,
-        NULL::bigint AS start_in_ms, NULL::bigint AS start_by_ms
+        NULL::bigint AS start_in_ms, NULL::bigint AS start_by_ms, NULL::bigint AS start_at_us,
+        NULL::bigint AS late_us, NULL::bigint AS stmt_us, NULL::bigint AS clock_us
    FROM u, LATERAL (
         SELECT coalesce(array_agg(e.key ORDER BY e.key), '{}') AS keys,
                coalesce(array_agg(e.value #>> '{}' ORDER BY e.key), '{}') AS vals
@@ -130,7 +131,7 @@ u AS (
 UNION ALL
 (SELECT b.slot, b.job_id, b.group_row, b.group_id, b.attempts, b.max_attempts, b.timeout_ms,
         b.fence, b.data, b.arg_keys, b.arg_vals, b.schedule, b.scheduled_for, b.start_in_ms,
-        b.start_by_ms
+        b.start_by_ms, b.start_at_us, b.late_us, b.stmt_us, b.clock_us
    FROM k, LATERAL pgjobd.claim_batch($1, $2::bigint,
                                       CASE WHEN k.quick THEN '{}' ELSE $3::text[] END,
                                       $4::int, $5::bigint, $6::bigint, $7::int, $8::boolean,

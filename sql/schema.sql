@@ -10,7 +10,7 @@
 -- their grants and row-level security policies show), normalised by
 -- tests/schema-dump.sh: no owners, no SET preamble, no pg_dump comments.
 --
--- Schema version 42 (042_idle), dumped by pg_dump 15.
+-- Schema version 43 (043_plan_clock), dumped by pg_dump 15.
 
 CREATE SCHEMA pgjobd;
 
@@ -274,7 +274,7 @@ BEGIN
 END
 $_$;
 
-CREATE FUNCTION pgjobd.claim_batch(p_queue text, p_worker_id bigint, p_workers text[], p_max_attempts integer, p_timeout_ms bigint, p_max_data bigint, p_scan integer, p_orphans boolean, p_skip bigint[], p_lease_ms bigint) RETURNS TABLE(slot integer, job_id bigint, group_row bigint, group_id text, attempts integer, max_attempts integer, timeout_ms bigint, fence bigint, data text, arg_keys text[], arg_vals text[], schedule text, scheduled_for text, start_in_ms bigint, start_by_ms bigint)
+CREATE FUNCTION pgjobd.claim_batch(p_queue text, p_worker_id bigint, p_workers text[], p_max_attempts integer, p_timeout_ms bigint, p_max_data bigint, p_scan integer, p_orphans boolean, p_skip bigint[], p_lease_ms bigint) RETURNS TABLE(slot integer, job_id bigint, group_row bigint, group_id text, attempts integer, max_attempts integer, timeout_ms bigint, fence bigint, data text, arg_keys text[], arg_vals text[], schedule text, scheduled_for text, start_in_ms bigint, start_by_ms bigint, start_at_us bigint, late_us bigint, stmt_us bigint, clock_us bigint)
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -283,6 +283,7 @@ DECLARE
     want int := coalesce(array_length(p_workers, 1), 0);
     ids bigint[] := '{}';   -- picked jobs, in start order
     gids bigint[] := '{}';  -- their group rows (NULL: ungrouped)
+    gks text[] := '{}';     -- their groups (coalesce(group_key, group_id))
     r record;
     gid bigint;
     u_ids bigint[];
@@ -291,6 +292,8 @@ DECLARE
     nu int;
     ui int := 1;
     busy text[] := '{}';
+    later text[] := '{}';   -- groups whose ready head comes later in the scan
+    later_heads bigint[] := '{}'; -- and those heads
     n int := 0;
     scan_cut boolean := false;
     own boolean;
@@ -303,6 +306,10 @@ DECLARE
     k int := 1;             -- group concurrency
     nrun bigint;
     tnow timestamptz;       -- the rates' clock: when this call planned
+    -- How far ahead of tnow a rate plans its first start: the answer's way
+    -- back and, in lock mode transaction, the slot's hold come before the
+    -- start, not late. (pgjobd.rate_late counts on it.)
+    lead constant interval := interval '10 milliseconds';
     base timestamptz;       -- the first start it may plan: tnow and a lead
     hlen interval;          -- the horizon's length
     horizon timestamptz;    -- a rate plans starts up to here
@@ -311,6 +318,7 @@ DECLARE
     lag_ms bigint;          -- how late a planned start may still be made:
                             -- half the lag, the rest is the command's own
                             -- (its exec, its first instruction)
+    lag_us bigint;          -- the same in microseconds
     qtat timestamptz;       -- the queue's next start allowed
     tokens int;             -- starts the queue's rate allows this call
     ghorizon timestamptz;   -- for try_group_head: a group rate's horizon
@@ -356,15 +364,16 @@ BEGIN
          WHERE rj.queue = p_queue AND rj.status = 'running';
     END IF;
     IF lim.rate_n IS NOT NULL OR lim.group_rate_n IS NOT NULL THEN
-        -- Planned 20 ms ahead: the answer's way back and, in lock mode
-        -- transaction, the slot's hold come before the start, not late.
         tnow := clock_timestamp();
-        base := tnow + interval '20 milliseconds';
+        base := tnow + lead;
         hlen := least(interval '100 milliseconds', lim.rate_period, lim.group_rate_period);
         horizon := base + hlen;
         lag_ms := floor(extract(epoch FROM least(pgjobd.rate_lag(lim.rate_period),
                                                  pgjobd.rate_lag(lim.group_rate_period)))
                         * 500)::bigint;
+        lag_us := floor(extract(epoch FROM least(pgjobd.rate_lag(lim.rate_period),
+                                                 pgjobd.rate_lag(lim.group_rate_period)))
+                        * 500000)::bigint;
     END IF;
     IF lim.rate_n IS NOT NULL THEN
         tq := (lim.rate_period + pgjobd.rate_lag(lim.rate_period)) / lim.rate_n;
@@ -513,6 +522,7 @@ BEGIN
             -- An orphan: run it again, counting a new attempt.
             ids := ids || r.id;
             gids := gids || gid;
+            gks := gks || r.group_id;
             IF r.group_id IS NOT NULL THEN
                 busy := busy || r.group_id;
             END IF;
@@ -565,6 +575,7 @@ BEGIN
                   AND (u_pri[ui], u_run[ui], u_ids[ui]) < (r.priority, r.run_at, r.id) LOOP
                 ids := ids || u_ids[ui];
                 gids := gids || NULL::bigint;
+                gks := gks || NULL::text;
                 ui := ui + 1;
             END LOOP;
             EXIT WHEN array_length(ids, 1) >= want;
@@ -574,47 +585,62 @@ BEGIN
                 EXIT;
             END IF;
             CONTINUE WHEN r.group_id = ANY(busy);
+            -- A group whose ready head comes later in the scan (below):
+            -- its jobs before that head are passed over without a read.
+            CONTINUE WHEN r.group_id = ANY(later) AND r.id <> ALL(later_heads);
             -- The group's head, by a plain read of jobs_group_head (no lock,
             -- nothing written). Only a candidate that heads its group goes
             -- on to try_group_head, which locks the group row and checks
             -- the head again under that lock.
             -- Under a group concurrency above 1, the head is the first
             -- queued job (its running jobs are counted under the lock).
-            IF k = 1 THEN
-                SELECT j.id, j.status, j.run_at, j.expires_at INTO head FROM pgjobd.jobs j
-                 WHERE j.queue = p_queue AND coalesce(j.group_key, j.group_id) = r.group_id
-                   AND j.status IN ('queued', 'running')
-                 ORDER BY coalesce(j.commit_seq, j.id) LIMIT 1;
-            ELSE
-                SELECT j.id, j.status, j.run_at, j.expires_at INTO head FROM pgjobd.jobs j
-                 WHERE j.queue = p_queue AND coalesce(j.group_key, j.group_id) = r.group_id
-                   AND j.status = 'queued'
-                 ORDER BY coalesce(j.commit_seq, j.id) LIMIT 1;
-            END IF;
-            IF head.id IS DISTINCT FROM r.id THEN
-                -- A ready head comes later in this scan (or in a later
-                -- call); a running head, or one that expired, keeps the
-                -- group busy.
-                CONTINUE WHEN head.status = 'queued'
-                              AND (head.expires_at IS NULL
-                                   OR head.expires_at > statement_timestamp())
-                              AND head.run_at <= statement_timestamp();
-                busy := busy || r.group_id;
-                -- A head waiting out a backoff: take the group's later jobs
-                -- out of the scan until it is due.
-                IF head.status = 'queued' AND head.run_at > statement_timestamp()
-                   AND (head.expires_at IS NULL OR head.expires_at > statement_timestamp())
-                   AND budget > 0 THEN
-                    PERFORM pgjobd.hold_group(p_queue, r.group_id, head.id, head.run_at,
-                                              p_scan);
-                    budget := budget - 1;
+            -- A job of a group in `later` is the head read before: it is
+            -- tried at once.
+            IF NOT r.group_id = ANY(later) THEN
+                IF k = 1 THEN
+                    SELECT j.id, j.status, j.run_at, j.expires_at INTO head FROM pgjobd.jobs j
+                     WHERE j.queue = p_queue AND coalesce(j.group_key, j.group_id) = r.group_id
+                       AND j.status IN ('queued', 'running')
+                     ORDER BY coalesce(j.commit_seq, j.id) LIMIT 1;
+                ELSE
+                    SELECT j.id, j.status, j.run_at, j.expires_at INTO head FROM pgjobd.jobs j
+                     WHERE j.queue = p_queue AND coalesce(j.group_key, j.group_id) = r.group_id
+                       AND j.status = 'queued'
+                     ORDER BY coalesce(j.commit_seq, j.id) LIMIT 1;
                 END IF;
-                CONTINUE;
+                IF head.id IS DISTINCT FROM r.id THEN
+                    -- A ready head comes later in this scan (or in a later
+                    -- call): a head that waited out a retry, or was given
+                    -- back, starts in its group's order but may have a
+                    -- later run_at than the group's next jobs. Remembered,
+                    -- so that those jobs cost one read of the head per
+                    -- claim, not one each. A running head, or one that
+                    -- expired, keeps the group busy.
+                    IF head.status = 'queued'
+                       AND (head.expires_at IS NULL OR head.expires_at > statement_timestamp())
+                       AND head.run_at <= statement_timestamp() THEN
+                        later := later || r.group_id;
+                        later_heads := later_heads || head.id;
+                        CONTINUE;
+                    END IF;
+                    busy := busy || r.group_id;
+                    -- A head waiting out a backoff: take the group's later
+                    -- jobs out of the scan until it is due.
+                    IF head.status = 'queued' AND head.run_at > statement_timestamp()
+                       AND (head.expires_at IS NULL OR head.expires_at > statement_timestamp())
+                       AND budget > 0 THEN
+                        PERFORM pgjobd.hold_group(p_queue, r.group_id, head.id, head.run_at,
+                                                  p_scan);
+                        budget := budget - 1;
+                    END IF;
+                    CONTINUE;
+                END IF;
             END IF;
             gid := pgjobd.try_group_head(p_queue, r.group_id, r.id, k, ghorizon);
             IF gid > 0 THEN
                 ids := ids || r.id;
                 gids := gids || gid;
+                gks := gks || r.group_id;
                 busy := busy || r.group_id;
             ELSIF gid = 0 THEN
                 busy := busy || r.group_id;
@@ -624,6 +650,7 @@ BEGIN
     WHILE ui <= nu AND coalesce(array_length(ids, 1), 0) < want LOOP
         ids := ids || u_ids[ui];
         gids := gids || NULL::bigint;
+        gks := gks || NULL::text;
         ui := ui + 1;
     END LOOP;
 
@@ -668,6 +695,7 @@ BEGIN
             IF gid > 0 THEN
                 ids := ids || r.id;
                 gids := gids || gid;
+                gks := gks || r.group_id;
                 busy := busy || r.group_id;
             ELSIF gid = 0 THEN
                 busy := busy || r.group_id;
@@ -688,7 +716,7 @@ BEGIN
         -- the call did since (a long scan of groups) would otherwise count
         -- against the daemon's lag as if the answer had been late.
         tnow := clock_timestamp();
-        base := tnow + interval '20 milliseconds';
+        base := tnow + lead;
         horizon := base + hlen;
         IF tq IS NOT NULL THEN
             qtat := greatest(coalesce(lim.tat, base), base);
@@ -700,31 +728,35 @@ BEGIN
         plan := '{}';
         FOR i IN 1 .. array_length(ids, 1) LOOP
             st := greatest(base, qtat);
-            gk := NULL;
-            gt := NULL;
-            IF tg IS NOT NULL THEN
-                SELECT coalesce(j.group_key, j.group_id) INTO gk FROM pgjobd.jobs j
-                 WHERE j.id = ids[i];
-                IF gk IS NOT NULL THEN
-                    SELECT t.tat INTO gt FROM pgjobd.group_rates t
-                     WHERE t.queue = p_queue AND t.group_id = gk;
-                    st := greatest(st, gt);
-                END IF;
+            gk := CASE WHEN tg IS NOT NULL THEN gks[i] END;
+            IF gk IS NOT NULL THEN
+                SELECT t.tat INTO gt FROM pgjobd.group_rates t
+                 WHERE t.queue = p_queue AND t.group_id = gk;
+                st := greatest(st, gt);
             END IF;
             IF st > horizon THEN
                 nxt := least(nxt, st);
                 CONTINUE;
+            END IF;
+            IF gk IS NOT NULL THEN
+                -- The group's next start, under its row's lock: a start
+                -- made late may have moved it on since the read above
+                -- (pgjobd.rate_late); then this job waits for a later
+                -- claim.
+                INSERT INTO pgjobd.group_rates AS t (queue, group_id, tat)
+                VALUES (p_queue, gk, st + tg)
+                ON CONFLICT ON CONSTRAINT group_rates_pkey DO UPDATE SET tat = EXCLUDED.tat
+                 WHERE t.tat <= st;
+                IF NOT FOUND THEN
+                    nxt := least(nxt, horizon);
+                    CONTINUE;
+                END IF;
             END IF;
             p_ids := p_ids || ids[i];
             p_gids := p_gids || gids[i];
             plan := plan || st;
             IF tq IS NOT NULL THEN
                 qtat := st + tq;
-            END IF;
-            IF gk IS NOT NULL THEN
-                INSERT INTO pgjobd.group_rates AS t (queue, group_id, tat)
-                VALUES (p_queue, gk, st + tg)
-                ON CONFLICT ON CONSTRAINT group_rates_pkey DO UPDATE SET tat = EXCLUDED.tat;
             END IF;
         END LOOP;
         ids := p_ids;
@@ -748,9 +780,13 @@ BEGIN
             slot := 0;
             start_in_ms := greatest(1, ceil(extract(epoch FROM nxt - tnow) * 1000)
                                        - ceil(extract(epoch FROM horizon - base) * 500)
-                                       - 20)::bigint;
+                                       - ceil(extract(epoch FROM lead) * 1000))::bigint;
+            stmt_us := ceil(extract(epoch FROM statement_timestamp()) * 1000000)::bigint;
+            clock_us := floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
             RETURN NEXT;
             start_in_ms := NULL;
+            stmt_us := NULL;
+            clock_us := NULL;
         END IF;
     END IF;
 
@@ -830,7 +866,19 @@ BEGIN
                CASE WHEN u.st IS NOT NULL
                     THEN (greatest(0, floor(extract(epoch FROM u.st - statement_timestamp())
                                             * 1000))
-                          + lag_ms)::bigint END
+                          + lag_ms)::bigint END,
+               -- the same on the server's clock, in microseconds since
+               -- the epoch: the planned start and how late it may be made;
+               -- and two readings of the clock, when this statement
+               -- started and as its rows are made, from which the daemon
+               -- bounds how far the server's clock is from its own
+               CASE WHEN u.st IS NOT NULL
+                    THEN ceil(extract(epoch FROM u.st) * 1000000)::bigint END,
+               CASE WHEN u.st IS NOT NULL THEN lag_us END,
+               CASE WHEN tnow IS NOT NULL
+                    THEN ceil(extract(epoch FROM statement_timestamp()) * 1000000)::bigint END,
+               CASE WHEN tnow IS NOT NULL
+                    THEN floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint END
           FROM u, LATERAL (
               SELECT coalesce(array_agg(e.key ORDER BY e.key), '{}') AS keys,
                      coalesce(array_agg(e.value #>> '{}' ORDER BY e.key), '{}') AS vals
@@ -924,7 +972,10 @@ BEGIN
              c AS (SELECT clock_timestamp() AS t),
              u AS (UPDATE pgjobd.jobs j
                       SET status = o.status, result = o.result, error = o.error,
+                          -- a job given back (never started) keeps its
+                          -- place: its run_at
                           run_at = CASE WHEN o.status = 'queued'
+                                             AND NOT coalesce(o.give_back, false)
                                         THEN c.t + coalesce(o.retry_ms, 0)
                                                    * interval '1 millisecond'
                                         ELSE j.run_at END,
@@ -1075,7 +1126,7 @@ BEGIN
               TO pgjobd_worker;
         GRANT EXECUTE ON FUNCTION pgjobd.set_limits(text, integer, integer, text, text),
               pgjobd.parse_rate(text, text), pgjobd.check_limit(text, integer),
-              pgjobd.rate_lag(interval)
+              pgjobd.rate_lag(interval), pgjobd.rate_late(jsonb)
               TO pgjobd_worker;
         IF NOT EXISTS (SELECT 1 FROM pg_policies
                         WHERE schemaname = 'pgjobd' AND tablename = 'queue_limits'
@@ -2097,7 +2148,118 @@ $$;
 CREATE FUNCTION pgjobd.rate_lag(p interval) RETURNS interval
     LANGUAGE sql IMMUTABLE STRICT
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $$ SELECT greatest(p / 50, interval '10 milliseconds') $$;
+    AS $$ SELECT greatest(p / 100, interval '10 milliseconds') $$;
+
+CREATE FUNCTION pgjobd.rate_late(p_starts jsonb) RETURNS TABLE(n integer, ok boolean)
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    e record;
+    lim pgjobd.queue_limits;
+    cur_q text;             -- the queue whose limits row is locked
+    cur_g text;             -- the group whose group_rates row is locked
+    q_at timestamptz;       -- the queue's move: from at least the start
+    q_shift interval;       -- after this, by this
+    g_at timestamptz;       -- the group's
+    g_shift interval;
+    hlen interval;
+    at timestamptz;
+    shift interval;
+    tq interval;
+    tg interval;
+    -- claim_batch's lead, and a margin for the clock read before commit
+    lead constant interval := interval '10 milliseconds';
+    margin constant interval := interval '20 milliseconds';
+BEGIN
+    -- In the order of queue and group, so that two calls lock alike. Each
+    -- rate moves once per call (when the next queue or group comes, and at
+    -- the end), by the largest shift asked of it, from the latest start
+    -- after one of those asking: the largest shift is enough for each.
+    FOR e IN SELECT s.n::int AS n, s.at_us, s.shift_us, j.queue,
+                    coalesce(j.group_key, j.group_id) AS g
+               FROM ROWS FROM (jsonb_to_recordset(p_starts)
+                               AS (id bigint, fence bigint, at_us bigint, shift_us bigint))
+                    WITH ORDINALITY AS s(id, fence, at_us, shift_us, n)
+               LEFT JOIN pgjobd.jobs j
+                      ON j.id = s.id AND j.fence = s.fence AND j.status = 'running'
+              ORDER BY j.queue, coalesce(j.group_key, j.group_id), s.n
+    LOOP
+        IF cur_g IS NOT NULL AND (e.queue IS DISTINCT FROM cur_q OR e.g IS DISTINCT FROM cur_g) THEN
+            UPDATE pgjobd.group_rates t
+               SET tat = greatest(t.tat, g_at + tg, clock_timestamp()) + g_shift
+             WHERE t.queue = cur_q AND t.group_id = cur_g AND g_shift IS NOT NULL;
+            cur_g := NULL;
+        END IF;
+        IF cur_q IS NOT NULL AND e.queue IS DISTINCT FROM cur_q THEN
+            UPDATE pgjobd.queue_limits l
+               SET tat = greatest(l.tat, q_at + tq, clock_timestamp()) + q_shift
+             WHERE l.queue = cur_q AND q_shift IS NOT NULL;
+            cur_q := NULL;
+        END IF;
+        n := e.n;
+        IF e.queue IS NULL OR e.at_us IS NULL OR e.shift_us IS NULL OR e.shift_us < 0 THEN
+            ok := false; -- no longer running under that token
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
+        at := to_timestamp(e.at_us / 1000000.0);
+        shift := e.shift_us * interval '1 microsecond';
+        IF cur_q IS NULL THEN
+            -- Locked to the end: the clock read from now on is later than
+            -- any claim of this queue that planned before this call.
+            cur_q := e.queue;
+            SELECT * INTO lim FROM pgjobd.queue_limits l WHERE l.queue = e.queue FOR UPDATE;
+            hlen := least(interval '100 milliseconds', lim.rate_period, lim.group_rate_period);
+            tq := (lim.rate_period + pgjobd.rate_lag(lim.rate_period)) / lim.rate_n;
+            tg := (lim.group_rate_period + pgjobd.rate_lag(lim.group_rate_period))
+                  / lim.group_rate_n;
+            q_at := NULL;
+            q_shift := NULL;
+        END IF;
+        ok := true;
+        IF tq IS NOT NULL THEN
+            ok := clock_timestamp() <= at + lim.rate_period + pgjobd.rate_lag(lim.rate_period)
+                                       - lead - hlen - margin;
+        END IF;
+        IF ok AND tg IS NOT NULL AND e.g IS NOT NULL THEN
+            IF cur_g IS NULL THEN
+                cur_g := e.g;
+                g_at := NULL;
+                g_shift := NULL;
+                -- The group's row, made if missing (maintain() deletes one
+                -- whose time has passed, which means what no row means).
+                INSERT INTO pgjobd.group_rates AS t (queue, group_id, tat)
+                VALUES (e.queue, e.g, '-infinity') ON CONFLICT DO NOTHING;
+                PERFORM 1 FROM pgjobd.group_rates t
+                 WHERE t.queue = e.queue AND t.group_id = e.g FOR UPDATE;
+            END IF;
+            ok := clock_timestamp() <= at + lim.group_rate_period
+                                       + pgjobd.rate_lag(lim.group_rate_period)
+                                       - lead - hlen - margin;
+            IF ok THEN
+                g_at := greatest(g_at, at);
+                g_shift := greatest(g_shift, shift);
+            END IF;
+        END IF;
+        IF ok AND tq IS NOT NULL THEN
+            q_at := greatest(q_at, at);
+            q_shift := greatest(q_shift, shift);
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+    IF cur_g IS NOT NULL THEN
+        UPDATE pgjobd.group_rates t
+           SET tat = greatest(t.tat, g_at + tg, clock_timestamp()) + g_shift
+         WHERE t.queue = cur_q AND t.group_id = cur_g AND g_shift IS NOT NULL;
+    END IF;
+    IF cur_q IS NOT NULL THEN
+        UPDATE pgjobd.queue_limits l
+           SET tat = greatest(l.tat, q_at + tq, clock_timestamp()) + q_shift
+         WHERE l.queue = cur_q AND q_shift IS NOT NULL;
+    END IF;
+END
+$$;
 
 CREATE FUNCTION pgjobd.register_worker(p_name text, p_fence_ms integer) RETURNS bigint
     LANGUAGE sql
@@ -3298,6 +3460,9 @@ GRANT ALL ON FUNCTION pgjobd.pause_schedule(name text) TO pgjobd_worker;
 
 REVOKE ALL ON FUNCTION pgjobd.rate_lag(p interval) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.rate_lag(p interval) TO pgjobd_worker;
+
+REVOKE ALL ON FUNCTION pgjobd.rate_late(p_starts jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgjobd.rate_late(p_starts jsonb) TO pgjobd_worker;
 
 REVOKE ALL ON FUNCTION pgjobd.register_worker(p_name text, p_fence_ms integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.register_worker(p_name text, p_fence_ms integer) TO pgjobd_worker;

@@ -89,8 +89,10 @@ static const char sql_hold_job[] =
     "WHERE w.id = j.worker_id AND w.alive_until > clock_timestamp()) FOR KEY SHARE OF j";
 const char claim_sql_commit[] = "COMMIT";
 
-/* Step 3, in the held transaction: the outcome. `queued` (retry or shutdown)
- * moves run_at; a shutdown gives the attempt back. $8, the attempt's entry
+/* Step 3, in the held transaction: the outcome. `queued` for a retry moves
+ * run_at; a job given back (a shutdown, a start that did not happen) gives
+ * the attempt back and keeps its run_at, so its place in the queue and in
+ * the claims' scan of its group. $8, the attempt's entry
  * from the daemon (NULL: no entry, the command never started), is completed
  * with the row's attempt, worker and start and appended to history
  * (pgjobd.history_add, sql/functions/outcome.sql). */
@@ -101,7 +103,7 @@ const char claim_sql_commit[] = "COMMIT";
  * row as it was: `attempts` in the entry is the attempt that ran. */
 static const char sql_finish[] =
     "UPDATE pgjobd.jobs SET status = $2, result = $3::jsonb, error = $4::jsonb, "
-    "run_at = CASE WHEN $2 = 'queued' "
+    "run_at = CASE WHEN $2 = 'queued' AND $6::int = 0 "
     "THEN c.t + $5::bigint * interval '1 millisecond' ELSE run_at END, "
     "finished_at = CASE WHEN $2 = 'queued' THEN NULL ELSE c.t END, "
     "attempts = attempts - $6::int, updated_at = c.t, "
@@ -273,11 +275,28 @@ void claim_job_free(struct claim_job *j)
 	memset(j, 0, sizeof(*j));
 }
 
-int64_t claim_rate_ms(PGresult *c, int row, int col)
+int64_t claim_rate_value(PGresult *c, int row, int col)
 {
 	if (col >= PQnfields(c) || PQgetisnull(c, row, col))
 		return -1;
 	return strtoll(PQgetvalue(c, row, col), NULL, 10);
+}
+
+int claim_clock(PGresult *c, int64_t *first, int64_t *last)
+{
+	int n = PQntuples(c);
+	bool any = false;
+	for (int i = 0; i < n; i++) {
+		int64_t f = claim_rate_value(c, i, 17), l = claim_rate_value(c, i, 18);
+		if (f < 0 || l < 0)
+			continue;
+		if (!any || f < *first)
+			*first = f;
+		if (!any || l > *last)
+			*last = l;
+		any = true;
+	}
+	return any ? 0 : -1;
 }
 
 bool claim_is_hint(PGresult *c, int row)
@@ -299,8 +318,10 @@ void claim_decode(PGresult *c, int row, struct claim_job *out, int *slot)
 	out->data = xstrdup(PQgetvalue(c, row, 8));
 	out->schedule = PQgetisnull(c, row, 11) ? NULL : xstrdup(PQgetvalue(c, row, 11));
 	out->scheduled_for = PQgetisnull(c, row, 12) ? NULL : xstrdup(PQgetvalue(c, row, 12));
-	out->start_in_ms = claim_rate_ms(c, row, 13);
-	out->start_by_ms = claim_rate_ms(c, row, 14);
+	out->start_in_ms = claim_rate_value(c, row, 13);
+	out->start_by_ms = claim_rate_value(c, row, 14);
+	out->start_at_us = claim_rate_value(c, row, 15);
+	out->late_us = claim_rate_value(c, row, 16);
 	char **keys = NULL, **vals = NULL;
 	int nk = claim_parse_text_array(PQgetvalue(c, row, 9), &keys);
 	int nv = claim_parse_text_array(PQgetvalue(c, row, 10), &vals);

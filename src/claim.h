@@ -34,6 +34,11 @@ struct claim_job {
 	 * claim was sent (else the job is given back unstarted). -1: no rate. */
 	int64_t start_in_ms;
 	int64_t start_by_ms;
+	/* The same on the server's clock, in microseconds since the epoch:
+	 * start at start_at_us, not later than late_us after it (srvclock.h
+	 * turns them into the daemon's time). -1: no rate. */
+	int64_t start_at_us;
+	int64_t late_us;
 };
 
 /* A claim_batch call: claim up to nworkers jobs, one per idle slot. */
@@ -85,10 +90,14 @@ int claim_build(struct db_stmt *st, struct claim_params *p, const struct claim_r
  * be decoded are logged and left out. */
 void claim_decode(PGresult *res, int row, struct claim_job *out, int *slot);
 /* Row `row` carries no job but a rate's hint: claim again in
- * claim_rate_ms(res, row, 13) ms. */
+ * claim_rate_value(res, row, 13) ms. */
 bool claim_is_hint(PGresult *res, int row);
-/* Column col of a claim row as ms, -1 when NULL or absent. */
-int64_t claim_rate_ms(PGresult *res, int row, int col);
+/* Column col of a claim row as a number (ms or microseconds), -1 when NULL or absent. */
+int64_t claim_rate_value(PGresult *res, int row, int col);
+/* The readings of the server's clock in a claim's answer (microseconds
+ * since the epoch): when its statement started (*first) and the latest
+ * made as its rows were (*last). -1 when it has none (no rate). */
+int claim_clock(PGresult *res, int64_t *first, int64_t *last);
 void claim_job_free(struct claim_job *j);
 
 /* After a claim that asked for `asked` jobs and got `got`: the claimer's

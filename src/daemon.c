@@ -60,6 +60,7 @@
 #include "notify.h"
 #include "pressure.h"
 #include "progress_db.h"
+#include "rate_db.h"
 #include "priv.h"
 #include "reap.h"
 #include "report.h"
@@ -964,6 +965,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 	    .backoff = &d->backoff,
 	    .pressure = d->pressure,
 	    .progress = progress_db_new(d->loop, d->conninfo, d->metrics),
+	    .rate = rate_db_new(d->loop, d->conninfo, d->metrics),
 	};
 	struct dispatch_env denv = {
 	    .loop = d->loop,
@@ -1039,6 +1041,7 @@ int daemon_run(const char *config_path, struct config *cfg)
 	/* after the maintenance, which took turns on its lease session */
 	dispatch_free(d->dispatch);
 	progress_db_free(d->renv.progress); /* after the jobs, which end their entries */
+	rate_db_free(d->renv.rate);	    /* after the jobs, which cancel their requests */
 	fence_free(d->fence);
 	reaper_unwatch(d->reaper, guard_pid(d->guard));
 	ev_timer_stop(d->loop, &d->poll);

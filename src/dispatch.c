@@ -25,11 +25,13 @@
 #include "hold_tx.h"
 #include "log.h"
 #include "queue.h"
+#include "srvclock.h"
 #include "util.h"
 
 struct dispatch {
 	struct dispatch_env env;
 	struct queue_env qenv; /* what every queue shares */
+	struct srvclock clock; /* the server's clock (qenv.clock) */
 	const char *wake_secret;
 	struct hold *tx;    /* lock mode transaction; NULL until needed */
 	struct hold *lease; /* lock mode lease; NULL until needed */
@@ -139,10 +141,12 @@ struct dispatch *dispatch_new(const struct dispatch_env *env, int64_t poll_inter
 	    .run_env = env->run_env,
 	    .fence = env->fence,
 	    .metrics = env->metrics,
+	    .clock = &x->clock,
 	    .orphan_every_ms = poll_interval_ms,
 	    .on_done = on_queue_done,
 	    .arg = x,
 	};
+	srvclock_init(&x->clock);
 	ev_idle_init(&x->reap, on_reap);
 	x->reap.data = x;
 	return x;

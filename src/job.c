@@ -22,6 +22,8 @@
 #include "hold.h"
 #include "log.h"
 #include "metrics.h"
+#include "rate_db.h"
+#include "srvclock.h"
 #include "util.h"
 
 static const char *const state_names[] = {"claimed", "running", "lost", "ended", "writing", "done"};
@@ -72,6 +74,43 @@ static void job_step(struct job *j, enum job_state to)
 
 static void on_run_done(struct run *r, const struct exec_outcome *o, void *arg);
 static void on_planned(struct ev_loop *loop, ev_timer *w, int revents);
+static void on_moved(bool ok, void *arg);
+
+/* A start this close to its deadline counts as late: its new process,
+ * which checks the deadline again, is forked after the check here. */
+#define SPAWN_GUARD_US 3000
+/* What a start made late moves the rate on by, beyond how late it is (with
+ * SPAWN_GUARD_US): twice what a move takes (the start waits for it), and
+ * this. */
+#define MOVE_SLACK_US 2000
+
+/* A rate's planned start (sql/README, "Limits") on the daemon's clock. The
+ * server planned it at start_at_us on its own clock, to be made not later
+ * than late_us after that. With the offset of the server's clock bounded,
+ * lo <= server - daemon <= hi (srvclock.h), the start is never early at
+ * daemon time start_at - lo and never late until start_at + late - hi;
+ * the bounds come from the readings of the recent claims, this one's
+ * included. Without them (a server of version 42, which sends only the
+ * relative times): from the claim's own round trip, start_in_ms after its
+ * answer and start_by_ms after it was sent. */
+static void plan(struct job *j)
+{
+	const struct claim_job *cj = &j->run.cj;
+	int64_t lo, hi;
+	j->plan_at = j->start_by = 0;
+	if (cj->start_at_us > 0 && cj->late_us >= 0 && j->owner->clock &&
+	    srvclock_bounds(j->owner->clock, (int64_t)(j->claimed * 1e6), &lo, &hi) == 0) {
+		j->plan_at = (double)(cj->start_at_us - lo) / 1e6;
+		j->start_by = (double)(cj->start_at_us + cj->late_us - hi) / 1e6;
+		j->clock_ms = (double)(hi - lo) / 1e3;
+		if (j->owner->run_env->rate)
+			rate_db_warm(j->owner->run_env->rate);
+	} else if (cj->start_by_ms >= 0) {
+		j->plan_at = j->claimed + (double)(cj->start_in_ms > 0 ? cj->start_in_ms : 0) / 1e3;
+		j->start_by = j->claim_sent + (double)cj->start_by_ms / 1e3;
+		j->clock_ms = (j->claimed - j->claim_sent) * 1e3;
+	}
+}
 
 struct job *job_new(const struct job_owner *owner, struct queue *q, struct hold *h, int slot,
 		    struct claim_job *cj, struct queue_conf *conf, double woken, double claim_sent)
@@ -91,6 +130,7 @@ struct job *job_new(const struct job_owner *owner, struct queue *q, struct hold 
 	j->planned.data = j;
 	j->run.cj = *cj;
 	memset(cj, 0, sizeof(*cj));
+	plan(j);
 	/* The configuration the claim was made with: a reload never changes a
 	 * running job's timeout or output limits. */
 	run_begin(&j->run, conf);
@@ -102,6 +142,7 @@ void job_free(struct job *j)
 	if (!j)
 		return;
 	ev_timer_stop(j->owner->run_env->loop, &j->planned);
+	rate_db_cancel(j->owner->run_env->rate, j->moving);
 	run_fini(&j->run);
 	free(j);
 }
@@ -165,14 +206,30 @@ void job_start(struct job *j)
 	/* Held before the start a rate planned (the answer came that long
 	 * before it): wait for it, still CLAIMED; whatever ends the job
 	 * meanwhile (a cancel, a shutdown, a lost claim) is seen then. */
-	if (!j->waited && j->run.cj.start_in_ms > 0) {
-		double left = (double)j->run.cj.start_in_ms / 1e3 - (metrics_now() - j->claimed);
+	if (!j->waited && j->start_by > 0) {
+		double left = j->plan_at - metrics_now();
 		if (left > 0) {
 			/* A timer counts from the loop's time, which may be
 			 * older than this turn: early is too early. */
 			ev_now_update(j->owner->run_env->loop);
 			ev_timer_set(&j->planned, left, 0.);
 			ev_timer_start(j->owner->run_env->loop, &j->planned);
+			return;
+		}
+	}
+	if (j->moving)
+		return; /* on_moved starts it */
+	/* Later than the plan allows: the rate moved on first, once. */
+	if (j->run.kill_reason == RUN_KILL_NONE && !j->lost && j->start_by > 0 && !j->moved &&
+	    j->run.cj.start_at_us > 0 && j->owner->run_env->rate) {
+		/* (its new process checks the deadline again once forked) */
+		double now = metrics_now() + (double)SPAWN_GUARD_US / 1e6;
+		if (now > j->start_by) {
+			j->shift_us = (int64_t)((now - j->start_by) * 1e6) +
+				      2 * rate_db_wait_us(j->owner->run_env->rate) + MOVE_SLACK_US;
+			j->moving =
+			    rate_db_late(j->owner->run_env->rate, j->run.cj.id, j->run.cj.fence,
+					 j->run.cj.start_at_us, j->shift_us, on_moved, j);
 			return;
 		}
 	}
@@ -194,17 +251,16 @@ void job_start(struct job *j)
 	/* A rate's planned start made later than the claim allows: the starts
 	 * of the queue (or group) would crowd a window of the rate's period.
 	 * Given back, not an attempt (sql/README, "Limits"). */
-	if (j->run.kill_reason == RUN_KILL_NONE && j->run.cj.start_by_ms >= 0) {
-		double late = (metrics_now() - j->claim_sent) * 1e3 - (double)j->run.cj.start_by_ms;
+	if (j->run.kill_reason == RUN_KILL_NONE && j->start_by > 0) {
+		double now = metrics_now();
 		/* the same deadline for the new process, checked again there */
-		j->run.start_by_ns =
-		    (int64_t)((j->claim_sent * 1e3 + (double)j->run.cj.start_by_ms) * 1e6);
-		if (late > 0) {
+		j->run.start_by_ns = (int64_t)(j->start_by * 1e9);
+		if (now > j->start_by) {
 			log_job(LOG_INFO, j,
 				"msg=\"planned start missed; job given back\" late_ms=%.1f "
-				"claim_ms=%.1f start_in_ms=%lld start_by_ms=%lld",
-				late, (j->claimed - j->claim_sent) * 1e3,
-				(long long)j->run.cj.start_in_ms, (long long)j->run.cj.start_by_ms);
+				"planned_ms=%.1f claim_ms=%.1f clock_ms=%.1f",
+				(now - j->start_by) * 1e3, (now - j->plan_at) * 1e3,
+				(j->claimed - j->claim_sent) * 1e3, j->clock_ms);
 			j->run.kill_reason = RUN_KILL_UNSTARTED;
 		}
 	}
@@ -236,6 +292,25 @@ static void on_planned(struct ev_loop *loop, ev_timer *w, int revents)
 		j->hold->ops->started(j->hold, j);
 }
 
+/* The rate was moved on for j's late start (ok), or could not be: start
+ * it by the deadline moved as far, or give it back. */
+static void on_moved(bool ok, void *arg)
+{
+	struct job *j = arg;
+	j->moving = NULL;
+	j->moved = true;
+	if (ok) {
+		j->start_by += (double)j->shift_us / 1e6;
+		log_job(LOG_DEBUG, j, "msg=\"rate moved on for a late start\" shift_ms=%.1f",
+			(double)j->shift_us / 1e3);
+	}
+	if (j->state != JOB_CLAIMED)
+		return;
+	job_start(j);
+	if (j->state == JOB_RUNNING && j->hold->ops->started)
+		j->hold->ops->started(j->hold, j);
+}
+
 /* The outcome's status for a log line ("released": the server decides). */
 static const char *outcome_name(const struct job *j)
 {
@@ -252,6 +327,8 @@ static void done(struct job *j, int64_t retry_ms)
 void job_not_held(struct job *j, const char *why)
 {
 	ev_timer_stop(j->owner->run_env->loop, &j->planned);
+	rate_db_cancel(j->owner->run_env->rate, j->moving);
+	j->moving = NULL;
 	if (why)
 		log_job(LOG_WARN, j, "msg=\"%s\"", why);
 	done(j, -1);

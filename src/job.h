@@ -30,6 +30,8 @@ struct hold;
 struct job;
 struct metrics;
 struct queue;
+struct rate_late;
+struct srvclock;
 
 /* What a job needs of the queue that owns it, given at job_new (the queue's
  * own, borrowed; it outlives its jobs). The job calls back, never into
@@ -38,6 +40,7 @@ struct job_owner {
 	const struct run_env *run_env; /* what the commands need (run.h) */
 	struct fence *fence;	       /* the daemon's liveness; NULL: not fenced (tests) */
 	struct metrics *metrics;       /* may be NULL */
+	const struct srvclock *clock;  /* the server's clock (a rate's plan); may be NULL */
 	/* The command ended, or will never start: j's slot is free. */
 	void (*ended)(struct job *j, void *arg);
 	/* j is DONE: to be freed; retry_in_ms >= 0: a retry is due then. */
@@ -82,7 +85,14 @@ struct job {
 	long long claimed_by; /* the daemon's instance (fence_worker_id) at the claim */
 	ev_timer planned;     /* a rate's planned start (run.cj.start_in_ms): job_start again */
 	bool waited;	      /* the planned start has come */
-	struct job *next;     /* in its queue's list */
+	/* A rate's plan on the daemon's clock (metrics_now() seconds): start
+	 * not before plan_at, not after start_by (0: no rate); clock_ms, how
+	 * far apart the bounds of the server's clock were, for the log. */
+	double plan_at, start_by, clock_ms;
+	struct rate_late *moving; /* the rate being moved on for a late start (rate_db.h) */
+	bool moved;		  /* ... it was, once: a second miss gives the job back */
+	int64_t shift_us;	  /* ... by this much */
+	struct job *next;	  /* in its queue's list */
 };
 
 /* A new job from a claim's answer (moves *cj into it, leaving *cj empty),

@@ -64,6 +64,7 @@
 #include "metrics.h"
 #include "pressure.h"
 #include "run.h"
+#include "srvclock.h"
 #include "util.h"
 
 #define WAKES_MAX 64
@@ -387,6 +388,12 @@ void queue_claimed(struct queue *q, PGresult *res)
 	/* res NULL: nothing claimed that will run here (a claim whose answer
 	 * was lost is handed back by the next orphan pass). */
 	int rows = res ? PQntuples(res) : 0;
+	/* Under a rate the answer reads the server's clock: the bounds of its
+	 * offset from ours (srvclock.h), before the jobs' plans use them. */
+	int64_t first, last;
+	if (res && q->env->clock && claim_clock(res, &first, &last) == 0)
+		srvclock_sample(q->env->clock, (int64_t)(q->claim_sent * 1e6),
+				(int64_t)(metrics_now() * 1e6), first, last);
 	q->dispatching = true;
 	/* The jobs run with the configuration the claim was made with (its
 	 * ceilings), even if a reload came meanwhile. */
@@ -397,7 +404,7 @@ void queue_claimed(struct queue *q, PGresult *res)
 		if (claim_is_hint(res, i)) {
 			/* A rate holds the queue back: claim again then. */
 			hints++;
-			int64_t ms = claim_rate_ms(res, i, 13);
+			int64_t ms = claim_rate_value(res, i, 13);
 			if (!draining(q) && !q->stopped)
 				wake_at(q, ms > 0 ? ms : 1);
 			continue;
@@ -599,6 +606,7 @@ struct queue *queue_new(const struct queue_env *env, struct queue_conf *conf, st
 	    .run_env = env->run_env,
 	    .fence = env->fence,
 	    .metrics = env->metrics,
+	    .clock = env->clock,
 	    .ended = job_ended,
 	    .done = job_done,
 	    .draining = job_draining,

@@ -28,6 +28,7 @@ struct fence;
 struct hold;
 struct job;
 struct metrics;
+struct srvclock;
 struct queue;
 struct run_env;
 
@@ -39,6 +40,7 @@ struct queue_env {
 	const struct run_env *run_env; /* what the commands need (run.h) */
 	struct fence *fence;	       /* the daemon's liveness; NULL: not fenced (tests) */
 	struct metrics *metrics;       /* may be NULL */
+	struct srvclock *clock;	       /* the server's clock, from the claims' readings */
 	int64_t orphan_every_ms;       /* each claim's orphan pass at most this often */
 	bool running;		       /* claims are made (serving, not draining) */
 	/* A job became DONE, or a queue has nothing left: the dispatcher's

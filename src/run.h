@@ -27,6 +27,7 @@ struct guard;
 struct joblog;
 struct metrics;
 struct progress_db;
+struct rate_db;
 struct reaper;
 struct run;
 
@@ -88,6 +89,9 @@ struct run_env {
 	/* Writes the commands' progress (PGJOBD_PROGRESS_FD); NULL: commands
 	 * get no progress fd. */
 	struct progress_db *progress;
+	/* Moves a rate on for a start made late (rate_db.h); NULL: such a
+	 * start is given back. */
+	struct rate_db *rate;
 };
 
 /* The command has ended: its shell was reaped and its process group and

@@ -26,8 +26,11 @@
 -- claim: nothing stays locked after its commit. Returns one row per job: its
 -- slot (1-based), id, group row (NULL: ungrouped), group id, this attempt's
 -- number, the effective max_attempts and timeout, the new fencing token, the
--- data and its top-level scalars as argument keys and values, and the
--- schedule and tick that enqueued it.
+-- data and its top-level scalars as argument keys and values, the
+-- schedule and tick that enqueued it, and under a rate its planned start
+-- (start_in_ms, start_by_ms: from the claim, for the daemons of version 41;
+-- start_at_us, late_us: on the server's clock) with two readings of that
+-- clock (stmt_us, clock_us), sql/README "Limits".
 --
 -- In order: nothing unless the instance is alive and the queue not paused;
 -- the marks of held groups that are due cleared; if asked, the orphan pass
@@ -42,7 +45,7 @@
 -- The daemon calls it through its claim statement, sql/claim.sql, which does
 -- the common case (only ungrouped jobs may start) itself and calls this
 -- function for everything else.
-CREATE OR REPLACE FUNCTION pgjobd.claim_batch(p_queue text, p_worker_id bigint, p_workers text[], p_max_attempts integer, p_timeout_ms bigint, p_max_data bigint, p_scan integer, p_orphans boolean, p_skip bigint[], p_lease_ms bigint) RETURNS TABLE(slot integer, job_id bigint, group_row bigint, group_id text, attempts integer, max_attempts integer, timeout_ms bigint, fence bigint, data text, arg_keys text[], arg_vals text[], schedule text, scheduled_for text, start_in_ms bigint, start_by_ms bigint)
+CREATE OR REPLACE FUNCTION pgjobd.claim_batch(p_queue text, p_worker_id bigint, p_workers text[], p_max_attempts integer, p_timeout_ms bigint, p_max_data bigint, p_scan integer, p_orphans boolean, p_skip bigint[], p_lease_ms bigint) RETURNS TABLE(slot integer, job_id bigint, group_row bigint, group_id text, attempts integer, max_attempts integer, timeout_ms bigint, fence bigint, data text, arg_keys text[], arg_vals text[], schedule text, scheduled_for text, start_in_ms bigint, start_by_ms bigint, start_at_us bigint, late_us bigint, stmt_us bigint, clock_us bigint)
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -51,6 +54,7 @@ DECLARE
     want int := coalesce(array_length(p_workers, 1), 0);
     ids bigint[] := '{}';   -- picked jobs, in start order
     gids bigint[] := '{}';  -- their group rows (NULL: ungrouped)
+    gks text[] := '{}';     -- their groups (coalesce(group_key, group_id))
     r record;
     gid bigint;
     u_ids bigint[];
@@ -59,6 +63,8 @@ DECLARE
     nu int;
     ui int := 1;
     busy text[] := '{}';
+    later text[] := '{}';   -- groups whose ready head comes later in the scan
+    later_heads bigint[] := '{}'; -- and those heads
     n int := 0;
     scan_cut boolean := false;
     own boolean;
@@ -71,6 +77,10 @@ DECLARE
     k int := 1;             -- group concurrency
     nrun bigint;
     tnow timestamptz;       -- the rates' clock: when this call planned
+    -- How far ahead of tnow a rate plans its first start: the answer's way
+    -- back and, in lock mode transaction, the slot's hold come before the
+    -- start, not late. (pgjobd.rate_late counts on it.)
+    lead constant interval := interval '10 milliseconds';
     base timestamptz;       -- the first start it may plan: tnow and a lead
     hlen interval;          -- the horizon's length
     horizon timestamptz;    -- a rate plans starts up to here
@@ -79,6 +89,7 @@ DECLARE
     lag_ms bigint;          -- how late a planned start may still be made:
                             -- half the lag, the rest is the command's own
                             -- (its exec, its first instruction)
+    lag_us bigint;          -- the same in microseconds
     qtat timestamptz;       -- the queue's next start allowed
     tokens int;             -- starts the queue's rate allows this call
     ghorizon timestamptz;   -- for try_group_head: a group rate's horizon
@@ -124,15 +135,16 @@ BEGIN
          WHERE rj.queue = p_queue AND rj.status = 'running';
     END IF;
     IF lim.rate_n IS NOT NULL OR lim.group_rate_n IS NOT NULL THEN
-        -- Planned 20 ms ahead: the answer's way back and, in lock mode
-        -- transaction, the slot's hold come before the start, not late.
         tnow := clock_timestamp();
-        base := tnow + interval '20 milliseconds';
+        base := tnow + lead;
         hlen := least(interval '100 milliseconds', lim.rate_period, lim.group_rate_period);
         horizon := base + hlen;
         lag_ms := floor(extract(epoch FROM least(pgjobd.rate_lag(lim.rate_period),
                                                  pgjobd.rate_lag(lim.group_rate_period)))
                         * 500)::bigint;
+        lag_us := floor(extract(epoch FROM least(pgjobd.rate_lag(lim.rate_period),
+                                                 pgjobd.rate_lag(lim.group_rate_period)))
+                        * 500000)::bigint;
     END IF;
     IF lim.rate_n IS NOT NULL THEN
         tq := (lim.rate_period + pgjobd.rate_lag(lim.rate_period)) / lim.rate_n;
@@ -281,6 +293,7 @@ BEGIN
             -- An orphan: run it again, counting a new attempt.
             ids := ids || r.id;
             gids := gids || gid;
+            gks := gks || r.group_id;
             IF r.group_id IS NOT NULL THEN
                 busy := busy || r.group_id;
             END IF;
@@ -333,6 +346,7 @@ BEGIN
                   AND (u_pri[ui], u_run[ui], u_ids[ui]) < (r.priority, r.run_at, r.id) LOOP
                 ids := ids || u_ids[ui];
                 gids := gids || NULL::bigint;
+                gks := gks || NULL::text;
                 ui := ui + 1;
             END LOOP;
             EXIT WHEN array_length(ids, 1) >= want;
@@ -342,47 +356,62 @@ BEGIN
                 EXIT;
             END IF;
             CONTINUE WHEN r.group_id = ANY(busy);
+            -- A group whose ready head comes later in the scan (below):
+            -- its jobs before that head are passed over without a read.
+            CONTINUE WHEN r.group_id = ANY(later) AND r.id <> ALL(later_heads);
             -- The group's head, by a plain read of jobs_group_head (no lock,
             -- nothing written). Only a candidate that heads its group goes
             -- on to try_group_head, which locks the group row and checks
             -- the head again under that lock.
             -- Under a group concurrency above 1, the head is the first
             -- queued job (its running jobs are counted under the lock).
-            IF k = 1 THEN
-                SELECT j.id, j.status, j.run_at, j.expires_at INTO head FROM pgjobd.jobs j
-                 WHERE j.queue = p_queue AND coalesce(j.group_key, j.group_id) = r.group_id
-                   AND j.status IN ('queued', 'running')
-                 ORDER BY coalesce(j.commit_seq, j.id) LIMIT 1;
-            ELSE
-                SELECT j.id, j.status, j.run_at, j.expires_at INTO head FROM pgjobd.jobs j
-                 WHERE j.queue = p_queue AND coalesce(j.group_key, j.group_id) = r.group_id
-                   AND j.status = 'queued'
-                 ORDER BY coalesce(j.commit_seq, j.id) LIMIT 1;
-            END IF;
-            IF head.id IS DISTINCT FROM r.id THEN
-                -- A ready head comes later in this scan (or in a later
-                -- call); a running head, or one that expired, keeps the
-                -- group busy.
-                CONTINUE WHEN head.status = 'queued'
-                              AND (head.expires_at IS NULL
-                                   OR head.expires_at > statement_timestamp())
-                              AND head.run_at <= statement_timestamp();
-                busy := busy || r.group_id;
-                -- A head waiting out a backoff: take the group's later jobs
-                -- out of the scan until it is due.
-                IF head.status = 'queued' AND head.run_at > statement_timestamp()
-                   AND (head.expires_at IS NULL OR head.expires_at > statement_timestamp())
-                   AND budget > 0 THEN
-                    PERFORM pgjobd.hold_group(p_queue, r.group_id, head.id, head.run_at,
-                                              p_scan);
-                    budget := budget - 1;
+            -- A job of a group in `later` is the head read before: it is
+            -- tried at once.
+            IF NOT r.group_id = ANY(later) THEN
+                IF k = 1 THEN
+                    SELECT j.id, j.status, j.run_at, j.expires_at INTO head FROM pgjobd.jobs j
+                     WHERE j.queue = p_queue AND coalesce(j.group_key, j.group_id) = r.group_id
+                       AND j.status IN ('queued', 'running')
+                     ORDER BY coalesce(j.commit_seq, j.id) LIMIT 1;
+                ELSE
+                    SELECT j.id, j.status, j.run_at, j.expires_at INTO head FROM pgjobd.jobs j
+                     WHERE j.queue = p_queue AND coalesce(j.group_key, j.group_id) = r.group_id
+                       AND j.status = 'queued'
+                     ORDER BY coalesce(j.commit_seq, j.id) LIMIT 1;
                 END IF;
-                CONTINUE;
+                IF head.id IS DISTINCT FROM r.id THEN
+                    -- A ready head comes later in this scan (or in a later
+                    -- call): a head that waited out a retry, or was given
+                    -- back, starts in its group's order but may have a
+                    -- later run_at than the group's next jobs. Remembered,
+                    -- so that those jobs cost one read of the head per
+                    -- claim, not one each. A running head, or one that
+                    -- expired, keeps the group busy.
+                    IF head.status = 'queued'
+                       AND (head.expires_at IS NULL OR head.expires_at > statement_timestamp())
+                       AND head.run_at <= statement_timestamp() THEN
+                        later := later || r.group_id;
+                        later_heads := later_heads || head.id;
+                        CONTINUE;
+                    END IF;
+                    busy := busy || r.group_id;
+                    -- A head waiting out a backoff: take the group's later
+                    -- jobs out of the scan until it is due.
+                    IF head.status = 'queued' AND head.run_at > statement_timestamp()
+                       AND (head.expires_at IS NULL OR head.expires_at > statement_timestamp())
+                       AND budget > 0 THEN
+                        PERFORM pgjobd.hold_group(p_queue, r.group_id, head.id, head.run_at,
+                                                  p_scan);
+                        budget := budget - 1;
+                    END IF;
+                    CONTINUE;
+                END IF;
             END IF;
             gid := pgjobd.try_group_head(p_queue, r.group_id, r.id, k, ghorizon);
             IF gid > 0 THEN
                 ids := ids || r.id;
                 gids := gids || gid;
+                gks := gks || r.group_id;
                 busy := busy || r.group_id;
             ELSIF gid = 0 THEN
                 busy := busy || r.group_id;
@@ -392,6 +421,7 @@ BEGIN
     WHILE ui <= nu AND coalesce(array_length(ids, 1), 0) < want LOOP
         ids := ids || u_ids[ui];
         gids := gids || NULL::bigint;
+        gks := gks || NULL::text;
         ui := ui + 1;
     END LOOP;
 
@@ -436,6 +466,7 @@ BEGIN
             IF gid > 0 THEN
                 ids := ids || r.id;
                 gids := gids || gid;
+                gks := gks || r.group_id;
                 busy := busy || r.group_id;
             ELSIF gid = 0 THEN
                 busy := busy || r.group_id;
@@ -456,7 +487,7 @@ BEGIN
         -- the call did since (a long scan of groups) would otherwise count
         -- against the daemon's lag as if the answer had been late.
         tnow := clock_timestamp();
-        base := tnow + interval '20 milliseconds';
+        base := tnow + lead;
         horizon := base + hlen;
         IF tq IS NOT NULL THEN
             qtat := greatest(coalesce(lim.tat, base), base);
@@ -468,31 +499,35 @@ BEGIN
         plan := '{}';
         FOR i IN 1 .. array_length(ids, 1) LOOP
             st := greatest(base, qtat);
-            gk := NULL;
-            gt := NULL;
-            IF tg IS NOT NULL THEN
-                SELECT coalesce(j.group_key, j.group_id) INTO gk FROM pgjobd.jobs j
-                 WHERE j.id = ids[i];
-                IF gk IS NOT NULL THEN
-                    SELECT t.tat INTO gt FROM pgjobd.group_rates t
-                     WHERE t.queue = p_queue AND t.group_id = gk;
-                    st := greatest(st, gt);
-                END IF;
+            gk := CASE WHEN tg IS NOT NULL THEN gks[i] END;
+            IF gk IS NOT NULL THEN
+                SELECT t.tat INTO gt FROM pgjobd.group_rates t
+                 WHERE t.queue = p_queue AND t.group_id = gk;
+                st := greatest(st, gt);
             END IF;
             IF st > horizon THEN
                 nxt := least(nxt, st);
                 CONTINUE;
+            END IF;
+            IF gk IS NOT NULL THEN
+                -- The group's next start, under its row's lock: a start
+                -- made late may have moved it on since the read above
+                -- (pgjobd.rate_late); then this job waits for a later
+                -- claim.
+                INSERT INTO pgjobd.group_rates AS t (queue, group_id, tat)
+                VALUES (p_queue, gk, st + tg)
+                ON CONFLICT ON CONSTRAINT group_rates_pkey DO UPDATE SET tat = EXCLUDED.tat
+                 WHERE t.tat <= st;
+                IF NOT FOUND THEN
+                    nxt := least(nxt, horizon);
+                    CONTINUE;
+                END IF;
             END IF;
             p_ids := p_ids || ids[i];
             p_gids := p_gids || gids[i];
             plan := plan || st;
             IF tq IS NOT NULL THEN
                 qtat := st + tq;
-            END IF;
-            IF gk IS NOT NULL THEN
-                INSERT INTO pgjobd.group_rates AS t (queue, group_id, tat)
-                VALUES (p_queue, gk, st + tg)
-                ON CONFLICT ON CONSTRAINT group_rates_pkey DO UPDATE SET tat = EXCLUDED.tat;
             END IF;
         END LOOP;
         ids := p_ids;
@@ -516,9 +551,13 @@ BEGIN
             slot := 0;
             start_in_ms := greatest(1, ceil(extract(epoch FROM nxt - tnow) * 1000)
                                        - ceil(extract(epoch FROM horizon - base) * 500)
-                                       - 20)::bigint;
+                                       - ceil(extract(epoch FROM lead) * 1000))::bigint;
+            stmt_us := ceil(extract(epoch FROM statement_timestamp()) * 1000000)::bigint;
+            clock_us := floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
             RETURN NEXT;
             start_in_ms := NULL;
+            stmt_us := NULL;
+            clock_us := NULL;
         END IF;
     END IF;
 
@@ -598,7 +637,19 @@ BEGIN
                CASE WHEN u.st IS NOT NULL
                     THEN (greatest(0, floor(extract(epoch FROM u.st - statement_timestamp())
                                             * 1000))
-                          + lag_ms)::bigint END
+                          + lag_ms)::bigint END,
+               -- the same on the server's clock, in microseconds since
+               -- the epoch: the planned start and how late it may be made;
+               -- and two readings of the clock, when this statement
+               -- started and as its rows are made, from which the daemon
+               -- bounds how far the server's clock is from its own
+               CASE WHEN u.st IS NOT NULL
+                    THEN ceil(extract(epoch FROM u.st) * 1000000)::bigint END,
+               CASE WHEN u.st IS NOT NULL THEN lag_us END,
+               CASE WHEN tnow IS NOT NULL
+                    THEN ceil(extract(epoch FROM statement_timestamp()) * 1000000)::bigint END,
+               CASE WHEN tnow IS NOT NULL
+                    THEN floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint END
           FROM u, LATERAL (
               SELECT coalesce(array_agg(e.key ORDER BY e.key), '{}') AS keys,
                      coalesce(array_agg(e.value #>> '{}' ORDER BY e.key), '{}') AS vals
@@ -616,14 +667,15 @@ REVOKE ALL ON FUNCTION pgjobd.claim_batch(text, bigint, text[], int, bigint, big
 -- NULL for no rate. A rate of N per period plans one start per (period +
 -- lag) / N, so that the starts i and i + N are at least a period apart even
 -- when i came late by up to the lag: a rate is kept by the commands' own
--- clocks, 2 % under N per period for periods of a second and more. The
+-- clocks, 1 % under N per period for periods of a second and more. The
 -- daemon gives back a job it would start later than half the lag (as far as
--- it can tell: start_by_ms); the other half is for its exec and the
--- command's first instruction (sql/README, "Limits").
+-- it can tell, from the server's clock as it bounds it: late_us); the other
+-- half is for its exec and the command's first instruction (sql/README,
+-- "Limits").
 CREATE OR REPLACE FUNCTION pgjobd.rate_lag(p interval) RETURNS interval
     LANGUAGE sql IMMUTABLE STRICT
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $$ SELECT greatest(p / 50, interval '10 milliseconds') $$;
+    AS $$ SELECT greatest(p / 100, interval '10 milliseconds') $$;
 
 REVOKE ALL ON FUNCTION pgjobd.rate_lag(interval) FROM PUBLIC;
 

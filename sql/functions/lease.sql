@@ -47,7 +47,10 @@ BEGIN
              c AS (SELECT clock_timestamp() AS t),
              u AS (UPDATE pgjobd.jobs j
                       SET status = o.status, result = o.result, error = o.error,
+                          -- a job given back (never started) keeps its
+                          -- place: its run_at
                           run_at = CASE WHEN o.status = 'queued'
+                                             AND NOT coalesce(o.give_back, false)
                                         THEN c.t + coalesce(o.retry_ms, 0)
                                                    * interval '1 millisecond'
                                         ELSE j.run_at END,

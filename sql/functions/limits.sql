@@ -278,6 +278,137 @@ BEGIN
 END
 $$;
 
+-- rate_late(starts): moves a rate on for starts a daemon makes later than
+-- their plan allows (src/rate_db.h). starts: a JSON array of {id, fence,
+-- at_us, shift_us}: a job running under its claim's fencing token, the
+-- start claim_batch planned for it (start_at_us, microseconds since the
+-- epoch) and how much later than its allowance (late_us) the daemon will
+-- make it at most. For each, the queue's next allowed start (tat) moves on
+-- by shift_us, from at least the start after `at` and now; under a group
+-- rate the group's too. Every start planned after this commits comes that
+-- much later, so the start a period on is still a period and the lag after
+-- this one however late this one comes, up to the shift (sql/README,
+-- "Limits"). Refused (ok false), and nothing moved for that rate, once a
+-- claim may have planned the start a period on already: the clock, read
+-- with the row locked that claims plan under (the queue's limits row for a
+-- rate, the group's group_rates row for a group rate), has passed that
+-- start's earliest plan less the lead and the horizon, less a margin. Also
+-- refused for a job no longer running under that token. Returns one row
+-- per entry: its position (1-based) and ok. Rows are locked in the order
+-- of queue and group, the queue's limits row first, as claims lock them.
+CREATE OR REPLACE FUNCTION pgjobd.rate_late(p_starts jsonb) RETURNS TABLE(n integer, ok boolean)
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    e record;
+    lim pgjobd.queue_limits;
+    cur_q text;             -- the queue whose limits row is locked
+    cur_g text;             -- the group whose group_rates row is locked
+    q_at timestamptz;       -- the queue's move: from at least the start
+    q_shift interval;       -- after this, by this
+    g_at timestamptz;       -- the group's
+    g_shift interval;
+    hlen interval;
+    at timestamptz;
+    shift interval;
+    tq interval;
+    tg interval;
+    -- claim_batch's lead, and a margin for the clock read before commit
+    lead constant interval := interval '10 milliseconds';
+    margin constant interval := interval '20 milliseconds';
+BEGIN
+    -- In the order of queue and group, so that two calls lock alike. Each
+    -- rate moves once per call (when the next queue or group comes, and at
+    -- the end), by the largest shift asked of it, from the latest start
+    -- after one of those asking: the largest shift is enough for each.
+    FOR e IN SELECT s.n::int AS n, s.at_us, s.shift_us, j.queue,
+                    coalesce(j.group_key, j.group_id) AS g
+               FROM ROWS FROM (jsonb_to_recordset(p_starts)
+                               AS (id bigint, fence bigint, at_us bigint, shift_us bigint))
+                    WITH ORDINALITY AS s(id, fence, at_us, shift_us, n)
+               LEFT JOIN pgjobd.jobs j
+                      ON j.id = s.id AND j.fence = s.fence AND j.status = 'running'
+              ORDER BY j.queue, coalesce(j.group_key, j.group_id), s.n
+    LOOP
+        IF cur_g IS NOT NULL AND (e.queue IS DISTINCT FROM cur_q OR e.g IS DISTINCT FROM cur_g) THEN
+            UPDATE pgjobd.group_rates t
+               SET tat = greatest(t.tat, g_at + tg, clock_timestamp()) + g_shift
+             WHERE t.queue = cur_q AND t.group_id = cur_g AND g_shift IS NOT NULL;
+            cur_g := NULL;
+        END IF;
+        IF cur_q IS NOT NULL AND e.queue IS DISTINCT FROM cur_q THEN
+            UPDATE pgjobd.queue_limits l
+               SET tat = greatest(l.tat, q_at + tq, clock_timestamp()) + q_shift
+             WHERE l.queue = cur_q AND q_shift IS NOT NULL;
+            cur_q := NULL;
+        END IF;
+        n := e.n;
+        IF e.queue IS NULL OR e.at_us IS NULL OR e.shift_us IS NULL OR e.shift_us < 0 THEN
+            ok := false; -- no longer running under that token
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
+        at := to_timestamp(e.at_us / 1000000.0);
+        shift := e.shift_us * interval '1 microsecond';
+        IF cur_q IS NULL THEN
+            -- Locked to the end: the clock read from now on is later than
+            -- any claim of this queue that planned before this call.
+            cur_q := e.queue;
+            SELECT * INTO lim FROM pgjobd.queue_limits l WHERE l.queue = e.queue FOR UPDATE;
+            hlen := least(interval '100 milliseconds', lim.rate_period, lim.group_rate_period);
+            tq := (lim.rate_period + pgjobd.rate_lag(lim.rate_period)) / lim.rate_n;
+            tg := (lim.group_rate_period + pgjobd.rate_lag(lim.group_rate_period))
+                  / lim.group_rate_n;
+            q_at := NULL;
+            q_shift := NULL;
+        END IF;
+        ok := true;
+        IF tq IS NOT NULL THEN
+            ok := clock_timestamp() <= at + lim.rate_period + pgjobd.rate_lag(lim.rate_period)
+                                       - lead - hlen - margin;
+        END IF;
+        IF ok AND tg IS NOT NULL AND e.g IS NOT NULL THEN
+            IF cur_g IS NULL THEN
+                cur_g := e.g;
+                g_at := NULL;
+                g_shift := NULL;
+                -- The group's row, made if missing (maintain() deletes one
+                -- whose time has passed, which means what no row means).
+                INSERT INTO pgjobd.group_rates AS t (queue, group_id, tat)
+                VALUES (e.queue, e.g, '-infinity') ON CONFLICT DO NOTHING;
+                PERFORM 1 FROM pgjobd.group_rates t
+                 WHERE t.queue = e.queue AND t.group_id = e.g FOR UPDATE;
+            END IF;
+            ok := clock_timestamp() <= at + lim.group_rate_period
+                                       + pgjobd.rate_lag(lim.group_rate_period)
+                                       - lead - hlen - margin;
+            IF ok THEN
+                g_at := greatest(g_at, at);
+                g_shift := greatest(g_shift, shift);
+            END IF;
+        END IF;
+        IF ok AND tq IS NOT NULL THEN
+            q_at := greatest(q_at, at);
+            q_shift := greatest(q_shift, shift);
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+    IF cur_g IS NOT NULL THEN
+        UPDATE pgjobd.group_rates t
+           SET tat = greatest(t.tat, g_at + tg, clock_timestamp()) + g_shift
+         WHERE t.queue = cur_q AND t.group_id = cur_g AND g_shift IS NOT NULL;
+    END IF;
+    IF cur_q IS NOT NULL THEN
+        UPDATE pgjobd.queue_limits l
+           SET tat = greatest(l.tat, q_at + tq, clock_timestamp()) + q_shift
+         WHERE l.queue = cur_q AND q_shift IS NOT NULL;
+    END IF;
+END
+$$;
+
+REVOKE ALL ON FUNCTION pgjobd.rate_late(jsonb) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION pgjobd.parse_rate(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pgjobd.check_limit(text, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pgjobd.set_limits(text, integer, integer, text, text) FROM PUBLIC;
@@ -307,7 +438,7 @@ BEGIN
               TO pgjobd_worker;
         GRANT EXECUTE ON FUNCTION pgjobd.set_limits(text, integer, integer, text, text),
               pgjobd.parse_rate(text, text), pgjobd.check_limit(text, integer),
-              pgjobd.rate_lag(interval)
+              pgjobd.rate_lag(interval), pgjobd.rate_late(jsonb)
               TO pgjobd_worker;
         IF NOT EXISTS (SELECT 1 FROM pg_policies
                         WHERE schemaname = 'pgjobd' AND tablename = 'queue_limits'

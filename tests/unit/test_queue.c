@@ -28,6 +28,7 @@
 #include "metrics.h"
 #include "pressure.h"
 #include "queue.h"
+#include "rate_db.h"
 #include "run.h"
 #include "tap.h"
 #include "util.h"
@@ -402,6 +403,28 @@ void metrics_add_queue(struct metrics *m, const char *queue)
 {
 	(void)m;
 	(void)queue;
+}
+
+/* The rate session: no rate here (run_env.rate is NULL), so never called. */
+struct rate_late *rate_db_late(struct rate_db *rd, long long id, long long fence, int64_t at_us,
+			       int64_t shift_us, rate_db_done_fn *done, void *arg)
+{
+	(void)rd, (void)id, (void)fence, (void)at_us, (void)shift_us, (void)done, (void)arg;
+	abort();
+}
+void rate_db_cancel(struct rate_db *rd, struct rate_late *rl)
+{
+	(void)rd;
+	(void)rl;
+}
+int64_t rate_db_wait_us(const struct rate_db *rd)
+{
+	(void)rd;
+	return 0;
+}
+void rate_db_warm(struct rate_db *rd)
+{
+	(void)rd;
 }
 
 /* ---- the queue under test ----------------------------------------------------- */
