@@ -57,7 +57,7 @@ LIMIT_RATE=${BENCH_LIMIT_RATE:-50}            # 11b: the rate, starts a second
 LIMIT_RATE_SECS=${BENCH_LIMIT_RATE_SECS:-$((60 / div))} # 11b: seconds of starts at that rate
 N_LIMIT_JOBS=${BENCH_LIMIT_JOBS:-$((20000 / div))} # 11c: grouped jobs, over 1,000 groups
 # BENCH_ONLY: a subset of "ceiling throughput burst pickup steps backlog enqueue footprint strace held lease
-# timers scale limits idle"
+# timers scale limits idle", or limit_burst, limit_rate, limit_claim for a part of limits
 # (default all), for working on one measurement; idle: 10e and 10f alone (scale includes them).
 ONLY=${BENCH_ONLY:-}
 STEP_TIMEOUT=${BENCH_STEP_TIMEOUT:-600}       # seconds any single run may take
@@ -2184,17 +2184,16 @@ for REP in $(seq 1 "$REPS"); do
 	only timers && log "9b schedule tick lateness, lock mode lease" && bench_tick lease
 	only timers && log "9c cancel latency" && bench_cancel
 	only timers && log "9d watchdog pings" && bench_watchdog
-	if only limits; then
-		for m in tx lease; do
-			for l in none limit; do
-				log "11a burst, $m, $l" && bench_limit_burst "$m" "$l"
-			done
-		done
-		log "11b rate over 3 daemons" && bench_limit_rate
+	# (limits: the whole row; limit_burst, limit_rate, limit_claim: a part)
+	for m in tx lease; do
 		for l in none limit; do
-			log "11c claims over 1,000 groups, $l" && bench_limit_claim "$l"
+			{ only limits || only limit_burst; } && log "11a burst, $m, $l" && bench_limit_burst "$m" "$l"
 		done
-	fi
+	done
+	{ only limits || only limit_rate; } && log "11b rate over 3 daemons" && bench_limit_rate
+	for l in none limit; do
+		{ only limits || only limit_claim; } && log "11c claims over 1,000 groups, $l" && bench_limit_claim "$l"
+	done
 	if only scale; then
 		log "10a many daemons, lock mode transaction" && bench_scale transaction many
 		log "10b one daemon, as many slots, lock mode transaction" && bench_scale transaction one
