@@ -11,9 +11,12 @@
 --                no longer counts the claim's own round trip (sql/README,
 --                "Limits"). start_in_ms and start_by_ms stay, for the
 --                daemons of version 42.
---   rate_lag     a hundredth of the period (at least 10 ms), from a
---                fiftieth: a rate of N per second plans N / 1.01 starts a
---                second.
+--   rate_lag     a fortieth of the period (at least 20 ms), from a
+--                fiftieth (at least 10 ms): a rate of N per second plans
+--                N / 1.025 starts a second; the daemon may make a start a
+--                fifth of it late (from half), the rest is the command's.
+--   rate_late    new: moves a rate on for a start a daemon makes later than
+--                its plan allows, so that the daemon may still make it.
 --
 -- Also in this version, in claim_batch: a group whose ready head comes
 -- later in the grouped scan than its next jobs (a head that waited out a

@@ -309,16 +309,18 @@ DECLARE
     -- How far ahead of tnow a rate plans its first start: the answer's way
     -- back and, in lock mode transaction, the slot's hold come before the
     -- start, not late. (pgjobd.rate_late counts on it.)
-    lead constant interval := interval '10 milliseconds';
+    lead constant interval := interval '20 milliseconds';
     base timestamptz;       -- the first start it may plan: tnow and a lead
     hlen interval;          -- the horizon's length
     horizon timestamptz;    -- a rate plans starts up to here
     tq interval;            -- the queue's rate: one start per tq
     tg interval;            -- the group rate's
     lag_ms bigint;          -- how late a planned start may still be made:
-                            -- half the lag, the rest is the command's own
+                            -- a fifth of the lag, the rest is the command's own
                             -- (its exec, its first instruction)
     lag_us bigint;          -- the same in microseconds
+    lq interval;            -- the rate's lag (rate_lag), and the group rate's
+    lg interval;
     qtat timestamptz;       -- the queue's next start allowed
     tokens int;             -- starts the queue's rate allows this call
     ghorizon timestamptz;   -- for try_group_head: a group rate's horizon
@@ -368,23 +370,20 @@ BEGIN
         base := tnow + lead;
         hlen := least(interval '100 milliseconds', lim.rate_period, lim.group_rate_period);
         horizon := base + hlen;
-        lag_ms := floor(extract(epoch FROM least(pgjobd.rate_lag(lim.rate_period),
-                                                 pgjobd.rate_lag(lim.group_rate_period)))
-                        * 500)::bigint;
-        lag_us := floor(extract(epoch FROM least(pgjobd.rate_lag(lim.rate_period),
-                                                 pgjobd.rate_lag(lim.group_rate_period)))
-                        * 500000)::bigint;
+        lq := pgjobd.rate_lag(lim.rate_period);
+        lg := pgjobd.rate_lag(lim.group_rate_period);
+        lag_ms := floor(extract(epoch FROM least(lq, lg)) * 1000 / 5)::bigint;
+        lag_us := floor(extract(epoch FROM least(lq, lg)) * 1000000 / 5)::bigint;
     END IF;
     IF lim.rate_n IS NOT NULL THEN
-        tq := (lim.rate_period + pgjobd.rate_lag(lim.rate_period)) / lim.rate_n;
+        tq := (lim.rate_period + lq) / lim.rate_n;
         qtat := greatest(coalesce(lim.tat, base), base);
         tokens := CASE WHEN qtat > horizon THEN 0
                        ELSE floor(extract(epoch FROM horizon - qtat)
                                   / extract(epoch FROM tq))::int + 1 END;
     END IF;
     IF lim.group_rate_n IS NOT NULL THEN
-        tg := (lim.group_rate_period + pgjobd.rate_lag(lim.group_rate_period))
-              / lim.group_rate_n;
+        tg := (lim.group_rate_period + lg) / lim.group_rate_n;
         ghorizon := horizon;
     END IF;
 
@@ -2148,7 +2147,7 @@ $$;
 CREATE FUNCTION pgjobd.rate_lag(p interval) RETURNS interval
     LANGUAGE sql IMMUTABLE STRICT
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $$ SELECT greatest(p / 100, interval '10 milliseconds') $$;
+    AS $$ SELECT greatest(p / 40, interval '20 milliseconds') $$;
 
 CREATE FUNCTION pgjobd.rate_late(p_starts jsonb) RETURNS TABLE(n integer, ok boolean)
     LANGUAGE plpgsql
@@ -2169,7 +2168,7 @@ DECLARE
     tq interval;
     tg interval;
     -- claim_batch's lead, and a margin for the clock read before commit
-    lead constant interval := interval '10 milliseconds';
+    lead constant interval := interval '20 milliseconds';
     margin constant interval := interval '20 milliseconds';
 BEGIN
     -- In the order of queue and group, so that two calls lock alike. Each

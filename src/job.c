@@ -78,7 +78,7 @@ static void on_moved(bool ok, void *arg);
 
 /* A start this close to its deadline counts as late: its new process,
  * which checks the deadline again, is forked after the check here. */
-#define SPAWN_GUARD_US 3000
+#define SPAWN_GUARD_US 1000
 /* What a start made late moves the rate on by, beyond how late it is (with
  * SPAWN_GUARD_US): twice what a move takes (the start waits for it), and
  * this. */
@@ -194,10 +194,14 @@ static void log_started(const struct job *j)
 	char notify_ms[32] = "none";
 	if (j->woken > 0)
 		snprintf(notify_ms, sizeof(notify_ms), "%.3f", (j->claim_sent - j->woken) * 1e3);
+	char planned[96] = "";
+	if (j->start_by > 0)
+		snprintf(planned, sizeof(planned), " planned_ms=%.3f clock_ms=%.3f moved=%d",
+			 (now - j->plan_at) * 1e3, j->clock_ms, j->moved ? 1 : 0);
 	log_job(LOG_DEBUG, j,
-		"msg=\"pickup\" notify_ms=%s claim_ms=%.3f hold_ms=%.3f spawn_ms=%.3f", notify_ms,
+		"msg=\"pickup\" notify_ms=%s claim_ms=%.3f hold_ms=%.3f spawn_ms=%.3f%s", notify_ms,
 		(j->claimed - j->claim_sent) * 1e3, (j->held - j->claimed) * 1e3,
-		(now - j->held) * 1e3);
+		(now - j->held) * 1e3, planned);
 }
 
 void job_start(struct job *j)

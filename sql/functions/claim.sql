@@ -80,16 +80,18 @@ DECLARE
     -- How far ahead of tnow a rate plans its first start: the answer's way
     -- back and, in lock mode transaction, the slot's hold come before the
     -- start, not late. (pgjobd.rate_late counts on it.)
-    lead constant interval := interval '10 milliseconds';
+    lead constant interval := interval '20 milliseconds';
     base timestamptz;       -- the first start it may plan: tnow and a lead
     hlen interval;          -- the horizon's length
     horizon timestamptz;    -- a rate plans starts up to here
     tq interval;            -- the queue's rate: one start per tq
     tg interval;            -- the group rate's
     lag_ms bigint;          -- how late a planned start may still be made:
-                            -- half the lag, the rest is the command's own
+                            -- a fifth of the lag, the rest is the command's own
                             -- (its exec, its first instruction)
     lag_us bigint;          -- the same in microseconds
+    lq interval;            -- the rate's lag (rate_lag), and the group rate's
+    lg interval;
     qtat timestamptz;       -- the queue's next start allowed
     tokens int;             -- starts the queue's rate allows this call
     ghorizon timestamptz;   -- for try_group_head: a group rate's horizon
@@ -139,23 +141,20 @@ BEGIN
         base := tnow + lead;
         hlen := least(interval '100 milliseconds', lim.rate_period, lim.group_rate_period);
         horizon := base + hlen;
-        lag_ms := floor(extract(epoch FROM least(pgjobd.rate_lag(lim.rate_period),
-                                                 pgjobd.rate_lag(lim.group_rate_period)))
-                        * 500)::bigint;
-        lag_us := floor(extract(epoch FROM least(pgjobd.rate_lag(lim.rate_period),
-                                                 pgjobd.rate_lag(lim.group_rate_period)))
-                        * 500000)::bigint;
+        lq := pgjobd.rate_lag(lim.rate_period);
+        lg := pgjobd.rate_lag(lim.group_rate_period);
+        lag_ms := floor(extract(epoch FROM least(lq, lg)) * 1000 / 5)::bigint;
+        lag_us := floor(extract(epoch FROM least(lq, lg)) * 1000000 / 5)::bigint;
     END IF;
     IF lim.rate_n IS NOT NULL THEN
-        tq := (lim.rate_period + pgjobd.rate_lag(lim.rate_period)) / lim.rate_n;
+        tq := (lim.rate_period + lq) / lim.rate_n;
         qtat := greatest(coalesce(lim.tat, base), base);
         tokens := CASE WHEN qtat > horizon THEN 0
                        ELSE floor(extract(epoch FROM horizon - qtat)
                                   / extract(epoch FROM tq))::int + 1 END;
     END IF;
     IF lim.group_rate_n IS NOT NULL THEN
-        tg := (lim.group_rate_period + pgjobd.rate_lag(lim.group_rate_period))
-              / lim.group_rate_n;
+        tg := (lim.group_rate_period + lg) / lim.group_rate_n;
         ghorizon := horizon;
     END IF;
 
@@ -667,15 +666,16 @@ REVOKE ALL ON FUNCTION pgjobd.claim_batch(text, bigint, text[], int, bigint, big
 -- NULL for no rate. A rate of N per period plans one start per (period +
 -- lag) / N, so that the starts i and i + N are at least a period apart even
 -- when i came late by up to the lag: a rate is kept by the commands' own
--- clocks, 1 % under N per period for periods of a second and more. The
--- daemon gives back a job it would start later than half the lag (as far as
--- it can tell, from the server's clock as it bounds it: late_us); the other
--- half is for its exec and the command's first instruction (sql/README,
--- "Limits").
+-- clocks, 2.5 % under N per period for periods of 800 ms and more. The
+-- daemon may make a start up to a fifth of the lag late (late_us, as far as
+-- it can tell from the server's clock); a start later than that moves the
+-- rate on first (rate_late). The other four fifths are for its exec and what
+-- the command does before it reads the clock, which on a loaded host takes
+-- from 3 ms to more than 25 ms (sql/README, "Limits").
 CREATE OR REPLACE FUNCTION pgjobd.rate_lag(p interval) RETURNS interval
     LANGUAGE sql IMMUTABLE STRICT
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $$ SELECT greatest(p / 100, interval '10 milliseconds') $$;
+    AS $$ SELECT greatest(p / 40, interval '20 milliseconds') $$;
 
 REVOKE ALL ON FUNCTION pgjobd.rate_lag(interval) FROM PUBLIC;
 

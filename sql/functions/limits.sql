@@ -315,7 +315,7 @@ DECLARE
     tq interval;
     tg interval;
     -- claim_batch's lead, and a margin for the clock read before commit
-    lead constant interval := interval '10 milliseconds';
+    lead constant interval := interval '20 milliseconds';
     margin constant interval := interval '20 milliseconds';
 BEGIN
     -- In the order of queue and group, so that two calls lock alike. Each

@@ -12,10 +12,9 @@
 #  - rate 20/4s: no window of 4 s holds more than 20 starts by the commands' stamps; the
 #    rate reached is at least 3.5/s; no start counted as an attempt twice;
 #  - group_rate 2/4s: the same per group;
-# (Periods of 4 s: a planned start may come late by half of 2 % of the period, here
-# 40 ms, which covers a claim's round trip on a busy machine; a start that would come
-# later is given back and loses its turn. tests/bench/README has the rates' accuracy
-# with periods of a second.)
+# (Periods of 4 s: a planned start may come late by a fifth of 2.5 % of the period,
+# here 20 ms; a start that would come later moves the rate on first (t_82_limits_late.sh).
+# tests/bench/README has the rates' accuracy with periods of a second.)
 #  - maintain() deletes the group rates' past states;
 #  - a raised limit is used at once (set_limits' NOTIFY), not at the poll.
 . "$(dirname "$0")/lib.sh"

@@ -41,17 +41,20 @@ since() {
 }
 
 # The rates' next starts move on from the start after the late one (the queue's one
-# per 2.02 s / 5, 404 ms; the group's one per 1,010 ms), by the shift.
+# per (2 s + lag) / 5, the group's one per (2 s + lag) / 2), by the shift.
+LAG=$(psql_q "SELECT extract(epoch FROM pgjobd.rate_lag('2 s')) * 1000")
+TQ=$(awk -v l="$LAG" 'BEGIN { printf "%d", (2000 + l) / 5 + 0.5 }')
+TG=$(awk -v l="$LAG" 'BEGIN { printf "%d", (2000 + l) / 2 + 0.5 }')
 at=$(now_us)
 is "$(late "[{\"id\": $J, \"fence\": 77, \"at_us\": $at, \"shift_us\": 300000}]")" "1:true" \
 	"rate_late: a start 300 ms late is allowed"
-is "$(since "$at")" "704 1310" "the queue's next start moved on to 404 + 300 ms after it, the group's to 1,010 + 300"
+is "$(since "$at")" "$((TQ + 300)) $((TG + 300))" "the queue's next start moved on to $TQ + 300 ms after it, the group's to $TG + 300"
 is "$(late "[{\"id\": $J, \"fence\": 78, \"at_us\": $(now_us), \"shift_us\": 900000}]")" "1:false" \
 	"rate_late: another fencing token is refused"
-is "$(since "$at")" "704 1310" "... and moves nothing"
+is "$(since "$at")" "$((TQ + 300)) $((TG + 300))" "... and moves nothing"
 is "$(late "[{\"id\": $J, \"fence\": 77, \"at_us\": $(($(now_us) - 3000000)), \"shift_us\": 100000}]")" \
 	"1:false" "rate_late: a start planned 3 s ago (2 s period) is refused: its next may be planned"
-is "$(since "$at")" "704 1310" "... and moves nothing"
+is "$(since "$at")" "$((TQ + 300)) $((TG + 300))" "... and moves nothing"
 
 # Two late starts in one call: each rate moves once, by the larger shift.
 at=$(now_us)
