@@ -137,11 +137,14 @@ for mode in transaction lease; do
 	psql_q "UPDATE pgjobd.jobs SET status = 'cancelled' WHERE id = $b2" >/dev/null
 
 	# ------------------------------------------------------------ C. hold
-	c1=$(enqueue "$hold" g1 "{\"code\": 1, \"fix\": \"c1_$mode\"}")
+	# (c1 waits at a gate until c2 is enqueued: a job enqueued as its group's block
+	# commits may slip through, pgjobd(8), and c1 alone fails within milliseconds.)
+	c1=$(enqueue "$hold" g1 "{\"code\": 1, \"fix\": \"c1_$mode\", \"gate\": \"c1_$mode\"}")
 	c2=$(enqueue "$hold" g1 '{}')
 	c3=$(enqueue "$hold" g2 '{}')
 	c4=$(enqueue "$hold" g2 '{}')
 	c5=$(enqueue "$hold" g2 '{}')
+	touch "$T/gate.c1_$mode"
 	wait_until 15 "[ \"\$(count_jobs \"id IN ($c3, $c4, $c5) AND status = 'succeeded'\")\" = 3 ]"
 	ok $? "C: group g2 drained$M"
 	wait_until 10 "[ \"\$(status_of $c1)\" = failed ]"
@@ -163,8 +166,9 @@ for mode in transaction lease; do
 	is "$(psql_q "SELECT string_agg(id::text, ' ' ORDER BY started_at) FROM pgjobd.jobs WHERE id IN ($c1, $c2, $c6)")" \
 		"$c1 $c2 $c6" "C: in group order, the retried job first$M"
 
-	r1=$(enqueue "$hold" g3 '{"code": 2}')
+	r1=$(enqueue "$hold" g3 "{\"code\": 2, \"gate\": \"r1_$mode\"}")
 	r2=$(enqueue "$hold" g3 '{}')
+	touch "$T/gate.r1_$mode"
 	wait_until 15 "[ \"\$(blocked $hold g3)\" = held:$r1 ]"
 	ok $? "C: g3 held by its failed job$M"
 	holds_for 1 "[ \"\$(status_of $r2)\" = queued ]"
@@ -216,8 +220,9 @@ for mode in transaction lease; do
 	wait_until 15 "[ \"\$(status_of $e1)\" = succeeded ]"
 	ok $? "D: then it runs$M"
 	# paused and held at once: the group runs only once both are gone
-	h1=$(enqueue "$hold" both '{"code": 1}')
+	h1=$(enqueue "$hold" both "{\"code\": 1, \"gate\": \"h1_$mode\"}")
 	h2=$(enqueue "$hold" both '{}')
+	touch "$T/gate.h1_$mode"
 	wait_until 15 "[ \"\$(status_of $h1)\" = failed ]"
 	psql_q "SELECT pgjobd.pause_group('$hold', 'both')" >/dev/null
 	is "$(blocked "$hold" both)" "held:$h1 paused:-" "D: a group both held and paused has two rows$M"
