@@ -24,7 +24,9 @@ struct rate_late {
 	rate_db_done_fn *done;
 	void *arg;
 	int pos;	/* its position in the statement in flight (1-based); 0: not in one */
-	bool cancelled; /* in flight, but nobody waits any more */
+	bool cancelled; /* in flight or answered, but nobody waits any more */
+	bool answered;	/* out of the list, its callback due (then freed) */
+	bool ok;	/* ... with this */
 	struct rate_late *prev, *next;
 };
 
@@ -47,7 +49,7 @@ struct rate_db {
 
 static const char sql_late[] = "SELECT n, ok FROM pgjobd.rate_late($1::jsonb)";
 
-static void unlink_req(struct rate_db *rd, struct rate_late *rl)
+static void detach(struct rate_db *rd, struct rate_late *rl)
 {
 	if (rl->prev)
 		rl->prev->next = rl->next;
@@ -57,22 +59,19 @@ static void unlink_req(struct rate_db *rd, struct rate_late *rl)
 		rl->next->prev = rl->prev;
 	else
 		rd->tail = rl->prev;
-	free(rl);
+	rl->prev = rl->next = NULL;
 }
 
-/* The answered requests, taken out of the list first: a callback may make
- * or cancel other requests. */
-struct answered {
-	rate_db_done_fn *done;
-	void *arg;
-	bool ok;
-};
-
-static void call_back(struct answered *a, int n)
+/* The answered requests (a[0..n-1], taken out of the list first, as a
+ * callback may make or cancel other requests): their callbacks, unless
+ * cancelled meanwhile (by an earlier one), then they are freed. */
+static void call_back(struct rate_late **a, int n)
 {
 	for (int i = 0; i < n; i++)
-		if (a[i].done)
-			a[i].done(a[i].ok, a[i].arg);
+		if (!a[i]->cancelled && a[i]->done)
+			a[i]->done(a[i]->ok, a[i]->arg);
+	for (int i = 0; i < n; i++)
+		free(a[i]);
 	free(a);
 }
 
@@ -102,7 +101,7 @@ static void on_expire(struct ev_loop *loop, ev_timer *w, int revents)
 	int n = 0;
 	for (struct rate_late *rl = rd->head; rl; rl = rl->next)
 		n++;
-	struct answered *a = xcalloc((size_t)n + 1, sizeof(*a));
+	struct rate_late **a = xcalloc((size_t)n + 1, sizeof(*a));
 	n = 0;
 	struct rate_late *next;
 	for (struct rate_late *rl = rd->head; rl; rl = next) {
@@ -112,8 +111,10 @@ static void on_expire(struct ev_loop *loop, ev_timer *w, int revents)
 		log_warn("msg=\"cannot move a rate on in time; the late start is given up\" "
 			 "job=%lld",
 			 rl->id);
-		a[n++] = (struct answered){.done = rl->done, .arg = rl->arg, .ok = false};
-		unlink_req(rd, rl);
+		detach(rd, rl);
+		rl->answered = true;
+		rl->ok = false;
+		a[n++] = rl;
 	}
 	arm(rd);
 	call_back(a, n);
@@ -139,7 +140,7 @@ static void on_answer(struct db_conn *c, PGresult *const *res, int n, void *arg)
 	int count = 0;
 	for (struct rate_late *rl = rd->head; rl; rl = rl->next)
 		count++;
-	struct answered *a = xcalloc((size_t)count + 1, sizeof(*a));
+	struct rate_late **a = xcalloc((size_t)count + 1, sizeof(*a));
 	int na = 0;
 	struct rate_late *next;
 	for (struct rate_late *rl = rd->head; rl; rl = next) {
@@ -153,9 +154,10 @@ static void on_answer(struct db_conn *c, PGresult *const *res, int n, void *arg)
 				break;
 			}
 		}
-		a[na++] = (struct answered){
-		    .done = rl->cancelled ? NULL : rl->done, .arg = rl->arg, .ok = made};
-		unlink_req(rd, rl);
+		detach(rd, rl);
+		rl->answered = true;
+		rl->ok = made;
+		a[na++] = rl;
 	}
 	send_waiting(rd);
 	call_back(a, na);
@@ -261,8 +263,11 @@ void rate_db_free(struct rate_db *rd)
 	ev_prepare_stop(rd->loop, &rd->batch);
 	if (rd->db)
 		db_conn_free(rd->db);
-	while (rd->head)
-		unlink_req(rd, rd->head);
+	while (rd->head) {
+		struct rate_late *rl = rd->head;
+		detach(rd, rl);
+		free(rl);
+	}
 	buf_fini(&rd->json);
 	free(rd->conninfo);
 	free(rd);
@@ -296,10 +301,11 @@ void rate_db_cancel(struct rate_db *rd, struct rate_late *rl)
 {
 	if (!rl)
 		return;
-	if (rl->pos) {
+	if (rl->pos || rl->answered) {
 		rl->cancelled = true; /* freed with its answer */
 		return;
 	}
-	unlink_req(rd, rl);
+	detach(rd, rl);
+	free(rl);
 	arm(rd);
 }
