@@ -2158,23 +2158,23 @@ DECLARE
     lim pgjobd.queue_limits;
     cur_q text;             -- the queue whose limits row is locked
     cur_g text;             -- the group whose group_rates row is locked
-    q_at timestamptz;       -- the queue's move: from at least the start
-    q_shift interval;       -- after this, by this
-    g_at timestamptz;       -- the group's
-    g_shift interval;
     hlen interval;
     at timestamptz;
-    shift interval;
-    tq interval;
-    tg interval;
+    -- the moves allowed, for the queues' rates and the groups' rates
+    mq text[] := '{}';
+    m_at timestamptz[] := '{}';
+    m_shift interval[] := '{}';
+    gq text[] := '{}';
+    gg text[] := '{}';
+    g_at timestamptz[] := '{}';
+    g_shift interval[] := '{}';
     -- claim_batch's lead, and a margin for the clock read before commit
     lead constant interval := interval '20 milliseconds';
     margin constant interval := interval '20 milliseconds';
 BEGIN
-    -- In the order of queue and group, so that two calls lock alike. Each
-    -- rate moves once per call (when the next queue or group comes, and at
-    -- the end), by the largest shift asked of it, from the latest start
-    -- after one of those asking: the largest shift is enough for each.
+    -- In the order of queue and group, so that two calls lock alike; each
+    -- row locked once, and kept to the end: the clock read from then on is
+    -- later than any claim that planned under it before this call.
     FOR e IN SELECT s.n::int AS n, s.at_us, s.shift_us, j.queue,
                     coalesce(j.group_key, j.group_id) AS g
                FROM ROWS FROM (jsonb_to_recordset(p_starts)
@@ -2184,18 +2184,6 @@ BEGIN
                       ON j.id = s.id AND j.fence = s.fence AND j.status = 'running'
               ORDER BY j.queue, coalesce(j.group_key, j.group_id), s.n
     LOOP
-        IF cur_g IS NOT NULL AND (e.queue IS DISTINCT FROM cur_q OR e.g IS DISTINCT FROM cur_g) THEN
-            UPDATE pgjobd.group_rates t
-               SET tat = greatest(t.tat, g_at + tg, clock_timestamp()) + g_shift
-             WHERE t.queue = cur_q AND t.group_id = cur_g AND g_shift IS NOT NULL;
-            cur_g := NULL;
-        END IF;
-        IF cur_q IS NOT NULL AND e.queue IS DISTINCT FROM cur_q THEN
-            UPDATE pgjobd.queue_limits l
-               SET tat = greatest(l.tat, q_at + tq, clock_timestamp()) + q_shift
-             WHERE l.queue = cur_q AND q_shift IS NOT NULL;
-            cur_q := NULL;
-        END IF;
         n := e.n;
         IF e.queue IS NULL OR e.at_us IS NULL OR e.shift_us IS NULL OR e.shift_us < 0 THEN
             ok := false; -- no longer running under that token
@@ -2203,29 +2191,18 @@ BEGIN
             CONTINUE;
         END IF;
         at := to_timestamp(e.at_us / 1000000.0);
-        shift := e.shift_us * interval '1 microsecond';
-        IF cur_q IS NULL THEN
-            -- Locked to the end: the clock read from now on is later than
-            -- any claim of this queue that planned before this call.
+        IF e.queue IS DISTINCT FROM cur_q THEN
             cur_q := e.queue;
+            cur_g := NULL;
             SELECT * INTO lim FROM pgjobd.queue_limits l WHERE l.queue = e.queue FOR UPDATE;
             hlen := least(interval '100 milliseconds', lim.rate_period, lim.group_rate_period);
-            tq := (lim.rate_period + pgjobd.rate_lag(lim.rate_period)) / lim.rate_n;
-            tg := (lim.group_rate_period + pgjobd.rate_lag(lim.group_rate_period))
-                  / lim.group_rate_n;
-            q_at := NULL;
-            q_shift := NULL;
         END IF;
-        ok := true;
-        IF tq IS NOT NULL THEN
-            ok := clock_timestamp() <= at + lim.rate_period + pgjobd.rate_lag(lim.rate_period)
-                                       - lead - hlen - margin;
-        END IF;
-        IF ok AND tg IS NOT NULL AND e.g IS NOT NULL THEN
-            IF cur_g IS NULL THEN
+        ok := lim.rate_n IS NULL
+              OR clock_timestamp() <= at + lim.rate_period + pgjobd.rate_lag(lim.rate_period)
+                                      - lead - hlen - margin;
+        IF ok AND lim.group_rate_n IS NOT NULL AND e.g IS NOT NULL THEN
+            IF e.g IS DISTINCT FROM cur_g THEN
                 cur_g := e.g;
-                g_at := NULL;
-                g_shift := NULL;
                 -- The group's row, made if missing (maintain() deletes one
                 -- whose time has passed, which means what no row means).
                 INSERT INTO pgjobd.group_rates AS t (queue, group_id, tat)
@@ -2237,26 +2214,37 @@ BEGIN
                                        + pgjobd.rate_lag(lim.group_rate_period)
                                        - lead - hlen - margin;
             IF ok THEN
-                g_at := greatest(g_at, at);
-                g_shift := greatest(g_shift, shift);
+                gq := gq || e.queue;
+                gg := gg || e.g;
+                g_at := g_at || at;
+                g_shift := g_shift || e.shift_us * interval '1 microsecond';
             END IF;
         END IF;
-        IF ok AND tq IS NOT NULL THEN
-            q_at := greatest(q_at, at);
-            q_shift := greatest(q_shift, shift);
+        IF ok AND lim.rate_n IS NOT NULL THEN
+            mq := mq || e.queue;
+            m_at := m_at || at;
+            m_shift := m_shift || e.shift_us * interval '1 microsecond';
         END IF;
         RETURN NEXT;
     END LOOP;
-    IF cur_g IS NOT NULL THEN
-        UPDATE pgjobd.group_rates t
-           SET tat = greatest(t.tat, g_at + tg, clock_timestamp()) + g_shift
-         WHERE t.queue = cur_q AND t.group_id = cur_g AND g_shift IS NOT NULL;
-    END IF;
-    IF cur_q IS NOT NULL THEN
-        UPDATE pgjobd.queue_limits l
-           SET tat = greatest(l.tat, q_at + tq, clock_timestamp()) + q_shift
-         WHERE l.queue = cur_q AND q_shift IS NOT NULL;
-    END IF;
+    -- Each rate moves once, by the largest shift asked of it, from the
+    -- latest start after one of those asking: the largest shift is enough
+    -- for each.
+    UPDATE pgjobd.queue_limits l
+       SET tat = greatest(l.tat, m.at + (l.rate_period + pgjobd.rate_lag(l.rate_period)) / l.rate_n,
+                          clock_timestamp()) + m.shift
+      FROM (SELECT u.q, max(u.at) AS at, max(u.shift) AS shift
+              FROM unnest(mq, m_at, m_shift) u(q, at, shift) GROUP BY u.q) m
+     WHERE l.queue = m.q;
+    UPDATE pgjobd.group_rates t
+       SET tat = greatest(t.tat, m.at + (l.group_rate_period
+                                         + pgjobd.rate_lag(l.group_rate_period))
+                                        / l.group_rate_n,
+                          clock_timestamp()) + m.shift
+      FROM (SELECT u.q, u.g, max(u.at) AS at, max(u.shift) AS shift
+              FROM unnest(gq, gg, g_at, g_shift) u(q, g, at, shift) GROUP BY u.q, u.g) m
+      JOIN pgjobd.queue_limits l ON l.queue = m.q
+     WHERE t.queue = m.q AND t.group_id = m.g;
 END
 $$;
 

@@ -90,9 +90,9 @@ static void on_moved(bool ok, void *arg);
  * lo <= server - daemon <= hi (srvclock.h), the start is never early at
  * daemon time start_at - lo and never late until start_at + late - hi;
  * the bounds come from the readings of the recent claims, this one's
- * included. Without them (a server of version 42, which sends only the
- * relative times): from the claim's own round trip, start_in_ms after its
- * answer and start_by_ms after it was sent. */
+ * included. Without them (readings srvclock could not use: a server clock
+ * that went back within the claim): from the claim's own round trip,
+ * start_in_ms after its answer and start_by_ms after it was sent. */
 static void plan(struct job *j)
 {
 	const struct claim_job *cj = &j->run.cj;

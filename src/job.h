@@ -83,7 +83,7 @@ struct job {
 	 * when the command has started (msg="pickup"). */
 	double woken, claim_sent, claimed, held;
 	long long claimed_by; /* the daemon's instance (fence_worker_id) at the claim */
-	ev_timer planned;     /* a rate's planned start (run.cj.start_in_ms): job_start again */
+	ev_timer planned;     /* a rate's planned start (plan_at, below): job_start again */
 	bool waited;	      /* the planned start has come */
 	/* A rate's plan on the daemon's clock (metrics_now() seconds): start
 	 * not before plan_at, not after start_by (0: no rate); clock_ms, how
