@@ -322,14 +322,22 @@ DECLARE
     lq interval;            -- the rate's lag (rate_lag), and the group rate's
     lg interval;
     qtat timestamptz;       -- the queue's next start allowed
+    lim_tat timestamptz;    -- as read (pgjobd.queue_rates)
     tokens int;             -- starts the queue's rate allows this call
-    ghorizon timestamptz;   -- for try_group_head: a group rate's horizon
+    ghorizon timestamptz;   -- under a group rate, the horizon: a group
+                            -- whose next start is later is busy
     plan timestamptz[];     -- each job's planned start
     p_ids bigint[];
     p_gids bigint[];
     gk text;
     gt timestamptz;
     st timestamptz;
+    -- the group rates' next starts as read (rt), the groups this call plans
+    -- (uk) and their next starts (un), and those it wrote
+    rt timestamptz[];
+    uk text[];
+    un timestamptz[];
+    written text[];
     nxt timestamptz;        -- rate-held: the next start a rate allows
     rate_cut boolean := false;
     i int;
@@ -370,14 +378,23 @@ BEGIN
         base := tnow + lead;
         hlen := least(interval '100 milliseconds', lim.rate_period, lim.group_rate_period);
         horizon := base + hlen;
-        lq := pgjobd.rate_lag(lim.rate_period);
-        lg := pgjobd.rate_lag(lim.group_rate_period);
+        -- rate_lag(), in place: a function that sets its own search_path
+        -- is never inlined, and a SQL function called from PL/pgSQL is
+        -- parsed again in each transaction
+        lq := CASE WHEN lim.rate_n IS NOT NULL
+                   THEN greatest(lim.rate_period / 40, interval '20 milliseconds') END;
+        lg := CASE WHEN lim.group_rate_n IS NOT NULL
+                   THEN greatest(lim.group_rate_period / 40, interval '20 milliseconds') END;
         lag_ms := floor(extract(epoch FROM least(lq, lg)) * 1000 / 5)::bigint;
         lag_us := floor(extract(epoch FROM least(lq, lg)) * 1000000 / 5)::bigint;
     END IF;
     IF lim.rate_n IS NOT NULL THEN
         tq := (lim.rate_period + lq) / lim.rate_n;
-        qtat := greatest(coalesce(lim.tat, base), base);
+        -- (its state in a table of its own: an UPDATE of the limits row
+        -- would check its ten constraints each claim)
+        SELECT qr.tat INTO qtat FROM pgjobd.queue_rates qr WHERE qr.queue = p_queue;
+        lim_tat := qtat;
+        qtat := greatest(coalesce(qtat, base), base);
         tokens := CASE WHEN qtat > horizon THEN 0
                        ELSE floor(extract(epoch FROM horizon - qtat)
                                   / extract(epoch FROM tq))::int + 1 END;
@@ -556,7 +573,13 @@ BEGIN
     -- there are enough of those, bounded by p_scan. Jobs
     -- marked held are not in jobs_ready_grouped, and not candidates.
     IF coalesce(array_length(ids, 1), 0) < want THEN
-        FOR r IN SELECT j.id, coalesce(j.group_key, j.group_id) AS group_id, j.priority, j.run_at FROM pgjobd.jobs j
+        FOR r IN SELECT j.id, coalesce(j.group_key, j.group_id) AS group_id, j.priority, j.run_at,
+                        -- under a group rate, the group's next start allowed
+                        -- (a subquery: read only for the rows the loop takes)
+                        (SELECT t.tat FROM pgjobd.group_rates t
+                          WHERE ghorizon IS NOT NULL AND t.queue = p_queue
+                            AND t.group_id = coalesce(j.group_key, j.group_id)) AS gtat
+                   FROM pgjobd.jobs j
                   WHERE j.queue = p_queue AND j.status = 'queued' AND j.group_id IS NOT NULL
                     AND j.held_until IS NULL AND j.run_at <= statement_timestamp()
                     AND (j.expires_at IS NULL OR j.expires_at > statement_timestamp())
@@ -584,6 +607,13 @@ BEGIN
                 EXIT;
             END IF;
             CONTINUE WHEN r.group_id = ANY(busy);
+            -- A group whose rate allows no start before the horizon is busy
+            -- for this call (read without a lock: the plan reads it again,
+            -- and its write checks it).
+            IF r.gtat > ghorizon THEN
+                busy := busy || r.group_id;
+                CONTINUE;
+            END IF;
             -- A group whose ready head comes later in the scan (below):
             -- its jobs before that head are passed over without a read.
             CONTINUE WHEN r.group_id = ANY(later) AND r.id <> ALL(later_heads);
@@ -635,7 +665,7 @@ BEGIN
                     CONTINUE;
                 END IF;
             END IF;
-            gid := pgjobd.try_group_head(p_queue, r.group_id, r.id, k, ghorizon);
+            gid := pgjobd.try_group_head(p_queue, r.group_id, r.id, k);
             IF gid > 0 THEN
                 ids := ids || r.id;
                 gids := gids || gid;
@@ -672,7 +702,11 @@ BEGIN
                                  WHERE j.queue = p_queue AND coalesce(j.group_key, j.group_id) > h.group_id
                                    AND j.status IN ('queued', 'running')
                                  ORDER BY coalesce(j.group_key, j.group_id), coalesce(j.commit_seq, j.id) LIMIT 1) nx)
-                 SELECT h.group_id, h.id, h.run_at, h.held_until FROM heads h
+                 SELECT h.group_id, h.id, h.run_at, h.held_until,
+                        (SELECT t.tat FROM pgjobd.group_rates t
+                          WHERE ghorizon IS NOT NULL AND t.queue = p_queue
+                            AND t.group_id = h.group_id) AS gtat
+                   FROM heads h
                   WHERE h.status = 'queued'
                  -- (under a group concurrency above 1 a group whose first
                  -- unfinished job runs is left to the bounded scan)
@@ -690,7 +724,8 @@ BEGIN
                 CONTINUE;
             END IF;
             CONTINUE WHEN r.group_id = ANY(busy);
-            gid := pgjobd.try_group_head(p_queue, r.group_id, r.id, k, ghorizon);
+            CONTINUE WHEN r.gtat > ghorizon;
+            gid := pgjobd.try_group_head(p_queue, r.group_id, r.id, k);
             IF gid > 0 THEN
                 ids := ids || r.id;
                 gids := gids || gid;
@@ -718,41 +753,49 @@ BEGIN
         base := tnow + lead;
         horizon := base + hlen;
         IF tq IS NOT NULL THEN
-            qtat := greatest(coalesce(lim.tat, base), base);
+            qtat := greatest(coalesce(lim_tat, base), base);
         END IF;
     END IF;
     IF tnow IS NOT NULL AND coalesce(array_length(ids, 1), 0) > 0 THEN
         p_ids := '{}';
         p_gids := '{}';
         plan := '{}';
+        -- The groups' next starts, one read for the batch (rt[i] for
+        -- gks[i]; a subquery each, so that each is a probe of the primary
+        -- key: a generic plan of "= ANY" reads the whole table once it is
+        -- analyzed with a few hundred rows).
+        IF tg IS NOT NULL THEN
+            SELECT array_agg((SELECT t.tat FROM pgjobd.group_rates t
+                               WHERE t.queue = p_queue AND t.group_id = x.g) ORDER BY x.n)
+              INTO rt
+              FROM unnest(gks) WITH ORDINALITY AS x(g, n);
+        END IF;
+        uk := '{}';
+        un := '{}';
         FOR i IN 1 .. array_length(ids, 1) LOOP
             st := greatest(base, qtat);
             gk := CASE WHEN tg IS NOT NULL THEN gks[i] END;
             IF gk IS NOT NULL THEN
-                SELECT t.tat INTO gt FROM pgjobd.group_rates t
-                 WHERE t.queue = p_queue AND t.group_id = gk;
-                st := greatest(st, gt);
+                -- (one job of a group a call: the scans pass over a group
+                -- once it has one; should a second come, it waits for a
+                -- later claim)
+                IF gk = ANY(uk) THEN
+                    nxt := least(nxt, horizon);
+                    CONTINUE;
+                END IF;
+                st := greatest(st, rt[i]);
             END IF;
             IF st > horizon THEN
                 nxt := least(nxt, st);
                 CONTINUE;
             END IF;
             IF gk IS NOT NULL THEN
-                -- The group's next start, under its row's lock: a start
-                -- made late may have moved it on since the read above
-                -- (pgjobd.rate_late); then this job waits for a later
-                -- claim.
-                INSERT INTO pgjobd.group_rates AS t (queue, group_id, tat)
-                VALUES (p_queue, gk, st + tg)
-                ON CONFLICT ON CONSTRAINT group_rates_pkey DO UPDATE SET tat = EXCLUDED.tat
-                 WHERE t.tat <= st;
-                IF NOT FOUND THEN
-                    nxt := least(nxt, horizon);
-                    CONTINUE;
-                END IF;
+                uk := uk || gk;
+                un := un || (st + tg);
             END IF;
             p_ids := p_ids || ids[i];
             p_gids := p_gids || gids[i];
+            gks[coalesce(array_length(p_ids, 1), 0)] := gks[i];
             plan := plan || st;
             IF tq IS NOT NULL THEN
                 qtat := st + tq;
@@ -760,8 +803,40 @@ BEGIN
         END LOOP;
         ids := p_ids;
         gids := p_gids;
+        IF cardinality(uk) > 0 THEN
+            -- The groups' next starts, under their rows' locks (in the
+            -- order of group, as pgjobd.rate_late locks them): a start
+            -- made late may have moved one on since the read above
+            -- (rate_late); that group's jobs wait for a later claim.
+            -- (a planned start is its group's new tat less tg)
+            WITH w AS (INSERT INTO pgjobd.group_rates AS t (queue, group_id, tat)
+                       SELECT p_queue, g.k, g.nx FROM unnest(uk, un) AS g(k, nx) ORDER BY g.k
+                       ON CONFLICT ON CONSTRAINT group_rates_pkey DO UPDATE SET tat = EXCLUDED.tat
+                        WHERE t.tat <= EXCLUDED.tat - tg
+                       RETURNING t.group_id)
+            SELECT array_agg(w.group_id) INTO written FROM w;
+            IF cardinality(written) IS DISTINCT FROM cardinality(uk) THEN
+                p_ids := '{}';
+                p_gids := '{}';
+                un := plan;
+                plan := '{}';
+                FOR i IN 1 .. array_length(ids, 1) LOOP
+                    CONTINUE WHEN gks[i] IS NOT NULL AND gks[i] <> ALL(coalesce(written, '{}'));
+                    p_ids := p_ids || ids[i];
+                    p_gids := p_gids || gids[i];
+                    plan := plan || un[i];
+                END LOOP;
+                ids := p_ids;
+                gids := p_gids;
+                nxt := least(nxt, horizon);
+            END IF;
+        END IF;
         IF tq IS NOT NULL THEN
-            UPDATE pgjobd.queue_limits l SET tat = qtat WHERE l.queue = p_queue;
+            UPDATE pgjobd.queue_rates qr SET tat = qtat WHERE qr.queue = p_queue;
+            IF NOT FOUND THEN
+                -- (the limits row's lock: no other claim inserts it)
+                INSERT INTO pgjobd.queue_rates (queue, tat) VALUES (p_queue, qtat);
+            END IF;
         END IF;
     END IF;
     -- Held back by a rate: tell the daemon when to claim again (a row with
@@ -1121,12 +1196,12 @@ BEGIN
         END IF;
     END IF;
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_worker') THEN
-        GRANT SELECT, INSERT, UPDATE, DELETE ON pgjobd.queue_limits, pgjobd.group_rates
-              TO pgjobd_worker;
+        GRANT SELECT, INSERT, UPDATE, DELETE ON pgjobd.queue_limits, pgjobd.group_rates,
+              pgjobd.queue_rates TO pgjobd_worker;
         GRANT EXECUTE ON FUNCTION pgjobd.set_limits(text, integer, integer, text, text),
               pgjobd.parse_rate(text, text), pgjobd.check_limit(text, integer),
-              pgjobd.rate_lag(interval), pgjobd.rate_late(jsonb)
-              TO pgjobd_worker;
+              pgjobd.rate_lag(interval), pgjobd.rate_spacing(integer, interval),
+              pgjobd.rate_late(jsonb) TO pgjobd_worker;
         IF NOT EXISTS (SELECT 1 FROM pg_policies
                         WHERE schemaname = 'pgjobd' AND tablename = 'queue_limits'
                           AND policyname = 'worker_all') THEN
@@ -1251,7 +1326,7 @@ BEGIN
         GRANT EXECUTE ON FUNCTION pgjobd.cancel(bigint), pgjobd.pause(text),
               pgjobd.resume(text), pgjobd.maintain(text[], bigint[], int),
               pgjobd.maintain(text[], bigint[], int, int),
-              pgjobd.try_group_head(text, text, bigint, int, timestamptz) TO pgjobd_worker;
+              pgjobd.try_group_head(text, text, bigint, int) TO pgjobd_worker;
     END IF;
     PERFORM pgjobd.grant_fencing();
     PERFORM pgjobd.grant_security();
@@ -2230,16 +2305,21 @@ BEGIN
     -- Each rate moves once, by the largest shift asked of it, from the
     -- latest start after one of those asking: the largest shift is enough
     -- for each.
-    UPDATE pgjobd.queue_limits l
-       SET tat = greatest(l.tat, m.at + (l.rate_period + pgjobd.rate_lag(l.rate_period)) / l.rate_n,
+    -- (a rate with no state yet, which only a claim in flight as
+    -- set_limits changed the rate leaves, moves from nothing; no claim
+    -- inserts it meanwhile: the limits row is locked)
+    INSERT INTO pgjobd.queue_rates (queue, tat)
+    SELECT DISTINCT u.q, '-infinity'::timestamptz FROM unnest(mq) u(q)
+        ON CONFLICT DO NOTHING;
+    UPDATE pgjobd.queue_rates t
+       SET tat = greatest(t.tat, m.at + pgjobd.rate_spacing(l.rate_n, l.rate_period),
                           clock_timestamp()) + m.shift
       FROM (SELECT u.q, max(u.at) AS at, max(u.shift) AS shift
               FROM unnest(mq, m_at, m_shift) u(q, at, shift) GROUP BY u.q) m
-     WHERE l.queue = m.q;
+      JOIN pgjobd.queue_limits l ON l.queue = m.q
+     WHERE t.queue = m.q;
     UPDATE pgjobd.group_rates t
-       SET tat = greatest(t.tat, m.at + (l.group_rate_period
-                                         + pgjobd.rate_lag(l.group_rate_period))
-                                        / l.group_rate_n,
+       SET tat = greatest(t.tat, m.at + pgjobd.rate_spacing(l.group_rate_n, l.group_rate_period),
                           clock_timestamp()) + m.shift
       FROM (SELECT u.q, u.g, max(u.at) AS at, max(u.shift) AS shift
               FROM unnest(gq, gg, g_at, g_shift) u(q, g, at, shift) GROUP BY u.q, u.g) m
@@ -2247,6 +2327,11 @@ BEGIN
      WHERE t.queue = m.q AND t.group_id = m.g;
 END
 $$;
+
+CREATE FUNCTION pgjobd.rate_spacing(n integer, p interval) RETURNS interval
+    LANGUAGE sql IMMUTABLE STRICT
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$ SELECT (p + pgjobd.rate_lag(p)) / n $$;
 
 CREATE FUNCTION pgjobd.register_worker(p_name text, p_fence_ms integer) RETURNS bigint
     LANGUAGE sql
@@ -2683,6 +2768,37 @@ BEGIN
                                         ELSE l.group_rate_period END,
                updated_at = now(), updated_by = session_user;
     END IF;
+    -- A rate's state (tat: the last start planned plus the rate's spacing)
+    -- follows a change of the rate: the last start plus the new spacing.
+    -- Left as it was, a rate raised from 1/1d to 10/1s would wait out the
+    -- day. A removed or new rate has none. Group rows are locked in the
+    -- order of group, as claims and rate_late lock them.
+    IF (want.rate_n, want.rate_period) IS DISTINCT FROM (had.rate_n, had.rate_period) THEN
+        IF want.rate_n IS NULL OR had.rate_n IS NULL THEN
+            DELETE FROM pgjobd.queue_rates qr WHERE qr.queue = p_queue;
+        ELSE
+            UPDATE pgjobd.queue_rates qr
+               SET tat = qr.tat - pgjobd.rate_spacing(had.rate_n, had.rate_period)
+                         + pgjobd.rate_spacing(want.rate_n, want.rate_period)
+             WHERE qr.queue = p_queue;
+        END IF;
+    END IF;
+    IF (want.group_rate_n, want.group_rate_period)
+       IS DISTINCT FROM (had.group_rate_n, had.group_rate_period) THEN
+        IF want.group_rate_n IS NULL OR had.group_rate_n IS NULL THEN
+            DELETE FROM pgjobd.group_rates t
+             WHERE t.ctid = ANY (ARRAY(SELECT o.ctid FROM pgjobd.group_rates o
+                                        WHERE o.queue = p_queue
+                                        ORDER BY o.group_id FOR UPDATE));
+        ELSE
+            UPDATE pgjobd.group_rates t
+               SET tat = t.tat - pgjobd.rate_spacing(had.group_rate_n, had.group_rate_period)
+                         + pgjobd.rate_spacing(want.group_rate_n, want.group_rate_period)
+             WHERE t.ctid = ANY (ARRAY(SELECT o.ctid FROM pgjobd.group_rates o
+                                        WHERE o.queue = p_queue
+                                        ORDER BY o.group_id FOR UPDATE));
+        END IF;
+    END IF;
     PERFORM pg_notify('pgjobd', pgjobd.wake_payload(p_queue));
     RETURN true;
 END
@@ -2749,7 +2865,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION pgjobd.try_group_head(q text, g text, jid bigint, conc integer, horizon timestamp with time zone) RETURNS bigint
+CREATE FUNCTION pgjobd.try_group_head(q text, g text, jid bigint, conc integer) RETURNS bigint
     LANGUAGE plpgsql
     SET enable_seqscan TO 'off'
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -2807,11 +2923,6 @@ BEGIN
     ELSIF EXISTS (SELECT 1 FROM pgjobd.jobs j
                    WHERE j.queue = q AND coalesce(j.group_key, j.group_id) = g
                      AND j.status = 'running') THEN
-        RETURN 0;
-    END IF;
-    IF horizon IS NOT NULL
-       AND EXISTS (SELECT 1 FROM pgjobd.group_rates t
-                    WHERE t.queue = q AND t.group_id = g AND t.tat > horizon) THEN
         RETURN 0;
     END IF;
     PERFORM 1 FROM pgjobd.jobs j
@@ -3068,7 +3179,6 @@ CREATE TABLE pgjobd.queue_limits (
     group_rate_period interval,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_by text DEFAULT SESSION_USER NOT NULL,
-    tat timestamp with time zone,
     CONSTRAINT "a row holds at least one limit" CHECK ((num_nonnulls(concurrency, group_concurrency, rate_n, group_rate_n) > 0)),
     CONSTRAINT "concurrency must be at least 1" CHECK ((concurrency >= 1)),
     CONSTRAINT "group_concurrency must be at least 1" CHECK ((group_concurrency >= 1)),
@@ -3087,6 +3197,11 @@ CREATE TABLE pgjobd.queue_policies (
     changed_at timestamp with time zone DEFAULT now() NOT NULL,
     changed_by name DEFAULT SESSION_USER NOT NULL,
     CONSTRAINT "queue must be * or 1 to 63 characters of A-Z a-z 0-9 _ . -" CHECK ((queue ~ '^[A-Za-z0-9_.-]{1,63}$'::text))
+);
+
+CREATE TABLE pgjobd.queue_rates (
+    queue text NOT NULL,
+    tat timestamp with time zone NOT NULL
 );
 
 CREATE VIEW pgjobd.queue_stats WITH (security_invoker='true') AS
@@ -3240,6 +3355,9 @@ ALTER TABLE ONLY pgjobd.queue_limits
 
 ALTER TABLE ONLY pgjobd.queue_policies
     ADD CONSTRAINT queue_policies_pkey PRIMARY KEY (queue);
+
+ALTER TABLE ONLY pgjobd.queue_rates
+    ADD CONSTRAINT queue_rates_pkey PRIMARY KEY (queue);
 
 ALTER TABLE ONLY pgjobd.quotas
     ADD CONSTRAINT quotas_pkey PRIMARY KEY (role, queue);
@@ -3451,6 +3569,9 @@ GRANT ALL ON FUNCTION pgjobd.rate_lag(p interval) TO pgjobd_worker;
 REVOKE ALL ON FUNCTION pgjobd.rate_late(p_starts jsonb) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.rate_late(p_starts jsonb) TO pgjobd_worker;
 
+REVOKE ALL ON FUNCTION pgjobd.rate_spacing(n integer, p interval) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgjobd.rate_spacing(n integer, p interval) TO pgjobd_worker;
+
 REVOKE ALL ON FUNCTION pgjobd.register_worker(p_name text, p_fence_ms integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.register_worker(p_name text, p_fence_ms integer) TO pgjobd_worker;
 
@@ -3508,8 +3629,8 @@ REVOKE ALL ON FUNCTION pgjobd.setup_roles() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgjobd.share_queue(p_queue text, p_shared boolean) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION pgjobd.try_group_head(q text, g text, jid bigint, conc integer, horizon timestamp with time zone) FROM PUBLIC;
-GRANT ALL ON FUNCTION pgjobd.try_group_head(q text, g text, jid bigint, conc integer, horizon timestamp with time zone) TO pgjobd_worker;
+REVOKE ALL ON FUNCTION pgjobd.try_group_head(q text, g text, jid bigint, conc integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgjobd.try_group_head(q text, g text, jid bigint, conc integer) TO pgjobd_worker;
 
 REVOKE ALL ON FUNCTION pgjobd.unblock_group(p_queue text, p_group text, p_reason text) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgjobd.unblock_group(p_queue text, p_group text, p_reason text) TO pgjobd_worker;
@@ -3594,6 +3715,8 @@ GRANT SELECT ON TABLE pgjobd.queue_grants TO pgjobd_producer;
 
 GRANT SELECT ON TABLE pgjobd.queue_limits TO pgjobd_producer;
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE pgjobd.queue_limits TO pgjobd_worker;
+
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE pgjobd.queue_rates TO pgjobd_worker;
 
 GRANT SELECT ON TABLE pgjobd.queue_stats TO pgjobd_producer;
 GRANT SELECT ON TABLE pgjobd.queue_stats TO pgjobd_worker;

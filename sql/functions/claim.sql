@@ -93,14 +93,22 @@ DECLARE
     lq interval;            -- the rate's lag (rate_lag), and the group rate's
     lg interval;
     qtat timestamptz;       -- the queue's next start allowed
+    lim_tat timestamptz;    -- as read (pgjobd.queue_rates)
     tokens int;             -- starts the queue's rate allows this call
-    ghorizon timestamptz;   -- for try_group_head: a group rate's horizon
+    ghorizon timestamptz;   -- under a group rate, the horizon: a group
+                            -- whose next start is later is busy
     plan timestamptz[];     -- each job's planned start
     p_ids bigint[];
     p_gids bigint[];
     gk text;
     gt timestamptz;
     st timestamptz;
+    -- the group rates' next starts as read (rt), the groups this call plans
+    -- (uk) and their next starts (un), and those it wrote
+    rt timestamptz[];
+    uk text[];
+    un timestamptz[];
+    written text[];
     nxt timestamptz;        -- rate-held: the next start a rate allows
     rate_cut boolean := false;
     i int;
@@ -141,14 +149,23 @@ BEGIN
         base := tnow + lead;
         hlen := least(interval '100 milliseconds', lim.rate_period, lim.group_rate_period);
         horizon := base + hlen;
-        lq := pgjobd.rate_lag(lim.rate_period);
-        lg := pgjobd.rate_lag(lim.group_rate_period);
+        -- rate_lag(), in place: a function that sets its own search_path
+        -- is never inlined, and a SQL function called from PL/pgSQL is
+        -- parsed again in each transaction
+        lq := CASE WHEN lim.rate_n IS NOT NULL
+                   THEN greatest(lim.rate_period / 40, interval '20 milliseconds') END;
+        lg := CASE WHEN lim.group_rate_n IS NOT NULL
+                   THEN greatest(lim.group_rate_period / 40, interval '20 milliseconds') END;
         lag_ms := floor(extract(epoch FROM least(lq, lg)) * 1000 / 5)::bigint;
         lag_us := floor(extract(epoch FROM least(lq, lg)) * 1000000 / 5)::bigint;
     END IF;
     IF lim.rate_n IS NOT NULL THEN
         tq := (lim.rate_period + lq) / lim.rate_n;
-        qtat := greatest(coalesce(lim.tat, base), base);
+        -- (its state in a table of its own: an UPDATE of the limits row
+        -- would check its ten constraints each claim)
+        SELECT qr.tat INTO qtat FROM pgjobd.queue_rates qr WHERE qr.queue = p_queue;
+        lim_tat := qtat;
+        qtat := greatest(coalesce(qtat, base), base);
         tokens := CASE WHEN qtat > horizon THEN 0
                        ELSE floor(extract(epoch FROM horizon - qtat)
                                   / extract(epoch FROM tq))::int + 1 END;
@@ -327,7 +344,13 @@ BEGIN
     -- there are enough of those, bounded by p_scan. Jobs
     -- marked held are not in jobs_ready_grouped, and not candidates.
     IF coalesce(array_length(ids, 1), 0) < want THEN
-        FOR r IN SELECT j.id, coalesce(j.group_key, j.group_id) AS group_id, j.priority, j.run_at FROM pgjobd.jobs j
+        FOR r IN SELECT j.id, coalesce(j.group_key, j.group_id) AS group_id, j.priority, j.run_at,
+                        -- under a group rate, the group's next start allowed
+                        -- (a subquery: read only for the rows the loop takes)
+                        (SELECT t.tat FROM pgjobd.group_rates t
+                          WHERE ghorizon IS NOT NULL AND t.queue = p_queue
+                            AND t.group_id = coalesce(j.group_key, j.group_id)) AS gtat
+                   FROM pgjobd.jobs j
                   WHERE j.queue = p_queue AND j.status = 'queued' AND j.group_id IS NOT NULL
                     AND j.held_until IS NULL AND j.run_at <= statement_timestamp()
                     AND (j.expires_at IS NULL OR j.expires_at > statement_timestamp())
@@ -355,6 +378,13 @@ BEGIN
                 EXIT;
             END IF;
             CONTINUE WHEN r.group_id = ANY(busy);
+            -- A group whose rate allows no start before the horizon is busy
+            -- for this call (read without a lock: the plan reads it again,
+            -- and its write checks it).
+            IF r.gtat > ghorizon THEN
+                busy := busy || r.group_id;
+                CONTINUE;
+            END IF;
             -- A group whose ready head comes later in the scan (below):
             -- its jobs before that head are passed over without a read.
             CONTINUE WHEN r.group_id = ANY(later) AND r.id <> ALL(later_heads);
@@ -406,7 +436,7 @@ BEGIN
                     CONTINUE;
                 END IF;
             END IF;
-            gid := pgjobd.try_group_head(p_queue, r.group_id, r.id, k, ghorizon);
+            gid := pgjobd.try_group_head(p_queue, r.group_id, r.id, k);
             IF gid > 0 THEN
                 ids := ids || r.id;
                 gids := gids || gid;
@@ -443,7 +473,11 @@ BEGIN
                                  WHERE j.queue = p_queue AND coalesce(j.group_key, j.group_id) > h.group_id
                                    AND j.status IN ('queued', 'running')
                                  ORDER BY coalesce(j.group_key, j.group_id), coalesce(j.commit_seq, j.id) LIMIT 1) nx)
-                 SELECT h.group_id, h.id, h.run_at, h.held_until FROM heads h
+                 SELECT h.group_id, h.id, h.run_at, h.held_until,
+                        (SELECT t.tat FROM pgjobd.group_rates t
+                          WHERE ghorizon IS NOT NULL AND t.queue = p_queue
+                            AND t.group_id = h.group_id) AS gtat
+                   FROM heads h
                   WHERE h.status = 'queued'
                  -- (under a group concurrency above 1 a group whose first
                  -- unfinished job runs is left to the bounded scan)
@@ -461,7 +495,8 @@ BEGIN
                 CONTINUE;
             END IF;
             CONTINUE WHEN r.group_id = ANY(busy);
-            gid := pgjobd.try_group_head(p_queue, r.group_id, r.id, k, ghorizon);
+            CONTINUE WHEN r.gtat > ghorizon;
+            gid := pgjobd.try_group_head(p_queue, r.group_id, r.id, k);
             IF gid > 0 THEN
                 ids := ids || r.id;
                 gids := gids || gid;
@@ -489,41 +524,49 @@ BEGIN
         base := tnow + lead;
         horizon := base + hlen;
         IF tq IS NOT NULL THEN
-            qtat := greatest(coalesce(lim.tat, base), base);
+            qtat := greatest(coalesce(lim_tat, base), base);
         END IF;
     END IF;
     IF tnow IS NOT NULL AND coalesce(array_length(ids, 1), 0) > 0 THEN
         p_ids := '{}';
         p_gids := '{}';
         plan := '{}';
+        -- The groups' next starts, one read for the batch (rt[i] for
+        -- gks[i]; a subquery each, so that each is a probe of the primary
+        -- key: a generic plan of "= ANY" reads the whole table once it is
+        -- analyzed with a few hundred rows).
+        IF tg IS NOT NULL THEN
+            SELECT array_agg((SELECT t.tat FROM pgjobd.group_rates t
+                               WHERE t.queue = p_queue AND t.group_id = x.g) ORDER BY x.n)
+              INTO rt
+              FROM unnest(gks) WITH ORDINALITY AS x(g, n);
+        END IF;
+        uk := '{}';
+        un := '{}';
         FOR i IN 1 .. array_length(ids, 1) LOOP
             st := greatest(base, qtat);
             gk := CASE WHEN tg IS NOT NULL THEN gks[i] END;
             IF gk IS NOT NULL THEN
-                SELECT t.tat INTO gt FROM pgjobd.group_rates t
-                 WHERE t.queue = p_queue AND t.group_id = gk;
-                st := greatest(st, gt);
+                -- (one job of a group a call: the scans pass over a group
+                -- once it has one; should a second come, it waits for a
+                -- later claim)
+                IF gk = ANY(uk) THEN
+                    nxt := least(nxt, horizon);
+                    CONTINUE;
+                END IF;
+                st := greatest(st, rt[i]);
             END IF;
             IF st > horizon THEN
                 nxt := least(nxt, st);
                 CONTINUE;
             END IF;
             IF gk IS NOT NULL THEN
-                -- The group's next start, under its row's lock: a start
-                -- made late may have moved it on since the read above
-                -- (pgjobd.rate_late); then this job waits for a later
-                -- claim.
-                INSERT INTO pgjobd.group_rates AS t (queue, group_id, tat)
-                VALUES (p_queue, gk, st + tg)
-                ON CONFLICT ON CONSTRAINT group_rates_pkey DO UPDATE SET tat = EXCLUDED.tat
-                 WHERE t.tat <= st;
-                IF NOT FOUND THEN
-                    nxt := least(nxt, horizon);
-                    CONTINUE;
-                END IF;
+                uk := uk || gk;
+                un := un || (st + tg);
             END IF;
             p_ids := p_ids || ids[i];
             p_gids := p_gids || gids[i];
+            gks[coalesce(array_length(p_ids, 1), 0)] := gks[i];
             plan := plan || st;
             IF tq IS NOT NULL THEN
                 qtat := st + tq;
@@ -531,8 +574,40 @@ BEGIN
         END LOOP;
         ids := p_ids;
         gids := p_gids;
+        IF cardinality(uk) > 0 THEN
+            -- The groups' next starts, under their rows' locks (in the
+            -- order of group, as pgjobd.rate_late locks them): a start
+            -- made late may have moved one on since the read above
+            -- (rate_late); that group's jobs wait for a later claim.
+            -- (a planned start is its group's new tat less tg)
+            WITH w AS (INSERT INTO pgjobd.group_rates AS t (queue, group_id, tat)
+                       SELECT p_queue, g.k, g.nx FROM unnest(uk, un) AS g(k, nx) ORDER BY g.k
+                       ON CONFLICT ON CONSTRAINT group_rates_pkey DO UPDATE SET tat = EXCLUDED.tat
+                        WHERE t.tat <= EXCLUDED.tat - tg
+                       RETURNING t.group_id)
+            SELECT array_agg(w.group_id) INTO written FROM w;
+            IF cardinality(written) IS DISTINCT FROM cardinality(uk) THEN
+                p_ids := '{}';
+                p_gids := '{}';
+                un := plan;
+                plan := '{}';
+                FOR i IN 1 .. array_length(ids, 1) LOOP
+                    CONTINUE WHEN gks[i] IS NOT NULL AND gks[i] <> ALL(coalesce(written, '{}'));
+                    p_ids := p_ids || ids[i];
+                    p_gids := p_gids || gids[i];
+                    plan := plan || un[i];
+                END LOOP;
+                ids := p_ids;
+                gids := p_gids;
+                nxt := least(nxt, horizon);
+            END IF;
+        END IF;
         IF tq IS NOT NULL THEN
-            UPDATE pgjobd.queue_limits l SET tat = qtat WHERE l.queue = p_queue;
+            UPDATE pgjobd.queue_rates qr SET tat = qtat WHERE qr.queue = p_queue;
+            IF NOT FOUND THEN
+                -- (the limits row's lock: no other claim inserts it)
+                INSERT INTO pgjobd.queue_rates (queue, tat) VALUES (p_queue, qtat);
+            END IF;
         END IF;
     END IF;
     -- Held back by a rate: tell the daemon when to claim again (a row with
@@ -662,7 +737,8 @@ $$;
 REVOKE ALL ON FUNCTION pgjobd.claim_batch(text, bigint, text[], int, bigint, bigint, int, boolean,
                                           bigint[], bigint) FROM PUBLIC;
 
--- rate_lag(period): how much later than planned a rate's start may come;
+-- rate_lag(period): how much later than planned a rate's start may come
+-- (claim_batch computes it in place);
 -- NULL for no rate. A rate of N per period plans one start per (period +
 -- lag) / N, so that the starts i and i + N are at least a period apart even
 -- when i came late by up to the lag: a rate is kept by the commands' own
@@ -679,19 +755,29 @@ CREATE OR REPLACE FUNCTION pgjobd.rate_lag(p interval) RETURNS interval
 
 REVOKE ALL ON FUNCTION pgjobd.rate_lag(interval) FROM PUBLIC;
 
+-- rate_spacing(n, period): the time between two planned starts of a rate of
+-- n per period, (period + rate_lag(period)) / n (claim_batch computes it in
+-- place).
+CREATE OR REPLACE FUNCTION pgjobd.rate_spacing(n integer, p interval) RETURNS interval
+    LANGUAGE sql IMMUTABLE STRICT
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$ SELECT (p + pgjobd.rate_lag(p)) / n $$;
 
--- try_group_head(queue, group, job, concurrency, horizon): may job, which
--- headed its group by a plain read, start now? Locks the group row FOR NO
--- KEY UPDATE SKIP LOCKED (creating it if missing): claims take turns on it,
--- while a transaction-mode slot holds it FOR KEY SHARE, which does not keep
--- them out. Under that lock it reads the head again (the first unfinished
--- job; under a concurrency above 1, the first queued one), checks that fewer
--- than `concurrency` jobs of the group are `running` and, when the queue has
--- a group rate (horizon not NULL), that the group's next start is allowed
--- by then (pgjobd.group_rates), and locks the job row (SKIP LOCKED). Returns
+REVOKE ALL ON FUNCTION pgjobd.rate_spacing(integer, interval) FROM PUBLIC;
+
+
+-- try_group_head(queue, group, job, concurrency): may job, which headed its
+-- group by a plain read, start now? Locks the group row FOR NO KEY UPDATE
+-- SKIP LOCKED (creating it if missing): claims take turns on it, while a
+-- transaction-mode slot holds it FOR KEY SHARE, which does not keep them
+-- out. Under that lock it reads the head again (the first unfinished job;
+-- under a concurrency above 1, the first queued one), checks that fewer than
+-- `concurrency` jobs of the group are `running`, and locks the job row
+-- (SKIP LOCKED). (A group rate is the caller's: it reads the groups' next
+-- starts with its scan, and plans them after.) Returns
 -- the group row's id (> 0: start it), 0 (the group is busy: skip its other
 -- jobs in this claim) or -1 (this job only is not startable now).
-CREATE OR REPLACE FUNCTION pgjobd.try_group_head(q text, g text, jid bigint, conc integer, horizon timestamp with time zone) RETURNS bigint
+CREATE OR REPLACE FUNCTION pgjobd.try_group_head(q text, g text, jid bigint, conc integer) RETURNS bigint
     LANGUAGE plpgsql
     SET enable_seqscan TO 'off'
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -751,11 +837,6 @@ BEGIN
                      AND j.status = 'running') THEN
         RETURN 0;
     END IF;
-    IF horizon IS NOT NULL
-       AND EXISTS (SELECT 1 FROM pgjobd.group_rates t
-                    WHERE t.queue = q AND t.group_id = g AND t.tat > horizon) THEN
-        RETURN 0;
-    END IF;
     PERFORM 1 FROM pgjobd.jobs j
      WHERE j.id = jid AND j.status = 'queued' AND j.run_at <= statement_timestamp()
        AND (j.expires_at IS NULL OR j.expires_at > statement_timestamp())
@@ -767,7 +848,7 @@ BEGIN
 END
 $$;
 
-REVOKE ALL ON FUNCTION pgjobd.try_group_head(text, text, bigint, int, timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgjobd.try_group_head(text, text, bigint, int) FROM PUBLIC;
 
 -- hold_group(queue, group, head, until, limit): the head of the group waits
 -- out a backoff until `until`: mark the group's later queued jobs held_until

@@ -140,6 +140,37 @@ BEGIN
                                         ELSE l.group_rate_period END,
                updated_at = now(), updated_by = session_user;
     END IF;
+    -- A rate's state (tat: the last start planned plus the rate's spacing)
+    -- follows a change of the rate: the last start plus the new spacing.
+    -- Left as it was, a rate raised from 1/1d to 10/1s would wait out the
+    -- day. A removed or new rate has none. Group rows are locked in the
+    -- order of group, as claims and rate_late lock them.
+    IF (want.rate_n, want.rate_period) IS DISTINCT FROM (had.rate_n, had.rate_period) THEN
+        IF want.rate_n IS NULL OR had.rate_n IS NULL THEN
+            DELETE FROM pgjobd.queue_rates qr WHERE qr.queue = p_queue;
+        ELSE
+            UPDATE pgjobd.queue_rates qr
+               SET tat = qr.tat - pgjobd.rate_spacing(had.rate_n, had.rate_period)
+                         + pgjobd.rate_spacing(want.rate_n, want.rate_period)
+             WHERE qr.queue = p_queue;
+        END IF;
+    END IF;
+    IF (want.group_rate_n, want.group_rate_period)
+       IS DISTINCT FROM (had.group_rate_n, had.group_rate_period) THEN
+        IF want.group_rate_n IS NULL OR had.group_rate_n IS NULL THEN
+            DELETE FROM pgjobd.group_rates t
+             WHERE t.ctid = ANY (ARRAY(SELECT o.ctid FROM pgjobd.group_rates o
+                                        WHERE o.queue = p_queue
+                                        ORDER BY o.group_id FOR UPDATE));
+        ELSE
+            UPDATE pgjobd.group_rates t
+               SET tat = t.tat - pgjobd.rate_spacing(had.group_rate_n, had.group_rate_period)
+                         + pgjobd.rate_spacing(want.group_rate_n, want.group_rate_period)
+             WHERE t.ctid = ANY (ARRAY(SELECT o.ctid FROM pgjobd.group_rates o
+                                        WHERE o.queue = p_queue
+                                        ORDER BY o.group_id FOR UPDATE));
+        END IF;
+    END IF;
     PERFORM pg_notify('pgjobd', pgjobd.wake_payload(p_queue));
     RETURN true;
 END
@@ -377,16 +408,21 @@ BEGIN
     -- Each rate moves once, by the largest shift asked of it, from the
     -- latest start after one of those asking: the largest shift is enough
     -- for each.
-    UPDATE pgjobd.queue_limits l
-       SET tat = greatest(l.tat, m.at + (l.rate_period + pgjobd.rate_lag(l.rate_period)) / l.rate_n,
+    -- (a rate with no state yet, which only a claim in flight as
+    -- set_limits changed the rate leaves, moves from nothing; no claim
+    -- inserts it meanwhile: the limits row is locked)
+    INSERT INTO pgjobd.queue_rates (queue, tat)
+    SELECT DISTINCT u.q, '-infinity'::timestamptz FROM unnest(mq) u(q)
+        ON CONFLICT DO NOTHING;
+    UPDATE pgjobd.queue_rates t
+       SET tat = greatest(t.tat, m.at + pgjobd.rate_spacing(l.rate_n, l.rate_period),
                           clock_timestamp()) + m.shift
       FROM (SELECT u.q, max(u.at) AS at, max(u.shift) AS shift
               FROM unnest(mq, m_at, m_shift) u(q, at, shift) GROUP BY u.q) m
-     WHERE l.queue = m.q;
+      JOIN pgjobd.queue_limits l ON l.queue = m.q
+     WHERE t.queue = m.q;
     UPDATE pgjobd.group_rates t
-       SET tat = greatest(t.tat, m.at + (l.group_rate_period
-                                         + pgjobd.rate_lag(l.group_rate_period))
-                                        / l.group_rate_n,
+       SET tat = greatest(t.tat, m.at + pgjobd.rate_spacing(l.group_rate_n, l.group_rate_period),
                           clock_timestamp()) + m.shift
       FROM (SELECT u.q, u.g, max(u.at) AS at, max(u.shift) AS shift
               FROM unnest(gq, gg, g_at, g_shift) u(q, g, at, shift) GROUP BY u.q, u.g) m
@@ -422,12 +458,12 @@ BEGIN
         END IF;
     END IF;
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgjobd_worker') THEN
-        GRANT SELECT, INSERT, UPDATE, DELETE ON pgjobd.queue_limits, pgjobd.group_rates
-              TO pgjobd_worker;
+        GRANT SELECT, INSERT, UPDATE, DELETE ON pgjobd.queue_limits, pgjobd.group_rates,
+              pgjobd.queue_rates TO pgjobd_worker;
         GRANT EXECUTE ON FUNCTION pgjobd.set_limits(text, integer, integer, text, text),
               pgjobd.parse_rate(text, text), pgjobd.check_limit(text, integer),
-              pgjobd.rate_lag(interval), pgjobd.rate_late(jsonb)
-              TO pgjobd_worker;
+              pgjobd.rate_lag(interval), pgjobd.rate_spacing(integer, interval),
+              pgjobd.rate_late(jsonb) TO pgjobd_worker;
         IF NOT EXISTS (SELECT 1 FROM pg_policies
                         WHERE schemaname = 'pgjobd' AND tablename = 'queue_limits'
                           AND policyname = 'worker_all') THEN

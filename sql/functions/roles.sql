@@ -162,7 +162,7 @@ BEGIN
         GRANT EXECUTE ON FUNCTION pgjobd.cancel(bigint), pgjobd.pause(text),
               pgjobd.resume(text), pgjobd.maintain(text[], bigint[], int),
               pgjobd.maintain(text[], bigint[], int, int),
-              pgjobd.try_group_head(text, text, bigint, int, timestamptz) TO pgjobd_worker;
+              pgjobd.try_group_head(text, text, bigint, int) TO pgjobd_worker;
     END IF;
     PERFORM pgjobd.grant_fencing();
     PERFORM pgjobd.grant_security();

@@ -10,7 +10,7 @@
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
 
-plan 10
+plan 11
 
 snapshot=$REPO_ROOT/sql/schema.sql
 dump() { PG_BINDIR=$PG_BINDIR bash "$REPO_ROOT/tests/schema-dump.sh"; }
@@ -81,21 +81,24 @@ fi
 # name is gone, the new one keeps its grants (EXECUTE for the worker role only), and no
 # function of the schema still calls or names the old one (PL/pgSQL looks a called
 # function up by name: a claim_batch naming it would fail at its first grouped job).
-# Version 41 gave it two more arguments (the group's concurrency and a rate's horizon):
-# the three-argument one is gone too, and the new one has the same grants.
+# Version 41 gave it two more arguments (the group's concurrency and a rate's horizon),
+# version 43 took the horizon back: the three- and five-argument ones are gone too, and
+# the current one has the same grants.
 is "$(psql_q "SELECT to_regprocedure('pgjobd.try_group_head_v2(text, text, bigint)') IS NULL")" t \
 	"pgjobd.try_group_head_v2 does not exist"
 is "$(psql_q "SELECT to_regprocedure('pgjobd.try_group_head(text, text, bigint)') IS NULL")" t \
 	"pgjobd.try_group_head(text, text, bigint) does not exist"
-is "$(psql_q "SELECT to_regprocedure('pgjobd.try_group_head(text, text, bigint, int, timestamptz)') IS NOT NULL
+is "$(psql_q "SELECT to_regprocedure('pgjobd.try_group_head(text, text, bigint, int, timestamptz)') IS NULL")" t \
+	"pgjobd.try_group_head(text, text, bigint, int, timestamptz) does not exist"
+is "$(psql_q "SELECT to_regprocedure('pgjobd.try_group_head(text, text, bigint, int)') IS NOT NULL
                 || ' worker ' || has_function_privilege('pgjobd_worker',
-                                     'pgjobd.try_group_head(text, text, bigint, int, timestamptz)', 'EXECUTE')
+                                     'pgjobd.try_group_head(text, text, bigint, int)', 'EXECUTE')
                 || ' producer ' || has_function_privilege('pgjobd_producer',
-                                     'pgjobd.try_group_head(text, text, bigint, int, timestamptz)', 'EXECUTE')
+                                     'pgjobd.try_group_head(text, text, bigint, int)', 'EXECUTE')
                 || ' public ' || has_function_privilege('public',
-                                     'pgjobd.try_group_head(text, text, bigint, int, timestamptz)', 'EXECUTE')")" \
+                                     'pgjobd.try_group_head(text, text, bigint, int)', 'EXECUTE')")" \
 	"true worker true producer false public false" \
-	"pgjobd.try_group_head(text, text, bigint, int, timestamptz) exists, executable by pgjobd_worker, not by PUBLIC"
+	"pgjobd.try_group_head(text, text, bigint, int) exists, executable by pgjobd_worker, not by PUBLIC"
 is "$(psql_q "SELECT coalesce(string_agg(p.oid::regprocedure::text, ' '), 'none') FROM pg_proc p
                WHERE p.pronamespace = 'pgjobd'::regnamespace
                  AND p.prosrc LIKE '%try\\_group\\_head\\_v2%'")" none \

@@ -121,9 +121,9 @@ for f in "$REPO_ROOT"/sql/[0-9][0-9][0-9]_*.sql; do
 done
 is "$mig_rc:$(cat "$T/migrate.log")" "0:${expected}schema pgjobd is at version $last" \
 	"then pgjobd migrate applies 018 (and the versions after it) and exits 0"
-# (version 41 gave try_group_head two more arguments)
+# (version 41 gave try_group_head two more arguments, version 43 took the horizon back)
 is "$(psql_q "SELECT (to_regprocedure('pgjobd.try_group_head_v2(text, text, bigint)') IS NULL)
-                     || ' ' || (to_regprocedure('pgjobd.try_group_head(text, text, bigint, int, timestamptz)') IS NOT NULL)")" \
+                     || ' ' || (to_regprocedure('pgjobd.try_group_head(text, text, bigint, int)') IS NOT NULL)")" \
 	"true true" "try_group_head_v2 is try_group_head now"
 
 # ---------------------------------------------------------------- the old daemon claims on

@@ -16,7 +16,10 @@
 # here 20 ms; a start that would come later moves the rate on first (t_82_limits_late.sh).
 # tests/bench/README has the rates' accuracy with periods of a second.)
 #  - maintain() deletes the group rates' past states;
-#  - a raised limit is used at once (set_limits' NOTIFY), not at the poll.
+#  - a raised limit is used at once (set_limits' NOTIFY), not at the poll;
+#  - a changed rate and group rate take their state along: raised from 1/1d to 10/1s,
+#    the next start does not wait out the day; lowered, it is the new spacing after the
+#    last; removed, no state is left.
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
 
@@ -150,4 +153,35 @@ psql_q "SELECT pgjobd.set_limits('lc', concurrency => 4)" >/dev/null
 wait_until 3 "[ \$(count_jobs \"queue = 'lc' AND status = 'running'\") = 4 ]"
 ok $? "raised to 4: four run within 3 s (poll_interval is 30 s)"
 psql_q "UPDATE pgjobd.jobs SET status = 'cancelled' WHERE queue = 'lc' AND status = 'queued'" >/dev/null
+
+# --- a changed rate takes its state with it: 1/1d, then 10/1s (the state planned by
+# 1/1d is a day away, and the second job would wait it out), then 1/1h, then none.
+# (lr started jobs seconds ago: 1/1d set now would count them; removed first, its
+# state goes.)
+psql_q "SELECT pgjobd.set_limits('lr', rate => NULL)" >/dev/null
+psql_q "SELECT pgjobd.set_limits('lr', rate => '1/1d'), pgjobd.set_limits('lgr', group_rate => '1/1d')" >/dev/null
+m=$(psql_q "SELECT max(id) FROM pgjobd.jobs")
+psql_q "INSERT INTO pgjobd.jobs (queue, data) SELECT 'lr', '{\"sleep\": 0.01}' FROM generate_series(1, 2)" >/dev/null
+psql_q "INSERT INTO pgjobd.jobs (queue, group_id, data) SELECT 'lgr', 'x', '{\"sleep\": 0.01}' FROM generate_series(1, 2)" >/dev/null
+wait_until 10 "[ \$(count_jobs \"queue IN ('lr', 'lgr') AND id > $m AND status = 'succeeded'\") = 2 ]"
+ok $? "rate 1/1d: the first job of the queue and of the group ran"
+holds_for 1 "[ \$(count_jobs \"id > $m AND status = 'queued'\") = 2 ]"
+ok $? "rate 1/1d: the second waits"
+is "$(psql_q "SELECT (SELECT tat > now() + interval '23 hours' FROM pgjobd.queue_rates WHERE queue = 'lr')
+                     || ' ' || (SELECT tat > now() + interval '23 hours' FROM pgjobd.group_rates
+                                 WHERE queue = 'lgr' AND group_id = 'x')")" "true true" \
+	"rate 1/1d: the next start allowed is a day away"
+psql_q "SELECT pgjobd.set_limits('lr', rate => '10/1s'), pgjobd.set_limits('lgr', group_rate => '10/1s')" >/dev/null
+wait_until 5 "[ \$(count_jobs \"id > $m AND status = 'succeeded'\") = 4 ]"
+ok $? "raised to 10/1s: the second jobs run at once, not a day later"
+psql_q "SELECT pgjobd.set_limits('lr', rate => '1/1h'), pgjobd.set_limits('lgr', group_rate => '1/1h')" >/dev/null
+is "$(psql_q "SELECT (SELECT tat BETWEEN now() + interval '59 minutes' AND now() + interval '62 minutes'
+                       FROM pgjobd.queue_rates WHERE queue = 'lr')
+                     || ' ' || (SELECT tat BETWEEN now() + interval '59 minutes' AND now() + interval '62 minutes'
+                                 FROM pgjobd.group_rates WHERE queue = 'lgr' AND group_id = 'x')")" "true true" \
+	"lowered to 1/1h: the next start allowed is an hour after the last"
+psql_q "SELECT pgjobd.set_limits('lr', rate => NULL), pgjobd.set_limits('lgr', group_rate => NULL)" >/dev/null
+is "$(psql_q "SELECT (SELECT count(*) FROM pgjobd.queue_rates WHERE queue = 'lr')
+                     + (SELECT count(*) FROM pgjobd.group_rates WHERE queue = 'lgr')")" 0 \
+	"a removed rate leaves no state"
 done_testing

@@ -33,9 +33,10 @@ NOW="(extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
 now_us() { psql_q "SELECT $NOW"; }
 # since AT_US: the queue's and the group's next allowed start, in ms after AT_US
 since() {
-	psql_q "SELECT round(extract(epoch FROM l.tat - to_timestamp($1 / 1000000.0)) * 1000) || ' '
+	psql_q "SELECT round(extract(epoch FROM r.tat - to_timestamp($1 / 1000000.0)) * 1000) || ' '
 	               || coalesce(round(extract(epoch FROM t.tat - to_timestamp($1 / 1000000.0)) * 1000)::text, '-')
 	          FROM pgjobd.queue_limits l
+	          JOIN pgjobd.queue_rates r ON r.queue = l.queue
 	          LEFT JOIN pgjobd.group_rates t ON t.queue = l.queue AND t.group_id = 'g1'
 	         WHERE l.queue = 'q'"
 }
@@ -58,7 +59,7 @@ is "$(since "$at")" "$((TQ + 300)) $((TG + 300))" "... and moves nothing"
 
 # Two late starts in one call: each rate moves once, by the larger shift.
 at=$(now_us)
-psql_q "UPDATE pgjobd.queue_limits SET tat = to_timestamp($at / 1000000.0) + interval '2 s';
+psql_q "UPDATE pgjobd.queue_rates SET tat = to_timestamp($at / 1000000.0) + interval '2 s';
         UPDATE pgjobd.group_rates SET tat = to_timestamp($at / 1000000.0) + interval '2 s'" >/dev/null
 is "$(late "[{\"id\": $J, \"fence\": 77, \"at_us\": $at, \"shift_us\": 100000},
              {\"id\": $J, \"fence\": 77, \"at_us\": $at, \"shift_us\": 200000}]")" "1:true 2:true" \
