@@ -180,9 +180,10 @@ schema: $(B)/pgjobd
 
 # Measurements, not tests: exits 0 whatever the figures (see tests/bench/README).
 # Results in $(B)/bench/results.json; BENCH_QUICK=1 for a 10x smaller run.
-bench: $(B)/pgjobd $(BENCH_TOOLS) $(B)/tests/notify-sink
+bench: $(B)/pgjobd $(BENCH_TOOLS) $(B)/tests/notify-sink $(B)/tests/claim-sql
 	PGJOBD=$(abspath $(B)/pgjobd) BENCH_BIN=$(abspath $(B)/bench) \
-		NOTIFY_SINK=$(abspath $(B)/tests/notify-sink) bash tests/bench/run.sh
+		NOTIFY_SINK=$(abspath $(B)/tests/notify-sink) \
+		CLAIM_SQL=$(abspath $(B)/tests/claim-sql) bash tests/bench/run.sh
 
 $(B)/bench:
 	mkdir -p $(B)/bench

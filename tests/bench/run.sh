@@ -1845,6 +1845,59 @@ bench_limit_claim() {
 	[ -n "$PGSS_LIB" ] && fig "limits.claim_ms.$lim" "$ms"
 }
 
+# bench_limit_claim_alone: the claim statement alone, no daemon: the statement the daemon
+# prepares (sql/claim.sql, printed by $CLAIM_SQL), sent by one psql session for 4 slots
+# at a time over two queues of N_LIMIT_JOBS jobs in 1,000 groups, one with every limit
+# set as in bench_limit_claim and one with none, in turn, each claim's jobs marked
+# succeeded before the next: the client's time per job of each queue's claim statements
+# (psql \timing of the EXECUTE, each in a transaction of its own, so its commit's flush
+# apart, less the time of a SELECT 1 in the same turn: the round trip on a local socket
+# and psql's own part). The two queues take turns in one
+# session so that the machine's moods fall on both alike; through the daemon (above) the
+# claims also carry fewer jobs each when a rate holds planned starts back.
+bench_limit_claim_alone() {
+	local wid slots n
+	[ -x "${CLAIM_SQL:-}" ] || {
+		problem "CLAIM_SQL not set: 11c's claim statement alone skipped"
+		return
+	}
+	reset_tables
+	sql "TRUNCATE pgjobd.waiting; DELETE FROM pgjobd.queue_limits; DELETE FROM pgjobd.group_rates" >/dev/null
+	sql "INSERT INTO pgjobd.jobs (queue, group_id) SELECT q, 'g' || (i % 1000)
+	       FROM generate_series(1, $N_LIMIT_JOBS) i, (VALUES ('alone_n'), ('alone_l')) v(q)" >/dev/null
+	sql "VACUUM ANALYZE pgjobd.jobs" >/dev/null
+	sql "SELECT pgjobd.set_limits('alone_l', concurrency => 100000, group_concurrency => 3,
+		rate => '100000/1s', group_rate => '1000/1s')" >/dev/null
+	wid=$(sql "SELECT pgjobd.register_worker('bench:alone', 36000000, '{alone_n,alone_l}')")
+	slots='{s1,s2,s3,s4}'
+	{
+		"$CLAIM_SQL" || harness_fail "$CLAIM_SQL failed"
+		echo '\timing on'
+		for ((n = 0; n < N_LIMIT_JOBS / 4; n++)); do
+			echo "BEGIN;"
+			echo "EXECUTE qc('alone_n', $wid, '$slots', 5, 0, 1048576, 1000, false, '{}', NULL);"
+			echo "COMMIT;"
+			echo "BEGIN;"
+			echo "EXECUTE qc('alone_l', $wid, '$slots', 5, 0, 1048576, 1000, false, '{}', NULL);"
+			echo "COMMIT;"
+			echo "UPDATE pgjobd.jobs SET status = 'succeeded', finished_at = now() WHERE status = 'running';"
+			echo "SELECT 1;"
+		done
+	} >"$W/alone.sql"
+	psql -X -qAt -v ON_ERROR_STOP=1 -f "$W/alone.sql" >"$W/alone.out" || harness_fail "claims alone failed"
+	n=$(psql_q "SELECT count(*) FROM pgjobd.jobs WHERE queue LIKE 'alone_%' AND status = 'succeeded'")
+	sql "DELETE FROM pgjobd.queue_limits; DELETE FROM pgjobd.jobs WHERE queue LIKE 'alone_%'" >/dev/null
+	[ "$n" = $((2 * N_LIMIT_JOBS)) ] || {
+		problem "rep $REP: limits claim alone: $n of $((2 * N_LIMIT_JOBS)) jobs succeeded"
+		return
+	}
+	# (each claim less the turn's SELECT 1: the round trip and psql's part)
+	fig limits.alone_ms.none "$(grep '^Time:' "$W/alone.out" |
+		awk -v n="$N_LIMIT_JOBS" 'NR % 8 == 2 { t += $2 } NR % 8 == 0 { t -= $2 } END { printf "%.6f", t / n }')"
+	fig limits.alone_ms.limit "$(grep '^Time:' "$W/alone.out" |
+		awk -v n="$N_LIMIT_JOBS" 'NR % 8 == 5 { t += $2 } NR % 8 == 0 { t -= $2 } END { printf "%.6f", t / n }')"
+}
+
 only() { [ -z "$ONLY" ] || [[ " $ONLY " == *" $1 "* ]]; }
 
 # ---------------------------------------------------------------- setup
@@ -2147,6 +2200,9 @@ def limits.rate.gave_back "11b  planned starts missed, given back" jobs 0 ""
 def limits.claim_ms.none "11c claim server time per job, 1,000 groups, no limit" ms 4 ""
 def limits.claim_ms.limit "11c  every limit set, none binding" ms 4 ""
 def limits.claim_ratio "11c  with limits / without" ratio 3 "$TGT_LIMIT_CLAIM"
+def limits.alone_ms.none "11c claim statement alone (psql), no limit: ms a job" ms 4 ""
+def limits.alone_ms.limit "11c  every limit set, none binding" ms 4 ""
+def limits.alone_ratio "11c  with limits / without" ratio 3 "$TGT_LIMIT_CLAIM"
 
 # ---------------------------------------------------------------- the runs
 
@@ -2194,6 +2250,7 @@ for REP in $(seq 1 "$REPS"); do
 	for l in none limit; do
 		{ only limits || only limit_claim; } && log "11c claims over 1,000 groups, $l" && bench_limit_claim "$l"
 	done
+	{ only limits || only limit_claim; } && log "11c the claim statement alone" && bench_limit_claim_alone
 	if only scale; then
 		log "10a many daemons, lock mode transaction" && bench_scale transaction many
 		log "10b one daemon, as many slots, lock mode transaction" && bench_scale transaction one
@@ -2247,6 +2304,7 @@ derive backlog.ratio backlog.large backlog.small
 derive limits.burst_ratio.tx limits.burst.tx.limit limits.burst.tx.none
 derive limits.burst_ratio.lease limits.burst.lease.limit limits.burst.lease.none
 derive limits.claim_ratio limits.claim_ms.limit limits.claim_ms.none
+derive limits.alone_ratio limits.alone_ms.limit limits.alone_ms.none
 for m in transaction lease; do
 	derive "scale.pgcpu_ratio_steady.$m" "scale.pgcpu_steady.$m.many" "scale.pgcpu_steady.$m.one"
 	derive "scale.pgcpu_ratio.$m" "scale.pgcpu.$m.many" "scale.pgcpu.$m.one"
