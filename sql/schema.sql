@@ -330,7 +330,6 @@ DECLARE
     p_ids bigint[];
     p_gids bigint[];
     gk text;
-    gt timestamptz;
     st timestamptz;
     -- the group rates' next starts as read (rt), the groups this call plans
     -- (uk) and their next starts (un), and those it wrote
@@ -2305,9 +2304,9 @@ BEGIN
     -- Each rate moves once, by the largest shift asked of it, from the
     -- latest start after one of those asking: the largest shift is enough
     -- for each.
-    -- (a rate with no state yet, which only a claim in flight as
-    -- set_limits changed the rate leaves, moves from nothing; no claim
-    -- inserts it meanwhile: the limits row is locked)
+    -- (a rate whose state set_limits deleted since the start was planned,
+    -- the rate removed and set again, moves on from nothing; no claim
+    -- inserts the state meanwhile: the limits row is locked)
     INSERT INTO pgjobd.queue_rates (queue, tat)
     SELECT DISTINCT u.q, '-infinity'::timestamptz FROM unnest(mq) u(q)
         ON CONFLICT DO NOTHING;

@@ -101,7 +101,6 @@ DECLARE
     p_ids bigint[];
     p_gids bigint[];
     gk text;
-    gt timestamptz;
     st timestamptz;
     -- the group rates' next starts as read (rt), the groups this call plans
     -- (uk) and their next starts (un), and those it wrote

@@ -67,6 +67,35 @@ is "$(late "[{\"id\": $J, \"fence\": 77, \"at_us\": $at, \"shift_us\": 100000},
 is "$(since "$at")" "2200 2200" "the queue and the group moved on once, by the larger shift (not by 300 ms)"
 psql_q "DELETE FROM pgjobd.jobs WHERE queue = 'q'; SELECT pgjobd.set_limits('q', rate => NULL, group_rate => NULL)" >/dev/null
 
+# A group rate moved on while a claim plans (rate_late between the claim's read of the
+# group's rate and its write): the claim's write checks the row as it locked it, and the
+# job waits for a later claim. Here another session holds the row, moves it an hour on
+# and commits while the claim waits for it.
+psql_q "SELECT pgjobd.set_limits('q2', group_rate => '2/10s')" >/dev/null
+WID=$(psql_q "SELECT pgjobd.register_worker('t82:1', 600000, '{q2}')")
+J2=$(psql_q "INSERT INTO pgjobd.jobs (queue, group_id) VALUES ('q2', 'g1') RETURNING id")
+psql_q "INSERT INTO pgjobd.group_rates (queue, group_id, tat) VALUES ('q2', 'g1', now() - interval '1 minute')" >/dev/null
+mkfifo "$T/mover"
+psql -X -qAt -v ON_ERROR_STOP=1 <"$T/mover" >"$T/mover.out" 2>&1 &
+echo $! >"$T/mover.pid"
+exec {MOVER}>"$T/mover"
+echo "BEGIN; SELECT 'locked' FROM pgjobd.group_rates WHERE queue = 'q2' AND group_id = 'g1' FOR UPDATE;" >&"$MOVER"
+wait_until 10 "grep -q locked '$T/mover.out'" || bail_out "the row lock was not taken: $(cat "$T/mover.out")"
+psql_q "SELECT count(job_id) FROM pgjobd.claim_batch('q2', $WID, '{s1}', 5, 0, 1048576, 1000, false, '{}', NULL)" \
+	>"$T/claim.out" 2>&1 &
+claim=$!
+holds_for 1 "[ ! -s '$T/claim.out' ]"
+ok $? "a claim of the group waits for its group rate's row"
+echo "UPDATE pgjobd.group_rates SET tat = now() + interval '1 hour' WHERE queue = 'q2' AND group_id = 'g1'; COMMIT;" >&"$MOVER"
+wait "$claim"
+is "$(cat "$T/claim.out")" 0 "the row moved past its plan meanwhile: the claim starts nothing"
+is "$(psql_q "SELECT status || ' ' || attempts FROM pgjobd.jobs WHERE id = $J2")
+$(psql_q "SELECT tat > now() + interval '50 minutes' FROM pgjobd.group_rates WHERE queue = 'q2' AND group_id = 'g1'")" \
+	"queued 0
+t" "the job is still queued, no attempt counted, and the moved rate is kept"
+exec {MOVER}>&-
+psql_q "DELETE FROM pgjobd.jobs WHERE queue = 'q2'; SELECT pgjobd.set_limits('q2', group_rate => NULL)" >/dev/null
+
 # --- through the daemon: each job's claim commits 300 ms after its plan (once per job).
 # One slot per daemon: a claim sleeping in the trigger holds the queue's limits row, which
 # a move waits for; with one slot the daemon's next claim comes after its job started.
