@@ -64,6 +64,7 @@ STEP_TIMEOUT=${BENCH_STEP_TIMEOUT:-600}       # seconds any single run may take
 OUT=${BENCH_OUT:-$repo/build/bench}           # results.json, table.txt, logs
 BIN=${BENCH_BIN:-$repo/build/bench}           # spawnbench, pickup, stamp
 NOTIFY_SINK=${NOTIFY_SINK:-$repo/build/tests/notify-sink} # 9d: systemd's notify socket
+CLAIM_SQL=${CLAIM_SQL:-$repo/build/tests/claim-sql} # 11c: prints the daemon's claim statement
 
 # Targets of the performance work, read by people next to the figures; never pass/fail criteria of
 # the build. Each is "OP VALUE" with OP one of <= >=; empty: no target.
