@@ -62,9 +62,28 @@ static void detach(struct rate_db *rd, struct rate_late *rl)
 	rl->prev = rl->next = NULL;
 }
 
-/* The answered requests (a[0..n-1], taken out of the list first, as a
- * callback may make or cancel other requests): their callbacks, unless
- * cancelled meanwhile (by an earlier one), then they are freed. */
+/* Room for the answers of every request in the list: a callback may make or
+ * cancel other requests, so the answered are taken out of the list first
+ * (answer) and called back after (call_back). */
+static struct rate_late **answers_new(const struct rate_db *rd)
+{
+	size_t n = 0;
+	for (const struct rate_late *rl = rd->head; rl; rl = rl->next)
+		n++;
+	return xcalloc(n + 1, sizeof(struct rate_late *));
+}
+
+/* rl answered ok (or not): out of the list, into a[*n]. */
+static void answer(struct rate_db *rd, struct rate_late *rl, bool ok, struct rate_late **a, int *n)
+{
+	detach(rd, rl);
+	rl->answered = true;
+	rl->ok = ok;
+	a[(*n)++] = rl;
+}
+
+/* The answered requests (a[0..n-1]): their callbacks, unless cancelled
+ * meanwhile (by an earlier one), then they are freed. */
 static void call_back(struct rate_late **a, int n)
 {
 	for (int i = 0; i < n; i++)
@@ -98,11 +117,8 @@ static void on_expire(struct ev_loop *loop, ev_timer *w, int revents)
 	(void)revents;
 	struct rate_db *rd = w->data;
 	int64_t now = util_now_ms();
+	struct rate_late **a = answers_new(rd);
 	int n = 0;
-	for (struct rate_late *rl = rd->head; rl; rl = rl->next)
-		n++;
-	struct rate_late **a = xcalloc((size_t)n + 1, sizeof(*a));
-	n = 0;
 	struct rate_late *next;
 	for (struct rate_late *rl = rd->head; rl; rl = next) {
 		next = rl->next;
@@ -111,10 +127,7 @@ static void on_expire(struct ev_loop *loop, ev_timer *w, int revents)
 		log_warn("msg=\"cannot move a rate on in time; the late start is given up\" "
 			 "job=%lld",
 			 rl->id);
-		detach(rd, rl);
-		rl->answered = true;
-		rl->ok = false;
-		a[n++] = rl;
+		answer(rd, rl, false, a, &n);
 	}
 	arm(rd);
 	call_back(a, n);
@@ -137,10 +150,7 @@ static void on_answer(struct db_conn *c, PGresult *const *res, int n, void *arg)
 		rd->wait_us += (rtt * 3 / 2 - rd->wait_us) / 4;
 	}
 	int rows = ok ? PQntuples(res[0]) : 0;
-	int count = 0;
-	for (struct rate_late *rl = rd->head; rl; rl = rl->next)
-		count++;
-	struct rate_late **a = xcalloc((size_t)count + 1, sizeof(*a));
+	struct rate_late **a = answers_new(rd);
 	int na = 0;
 	struct rate_late *next;
 	for (struct rate_late *rl = rd->head; rl; rl = next) {
@@ -154,10 +164,7 @@ static void on_answer(struct db_conn *c, PGresult *const *res, int n, void *arg)
 				break;
 			}
 		}
-		detach(rd, rl);
-		rl->answered = true;
-		rl->ok = made;
-		a[na++] = rl;
+		answer(rd, rl, made, a, &na);
 	}
 	send_waiting(rd);
 	call_back(a, na);
