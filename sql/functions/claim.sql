@@ -100,6 +100,7 @@ DECLARE
     plan timestamptz[];     -- each job's planned start
     p_ids bigint[];
     p_gids bigint[];
+    p_plan timestamptz[];
     gk text;
     st timestamptz;
     -- the group rates' next starts as read (rt), the groups this call plans
@@ -588,16 +589,16 @@ BEGIN
             IF cardinality(written) IS DISTINCT FROM cardinality(uk) THEN
                 p_ids := '{}';
                 p_gids := '{}';
-                un := plan;
-                plan := '{}';
+                p_plan := '{}';
                 FOR i IN 1 .. array_length(ids, 1) LOOP
                     CONTINUE WHEN gks[i] IS NOT NULL AND gks[i] <> ALL(coalesce(written, '{}'));
                     p_ids := p_ids || ids[i];
                     p_gids := p_gids || gids[i];
-                    plan := plan || un[i];
+                    p_plan := p_plan || plan[i];
                 END LOOP;
                 ids := p_ids;
                 gids := p_gids;
+                plan := p_plan;
                 nxt := least(nxt, horizon);
             END IF;
         END IF;

@@ -1853,11 +1853,11 @@ bench_limit_claim() {
 # succeeded before the next: the client's time per job of each queue's claim statements
 # (psql \timing of the EXECUTE, each in a transaction of its own, so its commit's flush
 # apart, less the time of a SELECT 1 in the same turn: the round trip on a local socket
-# and psql's own part). The two queues take turns in one
-# session so that the machine's moods fall on both alike; through the daemon (above) the
-# claims also carry fewer jobs each when a rate holds planned starts back.
+# and psql's own part). The two queues take turns in one session so that the machine's
+# moods fall on both alike; through the daemon (above) the claims also carry fewer jobs
+# each when a rate holds planned starts back.
 bench_limit_claim_alone() {
-	local wid slots n
+	local wid slots n none limit
 	[ -x "${CLAIM_SQL:-}" ] || {
 		problem "CLAIM_SQL not set: 11c's claim statement alone skipped"
 		return
@@ -1892,11 +1892,13 @@ bench_limit_claim_alone() {
 		problem "rep $REP: limits claim alone: $n of $((2 * N_LIMIT_JOBS)) jobs succeeded"
 		return
 	}
-	# (each claim less the turn's SELECT 1: the round trip and psql's part)
-	fig limits.alone_ms.none "$(grep '^Time:' "$W/alone.out" |
-		awk -v n="$N_LIMIT_JOBS" 'NR % 8 == 2 { t += $2 } NR % 8 == 0 { t -= $2 } END { printf "%.6f", t / n }')"
-	fig limits.alone_ms.limit "$(grep '^Time:' "$W/alone.out" |
-		awk -v n="$N_LIMIT_JOBS" 'NR % 8 == 5 { t += $2 } NR % 8 == 0 { t -= $2 } END { printf "%.6f", t / n }')"
+	# Each claim less the turn's SELECT 1 (the round trip and psql's part): the 2nd and
+	# 5th of a turn's eight timings, less the 8th.
+	read -r none limit < <(grep '^Time:' "$W/alone.out" | awk -v n="$N_LIMIT_JOBS" '
+		NR % 8 == 2 { a += $2 } NR % 8 == 5 { b += $2 } NR % 8 == 0 { a -= $2; b -= $2 }
+		END { printf "%.6f %.6f\n", a / n, b / n }')
+	fig limits.alone_ms.none "$none"
+	fig limits.alone_ms.limit "$limit"
 }
 
 only() { [ -z "$ONLY" ] || [[ " $ONLY " == *" $1 "* ]]; }
