@@ -23,7 +23,13 @@
  * CREATE waits for the first one's transaction and then fails on the catalog's
  * unique index (the IF NOT EXISTS check came before the wait). Each CREATE
  * runs in a block that takes that failure for "it exists now", so the second
- * run goes on, takes the lock, and finds the first one's work.
+ * run goes on, takes the lock, and finds the first one's work. The catalogs
+ * have other ways to lose that race, with other errors (a name that another
+ * transaction committed between the check and the insert); so a failure of
+ * either CREATE, whatever its error, is taken for the race when the table,
+ * missing before the try, exists once it has rolled back: the upgrade is
+ * tried again like one that waited too long for a lock. (Missing before and
+ * after, or there all along, the error is the run's own and is reported.)
  *
  * No lock is waited for long (LOCK_TIMEOUT): a migration that waits for a
  * table queues every later lock request on it, producers' INSERTs included,
@@ -74,12 +80,37 @@ int migrate_verdict(int have)
 
 /* The outcome of one statement: its SQLSTATE kept for the retry loop. */
 static char last_state[6];
+/* A try lost the race to create the schema (see the top of this file). */
+static bool raced;
+/* The error of a CREATE of the schema or its version table, printed only
+ * when it was not that race. */
+static char create_error[512];
 
 /* SQLSTATEs after which the whole transaction is tried again: a lock not
  * had within lock_timeout (55P03), a deadlock (40P01). */
 static bool is_lock_failure(void)
 {
 	return strcmp(last_state, "55P03") == 0 || strcmp(last_state, "40P01") == 0;
+}
+
+static bool is_retry(void)
+{
+	return raced || is_lock_failure();
+}
+
+/* exec_ok for a CREATE of the schema or its version table: an error other
+ * than a lock's is kept in create_error, for apply_once to tell the race to
+ * create them from a real failure once the try has rolled back. */
+static int create_ok(PGconn *pg, const char *sql)
+{
+	PGresult *r = PQexec(pg, sql);
+	int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+	const char *state = ok ? NULL : PQresultErrorField(r, PG_DIAG_SQLSTATE);
+	snprintf(last_state, sizeof(last_state), "%s", state ? state : "");
+	if (!ok && !is_lock_failure())
+		snprintf(create_error, sizeof(create_error), "%s", PQerrorMessage(pg));
+	PQclear(r);
+	return ok ? 0 : -1;
 }
 
 static int exec_ok(PGconn *pg, const char *sql)
@@ -97,7 +128,8 @@ static int exec_ok(PGconn *pg, const char *sql)
 	return ok ? 0 : -1;
 }
 
-int migrate_current(PGconn *pg)
+/* 1 when pgjobd.schema_version exists, 0 when not, -1 on an error (printed). */
+static int version_table_exists(PGconn *pg)
 {
 	PGresult *r = PQexec(pg, "SELECT to_regclass('pgjobd.schema_version') IS NOT NULL");
 	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
@@ -107,9 +139,15 @@ int migrate_current(PGconn *pg)
 	}
 	int exists = PQgetvalue(r, 0, 0)[0] == 't';
 	PQclear(r);
-	if (!exists)
-		return 0;
-	r = PQexec(pg, "SELECT coalesce(max(version), 0) FROM pgjobd.schema_version");
+	return exists;
+}
+
+int migrate_current(PGconn *pg)
+{
+	int exists = version_table_exists(pg);
+	if (exists <= 0)
+		return exists;
+	PGresult *r = PQexec(pg, "SELECT coalesce(max(version), 0) FROM pgjobd.schema_version");
 	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
 		fprintf(stderr, "pgjobd: %s", PQerrorMessage(pg));
 		PQclear(r);
@@ -162,24 +200,33 @@ static int apply_function_file(PGconn *pg, const struct sql_file *f)
 	return 1;
 }
 
+/* The schema and its version table, made when missing; each block takes the
+ * errors of losing the race to make them for "it exists now". */
+static const char create_schema_sql[] =
+    "DO $$ BEGIN CREATE SCHEMA IF NOT EXISTS pgjobd; "
+    "EXCEPTION WHEN unique_violation OR duplicate_schema THEN NULL; END $$";
+static const char create_version_sql[] =
+    "DO $$ BEGIN CREATE TABLE IF NOT EXISTS pgjobd.schema_version ("
+    "version integer PRIMARY KEY, name text NOT NULL, "
+    "applied_at timestamptz NOT NULL DEFAULT now()); "
+    "EXCEPTION WHEN unique_violation OR duplicate_table OR duplicate_object THEN NULL; END $$";
+
 /* One try of the whole upgrade, in one transaction. Returns the number of
  * migrations applied (committed) with their indexes in done[], or -1 (the
- * transaction rolled back; last_state tells whether a lock was the cause),
- * or -2 when the schema is newer than this binary. */
+ * transaction rolled back; is_retry() tells whether a lock or the race to
+ * create the schema was the cause), or -2 when the schema is newer than this
+ * binary. */
 static int apply_once(PGconn *pg, int *done)
 {
 	int rc = -1;
-	if (exec_ok(pg, "BEGIN") < 0)
+	raced = false;
+	int had_table = version_table_exists(pg);
+	if (had_table < 0 || exec_ok(pg, "BEGIN") < 0)
 		return -1;
 	/* quiet "already exists" notices of IF NOT EXISTS */
 	if (exec_ok(pg, "SET LOCAL client_min_messages = warning") < 0 ||
 	    exec_ok(pg, "SET LOCAL lock_timeout = '" LOCK_TIMEOUT "'") < 0 ||
-	    exec_ok(pg, "DO $$ BEGIN CREATE SCHEMA IF NOT EXISTS pgjobd; "
-			"EXCEPTION WHEN unique_violation THEN NULL; END $$") < 0 ||
-	    exec_ok(pg, "DO $$ BEGIN CREATE TABLE IF NOT EXISTS pgjobd.schema_version ("
-			"version integer PRIMARY KEY, name text NOT NULL, "
-			"applied_at timestamptz NOT NULL DEFAULT now()); "
-			"EXCEPTION WHEN unique_violation THEN NULL; END $$") < 0 ||
+	    create_ok(pg, create_schema_sql) < 0 || create_ok(pg, create_version_sql) < 0 ||
 	    exec_ok(pg, "LOCK TABLE pgjobd.schema_version IN EXCLUSIVE MODE") < 0)
 		goto fail;
 	int cur = migrate_current(pg);
@@ -236,6 +283,13 @@ static int apply_once(PGconn *pg, int *done)
 	return applied;
 fail:
 	PQclear(PQexec(pg, "ROLLBACK"));
+	if (create_error[0]) {
+		/* the race when the table was made meanwhile, else the error */
+		raced = !had_table && version_table_exists(pg) == 1;
+		if (!raced)
+			fprintf(stderr, "pgjobd: migrate: %s", create_error);
+		create_error[0] = '\0';
+	}
 	return rc;
 }
 
@@ -290,7 +344,7 @@ int migrate_apply(PGconn *pg)
 	int applied = -1;
 	for (int attempt = 1; attempt <= LOCK_TRIES; attempt++) {
 		applied = apply_once(pg, done);
-		if (applied >= 0 || !is_lock_failure())
+		if (applied >= 0 || !is_retry())
 			break;
 		if (attempt == LOCK_TRIES) {
 			fprintf(stderr,

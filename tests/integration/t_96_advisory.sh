@@ -26,6 +26,10 @@
 #                slot's hold: a job of the group that becomes its head meanwhile (a
 #                transaction that commits late with a smaller id) does not start while
 #                the claimed job runs.
+#   migrate      Four `pgjobd migrate` at once on a database without the schema all
+#                succeed (serialised by a table lock, not an advisory lock; those that
+#                lose the race to create the schema try again), three times; a role
+#                that may not create it is told so at once.
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
 
@@ -398,24 +402,46 @@ is $? 0 "the daemon exits 0 on SIGTERM"
 
 # ---------------------------------------------------------------- migrate
 
-# Two migrations at once on a database without the schema (serialised by a lock on
-# pgjobd.schema_version, not by an advisory lock): both succeed, and the schema is made once.
-PGDATABASE=postgres psql_q "CREATE DATABASE fresh" >/dev/null
-write_conf "$T/fresh.ini" <<EOF
-$(conf_header database="host=$T/sock port=$PGPORT dbname=fresh user=postgres")
+# Four migrations at once on a database without the schema (serialised by a lock on
+# pgjobd.schema_version, not by an advisory lock), three times: all succeed, and the
+# schema is made once. Those that lose the race to create the schema try again.
+for round in 1 2 3; do
+	PGDATABASE=postgres psql_q "CREATE DATABASE fresh$round" >/dev/null
+	write_conf "$T/fresh.ini" <<EOF
+$(conf_header database="host=$T/sock port=$PGPORT dbname=fresh$round user=postgres")
 EOF
-"$PGJOBD" migrate -c "$T/fresh.ini" >"$T/fresh.1" 2>&1 &
-m1=$!
-"$PGJOBD" migrate -c "$T/fresh.ini" >"$T/fresh.2" 2>&1 &
-m2=$!
-wait "$m1"
-s1=$?
-wait "$m2"
-s2=$?
-is "$s1 $s2" "0 0" "two pgjobd migrate at once on a fresh database both succeed" ||
-	diag "$(cat "$T/fresh.1" "$T/fresh.2")"
-is "$(cat "$T/fresh.1" "$T/fresh.2" | grep -c '^applied 001_init$')" 1 "the schema was created once"
-is "$(PGDATABASE=fresh psql_q "SELECT count(*) FROM pgjobd.schema_version")" \
-	"$(psql_q "SELECT count(*) FROM pgjobd.schema_version")" "with every migration"
+	pids=()
+	for k in 1 2 3 4; do
+		"$PGJOBD" migrate -c "$T/fresh.ini" >"$T/fresh.$k" 2>&1 &
+		pids+=("$!")
+	done
+	statuses=""
+	for p in "${pids[@]}"; do
+		wait "$p"
+		statuses+="$? "
+	done
+	is "$statuses" "0 0 0 0 " "round $round: four pgjobd migrate at once on a fresh database all succeed" ||
+		diag "$(cat "$T"/fresh.[1-4])"
+	is "$(cat "$T"/fresh.[1-4] | grep -c '^applied 001_init$')" 1 "... the schema was created once"
+	is "$(PGDATABASE=fresh$round psql_q "SELECT count(*) FROM pgjobd.schema_version")" \
+		"$(psql_q "SELECT count(*) FROM pgjobd.schema_version")" "... with every migration"
+done
+
+# A role that may not create the schema is told so at once: its error is not taken
+# for that race (nothing else made the schema), and nothing is made.
+PGDATABASE=postgres psql_q "CREATE DATABASE closed" >/dev/null
+PGDATABASE=postgres psql_q "REVOKE CREATE ON DATABASE closed FROM PUBLIC" >/dev/null
+write_conf "$T/closed.ini" <<EOF
+$(conf_header database="host=$T/sock port=$PGPORT dbname=closed user=stranger")
+EOF
+t0=$(now_ms)
+"$PGJOBD" migrate -c "$T/closed.ini" >"$T/closed.out" 2>&1
+status=$?
+el=$(($(now_ms) - t0))
+is "$status" 1 "pgjobd migrate by a role that may not create the schema fails"
+like "$(cat "$T/closed.out")" "permission denied for database closed" "... saying why"
+cmp_ok "$el" -lt 5000 "... at once, without trying again (${el} ms)"
+is "$(PGDATABASE=closed psql_q "SELECT count(*) FROM pg_namespace WHERE nspname = 'pgjobd'")" 0 \
+	"... and makes nothing"
 
 done_testing
