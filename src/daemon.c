@@ -106,6 +106,7 @@ struct daemon {
 	ev_timer schema_look;		/* the periodic look at the schema version */
 	struct db_waiter schema_waiter; /* its turn on the listener */
 	struct db_conn *probe;		/* the pooler probe (start-up only) */
+	int probe_rounds;		/* its rounds that found no other client's session */
 	ev_timer probe_free;		/* frees it outside its own callback */
 	int listener_server_pid;	/* the server process the listener's batch ran in */
 	char probe_token[64];	    /* set in the listener's session, looked for in the probe's */
@@ -232,6 +233,8 @@ static const char session_sql[] =
     "SELECT pg_backend_pid(), set_config('pgjobd.session_probe', $1, false)";
 static const char probe_sql[] =
     "SELECT pg_backend_pid(), coalesce(current_setting('pgjobd.session_probe', true), '')";
+/* Rounds of the pooler probe (on_probe_answer). */
+#define PROBE_ROUNDS 4
 
 /* SQLSTATEs that say another client's session is ours: a prepared
  * statement of ours already exists (42P05) or is gone (26000). Only a
@@ -329,11 +332,43 @@ static void end_probe(struct daemon *d)
 	ev_timer_start(d->loop, &d->probe_free);
 }
 
+static void send_probe(struct daemon *d);
+
+/* The listener's own session, read again between two rounds of the probe:
+ * the server process and the setting of the first read. */
+static void on_listener_again(struct db_conn *c, PGresult *const *res, int n, void *arg)
+{
+	(void)c;
+	(void)n;
+	struct daemon *d = arg;
+	if (!res || d->state != D_STARTING || !d->probe)
+		return; /* lost: it connects again, and the version is read again */
+	const PGresult *r = res[0];
+	if (db_batch_ok(res, 1) && PQntuples(r) == 1 &&
+	    (atoi(PQgetvalue(r, 0, 0)) != d->listener_server_pid ||
+	     strcmp(PQgetvalue(r, 0, 1), d->probe_token) != 0)) {
+		end_probe(d);
+		refuse_pooler(d, "the listener's statements ran in two server sessions");
+		return;
+	}
+	if (is_pooler_error(r)) {
+		end_probe(d);
+		refuse_pooler(d, db_result_error(r));
+		return;
+	}
+	send_probe(d);
+}
+
 /* The probe's answer: the server process it ran in, and the setting the
  * listener left in its own session. A pooler in session mode gives each
  * client a server session of its own, so neither can be the listener's
  * while the listener is connected; one in transaction mode hands the
- * listener's session, idle again, to the next client. */
+ * listener's session, idle again, to the next client. Most often the
+ * probe is that client; but the daemon's other sessions (its fence's
+ * registration) run meanwhile and may take it first. So the probe goes
+ * PROBE_ROUNDS rounds, the listener reading its own session again between
+ * two: in transaction mode, a round fails either way, the probe given the
+ * listener's session or the listener given another. */
 static void on_probe_answer(struct db_conn *c, PGresult *const *res, int n, void *arg)
 {
 	(void)c;
@@ -342,22 +377,38 @@ static void on_probe_answer(struct db_conn *c, PGresult *const *res, int n, void
 	if (!res || d->state != D_STARTING)
 		return; /* lost: it connects again (on_probe_event) */
 	const PGresult *r = res[0];
-	end_probe(d);
 	if (db_batch_ok(res, 1) && PQntuples(r) == 1) {
 		if (atoi(PQgetvalue(r, 0, 0)) == d->listener_server_pid ||
 		    strcmp(PQgetvalue(r, 0, 1), d->probe_token) == 0) {
+			end_probe(d);
 			refuse_pooler(
 			    d, "a second connection was given the listener's server session");
 			return;
 		}
+		if (++d->probe_rounds < PROBE_ROUNDS) {
+			const struct db_stmt st = {.sql = probe_sql};
+			if (db_send(d->listener, &st, 1, on_listener_again, d) == 0)
+				return;
+			send_probe(d); /* the listener is busy: this round without it */
+			return;
+		}
+		end_probe(d);
 		log_info("msg=\"connected through a pooler in session mode\"");
 	} else if (is_pooler_error(r)) {
+		end_probe(d);
 		refuse_pooler(d, db_result_error(r));
 		return;
 	} else {
+		end_probe(d);
 		log_warn("msg=\"cannot probe the pooler\" err=%s", log_value(db_result_error(r)));
 	}
 	start_serving(d);
+}
+
+static void send_probe(struct daemon *d)
+{
+	const struct db_stmt st = {.sql = probe_sql};
+	db_send(d->probe, &st, 1, on_probe_answer, d);
 }
 
 static void on_probe_event(struct db_conn *c, enum db_event ev, void *arg)
@@ -367,8 +418,7 @@ static void on_probe_event(struct db_conn *c, enum db_event ev, void *arg)
 		db_reconnect(c);
 		return;
 	}
-	const struct db_stmt st = {.sql = probe_sql};
-	db_send(c, &st, 1, on_probe_answer, d);
+	send_probe(d);
 }
 
 /* The listener's server process is not the one libpq connected to: a
@@ -420,6 +470,8 @@ static void on_version(struct db_conn *c, PGresult *const *res, int n, void *arg
 		if (d->listener_server_pid > 0 && d->listener_server_pid != db_backend_pid(c)) {
 			if (!d->probe)
 				start_probe(d);
+			else
+				send_probe(d); /* a round lost with the listener's session */
 			return;
 		}
 		start_serving(d);

@@ -4,8 +4,9 @@
 # state in its sessions (prepared statements, LISTEN, a transaction-mode job's open
 # transaction): `pgjobd check` says so and exits 2, and the daemon refuses to start (exit
 # 2, the same advice), claiming nothing, with the server's own error text where a
-# statement failed, never a bare PGRES_PIPELINE_ABORTED. In session mode each client has
-# a server session of its own: check says ok, and jobs of both lock modes run through it.
+# statement failed, never a bare PGRES_PIPELINE_ABORTED; also while other clients keep the
+# pool busy. In session mode each client has a server session of its own: check says ok,
+# and jobs of both lock modes run through it.
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
 
@@ -22,7 +23,7 @@ BOUNCER=$(command -v pgbouncer || ls /usr/sbin/pgbouncer 2>/dev/null)
 own_cluster # pgbouncer reaches the server through its socket directory
 pg_start
 
-plan 16
+plan 19
 
 # bouncer_start NAME MODE: a PgBouncer in $T/NAME (Unix socket only, port 6432, auth_type
 # trust for the server's user), pool_mode MODE, in front of this file's server; its
@@ -92,6 +93,29 @@ is "$(grep -c 'terminating running commands\|msg="ready"' "$T/tx.log")" 0 \
 	"it never became ready, and terminated nothing"
 is "$(psql_q "SELECT string_agg(status || '/' || attempts, ' ' ORDER BY id) FROM pgjobd.jobs
                WHERE id IN (${J1:-0}, ${J2:-0})")" "queued/0 queued/0" "nothing was claimed"
+
+# Other clients busy on the pool while the daemon starts (as on a pooler that apps share):
+# they take the server session the listener just left, so the probe may be given another.
+# Five starts: each refuses, never ready.
+( while [ ! -e "$T/quiet" ]; do psql -X -qAt -d "$BOUNCER_DB" -c "SELECT pg_sleep(0.002)" >/dev/null 2>&1; done ) &
+busy1=$!
+( while [ ! -e "$T/quiet" ]; do psql -X -qAt -d "$BOUNCER_DB" -c "SELECT 1" -c "SELECT 2" >/dev/null 2>&1; done ) &
+busy2=$!
+statuses=""
+readies=0
+for i in 1 2 3 4 5; do
+	start_daemon "txbusy$i" "$T/tx.ini"
+	wait_daemon_exit "$DAEMON_PID" 30
+	statuses+="$DAEMON_STATUS "
+	readies=$((readies + $(grep -c 'msg="ready"' "$T/txbusy$i.log")))
+done
+touch "$T/quiet"
+wait "$busy1" "$busy2"
+is "$statuses" "2 2 2 2 2 " "with other clients busy on the pool, five starts through it each exit 2" ||
+	diag "$(grep -h 'level=error\|pooler' "$T"/txbusy*.log | head -20)"
+is "$readies" 0 "... none of them ever ready"
+is "$(psql_q "SELECT string_agg(status || '/' || attempts, ' ' ORDER BY id) FROM pgjobd.jobs
+               WHERE id IN (${J1:-0}, ${J2:-0})")" "queued/0 queued/0" "... and nothing was claimed"
 
 # ---------------------------------------------------------------- session mode
 
