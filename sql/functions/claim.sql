@@ -55,6 +55,8 @@ DECLARE
     ids bigint[] := '{}';   -- picked jobs, in start order
     gids bigint[] := '{}';  -- their group rows (NULL: ungrouped)
     gks text[] := '{}';     -- their groups (coalesce(group_key, group_id))
+    gts timestamptz[] := '{}'; -- under a group rate, their groups' next
+                            -- starts as the scans read them (NULL: none)
     r record;
     gid bigint;
     u_ids bigint[];
@@ -103,9 +105,8 @@ DECLARE
     p_plan timestamptz[];
     gk text;
     st timestamptz;
-    -- the group rates' next starts as read (rt), the groups this call plans
-    -- (uk) and their next starts (un), and those it wrote
-    rt timestamptz[];
+    -- the groups this call plans (uk) and their next starts (un), and
+    -- those it wrote
     uk text[];
     un timestamptz[];
     written text[];
@@ -310,6 +311,9 @@ BEGIN
             ids := ids || r.id;
             gids := gids || gid;
             gks := gks || r.group_id;
+            gts := gts || (SELECT t.tat FROM pgjobd.group_rates t
+                            WHERE ghorizon IS NOT NULL AND t.queue = p_queue
+                              AND t.group_id = r.group_id);
             IF r.group_id IS NOT NULL THEN
                 busy := busy || r.group_id;
             END IF;
@@ -369,6 +373,7 @@ BEGIN
                 ids := ids || u_ids[ui];
                 gids := gids || NULL::bigint;
                 gks := gks || NULL::text;
+                gts := gts || NULL::timestamptz;
                 ui := ui + 1;
             END LOOP;
             EXIT WHEN array_length(ids, 1) >= want;
@@ -379,8 +384,8 @@ BEGIN
             END IF;
             CONTINUE WHEN r.group_id = ANY(busy);
             -- A group whose rate allows no start before the horizon is busy
-            -- for this call (read without a lock: the plan reads it again,
-            -- and its write checks it).
+            -- for this call (read without a lock: the plan counts from this
+            -- reading, and its write checks it).
             IF r.gtat > ghorizon THEN
                 busy := busy || r.group_id;
                 CONTINUE;
@@ -441,6 +446,7 @@ BEGIN
                 ids := ids || r.id;
                 gids := gids || gid;
                 gks := gks || r.group_id;
+                gts := gts || r.gtat;
                 busy := busy || r.group_id;
             ELSIF gid = 0 THEN
                 busy := busy || r.group_id;
@@ -451,6 +457,7 @@ BEGIN
         ids := ids || u_ids[ui];
         gids := gids || NULL::bigint;
         gks := gks || NULL::text;
+        gts := gts || NULL::timestamptz;
         ui := ui + 1;
     END LOOP;
 
@@ -501,6 +508,7 @@ BEGIN
                 ids := ids || r.id;
                 gids := gids || gid;
                 gks := gks || r.group_id;
+                gts := gts || r.gtat;
                 busy := busy || r.group_id;
             ELSIF gid = 0 THEN
                 busy := busy || r.group_id;
@@ -531,16 +539,9 @@ BEGIN
         p_ids := '{}';
         p_gids := '{}';
         plan := '{}';
-        -- The groups' next starts, one read for the batch (rt[i] for
-        -- gks[i]; a subquery each, so that each is a probe of the primary
-        -- key: a generic plan of "= ANY" reads the whole table once it is
-        -- analyzed with a few hundred rows).
-        IF tg IS NOT NULL THEN
-            SELECT array_agg((SELECT t.tat FROM pgjobd.group_rates t
-                               WHERE t.queue = p_queue AND t.group_id = x.g) ORDER BY x.n)
-              INTO rt
-              FROM unnest(gks) WITH ORDINALITY AS x(g, n);
-        END IF;
+        -- The groups' next starts are those the scans read (gts), without
+        -- a lock: one moved on since (pgjobd.rate_late) fails the write's
+        -- check below, and its job waits for a later claim.
         uk := '{}';
         un := '{}';
         FOR i IN 1 .. array_length(ids, 1) LOOP
@@ -554,7 +555,7 @@ BEGIN
                     nxt := least(nxt, horizon);
                     CONTINUE;
                 END IF;
-                st := greatest(st, rt[i]);
+                st := greatest(st, gts[i]);
             END IF;
             IF st > horizon THEN
                 nxt := least(nxt, st);
@@ -577,7 +578,7 @@ BEGIN
         IF cardinality(uk) > 0 THEN
             -- The groups' next starts, under their rows' locks (in the
             -- order of group, as pgjobd.rate_late locks them): a start
-            -- made late may have moved one on since the read above
+            -- made late may have moved one on since the scans read it
             -- (rate_late); that group's jobs wait for a later claim.
             -- (a planned start is its group's new tat less tg)
             WITH w AS (INSERT INTO pgjobd.group_rates AS t (queue, group_id, tat)
