@@ -220,6 +220,7 @@ static int apply_once(PGconn *pg, int *done)
 {
 	int rc = -1;
 	raced = false;
+	last_state[0] = '\0'; /* a failure before any statement is no lock's */
 	int had_table = version_table_exists(pg);
 	if (had_table < 0 || exec_ok(pg, "BEGIN") < 0)
 		return -1;
