@@ -28,8 +28,9 @@
 #                the claimed job runs.
 #   migrate      Four `pgjobd migrate` at once on a database without the schema all
 #                succeed (serialised by a table lock, not an advisory lock; those that
-#                lose the race to create the schema try again), three times; a role
-#                that may not create it is told so at once.
+#                lose the race to create the schema try again), three times; one whose
+#                CREATE fails with another error as another session makes the table
+#                tries again too; a role that may not create it is told so at once.
 . "$(dirname "$0")/lib.sh"
 require_pgjobd
 
@@ -426,6 +427,42 @@ EOF
 	is "$(PGDATABASE=fresh$round psql_q "SELECT count(*) FROM pgjobd.schema_version")" \
 		"$(psql_q "SELECT count(*) FROM pgjobd.schema_version")" "... with every migration"
 done
+
+# The race lost with another error, made to happen: as a migration's CREATE TABLE of
+# pgjobd.schema_version starts, another session makes that table and commits, and the
+# CREATE fails with an error that says nothing of a table that exists (an event trigger
+# does both, once, through dblink). The table was missing before the try and is there
+# after it: the migration tries again and succeeds.
+PGDATABASE=postgres psql_q "CREATE DATABASE raced" >/dev/null
+if ! PGDATABASE=raced psql_q "CREATE EXTENSION dblink; CREATE SCHEMA pgjobd" >/dev/null 2>&1; then
+	skip "no dblink in this PostgreSQL build" 3
+else
+	PGDATABASE=raced psql_q "
+	CREATE FUNCTION public.race_once() RETURNS event_trigger LANGUAGE plpgsql AS \$\$
+	BEGIN
+	    IF tg_tag <> 'CREATE TABLE' OR to_regclass('public.raced_once') IS NOT NULL
+	       OR current_setting('application_name') = 'racer' THEN
+	        RETURN;
+	    END IF;
+	    PERFORM public.dblink_exec('host=$T/sock port=$PGPORT dbname=raced user=postgres
+	                                application_name=racer',
+	        'CREATE TABLE pgjobd.schema_version (version integer PRIMARY KEY, name text NOT NULL,
+	                                             applied_at timestamptz NOT NULL DEFAULT now());
+	         CREATE TABLE public.raced_once ()');
+	    RAISE EXCEPTION 'made to fail by the test, the table committed meanwhile';
+	END \$\$;
+	CREATE EVENT TRIGGER race_once ON ddl_command_start EXECUTE FUNCTION public.race_once()" >/dev/null
+	write_conf "$T/raced.ini" <<EOF
+$(conf_header database="host=$T/sock port=$PGPORT dbname=raced user=postgres")
+EOF
+	"$PGJOBD" migrate -c "$T/raced.ini" >"$T/raced.out" 2>&1
+	is "$?" 0 "a migration whose CREATE of the version table fails as another session makes it succeeds" ||
+		diag "$(cat "$T/raced.out")"
+	is "$(PGDATABASE=raced psql_q "SELECT to_regclass('public.raced_once') IS NOT NULL")" t \
+		"... the failure was made (the other session's table is there)"
+	is "$(PGDATABASE=raced psql_q "SELECT count(*) FROM pgjobd.schema_version")" \
+		"$(psql_q "SELECT count(*) FROM pgjobd.schema_version")" "... with every migration"
+fi
 
 # A role that may not create the schema is told so at once: its error is not taken
 # for that race (nothing else made the schema), and nothing is made.
