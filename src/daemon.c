@@ -344,16 +344,16 @@ static void on_listener_again(struct db_conn *c, PGresult *const *res, int n, vo
 	if (!res || d->state != D_STARTING || !d->probe)
 		return; /* lost: it connects again, and the version is read again */
 	const PGresult *r = res[0];
-	if (db_batch_ok(res, 1) && PQntuples(r) == 1 &&
-	    (atoi(PQgetvalue(r, 0, 0)) != d->listener_server_pid ||
-	     strcmp(PQgetvalue(r, 0, 1), d->probe_token) != 0)) {
+	const char *why = NULL;
+	if (is_pooler_error(r))
+		why = db_result_error(r);
+	else if (db_batch_ok(res, 1) && PQntuples(r) == 1 &&
+		 (atoi(PQgetvalue(r, 0, 0)) != d->listener_server_pid ||
+		  strcmp(PQgetvalue(r, 0, 1), d->probe_token) != 0))
+		why = "the listener's statements ran in two server sessions";
+	if (why) {
 		end_probe(d);
-		refuse_pooler(d, "the listener's statements ran in two server sessions");
-		return;
-	}
-	if (is_pooler_error(r)) {
-		end_probe(d);
-		refuse_pooler(d, db_result_error(r));
+		refuse_pooler(d, why);
 		return;
 	}
 	send_probe(d);
@@ -377,29 +377,25 @@ static void on_probe_answer(struct db_conn *c, PGresult *const *res, int n, void
 	if (!res || d->state != D_STARTING)
 		return; /* lost: it connects again (on_probe_event) */
 	const PGresult *r = res[0];
-	if (db_batch_ok(res, 1) && PQntuples(r) == 1) {
-		if (atoi(PQgetvalue(r, 0, 0)) == d->listener_server_pid ||
-		    strcmp(PQgetvalue(r, 0, 1), d->probe_token) == 0) {
-			end_probe(d);
-			refuse_pooler(
-			    d, "a second connection was given the listener's server session");
-			return;
-		}
-		if (++d->probe_rounds < PROBE_ROUNDS) {
-			const struct db_stmt st = {.sql = probe_sql};
-			if (db_send(d->listener, &st, 1, on_listener_again, d) == 0)
-				return;
+	bool read = db_batch_ok(res, 1) && PQntuples(r) == 1;
+	bool shared = read && (atoi(PQgetvalue(r, 0, 0)) == d->listener_server_pid ||
+			       strcmp(PQgetvalue(r, 0, 1), d->probe_token) == 0);
+	if (read && !shared && ++d->probe_rounds < PROBE_ROUNDS) {
+		const struct db_stmt st = {.sql = probe_sql};
+		if (db_send(d->listener, &st, 1, on_listener_again, d) < 0)
 			send_probe(d); /* the listener is busy: this round without it */
-			return;
-		}
-		end_probe(d);
+		return;
+	}
+	end_probe(d);
+	if (shared) {
+		refuse_pooler(d, "a second connection was given the listener's server session");
+		return;
+	} else if (read) {
 		log_info("msg=\"connected through a pooler in session mode\"");
 	} else if (is_pooler_error(r)) {
-		end_probe(d);
 		refuse_pooler(d, db_result_error(r));
 		return;
 	} else {
-		end_probe(d);
 		log_warn("msg=\"cannot probe the pooler\" err=%s", log_value(db_result_error(r)));
 	}
 	start_serving(d);

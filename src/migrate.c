@@ -98,22 +98,11 @@ static bool is_retry(void)
 	return raced || is_lock_failure();
 }
 
-/* exec_ok for a CREATE of the schema or its version table: an error other
- * than a lock's is kept in create_error, for apply_once to tell the race to
- * create them from a real failure once the try has rolled back. */
-static int create_ok(PGconn *pg, const char *sql)
-{
-	PGresult *r = PQexec(pg, sql);
-	int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
-	const char *state = ok ? NULL : PQresultErrorField(r, PG_DIAG_SQLSTATE);
-	snprintf(last_state, sizeof(last_state), "%s", state ? state : "");
-	if (!ok && !is_lock_failure())
-		snprintf(create_error, sizeof(create_error), "%s", PQerrorMessage(pg));
-	PQclear(r);
-	return ok ? 0 : -1;
-}
-
-static int exec_ok(PGconn *pg, const char *sql)
+/* One statement; its SQLSTATE goes to last_state. An error other than a
+ * lock's is printed, or, with keep, kept there instead: for a CREATE of the
+ * schema or its version table (create_error), which apply_once tells from
+ * the race to create them once the try has rolled back. */
+static int exec_keep(PGconn *pg, const char *sql, char *keep, size_t keep_len)
 {
 	PGresult *r = PQexec(pg, sql);
 	ExecStatusType st = PQresultStatus(r);
@@ -122,10 +111,19 @@ static int exec_ok(PGconn *pg, const char *sql)
 	const char *state = ok ? NULL : PQresultErrorField(r, PG_DIAG_SQLSTATE);
 	snprintf(last_state, sizeof(last_state), "%s", state ? state : "");
 	/* a lock failure is reported by the retry loop, once it gives up */
-	if (!ok && !is_lock_failure())
-		fprintf(stderr, "pgjobd: migrate: %s", PQerrorMessage(pg));
+	if (!ok && !is_lock_failure()) {
+		if (keep)
+			snprintf(keep, keep_len, "%s", PQerrorMessage(pg));
+		else
+			fprintf(stderr, "pgjobd: migrate: %s", PQerrorMessage(pg));
+	}
 	PQclear(r);
 	return ok ? 0 : -1;
+}
+
+static int exec_ok(PGconn *pg, const char *sql)
+{
+	return exec_keep(pg, sql, NULL, 0);
 }
 
 /* 1 when pgjobd.schema_version exists, 0 when not, -1 on an error (printed). */
@@ -227,7 +225,8 @@ static int apply_once(PGconn *pg, int *done)
 	/* quiet "already exists" notices of IF NOT EXISTS */
 	if (exec_ok(pg, "SET LOCAL client_min_messages = warning") < 0 ||
 	    exec_ok(pg, "SET LOCAL lock_timeout = '" LOCK_TIMEOUT "'") < 0 ||
-	    create_ok(pg, create_schema_sql) < 0 || create_ok(pg, create_version_sql) < 0 ||
+	    exec_keep(pg, create_schema_sql, create_error, sizeof(create_error)) < 0 ||
+	    exec_keep(pg, create_version_sql, create_error, sizeof(create_error)) < 0 ||
 	    exec_ok(pg, "LOCK TABLE pgjobd.schema_version IN EXCLUSIVE MODE") < 0)
 		goto fail;
 	int cur = migrate_current(pg);
