@@ -87,6 +87,9 @@ struct guard {
 /* How often the deadline is compared with CLOCK_BOOTTIME while commands run. */
 #define GUARD_CLOCK_MS 250
 #define GUARD_GIVE_UP_MS 10000
+/* At most this many messages are taken from the channel between two
+ * judgements of the deadlines. */
+#define GUARD_DRAIN_MAX 256
 /* Bounds on what the guard keeps (the daemon has a few dozen of each). */
 #define GUARD_MAX_ENTRIES 65536
 /* Scans while stopping a process tree; each one that finds a new process,
@@ -731,9 +734,10 @@ static void declare_gone(const struct guard_state *s)
 	PQfinish(pg);
 }
 
-/* Receive one message (and its fd, if any). Returns 1, 0 at EOF, -1 on a
- * fatal error. */
-static int recv_msg(int ch, struct guard_msg *m, int *fd)
+/* Receive one message (and its fd, if any), waiting for it unless flags has
+ * MSG_DONTWAIT. Returns 1, 0 at EOF, -1 on an error (errno EAGAIN: none
+ * waiting). */
+static int recv_msg(int ch, struct guard_msg *m, int *fd, int flags)
 {
 	union {
 		char buf[CMSG_SPACE(sizeof(int))];
@@ -748,7 +752,7 @@ static int recv_msg(int ch, struct guard_msg *m, int *fd)
 	*fd = -1;
 	ssize_t n;
 	do
-		n = recvmsg(ch, &mh, MSG_CMSG_CLOEXEC);
+		n = recvmsg(ch, &mh, MSG_CMSG_CLOEXEC | flags);
 	while (n < 0 && errno == EINTR);
 	if (n <= 0)
 		return n == 0 ? 0 : -1;
@@ -854,6 +858,20 @@ guard_main(int ch, pid_t daemon_pid, const char *conninfo, const char *exit_sql)
 	int fd, r = 1;
 
 	for (;;) {
+		/* Every message waiting first (a bounded number, so that a
+		 * deadline is still judged while they keep coming): a guard that
+		 * fell behind (stopped, or starved of CPU) must judge by the
+		 * newest deadline sent, not by an older one that passed while
+		 * it was behind. Judging between two messages killed every
+		 * command at each, which made it slower still. */
+		for (int i = 0; i < GUARD_DRAIN_MAX; i++) {
+			if ((r = recv_msg(ch, &m, &fd, MSG_DONTWAIT)) <= 0)
+				break;
+			handle(&s, &m, fd);
+		}
+		if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
+			break;
+		r = 1;
 		int timeout = kill_due(&s);
 		/* Lines dropped while the reader of stderr stalled: their count
 		 * is logged once it takes lines again, checked every second. */
@@ -861,16 +879,10 @@ guard_main(int ch, pid_t daemon_pid, const char *conninfo, const char *exit_sql)
 		if (log_dropped() > 0 && (timeout < 0 || timeout > 1000))
 			timeout = 1000;
 		struct pollfd pfd = {.fd = ch, .events = POLLIN};
-		int pr = poll(&pfd, 1, timeout);
-		if (pr < 0 && errno != EINTR) {
+		if (poll(&pfd, 1, timeout) < 0 && errno != EINTR) {
 			r = -1;
 			break;
 		}
-		if (pr <= 0)
-			continue;
-		if ((r = recv_msg(ch, &m, &fd)) <= 0)
-			break;
-		handle(&s, &m, fd);
 	}
 	if (r < 0)
 		log_error("msg=\"guard channel failed\" err=\"%s\"", strerror(errno));

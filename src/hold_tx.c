@@ -1041,6 +1041,16 @@ static bool lapsed(struct hold *hh, const struct job *j)
 	return h->env.fence ? fence_lapsed(h->env.fence, j->claimed_by) : j->tries >= FINISH_TRIES;
 }
 
+/* Killed by the supervisor at the fence deadline (the daemon was stopped, or
+ * starved of CPU, when its own fence should have killed it first): the
+ * claim it ran under no longer holds. */
+static bool expired(struct hold *hh, const struct job *j)
+{
+	struct hold_tx *h = (struct hold_tx *)hh;
+	return h->env.fence &&
+	       (!fence_holds(h->env.fence, 0) || fence_lapsed(h->env.fence, j->claimed_by));
+}
+
 static void forget(struct hold *hh, struct job *j)
 {
 	struct hold_tx *h = (struct hold_tx *)hh;
@@ -1170,7 +1180,7 @@ static const struct hold_ops hold_tx_ops = {
     .write = write_job,
     .fresh = fresh,
     .lapsed = lapsed,
-    .expired = NULL,
+    .expired = expired,
     .forget = forget,
     .drain = drain,
     .free = hold_free,

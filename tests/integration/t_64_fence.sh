@@ -96,6 +96,8 @@ ok "$(pid_alive "$A" && echo 0 || echo 1)" "B: daemon a is still there (stopped)
 kill -CONT "$A"
 wait_until 20 "mark_started $T/marks.log $id 2" || fail "B: the job ran again"
 is "$(job_field "$id" "status")" "running" "B: attempt 2 runs"
+is "$(job_field "$id" "history->0->>'reason'")" lost_lock \
+	"B: attempt 1 ended lost_lock (the supervisor killed it at the fence deadline), not as a death by a signal"
 psql_q "SELECT pgjobd.cancel($id)" >/dev/null
 wait_until 15 "[ \"\$(job_field $id status)\" = cancelled ]" || fail "B: cancelled"
 

@@ -436,6 +436,38 @@ static void test_deadlines(void)
 	reap_any();
 }
 
+/* A guard that fell behind (stopped, or starved of CPU on a loaded host)
+ * while the daemon moved the fence deadline on: when it runs again, the
+ * deadline it acts on is the newest one sent, not one of the older ones
+ * still queued on its channel, which passed while it was behind. */
+static void test_behind(void)
+{
+	struct guard *g = guard_start(NULL, NULL);
+	ok(g != NULL, "behind: guard started");
+	if (!g)
+		return;
+	pid_t cmd = spawn_group("exec sleep 300");
+	ok(guard_add_pgroup(g, cmd, 0) == 0 && guard_set_deadline(g, util_boot_ms() + 300) == 0,
+	   "behind: a group under a fence deadline 300 ms away");
+	nap_ms(50);
+	kill(guard_pid(g), SIGSTOP);
+	/* Heartbeats while the guard is stopped: each deadline is confirmed
+	 * before the one before it passes; the last is far away. */
+	bool sent = true;
+	for (int i = 1; i <= 8; i++) {
+		nap_ms(100);
+		sent = sent && guard_set_deadline(g, util_boot_ms() + (i < 8 ? 300 : 60000)) == 0;
+	}
+	nap_ms(400); /* every deadline but the last has passed now */
+	kill(guard_pid(g), SIGCONT);
+	nap_ms(500);
+	ok(sent && !pid_dead(cmd), "behind: the group lives: the newest deadline counts");
+	ok(guard_set_deadline(g, util_boot_ms() - 1) == 0 && wait_dead(cmd, 3000),
+	   "behind: a deadline that passed still kills");
+	guard_stop(g);
+	reap_any();
+}
+
 /* A command's process that left its group (setsid) while its parent, the
  * command's shell, lives: found through the parent links and killed. */
 static void test_escaped_descendant(void)
@@ -537,6 +569,7 @@ int main(void)
 	test_daemon_killed_idle();
 	test_in_process();
 	test_deadlines();
+	test_behind();
 	test_escaped_descendant();
 	test_cgroup();
 	reap_any();

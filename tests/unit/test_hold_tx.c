@@ -1004,6 +1004,12 @@ static void test_happy_path(void)
 	deliver_hold("slot t.0", 42, true, false);
 	is_str(calls(), "start:42,exec:42", "happy: held: job_start, the command runs");
 	is_str(st(0), "running", "happy: ... running");
+	ok(!hold->ops->expired(hold, job(42)),
+	   "happy: a death by a signal while the fence holds is not the supervisor's kill");
+	fence.holds = false;
+	ok(hold->ops->expired(hold, job(42)),
+	   "happy: ... once the fence does not hold, it is (reported lost_lock)");
+	fence.holds = true;
 	is_str(batches_since(&from), "", "happy: ... nothing sent while it runs");
 	is_int(hold->ops->capacity(hold, &queue), 0, "happy: ... no capacity");
 	end_command(42, false);
