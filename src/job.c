@@ -134,6 +134,9 @@ struct job *job_new(const struct job_owner *owner, struct queue *q, struct hold 
 	/* The configuration the claim was made with: a reload never changes a
 	 * running job's timeout or output limits. */
 	run_begin(&j->run, conf);
+	/* Every claim, also one given back before its command started (which
+	 * leaves no history entry): the fence orders a group's claims. */
+	log_job(LOG_DEBUG, j, "msg=\"job claimed\" fence=%lld", j->run.cj.fence);
 	return j;
 }
 

@@ -764,9 +764,10 @@ EOF
 # its start time, so that a pid taken since by another process is not counted), queue
 # and group in DIR/pids, then counts how many of the recorded commands of its
 # queue, and of its group, are alive now (itself included; a zombie has ended and is
-# not counted), and appends "start QUEUE GROUP JOB ATTEMPT NS NQUEUE NGROUP" to
+# not counted), and appends "start QUEUE GROUP JOB ATTEMPT NS NQUEUE NGROUP TICKS" to
 # DIR/starts (NS: its start, CLOCK_REALTIME ns, its first instruction: bash's
-# EPOCHREALTIME, no fork, before the lock). A command killed by SIGKILL is not
+# EPOCHREALTIME, no fork, before the lock; TICKS: when pgjobd made its process, by the
+# kernel, in clock ticks since boot: /proc/PID/stat's starttime). A command killed by SIGKILL is not
 # counted once dead, which a decrement at exit would miss. Then it sleeps data's
 # `sleep` (default 0.3 s) and exits 1 while its attempt is at most data's
 # `fail_attempts`. Run it with exec, so that the recorded pid is the command's.
@@ -790,7 +791,7 @@ while read -r p ps pq pg; do
 	nq=\$((nq + 1))
 	[ "\$pg" = "\$g" ] && ng=\$((ng + 1))
 done <"\$d/pids"
-echo "start \$q \$g \$PGJOBD_JOB_ID \$PGJOBD_ATTEMPT \$t \$nq \$ng" >>"\$d/starts"
+echo "start \$q \$g \$PGJOBD_JOB_ID \$PGJOBD_ATTEMPT \$t \$nq \$ng \$start" >>"\$d/starts"
 exec 8>&-
 sleep "\${PGJOBD_ARG_sleep:-0.3}"
 [ "\$PGJOBD_ATTEMPT" -le "\${PGJOBD_ARG_fail_attempts:-0}" ] && exit 1
@@ -807,16 +808,18 @@ limit_max() {
 	awk -v q="$2" -v c="$col" '$1 == "start" && $2 == q && $c > m { m = $c } END { print m + 0 }' "$1"
 }
 
-# rate_worst STARTS QUEUE PERIOD_MS [group]: the most starts of QUEUE (or of any one of
-# its groups) within one window of PERIOD_MS, by the commands' own stamps (a window
-# ending at each start).
+# rate_worst STARTS QUEUE PERIOD_MS [group] [spawn]: the most starts of QUEUE (or of any
+# one of its groups) within one window of PERIOD_MS, by the commands' own stamps (a window
+# ending at each start); with "spawn", by when pgjobd made their processes (the kernel's
+# start times, in ticks of 10 ms: a window can look up to a tick shorter than it was).
 rate_worst() {
-	local per_group=0
+	local per_group=0 col=6 unit=1e6
 	[ "${4:-}" = group ] && per_group=1
-	awk -v q="$2" -v g="$per_group" '$1 == "start" && $2 == q { print (g ? $3 : "-"), $6 }' "$1" |
-		sort -k1,1 -k2,2n | awk -v p="$3" '
+	[ "${4:-}" = spawn ] || [ "${5:-}" = spawn ] && col=9 unit=$(awk -v t="$(getconf CLK_TCK)" 'BEGIN { print t / 1000 }')
+	awk -v q="$2" -v g="$per_group" -v c="$col" '$1 == "start" && $2 == q { print (g ? $3 : "-"), $c }' "$1" |
+		sort -k1,1 -k2,2n | awk -v p="$3" -v u="$unit" '
 		$1 != pk { n = 0; pk = $1 }
-		{ ts[n] = $2 / 1e6; c = 0
+		{ ts[n] = $2 / u; c = 0
 		  for (j = n; j >= 0 && ts[n] - ts[j] < p; j--) c++
 		  n++
 		  if (c > w) w = c }
