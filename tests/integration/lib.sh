@@ -767,9 +767,9 @@ EOF
 # not counted), and appends "start QUEUE GROUP JOB ATTEMPT NS NQUEUE NGROUP TICKS" to
 # DIR/starts (NS: its start, CLOCK_REALTIME ns, its first instruction: bash's
 # EPOCHREALTIME, no fork, before the lock; TICKS: when pgjobd made its process, by the
-# kernel, in clock ticks since boot: /proc/PID/stat's starttime). A command killed by SIGKILL is not
-# counted once dead, which a decrement at exit would miss. Then it sleeps data's
-# `sleep` (default 0.3 s) and exits 1 while its attempt is at most data's
+# kernel, in clock ticks since boot: /proc/PID/stat's starttime). A command killed by
+# SIGKILL is not counted once dead, which a decrement at exit would miss. Then it sleeps
+# data's `sleep` (default 0.3 s) and exits 1 while its attempt is at most data's
 # `fail_attempts`. Run it with exec, so that the recorded pid is the command's.
 make_limit_script() {
 	cat >"$1" <<EOF
