@@ -56,7 +56,8 @@ TEST_HELPERS := $(B)/tests/notify-sink $(B)/tests/chaos-proxy $(B)/tests/config-
 TEST_JOBS ?= 8
 
 .PHONY: all check check-unit check-integration check-pg-versions check-asan asan install uninstall clean \
-	format format-check bench chaos deb schema check-systemd check-vm
+	format format-check bench chaos deb schema check-systemd check-vm \
+	stress stress-run
 
 all: $(B)/pgjobd
 
@@ -216,6 +217,22 @@ asan:
 
 check-asan:
 	$(MAKE) B=build-asan CFLAGS='-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all -DPGJOBD_CHECK_STATES' LDFLAGS='-fsanitize=address,undefined' check
+
+# One integration file as STRESS_COPIES copies at once for STRESS_ROUNDS rounds, under
+# the sanitizers (tests/stress.sh): the load of check-asan, concentrated on one file's
+# windows. Not part of `make check`.
+STRESS_FILE ?=
+STRESS_COPIES ?= 8
+STRESS_ROUNDS ?= 5
+stress:
+	@[ -n "$(STRESS_FILE)" ] || { echo "make stress STRESS_FILE=tests/integration/t_NN_name.sh [STRESS_COPIES=8] [STRESS_ROUNDS=5]" >&2; exit 2; }
+	$(MAKE) B=build-asan CFLAGS='-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all -DPGJOBD_CHECK_STATES' LDFLAGS='-fsanitize=address,undefined' stress-run
+
+stress-run: $(B)/pgjobd $(TEST_HELPERS)
+	PGJOBD=$(abspath $(B)/pgjobd) NOTIFY_SINK=$(abspath $(B)/tests/notify-sink) \
+		CHAOS_PROXY=$(abspath $(B)/tests/chaos-proxy) CONFIG_KEYS=$(abspath $(B)/tests/config-keys) \
+		CLAIM_SQL=$(abspath $(B)/tests/claim-sql) PGJOBD_NEXT=$(abspath $(B)/tests/pgjobd-next) \
+		bash tests/stress.sh -n $(STRESS_COPIES) -r $(STRESS_ROUNDS) $(STRESS_FILE)
 
 # The units in systemd/ name /usr/local/bin/pgjobd and /etc/pgjobd/; the
 # installed copies name BINDIR and SYSCONFDIR. The example configuration is

@@ -52,7 +52,7 @@
 # PostgreSQL refuses to run as root: under root the server runs as $PG_USER (default
 # `postgres`, else `nobody`) through runuser, and $T is made traversable for it.
 
-LIB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+LIB_DIR=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")" && pwd)
 REPO_ROOT=$(cd "$LIB_DIR/../.." && pwd)
 PGJOBD=${PGJOBD:-$REPO_ROOT/build/pgjobd}
 case $PGJOBD in /*) ;; *) PGJOBD=$PWD/$PGJOBD ;; esac

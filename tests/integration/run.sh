@@ -24,8 +24,8 @@
 # prove's.
 #
 # The slowest files start first: each file's time of the last run is kept in a prove state
-# file next to $PGJOBD (build/integration.prove); files it does not know yet start first of
-# all, in name order.
+# file next to $PGJOBD (build/integration.prove; PGJOBD_PROVE_STATE names another); files it
+# does not know yet start first of all, in name order.
 set -u
 PGJOBD_LIB_MODE=quiet
 . "$(dirname "$0")/lib.sh"
@@ -72,7 +72,7 @@ psql -X -qAt -v ON_ERROR_STOP=1 -h "$T/sock" -p "$PG_PORT" -U postgres -d postgr
 	bail_out "cannot close $PG_TEMPLATE"
 
 # Longest first, by the last run's times; unknown files before all of them.
-state=$(dirname "$PGJOBD")/integration.prove
+state=${PGJOBD_PROVE_STATE:-$(dirname "$PGJOBD")/integration.prove}
 ordered=$(
 	for f in "${files[@]}"; do
 		echo "$f"
