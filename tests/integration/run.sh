@@ -54,9 +54,12 @@ mkdir -p "$T/sock"
 : >"$T/pg.log"
 [ "$(id -u)" = 0 ] && chown "$PG_USER" "$T/sock" "$T/pg.log"
 # Each file holds up to about 25 sessions (two daemons of 8 slots, claimers, listeners,
-# psql); %q leaves the database out of the lines of background processes.
+# psql), the heaviest about 105 (t_82_limits: three daemons, 28 transaction-mode slots
+# each); PGJOBD_TEST_MAX_CONNECTIONS (default 500) raises the room for runs of many heavy
+# files at once (tests/stress.sh). %q leaves the database out of the lines of background
+# processes.
 opts="-c listen_addresses='' -c unix_socket_directories=$T/sock -c port=$PG_PORT -c fsync=off"
-opts="$opts -c max_connections=500 -c 'log_line_prefix=%m [%p] %qdb=%d app=%a '"
+opts="$opts -c max_connections=${PGJOBD_TEST_MAX_CONNECTIONS:-500} -c 'log_line_prefix=%m [%p] %qdb=%d app=%a '"
 as_pg "$PG_BINDIR/pg_ctl" -w -t 60 -D "$T/pg" -l "$T/pg.log" -o "$opts" start >/dev/null ||
 	bail_out "pg_ctl start failed (see $T/pg.log)"
 PG_RUNNING=1
