@@ -70,8 +70,9 @@ psql_q "SELECT pgjobd.set_limits('lc', concurrency => 4), pgjobd.set_limits('ll'
                pgjobd.set_limits('lm', concurrency => 3), pgjobd.set_limits('lg', group_concurrency => 3),
                pgjobd.set_limits('lr', rate => '20/4s'), pgjobd.set_limits('lgr', group_rate => '2/4s')" >/dev/null
 
-# --- concurrency
-psql_q "INSERT INTO pgjobd.jobs (queue, data) SELECT q, '{\"sleep\": 0.2}'
+# --- concurrency (0.4 s a job: long enough that the limit is reached also on a starved
+# host; at 0.2 s, eight copies of this file at once saw at most 3 of 4 alive in one run)
+psql_q "INSERT INTO pgjobd.jobs (queue, data) SELECT q, '{\"sleep\": 0.4}'
           FROM unnest(ARRAY['lc', 'll', 'lm']) q, generate_series(1, 48)"
 wait_until 120 "[ \$(count_jobs \"queue IN ('lc', 'll', 'lm') AND status <> 'succeeded'\") = 0 ]"
 ok $? "concurrency: all 144 jobs succeeded" ||
