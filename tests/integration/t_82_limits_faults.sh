@@ -150,8 +150,7 @@ is "$(psql_q "SELECT string_agg(format('job %s of %s first claimed (fence %s) be
                WHERE f IS NULL OR f < prev_f")" "" \
 	"group concurrency 2: each group's jobs were first claimed in id order (by their fences)"
 note "first attempts after a later job's of their group (its claim given back unstarted): $(
-	psql_q "SELECT count(*) FROM (SELECT id, (history->0->>'started_at')::timestamptz t, group_id FROM pgjobd.jobs
-	                               WHERE queue = 'fg') a
-	          JOIN (SELECT id, (history->0->>'started_at')::timestamptz t, group_id FROM pgjobd.jobs
-	                 WHERE queue = 'fg') b ON a.group_id = b.group_id AND a.id < b.id AND a.t > b.t")"
+	psql_q "WITH f AS (SELECT id, group_id, (history->0->>'started_at')::timestamptz t
+	                     FROM pgjobd.jobs WHERE queue = 'fg')
+	        SELECT count(*) FROM f a JOIN f b ON a.group_id = b.group_id AND a.id < b.id AND a.t > b.t")"
 done_testing
