@@ -1820,22 +1820,34 @@ EOF
 	fig limits.rate.gave_back "$gave"
 }
 
-# bench_limit_claim none|limit: claims over 1,000 groups (N_LIMIT_JOBS jobs, 16 slots of
-# `true`, transaction mode), with every limit set but none binding (concurrency 100,000,
-# group_concurrency 3, rate 100,000/1s, group_rate 1,000/1s) or none: the claim
-# statements' server time per job (pg_stat_statements).
+# bench_limit_claim none|limit|counts: claims over 1,000 groups (N_LIMIT_JOBS jobs, 16
+# slots of `true`, transaction mode), with every limit set but none binding (concurrency
+# 100,000, group_concurrency 3, rate 100,000/1s, group_rate 1,000/1s), with the two
+# counting limits alone (counts: the concurrencies, no rate), or none: the claim
+# statements' server time per job (pg_stat_statements), and to tell a claim's own cost
+# from how many jobs each claim carries, the server time per claim statement and the
+# jobs per statement; under the rates, how many late starts moved them on (rate_late
+# statements, their time not counted above).
 bench_limit_claim() {
-	local lim=$1 ms n
+	local lim=$1 ms n st
 	reset_tables
 	sql "TRUNCATE pgjobd.waiting; DELETE FROM pgjobd.queue_limits; DELETE FROM pgjobd.group_rates" >/dev/null
 	fill tput "$N_LIMIT_JOBS" 1000
 	[ "$lim" = limit ] && sql "SELECT pgjobd.set_limits('tput', concurrency => 100000, group_concurrency => 3,
 		rate => '100000/1s', group_rate => '1000/1s')" >/dev/null
+	[ "$lim" = counts ] && sql "SELECT pgjobd.set_limits('tput', concurrency => 100000,
+		group_concurrency => 3)" >/dev/null
 	stats_reset
 	daemon_up "limits-claim-$lim-$REP" "$W/tput.ini"
 	wait_drained tput
 	ms=$(psql_q "SELECT round((sum(total_exec_time) / $N_LIMIT_JOBS)::numeric, 6) FROM pg_stat_statements
 		WHERE userid = 'postgres'::regrole AND query LIKE '/* pgjobd claim */%'")
+	# calls|ms a call|rate_late calls
+	st=$(psql_q "SELECT sum(calls) FILTER (WHERE query LIKE '/* pgjobd claim */%') || '|' ||
+			round((sum(total_exec_time) FILTER (WHERE query LIKE '/* pgjobd claim */%')
+			       / sum(calls) FILTER (WHERE query LIKE '/* pgjobd claim */%'))::numeric, 6) || '|' ||
+			coalesce(sum(calls) FILTER (WHERE query LIKE '%pgjobd.rate_late(%'), 0)
+		FROM pg_stat_statements WHERE userid = 'postgres'::regrole")
 	daemon_down
 	sql "DELETE FROM pgjobd.queue_limits" >/dev/null
 	n=$(psql_q "SELECT count(*) FROM pgjobd.jobs WHERE queue = 'tput' AND status = 'succeeded'")
@@ -1843,11 +1855,18 @@ bench_limit_claim() {
 		problem "rep $REP: limits claim $lim: $n of $N_LIMIT_JOBS jobs succeeded"
 		return
 	}
-	[ -n "$PGSS_LIB" ] && fig "limits.claim_ms.$lim" "$ms"
+	[ -n "$PGSS_LIB" ] || return
+	fig "limits.claim_ms.$lim" "$ms"
+	IFS='|' read -r n ms st <<<"$st"
+	[ -n "$n" ] && [ "$n" -gt 0 ] || return
+	fig "limits.claim_jobs.$lim" "$(ratio "$N_LIMIT_JOBS" "$n")"
+	fig "limits.claim_call_ms.$lim" "$ms"
+	[ "$lim" = limit ] && fig limits.claim_moves "$st"
 }
 
 # bench_limit_claim_alone: the claim statement alone, no daemon: the statement the daemon
-# prepares (sql/claim.sql, printed by $CLAIM_SQL), sent by one psql session for 4 slots
+# prepares (sql/claim.sql, printed by $CLAIM_SQL after the settings of the daemon's
+# claiming sessions, so that it is planned as there), sent by one psql session for 4 slots
 # at a time over two queues of N_LIMIT_JOBS jobs in 1,000 groups, one with every limit
 # set as in bench_limit_claim and one with none, in turn, each claim's jobs marked
 # succeeded before the next: the client's time per job of each queue's claim statements
@@ -2203,6 +2222,15 @@ def limits.rate.gave_back "11b  planned starts missed, given back" jobs 0 ""
 def limits.claim_ms.none "11c claim server time per job, 1,000 groups, no limit" ms 4 ""
 def limits.claim_ms.limit "11c  every limit set, none binding" ms 4 ""
 def limits.claim_ratio "11c  with limits / without" ratio 3 "$TGT_LIMIT_CLAIM"
+def limits.claim_ms.counts "11c  the concurrencies alone, no rate" ms 4 ""
+def limits.claim_counts_ratio "11c  the concurrencies alone / without" ratio 3 ""
+def limits.claim_call_ms.none "11c  ms a claim statement, no limit" ms 4 ""
+def limits.claim_call_ms.limit "11c  ms a claim statement, every limit" ms 4 ""
+def limits.claim_call_ratio "11c  ms a claim statement, every limit / none" ratio 3 ""
+def limits.claim_jobs.none "11c  jobs a claim statement, no limit" jobs 2 ""
+def limits.claim_jobs.limit "11c  jobs a claim statement, every limit" jobs 2 ""
+def limits.claim_jobs.counts "11c  jobs a claim statement, the concurrencies alone" jobs 2 ""
+def limits.claim_moves "11c  late starts that moved the rates on (every limit)" starts 0 ""
 def limits.alone_ms.none "11c claim statement alone (psql), no limit: ms a job" ms 4 ""
 def limits.alone_ms.limit "11c  every limit set, none binding" ms 4 ""
 def limits.alone_ratio "11c  with limits / without" ratio 3 "$TGT_LIMIT_CLAIM"
@@ -2250,7 +2278,7 @@ for REP in $(seq 1 "$REPS"); do
 		done
 	done
 	{ only limits || only limit_rate; } && log "11b rate over 3 daemons" && bench_limit_rate
-	for l in none limit; do
+	for l in none limit counts; do
 		{ only limits || only limit_claim; } && log "11c claims over 1,000 groups, $l" && bench_limit_claim "$l"
 	done
 	{ only limits || only limit_claim; } && log "11c the claim statement alone" && bench_limit_claim_alone
@@ -2307,6 +2335,8 @@ derive backlog.ratio backlog.large backlog.small
 derive limits.burst_ratio.tx limits.burst.tx.limit limits.burst.tx.none
 derive limits.burst_ratio.lease limits.burst.lease.limit limits.burst.lease.none
 derive limits.claim_ratio limits.claim_ms.limit limits.claim_ms.none
+derive limits.claim_counts_ratio limits.claim_ms.counts limits.claim_ms.none
+derive limits.claim_call_ratio limits.claim_call_ms.limit limits.claim_call_ms.none
 derive limits.alone_ratio limits.alone_ms.limit limits.alone_ms.none
 for m in transaction lease; do
 	derive "scale.pgcpu_ratio_steady.$m" "scale.pgcpu_steady.$m.many" "scale.pgcpu_steady.$m.one"
