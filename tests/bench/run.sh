@@ -1829,7 +1829,7 @@ EOF
 # jobs per statement; under the rates, how many late starts moved them on (rate_late
 # statements, their time not counted above).
 bench_limit_claim() {
-	local lim=$1 ms n st
+	local lim=$1 ms n st calls call_ms moves
 	reset_tables
 	sql "TRUNCATE pgjobd.waiting; DELETE FROM pgjobd.queue_limits; DELETE FROM pgjobd.group_rates" >/dev/null
 	fill tput "$N_LIMIT_JOBS" 1000
@@ -1857,11 +1857,13 @@ bench_limit_claim() {
 	}
 	[ -n "$PGSS_LIB" ] || return
 	fig "limits.claim_ms.$lim" "$ms"
-	IFS='|' read -r n ms st <<<"$st"
-	[ -n "$n" ] && [ "$n" -gt 0 ] || return
-	fig "limits.claim_jobs.$lim" "$(ratio "$N_LIMIT_JOBS" "$n")"
-	fig "limits.claim_call_ms.$lim" "$ms"
-	[ "$lim" = limit ] && fig limits.claim_moves "$st"
+	IFS='|' read -r calls call_ms moves <<<"$st"
+	[ -n "$calls" ] && [ "$calls" -gt 0 ] || return
+	fig "limits.claim_jobs.$lim" "$(ratio "$N_LIMIT_JOBS" "$calls")"
+	fig "limits.claim_call_ms.$lim" "$call_ms"
+	if [ "$lim" = limit ]; then
+		fig limits.claim_moves "$moves"
+	fi
 }
 
 # bench_limit_claim_alone: the claim statement alone, no daemon: the statement the daemon
