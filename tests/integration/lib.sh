@@ -672,6 +672,15 @@ start_daemons() {
 	done
 }
 
+# restart_daemon NAME: stop the daemon start_daemons started as NAME and start it again
+# with $T/NAME.ini, as the test has changed it since (one daemon of several with a
+# setting of its own).
+restart_daemon() {
+	stop_daemon "${DAEMONS[$1]}" >/dev/null
+	start_daemon "$1" "$T/$1.ini"
+	DAEMONS[$1]=$DAEMON_PID
+}
+
 # stop_daemon PID [TIMEOUT]: SIGTERM, wait up to TIMEOUT s (default 30) for the exit,
 # then SIGKILL. Returns the daemon's exit status (137 if it had to be killed).
 stop_daemon() {

@@ -62,9 +62,7 @@ command = exec /bin/bash '$T/lim.sh'
 concurrency = 4
 EOF
 sed -i '/^\[queue.lm\]/a lock_mode = lease' "$T/b.ini"
-stop_daemon "${DAEMONS[b]}" >/dev/null
-start_daemon b "$T/b.ini"
-DAEMONS[b]=$DAEMON_PID
+restart_daemon b
 
 psql_q "SELECT pgjobd.set_limits('lc', concurrency => 4), pgjobd.set_limits('ll', concurrency => 3),
                pgjobd.set_limits('lm', concurrency => 3), pgjobd.set_limits('lg', group_concurrency => 3),

@@ -20,44 +20,18 @@ pg_start
 make_limit_script "$T/lim.sh" "$T"
 : >"$T/starts"
 
-start_daemons a b <<EOF
-[queue.cp]
-command = exec /bin/bash '$T/lim.sh'
-concurrency = 4
-
-[queue.cr]
-command = exec /bin/bash '$T/lim.sh'
-concurrency = 4
-
-[queue.ce]
-command = exec /bin/bash '$T/lim.sh'
-concurrency = 4
-
-[queue.cq]
-command = exec /bin/bash '$T/lim.sh'
-concurrency = 4
-
-[queue.cg]
-command = exec /bin/bash '$T/lim.sh'
-concurrency = 4
-
-[queue.cd]
-command = exec /bin/bash '$T/lim.sh'
-concurrency = 2
-
-[queue.slow]
-command = exec /bin/bash '$T/lim.sh'
-concurrency = 4
-
-[queue.free]
-command = exec /bin/bash '$T/lim.sh'
-concurrency = 4
-EOF
+# cd: 2 slots a daemon (the per-daemon concurrency below a global limit); the others 4
+queues() {
+	local q
+	for q in cp cr ce cq cg cd slow free; do
+		printf '[queue.%s]\ncommand = exec /bin/bash %s\nconcurrency = %d\n\n' \
+			"$q" "'$T/lim.sh'" "$([ "$q" = cd ] && echo 2 || echo 4)"
+	done
+}
+start_daemons a b < <(queues)
 # b: every queue in lock mode lease
 sed -i '/^\[queue\./a lock_mode = lease\nlease = 5s' "$T/b.ini"
-stop_daemon "${DAEMONS[b]}" >/dev/null
-start_daemon b "$T/b.ini"
-DAEMONS[b]=$DAEMON_PID
+restart_daemon b
 wait_until 30 "workers_alive 2" || bail_out "the two daemons did not register"
 
 # started QUEUE: the job ids of QUEUE's commands, in the order they started (the lines
